@@ -1,0 +1,48 @@
+// Exact softmax attention (scaled dot product, Vaswani et al. 2017) with grouped KV heads
+// (GQA: query head h reads KV head h / (n_head / n_head_kv)), computed with an online softmax
+// (Milakov & Gimelshein 2018): one pass over the keys, no score matrix.
+#pragma once
+
+#include "core/ggml_type.h"
+#include "core/thread_pool.h"
+
+#include <cstdint>
+
+namespace hill {
+
+struct attention_shape {
+    int n_head = 0;     // query heads
+    int n_head_kv = 0;  // key/value heads; n_head % n_head_kv == 0
+    int head_dim = 0;
+    float scale = 0.0f; // usually 1/sqrt(head_dim)
+};
+
+// K and V of tokens [0, n_kv) of one layer: f32 or f16, each token's row of n_head_kv * head_dim
+// elements `row_stride` elements apart (K and V share the layout).
+// k, v: [n_kv, n_head_kv, head_dim] (token stride row_stride)
+struct kv_view {
+    ggml_type type = ggml_type::f32;  // f32 or f16
+    const void * k = nullptr;
+    const void * v = nullptr;
+    int64_t n_kv = 0;
+    int64_t row_stride = 0;
+};
+
+// Decode: out[n_head, head_dim] = softmax(q·Kᵀ·scale) · V over all n_kv tokens.
+// q: f32 [n_head, head_dim]. Heads split across the pool.
+void attention_decode(const attention_shape & s, const float * q, const kv_view & kv, float * out, thread_pool & pool);
+
+// Prefill, causal: query token t (t in [0, n_tok), position p0 + t) attends to KV tokens
+// [0, p0 + t]; kv.n_kv >= p0 + n_tok. q, out: f32 [n_tok, n_head, head_dim].
+// Work is split in chunks of query tokens × heads across the pool; memory is O(head_dim) per
+// thread (no n_tok × n_kv matrix).
+void attention_prefill(const attention_shape & s, const float * q, int64_t n_tok, int64_t p0, const kv_view & kv,
+                       float * out, thread_pool & pool);
+
+// One query head against tokens [0, n) of its KV head, on the current thread, with the active
+// kernel_mode: out[head_dim] = softmax(q·k_j·scale) · v_j. k, v point at the KV head's first
+// element; consecutive tokens are `row_stride` elements apart.
+void attention_head(const float * q, ggml_type kv_type, const void * k, const void * v, int64_t n, int64_t row_stride,
+                    int head_dim, float scale, float * out);
+
+}  // namespace hill

@@ -1,0 +1,45 @@
+// Matrix-vector and matrix-matrix products against weight matrices of any supported type.
+#pragma once
+
+#include "core/ggml_type.h"
+#include "core/thread_pool.h"
+
+#include <cstdint>
+
+namespace hill {
+
+// A weight matrix W [n_rows, n_cols] of `type`, rows contiguous, each row
+// ggml_row_bytes(type, n_cols) bytes (n_cols a multiple of the block size for Q8_0/Q4_0).
+// In GGUF terms: ne[0] = n_cols, ne[1] = n_rows.
+struct weight_view {
+    ggml_type type = ggml_type::f32;
+    int64_t n_rows = 0;
+    int64_t n_cols = 0;
+    const void * data = nullptr;
+
+    size_t row_bytes() const;
+    const uint8_t * row(int64_t r) const { return static_cast<const uint8_t *>(data) + size_t(r) * row_bytes(); }
+};
+
+// y[n_rows] = W · x[n_cols]; rows split across the pool. Accumulates in f32.
+void gemv(const weight_view & w, const float * x, float * y, thread_pool & pool);
+
+// Y[n_tok, n_rows] = X[n_tok, n_cols] · Wᵀ. Through OpenBLAS sgemm on row tiles of W that each
+// thread dequantizes into its own buffer (never the whole matrix); OpenBLAS itself runs
+// single-threaded. Small n_tok (< 4) goes through gemv per token.
+void gemm(const weight_view & w, const float * x, int64_t n_tok, float * y, thread_pool & pool);
+
+// Rows [r0, r1) of y = W · x on the current thread, with the active kernel_mode.
+void gemv_rows(const weight_view & w, const float * x, float * y, int64_t r0, int64_t r1);
+
+// dst[n] = row of n elements of `type` as f32 (n a multiple of the block size).
+void dequantize_row(ggml_type type, const void * src, float * dst, int64_t n);
+
+// dst = `type` encoding of src[n] (F32 copy, F16/BF16 round to nearest even, Q8_0/Q4_0 with
+// scale d = absmax/127 resp. d = max/-8 as ggml quantizes).
+void quantize_row(ggml_type type, const float * src, void * dst, int64_t n);
+
+// Sets OpenBLAS to one thread (call once at start; the thread pool provides parallelism).
+void blas_init_single_threaded();
+
+}  // namespace hill

@@ -1,0 +1,73 @@
+#include "core/atomic_file.h"
+
+#include "core/error.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <unistd.h>
+#include <vector>
+
+namespace hill {
+
+atomic_file::atomic_file(std::string path) : path_(std::move(path)) {
+    tmp_path_ = path_ + ".tmp." + std::to_string(::getpid());
+    fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) fail_input("cannot create '{}': {}", tmp_path_, std::strerror(errno));
+}
+
+atomic_file::~atomic_file() {
+    if (fd_ >= 0) {
+        ::close(fd_);
+        ::unlink(tmp_path_.c_str());
+    }
+}
+
+void atomic_file::write(const void * data, size_t n) {
+    const auto * p = static_cast<const uint8_t *>(data);
+    while (n > 0) {
+        const ssize_t w = ::write(fd_, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            fail_input("cannot write '{}' after {} bytes: {}", tmp_path_, offset_, std::strerror(errno));
+        }
+        p += w;
+        n -= size_t(w);
+        offset_ += uint64_t(w);
+    }
+}
+
+void atomic_file::write_zeros(size_t n) {
+    static const std::vector<uint8_t> zeros(4096, 0);
+    while (n > 0) {
+        const size_t k = n < zeros.size() ? n : zeros.size();
+        write(zeros.data(), k);
+        n -= k;
+    }
+}
+
+void atomic_file::commit() {
+    HILL_ASSERT(fd_ >= 0);
+    if (::fsync(fd_) != 0) fail_input("cannot sync '{}': {}", tmp_path_, std::strerror(errno));
+    if (::close(fd_) != 0) {
+        fd_ = -1;
+        ::unlink(tmp_path_.c_str());
+        fail_input("cannot close '{}': {}", tmp_path_, std::strerror(errno));
+    }
+    fd_ = -1;
+    if (::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
+        const int e = errno;
+        ::unlink(tmp_path_.c_str());
+        fail_input("cannot rename '{}' to '{}': {}", tmp_path_, path_, std::strerror(e));
+    }
+    std::filesystem::path dir = std::filesystem::path(path_).parent_path();
+    if (dir.empty()) dir = ".";
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        ::fsync(dfd);
+        ::close(dfd);
+    }
+}
+
+}  // namespace hill

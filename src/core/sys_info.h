@@ -1,0 +1,18 @@
+// Process and machine facts reported in run summaries.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace hill {
+
+// Peak resident set size of this process so far (VmHWM), in bytes; 0 if unknown.
+uint64_t peak_rss_bytes();
+
+// "3.2 GiB"-style rendering of a byte count (binary units).
+std::string format_bytes(uint64_t n);
+
+// Monotonic clock in microseconds.
+int64_t time_us();
+
+}  // namespace hill

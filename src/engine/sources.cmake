@@ -1,0 +1,4 @@
+hill_add_library(hill_engine
+  engine/sampler.cpp
+)
+target_link_libraries(hill_engine PUBLIC hill_model hill_tokenizer hill_compute hill_core)

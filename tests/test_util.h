@@ -1,0 +1,54 @@
+// Shared helpers for the test suites.
+#pragma once
+
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace hill::test {
+
+// The shared data folder: $HILLINFER_DATA, else ../shared/data beside the checkout.
+inline std::string data_dir() {
+    const char * env = std::getenv("HILLINFER_DATA");
+    return (env != nullptr && *env != '\0') ? std::string(env) : std::string(HILL_DATA_DEFAULT);
+}
+
+// Full path of `rel` inside data_dir(); empty when the file is absent.
+inline std::string data_path(const std::string & rel) {
+    const std::string p = data_dir() + "/" + rel;
+    return std::filesystem::exists(p) ? p : std::string();
+}
+
+// A fresh scratch directory under the system temp dir, removed by the destructor.
+struct temp_dir {
+    std::filesystem::path path;
+    temp_dir() {
+        std::string tmpl = (std::filesystem::temp_directory_path() / "hill-test-XXXXXX").string();
+        path = ::mkdtemp(tmpl.data());
+    }
+    ~temp_dir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path, ec);
+    }
+    std::string file(const std::string & name) const { return (path / name).string(); }
+};
+
+// Uniform floats in [lo, hi) from a fresh random seed, printed on failure via SCOPED_TRACE by callers.
+inline std::vector<float> random_floats(std::mt19937 & rng, size_t n, float lo = -1.0f, float hi = 1.0f) {
+    std::uniform_real_distribution<float> dist(lo, hi);
+    std::vector<float> v(n);
+    for (auto & x : v) x = dist(rng);
+    return v;
+}
+
+inline uint32_t fresh_seed() { return std::random_device{}(); }
+
+}  // namespace hill::test
+
+// Skips the current test with a clear message when the shared data file `rel` is absent.
+#define HILL_REQUIRE_DATA(var, rel)                                                              \
+    const std::string var = ::hill::test::data_path(rel);                                        \
+    if (var.empty()) GTEST_SKIP() << "shared data file '" << (rel) << "' not found under "       \
+                                  << ::hill::test::data_dir() << " (set HILLINFER_DATA)"
