@@ -1,4 +1,5 @@
 hill_add_library(hill_engine
   engine/sampler.cpp
+  engine/session.cpp
 )
 target_link_libraries(hill_engine PUBLIC hill_model hill_tokenizer hill_compute hill_core)

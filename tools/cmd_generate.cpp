@@ -1,0 +1,162 @@
+// hillinfer generate: prefill a prompt, then sample tokens one by one, streaming the text.
+#include "commands.h"
+#include "common.h"
+#include "core/error.h"
+#include "core/sys_info.h"
+#include "engine/sampler.h"
+#include "engine/session.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <random>
+
+namespace hill::cli {
+
+namespace {
+
+struct generate_opts {
+    model_opts model;
+    prompt_opts prompt;
+    thread_opts threads;
+    int32_t n_predict = 128;
+    int32_t n_ctx = 0;
+    std::string cache_type = "f16";
+    sampler_params sp;
+    int64_t seed = -1;
+    bool json = false;
+};
+
+// Prints "prefill: done/total tokens" to stderr once the prompt has taken a few seconds.
+struct prefill_progress {
+    int64_t t0_us = time_us();
+    int64_t last_us = 0;
+    bool printed = false;
+    void operator()(int64_t done, int64_t total) {
+        const int64_t now = time_us();
+        if (now - t0_us < 2'000'000 || (now - last_us < 1'000'000 && done < total)) return;
+        last_us = now;
+        printed = true;
+        const double rate = double(done) / (double(now - t0_us) / 1e6);
+        fmt::print(stderr, "prefill: {}/{} tokens ({:.0f}%), {:.1f} tokens/s, {:.0f} s left\n", done, total,
+                   100.0 * double(done) / double(total), rate, double(total - done) / rate);
+    }
+};
+
+int run_generate(const generate_opts & o) {
+    if (o.n_predict < 0) fail_usage("-n must be >= 0, got {}", o.n_predict);
+    if (o.n_ctx < 0) fail_usage("-c must be >= 0 (0: the model's trained context), got {}", o.n_ctx);
+    const auto kv_type = ggml_type_from_name(o.cache_type);
+    if (!kv_type || (*kv_type != ggml_type::f16 && *kv_type != ggml_type::f32)) {
+        fail_usage("--cache-type must be f16 or f32, got '{}'", o.cache_type);
+    }
+    sampler_params sp = o.sp;
+    sp.seed = o.seed >= 0 ? uint64_t(o.seed) : std::random_device{}();
+    validate(sp);
+    const int n_threads = o.threads.resolve();
+    const std::string prompt = o.prompt.read();
+
+    auto m = o.model.load();
+    const hparams & hp = m->hp();
+    const tokenizer & tok = m->tokenizer();
+    const int32_t n_ctx = o.n_ctx > 0 ? o.n_ctx : hp.n_ctx_train;
+    std::vector<int32_t> prompt_ids = tok.encode(prompt, tok.vocab().add_bos);
+    if (prompt_ids.empty()) fail_usage("the prompt is empty and the model has no BOS token to start from");
+    if (int64_t(prompt_ids.size()) > n_ctx) {
+        fail_usage("the prompt is {} tokens, longer than the context of {} tokens; raise -c (the model was trained "
+                   "for {})", prompt_ids.size(), n_ctx, hp.n_ctx_train);
+    }
+
+    thread_pool pool(n_threads);
+    session s(*m, session_params{n_ctx, *kv_type}, pool);
+    sampler smp(sp, hp.n_vocab);
+    for (int32_t id : prompt_ids) smp.accept(id);
+
+    if (!o.json) {
+        fmt::print("{}", prompt);
+        std::fflush(stdout);
+    }
+    prefill_progress progress;
+    const int64_t t_prefill0 = time_us();
+    s.eval(prompt_ids, false, std::ref(progress));
+    const int64_t t_prefill = time_us() - t_prefill0;
+
+    std::vector<int32_t> out_ids;
+    out_ids.reserve(size_t(o.n_predict));
+    std::string out_text;
+    std::vector<float> logits(size_t(hp.n_vocab));
+    std::string stop = "length";
+    const bool only_bos = prompt_ids.size() == 1 && prompt_ids[0] == tok.vocab().bos;
+    const int64_t t_decode0 = time_us();
+    for (int32_t i = 0; i < o.n_predict; ++i) {
+        std::copy(s.logits(), s.logits() + hp.n_vocab, logits.begin());
+        const int32_t id = smp.sample(logits.data());
+        if (id == tok.vocab().eos) {
+            stop = "eos";
+            break;
+        }
+        smp.accept(id);
+        out_ids.push_back(id);
+        std::string piece = tok.token_to_piece(id);
+        // After a lone BOS, SentencePiece decoding drops the leading space of the first piece.
+        if (out_ids.size() == 1 && only_bos && !piece.empty() && piece[0] == ' ') piece.erase(0, 1);
+        out_text += piece;
+        if (!o.json) {
+            std::fwrite(piece.data(), 1, piece.size(), stdout);
+            std::fflush(stdout);
+        }
+        if (i + 1 == o.n_predict) break;
+        if (s.n_past() >= n_ctx) {
+            stop = "context";
+            break;
+        }
+        s.eval(std::span<const int32_t>(&id, 1));
+    }
+    const int64_t t_decode = time_us() - t_decode0;
+    if (!o.json) fmt::print("\n");
+
+    const double prefill_tps = t_prefill > 0 ? double(prompt_ids.size()) / (double(t_prefill) / 1e6) : 0.0;
+    const double decode_tps = t_decode > 0 ? double(out_ids.size()) / (double(t_decode) / 1e6) : 0.0;
+    const uint64_t rss = peak_rss_bytes();
+    if (o.json) {
+        nlohmann::json j = {
+            {"model", m->path()}, {"prompt_tokens", prompt_ids.size()}, {"generated_tokens", out_ids.size()},
+            {"ids", out_ids}, {"text", out_text}, {"stop", stop}, {"n_ctx", n_ctx}, {"n_threads", n_threads},
+            {"seed", sp.seed}, {"prefill_s", double(t_prefill) / 1e6}, {"prefill_tokens_per_s", prefill_tps},
+            {"decode_s", double(t_decode) / 1e6}, {"decode_tokens_per_s", decode_tps}, {"peak_rss_bytes", rss},
+        };
+        fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    }
+    fmt::print(stderr,
+               "\nprompt: {} tokens, prefill {:.1f} tokens/s | generated: {} tokens ({}), decode {:.1f} tokens/s | "
+               "peak RSS {} | {} threads, seed {}\n",
+               prompt_ids.size(), prefill_tps, out_ids.size(), stop, decode_tps, format_bytes(rss), n_threads, sp.seed);
+    return 0;
+}
+
+}  // namespace
+
+command_fn add_generate(CLI::App & app) {
+    auto o = std::make_shared<generate_opts>();
+    auto * sub = app.add_subcommand("generate", "generate text from a prompt");
+    o->model.add(*sub);
+    o->prompt.add(*sub);
+    o->threads.add(*sub);
+    sub->add_option("-n,--n-predict", o->n_predict, "tokens to generate (stops earlier at EOS)")->capture_default_str();
+    sub->add_option("-c,--ctx-size", o->n_ctx, "context size in tokens (default: the model's trained context)");
+    sub->add_option("--cache-type", o->cache_type, "KV cache element type: f16 or f32")->capture_default_str();
+    sub->add_option("--temp", o->sp.temperature, "temperature; 0: greedy")->capture_default_str();
+    sub->add_option("--top-k", o->sp.top_k, "keep the k most likely tokens; 0: off")->capture_default_str();
+    sub->add_option("--top-p", o->sp.top_p, "nucleus sampling mass in (0, 1]; 1: off")->capture_default_str();
+    sub->add_option("--min-p", o->sp.min_p, "drop tokens below min-p times the top probability; 0: off")
+        ->capture_default_str();
+    sub->add_option("--repeat-penalty", o->sp.repeat_penalty, "penalty for recent tokens; 1: off")->capture_default_str();
+    sub->add_option("--repeat-last-n", o->sp.repeat_last_n, "how many recent tokens the penalty sees")
+        ->capture_default_str();
+    sub->add_option("--seed", o->seed, "random seed (default: random)");
+    sub->add_flag("--json", o->json, "write one JSON object to stdout instead of streaming text");
+    return [o]() { return run_generate(*o); };
+}
+
+}  // namespace hill::cli

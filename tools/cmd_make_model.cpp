@@ -1,0 +1,64 @@
+// hillinfer make-model (random | bigram) -o FILE: models HillInfer builds itself.
+#include "commands.h"
+#include "common.h"
+#include "core/error.h"
+#include "core/sys_info.h"
+#include "demo_text.h"
+#include "model/synthetic_model.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+
+namespace hill::cli {
+
+command_fn add_make_model(CLI::App & app) {
+    struct opts_t {
+        std::string kind;
+        std::string out;
+        std::string text_file;
+        std::string type = "f16";
+        random_model_params rp;
+    };
+    auto o = std::make_shared<opts_t>();
+    auto * sub = app.add_subcommand("make-model", "write a model HillInfer builds itself, as a llama GGUF");
+    sub->add_option("kind", o->kind, "random: random weights of any shape; bigram: a word-bigram model of a text")
+        ->required()
+        ->check(CLI::IsMember({"random", "bigram"}));
+    sub->add_option("-o,--output", o->out, "GGUF file to write")->required();
+    sub->add_option("--text", o->text_file, "bigram: training text (default: a short built-in story)");
+    sub->add_option("--type", o->type, "random: matrix type f32, f16, bf16, q8_0, q4_0")->capture_default_str();
+    sub->add_option("--n-vocab", o->rp.n_vocab, "random: vocabulary size (>= 259)")->capture_default_str();
+    sub->add_option("--n-embd", o->rp.n_embd, "random: embedding size")->capture_default_str();
+    sub->add_option("--n-ff", o->rp.n_ff, "random: feed-forward size")->capture_default_str();
+    sub->add_option("--n-layer", o->rp.n_layer, "random: layers")->capture_default_str();
+    sub->add_option("--n-head", o->rp.n_head, "random: query heads")->capture_default_str();
+    sub->add_option("--n-head-kv", o->rp.n_head_kv, "random: key/value heads")->capture_default_str();
+    sub->add_option("--n-ctx", o->rp.n_ctx, "trained context written to the metadata")->capture_default_str();
+    sub->add_option("--rope-freq-base", o->rp.rope_freq_base, "random: RoPE base")->capture_default_str();
+    sub->add_option("--rope-scale", o->rp.rope_scaling_factor, "random: linear RoPE scaling factor")
+        ->capture_default_str();
+    sub->add_flag("--tied", o->rp.tied_output, "random: no output matrix (tied to the embedding)");
+    sub->add_option("--seed", o->rp.seed, "random: seed")->capture_default_str();
+    return [o]() {
+        const std::filesystem::path dir = std::filesystem::path(o->out).parent_path();
+        if (!dir.empty() && !std::filesystem::is_directory(dir)) {
+            fail_usage("cannot write '{}': directory '{}' does not exist", o->out, dir.string());
+        }
+        const int64_t t0 = time_us();
+        if (o->kind == "random") {
+            const auto t = ggml_type_from_name(o->type);
+            if (!t) fail_usage("--type must be one of f32, f16, bf16, q8_0, q4_0; got '{}'", o->type);
+            o->rp.type = *t;
+            write_random_model(o->out, o->rp);
+        } else {
+            const std::string text = o->text_file.empty() ? std::string(demo_text) : read_text_file(o->text_file, "text file");
+            write_bigram_model(o->out, text, o->rp.n_ctx);
+        }
+        fmt::print(stderr, "wrote {} ({}) in {:.1f} s\n", o->out, format_bytes(std::filesystem::file_size(o->out)),
+                   double(time_us() - t0) / 1e6);
+        return 0;
+    };
+}
+
+}  // namespace hill::cli

@@ -1,0 +1,46 @@
+// hillinfer: the command-line front end. See README.md for every subcommand.
+#include "commands.h"
+#include "compute/matmul.h"
+#include "core/error.h"
+
+#include <cstdio>
+#include <vector>
+
+int main(int argc, char ** argv) {
+    using namespace hill;
+    CLI::App app{"HillInfer: long-context LLM inference with a KV cache in DRAM and on SSD", "hillinfer"};
+    app.require_subcommand(1);
+    app.set_version_flag("--version", "hillinfer 0.1.0");
+    std::vector<std::pair<CLI::App *, cli::command_fn>> cmds;
+    for (auto add : {cli::add_generate, cli::add_info, cli::add_tokenize, cli::add_make_model}) {
+        const size_t before = app.get_subcommands({}).size();
+        cli::command_fn fn = add(app);
+        cmds.emplace_back(app.get_subcommands({})[before], std::move(fn));
+    }
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp & e) {
+        return app.exit(e);
+    } catch (const CLI::CallForAllHelp & e) {
+        return app.exit(e);
+    } catch (const CLI::CallForVersion & e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError & e) {
+        std::fprintf(stderr, "hillinfer: error: %s\nRun 'hillinfer --help' (or 'hillinfer COMMAND --help') for usage.\n",
+                     e.what());
+        return int(exit_code::usage);
+    }
+    try {
+        blas_init_single_threaded();
+        for (auto & [sub, fn] : cmds) {
+            if (sub->parsed()) return fn();
+        }
+        return int(exit_code::usage);
+    } catch (const hill::error & e) {
+        std::fprintf(stderr, "hillinfer: error: %s\n", e.what());
+        return int(e.code());
+    } catch (const std::bad_alloc &) {
+        std::fprintf(stderr, "hillinfer: error: out of memory\n");
+        return int(exit_code::bad_input);
+    }
+}
