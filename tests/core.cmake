@@ -1,1 +1,1 @@
-# tests of core
+hill_add_test(test_core unit LIBS hill_core SOURCES test_core.cpp)

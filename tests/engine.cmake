@@ -1,1 +1,7 @@
-# tests of engine
+hill_add_test(test_sampler unit LIBS hill_engine SOURCES test_sampler.cpp)
+hill_add_test(test_session unit LIBS hill_engine SOURCES test_session.cpp)
+hill_add_test(test_reference unit LIBS hill_engine SOURCES test_reference.cpp)
+hill_add_test(test_golden model LIBS hill_engine nlohmann_json::nlohmann_json SOURCES test_golden.cpp)
+hill_add_test(test_cli unit LIBS hill_engine SOURCES test_cli.cpp)
+target_compile_definitions(test_cli PRIVATE HILL_CLI_PATH="$<TARGET_FILE:hillinfer_cli>")
+add_dependencies(test_cli hillinfer_cli)

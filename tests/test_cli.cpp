@@ -1,0 +1,140 @@
+// The CLI as a user runs it: exit codes and messages for bad input, and the main paths.
+#include "model/synthetic_model.h"
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sys/wait.h>
+
+namespace hill {
+namespace {
+
+struct result {
+    int code;
+    std::string out;  // stdout + stderr
+};
+
+result run(const std::string & args) {
+    const std::string cmd = std::string(HILL_CLI_PATH) + " " + args + " 2>&1";
+    FILE * p = ::popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+    const int st = ::pclose(p);
+    return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
+}
+
+class cli : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        dir = new test::temp_dir();
+        random_model_params p;
+        p.n_vocab = 300;
+        p.n_embd = 64;
+        p.n_ff = 96;
+        p.n_layer = 2;
+        p.n_head = 4;
+        p.n_head_kv = 2;
+        p.n_ctx = 64;
+        write_random_model(dir->file("m.gguf"), p);
+    }
+    static void TearDownTestSuite() { delete dir; }
+    static std::string model() { return dir->file("m.gguf"); }
+    static test::temp_dir * dir;
+};
+test::temp_dir * cli::dir = nullptr;
+
+TEST_F(cli, generate_runs_and_reports) {
+    const result r = run("generate -m " + model() + " -p 'hello world' -n 8 --seed 1 -t 2");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("hello world"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("prefill"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("decode"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("peak RSS"), std::string::npos) << r.out;
+}
+
+TEST_F(cli, generate_json_has_ids_and_rates) {
+    const result r = run("generate -m " + model() + " -p hi -n 5 --temp 0 --json");
+    EXPECT_EQ(r.code, 0) << r.out;
+    for (const char * key : {"\"ids\":[", "\"prompt_tokens\":", "\"prefill_tokens_per_s\":", "\"decode_tokens_per_s\":",
+                             "\"peak_rss_bytes\":", "\"generated_tokens\":5"}) {
+        EXPECT_NE(r.out.find(key), std::string::npos) << key << " in " << r.out;
+    }
+}
+
+TEST_F(cli, same_seed_same_text) {
+    auto ids = [](const std::string & seed) {
+        const std::string out = run("generate -m " + model() + " -p hi -n 12 --json --seed " + seed).out;
+        const size_t a = out.find("\"ids\":[");
+        return a == std::string::npos ? std::string() : out.substr(a, out.find(']', a) - a);
+    };
+    EXPECT_FALSE(ids("42").empty());
+    EXPECT_EQ(ids("42"), ids("42"));
+    EXPECT_NE(ids("42"), ids("43"));
+}
+
+TEST_F(cli, info_and_tokenize) {
+    result r = run("info -m " + model());
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("4 query, 2 key/value (GQA)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("128K"), std::string::npos) << r.out;
+    r = run("tokenize -m " + model() + " -p 'ab' --ids");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_EQ(r.out.substr(0, 2), "1 ") << r.out;  // BOS first
+}
+
+TEST_F(cli, bad_values_exit_2) {
+    const std::string g = "generate -m " + model() + " -p hi ";
+    for (const std::string & a : {g + "-n -1", g + "--top-p 2", g + "-t 0", g + "--temp -1", g + "--cache-type q9",
+                                  g + "--bogus-flag", std::string("generate -p hi"), std::string("frobnicate")}) {
+        const result r = run(a);
+        EXPECT_EQ(r.code, 2) << a << "\n" << r.out;
+        EXPECT_NE(r.out.find("error"), std::string::npos) << a << "\n" << r.out;
+    }
+}
+
+TEST_F(cli, missing_file_and_directory_exit_2) {
+    result r = run("info -m /nonexistent/model.gguf");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("/nonexistent/model.gguf"), std::string::npos) << r.out;
+    r = run("info -m " + dir->path.string());
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("is a directory"), std::string::npos) << r.out;
+    r = run("generate -m " + model() + " -f /nonexistent/prompt.txt");
+    EXPECT_EQ(r.code, 2) << r.out;
+}
+
+TEST_F(cli, prompt_longer_than_context_exit_2) {
+    const std::string text(400, 'x');
+    const result r = run("generate -m " + model() + " -c 16 -p " + text);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("longer than the context of 16 tokens"), std::string::npos) << r.out;
+}
+
+TEST_F(cli, corrupt_model_exit_1) {
+    const std::string bad = dir->file("bad.gguf");
+    {
+        std::ofstream f(bad, std::ios::binary);
+        f << "GGUF\x03";  // truncated header
+    }
+    result r = run("info -m " + bad);
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find(bad), std::string::npos) << r.out;
+    // A llama2.c checkpoint whose size does not match its header.
+    const std::string bin = dir->file("bad.bin");
+    {
+        std::ofstream f(bin, std::ios::binary);
+        const int32_t h[7] = {64, 172, 5, 8, 4, 512, 512};
+        f.write(reinterpret_cast<const char *>(h), sizeof(h));
+        f << std::string(1000, '\0');
+    }
+    r = run("info -m " + bin + " --tokenizer " + bin);
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find("implies"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace hill

@@ -1,0 +1,134 @@
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/fp16.h"
+#include "core/mapped_file.h"
+#include "core/thread_pool.h"
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+namespace hill {
+namespace {
+
+// Every f16 value converts to f32 and back to itself (NaNs stay NaN).
+TEST(fp16, all_values_round_trip) {
+    for (uint32_t h = 0; h < 65536; ++h) {
+        const float f = fp16_to_fp32(f16_bits(h));
+        if (std::isnan(f)) {
+            EXPECT_TRUE(std::isnan(fp16_to_fp32(fp32_to_fp16(f))));
+            continue;
+        }
+        ASSERT_EQ(fp32_to_fp16(f), h) << "h=" << h;
+    }
+}
+
+// f32 -> f16 rounds to the nearest representable value, ties to even.
+TEST(fp16, rounding_to_nearest_even) {
+    EXPECT_EQ(fp32_to_fp16(1.0f + 0.5f / 1024.0f), fp32_to_fp16(1.0f));                      // tie -> even (1.0)
+    EXPECT_EQ(fp32_to_fp16(1.0f + 1.5f / 1024.0f), fp32_to_fp16(1.0f + 2.0f / 1024.0f));      // tie -> even
+    EXPECT_EQ(fp32_to_fp16(65504.0f), 0x7bffu);
+    EXPECT_EQ(fp32_to_fp16(65520.0f), 0x7c00u);   // rounds up to infinity
+    EXPECT_EQ(fp32_to_fp16(-1e10f), 0xfc00u);
+    EXPECT_EQ(fp32_to_fp16(5.96046448e-08f), 0x0001u);  // smallest subnormal
+    EXPECT_EQ(fp32_to_fp16(2.98023224e-08f), 0x0000u);  // half of it: tie -> even (0)
+    EXPECT_EQ(fp32_to_fp16(6.103515625e-05f), 0x0400u); // smallest normal
+    std::mt19937 rng(test::fresh_seed());
+    std::uniform_real_distribution<float> d(-70000.0f, 70000.0f);
+    for (int i = 0; i < 100000; ++i) {
+        const float f = d(rng);
+        const float r = fp16_to_fp32(fp32_to_fp16(f));
+        if (std::isinf(r)) {
+            ASSERT_GE(std::abs(f), 65504.0f);
+            continue;
+        }
+        // No other f16 is closer.
+        const f16_bits h = fp32_to_fp16(f);
+        for (int delta : {-1, 1}) {
+            const float o = fp16_to_fp32(f16_bits(h + delta));
+            if (!std::isinf(o) && !std::isnan(o)) {
+                ASSERT_LE(std::abs(r - f), std::abs(o - f)) << f;
+            }
+        }
+    }
+}
+
+TEST(bf16, rounds_to_nearest_even) {
+    EXPECT_EQ(fp32_to_bf16(1.0f), 0x3f80u);
+    EXPECT_EQ(bf16_to_fp32(fp32_to_bf16(3.140625f)), 3.140625f);
+    EXPECT_EQ(fp32_to_bf16(bits_to_f32(0x3f808000u)), 0x3f80u);  // tie -> even
+    EXPECT_EQ(fp32_to_bf16(bits_to_f32(0x3f818000u)), 0x3f82u);  // tie -> even (up)
+    EXPECT_TRUE(std::isnan(bf16_to_fp32(fp32_to_bf16(std::nanf("")))));
+}
+
+TEST(thread_pool, parallel_for_covers_each_index_once) {
+    for (int nt : {1, 2, 3, 5}) {
+        thread_pool pool(nt);
+        for (int64_t n : {0, 1, 7, 1000}) {
+            std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+            pool.parallel_for(n, [&](int64_t i0, int64_t i1) {
+                for (int64_t i = i0; i < i1; ++i) hits[size_t(i)]++;
+            }, 3);
+            for (auto & h : hits) ASSERT_EQ(h.load(), 1);
+        }
+    }
+}
+
+TEST(thread_pool, run_many_times) {
+    thread_pool pool(3);
+    std::atomic<int64_t> sum{0};
+    for (int k = 0; k < 2000; ++k) pool.run([&](int ith, int nth) { sum += ith + nth; });
+    EXPECT_EQ(sum.load(), 2000 * (0 + 1 + 2 + 3 * 3));
+}
+
+TEST(atomic_file, commit_replaces_and_abandon_leaves_nothing) {
+    test::temp_dir dir;
+    const std::string path = dir.file("f.bin");
+    {
+        atomic_file f(path);
+        f.write("old", 3);
+        f.commit();
+    }
+    {
+        atomic_file f(path);
+        f.write("new content", 11);
+        // destroyed without commit: the old file stays, no temp file remains
+    }
+    std::ifstream in(path);
+    std::string s;
+    in >> s;
+    EXPECT_EQ(s, "old");
+    size_t n_files = 0;
+    for ([[maybe_unused]] const auto & e : std::filesystem::directory_iterator(dir.path)) ++n_files;
+    EXPECT_EQ(n_files, 1u);
+}
+
+TEST(atomic_file, unwritable_directory_is_a_clear_error) {
+    try {
+        atomic_file f("/nonexistent-dir/x.gguf");
+        FAIL();
+    } catch (const error & e) {
+        EXPECT_EQ(e.code(), exit_code::bad_input);
+        EXPECT_NE(std::string(e.what()).find("/nonexistent-dir/x.gguf"), std::string::npos);
+    }
+}
+
+TEST(mapped_file, missing_and_directory_are_usage_errors) {
+    test::temp_dir dir;
+    for (const std::string & p : {dir.file("absent"), dir.path.string()}) {
+        try {
+            mapped_file m(p);
+            FAIL();
+        } catch (const error & e) {
+            EXPECT_EQ(e.code(), exit_code::usage);
+            EXPECT_NE(std::string(e.what()).find(p), std::string::npos);
+        }
+    }
+}
+
+}  // namespace
+}  // namespace hill

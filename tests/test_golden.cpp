@@ -1,0 +1,100 @@
+// Golden values: stories260K (llama2.c checkpoint and its GGUF twin) decoded greedily from BOS for
+// 256 steps gives the ids of stories260K.greedy256.json, and the logits of its first 4 positions
+// match within 1e-4 relative.
+#include "engine/sampler.h"
+#include "engine/session.h"
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+
+namespace hill {
+namespace {
+
+struct golden {
+    std::vector<int32_t> ids;
+    std::vector<std::vector<double>> logits;  // [4, n_vocab]
+    std::string text;
+};
+
+golden read_golden(const std::string & path) {
+    std::ifstream in(path);
+    const auto j = nlohmann::json::parse(in);
+    golden g;
+    g.ids = j.at("ids").get<std::vector<int32_t>>();
+    g.logits = j.at("logits_pos0_3").get<std::vector<std::vector<double>>>();
+    g.text = j.at("text").get<std::string>();
+    return g;
+}
+
+void check_model(const model & m, const golden & g, ggml_type kv_type, bool check_logits) {
+    thread_pool pool(2);
+    session s(m, session_params{512, kv_type}, pool);
+    sampler greedy(sampler_params{.temperature = 0.0f}, m.hp().n_vocab);
+    std::vector<int32_t> ids = {g.ids[0]};
+    for (size_t step = 0; step + 1 < g.ids.size(); ++step) {
+        s.eval(std::span<const int32_t>(&ids.back(), 1));
+        if (check_logits && step < g.logits.size()) {
+            double max_ref = 0.0, max_err = 0.0;
+            for (size_t i = 0; i < g.logits[step].size(); ++i) {
+                max_ref = std::max(max_ref, std::abs(g.logits[step][i]));
+                max_err = std::max(max_err, std::abs(double(s.logits()[i]) - g.logits[step][i]));
+            }
+            EXPECT_LE(max_err / max_ref, 1e-4) << "position " << step;
+        }
+        std::vector<float> logits(s.logits(), s.logits() + m.hp().n_vocab);
+        ids.push_back(greedy.sample(logits.data()));
+    }
+    EXPECT_EQ(ids, g.ids);
+    std::vector<int32_t> generated(ids.begin() + 1, ids.end());
+    EXPECT_EQ(m.tokenizer().decode(generated), g.text);
+}
+
+TEST(golden, stories260k_llama2c) {
+    HILL_REQUIRE_DATA(bin, "models/llama2c/stories260K.bin");
+    HILL_REQUIRE_DATA(tok, "tokenizers/tok512/tok512.bin");
+    HILL_REQUIRE_DATA(ref, "models/llama2c/stories260K.greedy256.json");
+    auto m = model::load(bin, tok);
+    check_model(*m, read_golden(ref), ggml_type::f32, true);
+}
+
+TEST(golden, stories260k_gguf) {
+    HILL_REQUIRE_DATA(path, "models/gguf/stories260K.gguf");
+    HILL_REQUIRE_DATA(ref, "models/llama2c/stories260K.greedy256.json");
+    auto m = model::load(path);
+    check_model(*m, read_golden(ref), ggml_type::f32, true);
+}
+
+// The default F16 KV cache keeps the greedy path of this model.
+TEST(golden, stories260k_f16_kv_cache) {
+    HILL_REQUIRE_DATA(path, "models/gguf/stories260K.gguf");
+    HILL_REQUIRE_DATA(ref, "models/llama2c/stories260K.greedy256.json");
+    auto m = model::load(path);
+    check_model(*m, read_golden(ref), ggml_type::f16, false);
+}
+
+// Prefilling a prompt in one batch gives the logits of token-by-token decoding.
+TEST(golden, stories260k_prefill_equals_decode) {
+    HILL_REQUIRE_DATA(path, "models/gguf/stories260K.gguf");
+    HILL_REQUIRE_DATA(ref, "models/llama2c/stories260K.greedy256.json");
+    auto m = model::load(path);
+    const golden g = read_golden(ref);
+    const std::vector<int32_t> prompt(g.ids.begin(), g.ids.begin() + 100);
+    thread_pool pool(2);
+    session a(*m, session_params{512, ggml_type::f32, 64}, pool);
+    a.eval(prompt, true);
+    session b(*m, session_params{512, ggml_type::f32, 1}, pool);
+    const int32_t n_vocab = m->hp().n_vocab;
+    for (size_t t = 0; t < prompt.size(); ++t) {
+        b.eval(std::span<const int32_t>(&prompt[t], 1));
+        for (int32_t i = 0; i < n_vocab; ++i) {
+            ASSERT_NEAR(a.logits()[t * size_t(n_vocab) + size_t(i)], b.logits()[i], 1e-4) << "token " << t;
+        }
+    }
+}
+
+}  // namespace
+}  // namespace hill

@@ -1,0 +1,87 @@
+// Session behaviour on a small random model: chunked prefill equals one batch, thread counts
+// agree, context overflow is refused, truncate() rewinds.
+#include "core/error.h"
+#include "engine/session.h"
+#include "model/synthetic_model.h"
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+
+namespace hill {
+namespace {
+
+class session_test : public ::testing::Test {
+protected:
+    void SetUp() override {
+        random_model_params p;
+        p.n_vocab = 300;
+        p.n_embd = 64;
+        p.n_ff = 96;
+        p.n_layer = 2;
+        p.n_head = 4;
+        p.n_head_kv = 2;
+        p.type = ggml_type::q8_0;
+        p.seed = 11;
+        write_random_model(dir.file("m.gguf"), p);
+        m = model::load(dir.file("m.gguf"));
+        for (int i = 0; i < 50; ++i) tokens.push_back((i * 37 + 5) % 300);
+    }
+    std::vector<float> run(int n_threads, int32_t n_batch, ggml_type kv) {
+        thread_pool pool(n_threads);
+        session s(*m, session_params{128, kv, n_batch}, pool);
+        s.eval(tokens, true);
+        return std::vector<float>(s.logits(), s.logits() + tokens.size() * 300);
+    }
+    test::temp_dir dir;
+    std::unique_ptr<model> m;
+    std::vector<int32_t> tokens;
+};
+
+TEST_F(session_test, chunked_prefill_matches_single_batch) {
+    for (ggml_type kv : {ggml_type::f32, ggml_type::f16}) {
+        const auto a = run(2, 64, kv);
+        const auto b = run(2, 7, kv);
+        ASSERT_EQ(a.size(), b.size());
+        for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4f) << i;
+    }
+}
+
+TEST_F(session_test, thread_counts_agree) {
+    const auto a = run(1, 16, ggml_type::f16);
+    const auto b = run(3, 16, ggml_type::f16);
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4f) << i;
+}
+
+TEST_F(session_test, context_overflow_is_a_usage_error) {
+    thread_pool pool(1);
+    session s(*m, session_params{40, ggml_type::f16}, pool);
+    try {
+        s.eval(tokens);
+        FAIL() << "expected an error";
+    } catch (const error & e) {
+        EXPECT_EQ(e.code(), exit_code::usage);
+        EXPECT_NE(std::string(e.what()).find("context size of 40"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(s.n_past(), 0);
+}
+
+TEST_F(session_test, bad_token_id_is_refused) {
+    thread_pool pool(1);
+    session s(*m, session_params{40, ggml_type::f16}, pool);
+    const std::vector<int32_t> bad = {1, 300};
+    EXPECT_THROW(s.eval(bad), error);
+    EXPECT_EQ(s.n_past(), 0);
+}
+
+TEST_F(session_test, truncate_then_eval_repeats_logits) {
+    thread_pool pool(2);
+    session s(*m, session_params{128, ggml_type::f32, 16}, pool);
+    s.eval(tokens);
+    const std::vector<float> first(s.logits(), s.logits() + 300);
+    s.truncate(20);
+    s.eval(std::span<const int32_t>(tokens).subspan(20));
+    for (int i = 0; i < 300; ++i) ASSERT_NEAR(first[size_t(i)], s.logits()[i], 1e-5f);
+}
+
+}  // namespace
+}  // namespace hill
