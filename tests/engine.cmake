@@ -5,3 +5,4 @@ hill_add_test(test_golden model LIBS hill_engine nlohmann_json::nlohmann_json SO
 hill_add_test(test_cli unit LIBS hill_engine SOURCES test_cli.cpp)
 target_compile_definitions(test_cli PRIVATE HILL_CLI_PATH="$<TARGET_FILE:hillinfer_cli>")
 add_dependencies(test_cli hillinfer_cli)
+hill_add_test(test_llama2c unit LIBS hill_engine SOURCES test_llama2c.cpp)

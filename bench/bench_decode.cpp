@@ -1,0 +1,155 @@
+// Decode and prefill speed of a model, with the weight bytes streamed per second during decode
+// beside this machine's DRAM read bandwidth (measured here).
+//
+//   bench_decode [-m MODEL.gguf] [--type f16|q8_0|...] [-t N] [--n-prompt 128] [--n-gen 32]
+//                [--reps 3] [--json FILE]
+// Without -m it writes a random model large enough to leave the caches (~0.5-1 GB) to a temp
+// file. Reports the median and min/max over the repetitions.
+#include "core/error.h"
+#include "core/sys_info.h"
+#include "core/thread_pool.h"
+#include "compute/matmul.h"
+#include "engine/session.h"
+#include "model/synthetic_model.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace hill;
+
+struct stat3 {
+    double median, lo, hi;
+};
+
+stat3 summarize(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return {v[v.size() / 2], v.front(), v.back()};
+}
+
+// DRAM read bandwidth: every pool thread sums its share of a buffer much larger than the caches.
+double dram_read_gbps(thread_pool & pool, size_t bytes, int reps) {
+    const size_t n = bytes / sizeof(uint64_t);
+    std::vector<uint64_t> buf(n);
+    pool.parallel_for(int64_t(n), [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) buf[size_t(i)] = uint64_t(i);
+    });
+    std::vector<uint64_t> sink(size_t(pool.n_threads()) * 8);
+    std::vector<double> gbps;
+    for (int r = 0; r < reps; ++r) {
+        const int64_t t0 = time_us();
+        pool.run([&](int ith, int nth) {
+            const size_t i0 = n * size_t(ith) / size_t(nth), i1 = n * size_t(ith + 1) / size_t(nth);
+            uint64_t a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            size_t i = i0;
+            for (; i + 8 <= i1; i += 8) {
+                for (int k = 0; k < 8; ++k) a[k] += buf[i + size_t(k)];
+            }
+            for (; i < i1; ++i) a[0] += buf[i];
+            for (int k = 0; k < 8; ++k) sink[size_t(ith) * 8 + size_t(k)] = a[k];
+        });
+        gbps.push_back(double(bytes) / (double(time_us() - t0) * 1e3));
+    }
+    return summarize(gbps).median;
+}
+
+}  // namespace
+
+int main(int argc, char ** argv) {
+    CLI::App app{"HillInfer decode/prefill benchmark"};
+    std::string model_path, type_name = "q8_0", json_path;
+    int n_threads = 0, n_prompt = 128, n_gen = 32, reps = 3;
+    app.add_option("-m,--model", model_path, "GGUF model (default: a generated random model)");
+    app.add_option("--type", type_name, "weight type of the generated model")->capture_default_str();
+    app.add_option("-t,--threads", n_threads, "threads (default: physical cores)");
+    app.add_option("--n-prompt", n_prompt, "prompt tokens for prefill")->capture_default_str();
+    app.add_option("--n-gen", n_gen, "decode steps per repetition")->capture_default_str();
+    app.add_option("--reps", reps, "repetitions")->capture_default_str();
+    app.add_option("--json", json_path, "also write the results as JSON");
+    CLI11_PARSE(app, argc, argv);
+    try {
+        blas_init_single_threaded();
+        if (n_threads <= 0) n_threads = physical_core_count();
+        if (n_prompt < 1 || n_gen < 1 || reps < 1) fail_usage("--n-prompt, --n-gen and --reps must be >= 1");
+        thread_pool pool(n_threads);
+
+        std::string tmp;
+        if (model_path.empty()) {
+            const auto t = ggml_type_from_name(type_name);
+            if (!t) fail_usage("unknown --type '{}'", type_name);
+            random_model_params p;
+            p.n_vocab = 32000;
+            p.n_embd = 2048;
+            p.n_ff = 5632;
+            p.n_layer = 6;
+            p.n_head = 16;
+            p.n_head_kv = 4;
+            p.type = *t;
+            tmp = (std::filesystem::temp_directory_path() / fmt::format("hill-bench-{}.gguf", type_name)).string();
+            fmt::print(stderr, "writing a random {} model to {} ...\n", type_name, tmp);
+            write_random_model(tmp, p);
+            model_path = tmp;
+        }
+        auto m = model::load(model_path);
+        const hparams & hp = m->hp();
+        const uint64_t wbytes = m->weight_bytes_per_token();
+
+        const double dram = dram_read_gbps(pool, size_t(1) << 30, 5);
+
+        std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
+        for (int i = 0; i < n_prompt; ++i) prompt[size_t(i)] = 1 + (i * 7919) % (hp.n_vocab - 1);
+        std::vector<double> prefill_tps, decode_tps;
+        session s(*m, session_params{n_prompt + n_gen + 1, ggml_type::f16}, pool);
+        for (int r = 0; r < reps + 1; ++r) {  // the first repetition warms the page cache and is dropped
+            s.truncate(0);
+            int64_t t0 = time_us();
+            s.eval(prompt);
+            const double tp = double(n_prompt) / (double(time_us() - t0) / 1e6);
+            int32_t tok = 1;
+            t0 = time_us();
+            for (int i = 0; i < n_gen; ++i) {
+                s.eval(std::span<const int32_t>(&tok, 1));
+                tok = int32_t(std::max_element(s.logits(), s.logits() + hp.n_vocab) - s.logits());
+            }
+            const double td = double(n_gen) / (double(time_us() - t0) / 1e6);
+            if (r > 0) {
+                prefill_tps.push_back(tp);
+                decode_tps.push_back(td);
+            }
+        }
+        const stat3 pf = summarize(prefill_tps), dc = summarize(decode_tps);
+        const double stream_gbps = dc.median * double(wbytes) / 1e9;
+
+        fmt::print("machine: {} threads ({} physical cores), DRAM read {:.1f} GB/s\n", n_threads, physical_core_count(),
+                   dram);
+        fmt::print("model:   {} ({} layers, n_embd {}, {:.0f} M params, {} weight bytes per token)\n", model_path,
+                   hp.n_layer, hp.n_embd, double(m->n_params()) / 1e6, format_bytes(wbytes));
+        fmt::print("prefill: {:.1f} tokens/s (min {:.1f}, max {:.1f}) over {} tokens\n", pf.median, pf.lo, pf.hi,
+                   n_prompt);
+        fmt::print("decode:  {:.2f} tokens/s (min {:.2f}, max {:.2f}) over {} steps\n", dc.median, dc.lo, dc.hi, n_gen);
+        fmt::print("decode weight stream: {:.1f} GB/s = {:.0f}% of DRAM read bandwidth\n", stream_gbps,
+                   100.0 * stream_gbps / dram);
+        fmt::print("peak RSS: {}\n", format_bytes(peak_rss_bytes()));
+        if (!json_path.empty()) {
+            nlohmann::json j = {{"model", model_path}, {"n_threads", n_threads}, {"dram_read_gbps", dram},
+                                {"weight_bytes_per_token", wbytes}, {"prefill_tokens_per_s", pf.median},
+                                {"decode_tokens_per_s", dc.median}, {"decode_tokens_per_s_min", dc.lo},
+                                {"decode_tokens_per_s_max", dc.hi}, {"decode_stream_gbps", stream_gbps},
+                                {"peak_rss_bytes", peak_rss_bytes()}};
+            std::ofstream(json_path) << j.dump(2) << "\n";
+        }
+        if (!tmp.empty()) std::filesystem::remove(tmp);
+        return 0;
+    } catch (const hill::error & e) {
+        fmt::print(stderr, "bench_decode: error: {}\n", e.what());
+        return int(e.code());
+    }
+}

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what HillInfer needs to build, run and test, from Debian's packages. Idempotent: when
+# everything is present it changes nothing and prints one line.
+#   scripts/install-deps.sh          build + run dependencies
+#   scripts/install-deps.sh --test   also what the tests need (GoogleTest, NumPy, clang's libFuzzer)
+set -euo pipefail
+
+pkgs=(g++ cmake ninja-build pkg-config libopenblas-dev libcli11-dev nlohmann-json3-dev libfmt-dev)
+if [[ "${1:-}" == "--test" ]]; then
+  pkgs+=(libgtest-dev python3-numpy clang libclang-rt-dev)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#pkgs[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+sudo_cmd=()
+[[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
