@@ -1,1 +1,26 @@
 # tests of model
+# The GGUF reader/writer live in hill_gguf (src/model/sources.cmake); the tests need nothing else.
+hill_add_test(test_gguf unit LIBS hill_gguf SOURCES test_gguf.cpp)
+hill_add_test(test_gguf_data model LIBS hill_gguf SOURCES test_gguf_data.cpp)
+
+# libFuzzer target for the GGUF reader. The fuzz build configures the whole project with
+# CMAKE_CXX_COMPILER=clang++; the reader and the core sources it needs are compiled here
+# directly so that all of them carry the sanitizers (hill_core/hill_model do not).
+if(HILL_BUILD_FUZZ)
+  set(HILL_FUZZ_FLAGS -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O1)
+  add_executable(fuzz_gguf
+    fuzz/fuzz_gguf.cpp
+    ${PROJECT_SOURCE_DIR}/src/model/gguf_file.cpp
+    ${PROJECT_SOURCE_DIR}/src/core/error.cpp
+    ${PROJECT_SOURCE_DIR}/src/core/ggml_type.cpp
+    ${PROJECT_SOURCE_DIR}/src/core/mapped_file.cpp)
+  target_include_directories(fuzz_gguf PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include)
+  target_compile_options(fuzz_gguf PRIVATE ${HILL_FUZZ_FLAGS})
+  target_link_options(fuzz_gguf PRIVATE ${HILL_FUZZ_FLAGS})
+  target_link_libraries(fuzz_gguf PRIVATE fmt::fmt hill_warnings)
+  # Replays the committed seed corpus (and the inputs of fixed crashes) once: no mutation, and
+  # files (not the folder) are passed so that nothing is written into the source tree.
+  file(GLOB HILL_FUZZ_GGUF_CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/gguf/*)
+  add_test(NAME fuzz_gguf_corpus COMMAND fuzz_gguf ${HILL_FUZZ_GGUF_CORPUS})
+  set_tests_properties(fuzz_gguf_corpus PROPERTIES LABELS unit)
+endif()

@@ -1,6 +1,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/fp16.h"
+#include "core/ggml_type.h"
 #include "core/mapped_file.h"
 #include "core/thread_pool.h"
 #include "test_util.h"
@@ -128,6 +129,21 @@ TEST(mapped_file, missing_and_directory_are_usage_errors) {
             EXPECT_NE(std::string(e.what()).find(p), std::string::npos);
         }
     }
+}
+
+}  // namespace
+}  // namespace hill
+
+namespace hill {
+namespace {
+
+TEST(ggml_type, row_bytes_checks_blocks_and_overflow) {
+    EXPECT_EQ(ggml_row_bytes(ggml_type::f32, 7), 28u);
+    EXPECT_EQ(ggml_row_bytes(ggml_type::q8_0, 64), 68u);
+    EXPECT_EQ(ggml_row_bytes(ggml_type::q4_0, 96), 54u);
+    EXPECT_FALSE(ggml_row_bytes(ggml_type::q8_0, 33));
+    EXPECT_FALSE(ggml_row_bytes(ggml_type::f32, -1));
+    EXPECT_FALSE(ggml_row_bytes(ggml_type::f32, int64_t(1) << 62));
 }
 
 }  // namespace

@@ -59,7 +59,9 @@ size_t ggml_block_bytes(ggml_type t) {
 std::optional<size_t> ggml_row_bytes(ggml_type t, int64_t n) {
     const int64_t bs = ggml_block_size(t);
     if (n < 0 || n % bs != 0) return std::nullopt;
-    return size_t(n / bs) * ggml_block_bytes(t);
+    size_t bytes = 0;
+    if (__builtin_mul_overflow(size_t(n / bs), ggml_block_bytes(t), &bytes)) return std::nullopt;
+    return bytes;
 }
 
 }  // namespace hill

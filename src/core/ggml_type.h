@@ -47,7 +47,8 @@ std::optional<ggml_type> ggml_type_from_name(std::string_view name);  // "f32", 
 int64_t ggml_block_size(ggml_type t);
 size_t ggml_block_bytes(ggml_type t);
 
-// Bytes of a row of n elements; nullopt when n is not a multiple of the block size.
+// Bytes of a row of n elements; nullopt when n is negative, not a multiple of the block size, or
+// the byte count overflows size_t.
 std::optional<size_t> ggml_row_bytes(ggml_type t, int64_t n);
 
 }  // namespace hill

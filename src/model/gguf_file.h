@@ -8,7 +8,20 @@
 //
 // Every length, count and offset is validated against the file size before it is used: a
 // corrupt file gives hill::error(exit_code::bad_input) with a specific message (which field,
-// expected, actual), never an out-of-bounds read.
+// expected, actual), never an out-of-bounds read. Counts are checked against the bytes left
+// before anything is allocated. What is rejected (all exit_code::bad_input):
+//   - bad magic; version 1 ("unsupported"), big-endian files, any version other than 2 or 3;
+//   - a header, key, value, string or array that runs past the end of the file;
+//   - an unknown value type (> 12); a bool byte other than 0 or 1; arrays nested deeper than 8;
+//   - a duplicate metadata key or tensor name;
+//   - `general.alignment` that is not a u32 or not a nonzero power of two;
+//   - n_dims outside 1..4 (0 is rejected: ggml writes a scalar as n_dims = 1, ne = {1});
+//   - ne[i] <= 0 (read as signed), a shape whose element count overflows 63 bits or whose byte
+//     size overflows 64 bits, a row length ne[0] that is not a multiple of the type's block size;
+//   - a tensor type HillInfer does not support (the message gives its number and ggml name);
+//   - a tensor offset that is not a multiple of the alignment, tensor data past the end of the
+//     file, tensors whose data overlap.
+// A file with no tensors (a vocab-only GGUF) is valid and may end without the padding.
 #pragma once
 
 #include "core/ggml_type.h"
