@@ -1,1 +1,2 @@
 # tests of compute
+hill_add_test(test_kernels unit LIBS hill_compute SOURCES test_kernels.cpp)

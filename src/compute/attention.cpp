@@ -1,1 +1,161 @@
-// placeholder: being written
+#include "compute/attention.h"
+
+#include "compute/kernel_mode.h"
+#include "compute/kernels_avx2.h"
+#include "core/error.h"
+#include "core/fp16.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+
+namespace hill {
+
+namespace {
+
+// Scalar references of the AVX2 dot / axpy kernels (f32 accumulation).
+float dot_f32_scalar(const float * a, const float * b, int64_t n) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+    return s;
+}
+
+float dot_f16_scalar(const float * a, const uint16_t * b, int64_t n) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; ++i) s += a[i] * fp16_to_fp32(b[i]);
+    return s;
+}
+
+void axpy_f32_scalar(float a, const float * x, float * y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+void axpy_f16_scalar(float a, const uint16_t * x, float * y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] += a * fp16_to_fp32(x[i]);
+}
+
+// The K·q and p·V kernels for one (kv_type, kernel_mode), on type-erased rows.
+struct head_kernels {
+    float (*dot)(const float * q, const void * k, int64_t n);
+    void (*axpy)(float a, const void * v, float * y, int64_t n);
+    size_t elem_bytes;
+};
+
+template <auto dot, class T>
+float dot_erased(const float * q, const void * k, int64_t n) {
+    return dot(q, static_cast<const T *>(k), n);
+}
+
+template <auto axpy, class T>
+void axpy_erased(float a, const void * v, float * y, int64_t n) {
+    axpy(a, static_cast<const T *>(v), y, n);
+}
+
+head_kernels select_kernels(ggml_type kv_type) {
+    HILL_ASSERT(kv_type == ggml_type::f32 || kv_type == ggml_type::f16);
+    const bool f16 = kv_type == ggml_type::f16;
+    if (kernel_mode_get() == kernel_mode::avx2) {
+        return f16 ? head_kernels{dot_erased<avx2::dot_f16, uint16_t>, axpy_erased<avx2::axpy_f16, uint16_t>, 2}
+                   : head_kernels{dot_erased<avx2::dot_f32, float>, axpy_erased<avx2::axpy_f32, float>, 4};
+    }
+    return f16 ? head_kernels{dot_erased<dot_f16_scalar, uint16_t>, axpy_erased<axpy_f16_scalar, uint16_t>, 2}
+               : head_kernels{dot_erased<dot_f32_scalar, float>, axpy_erased<axpy_f32_scalar, float>, 4};
+}
+
+void check_shape(const attention_shape & s, const kv_view & kv) {
+    HILL_ASSERT(s.n_head > 0 && s.n_head_kv > 0 && s.n_head % s.n_head_kv == 0 && s.head_dim > 0);
+    HILL_ASSERT(kv.type == ggml_type::f32 || kv.type == ggml_type::f16);
+    HILL_ASSERT(kv.n_kv >= 0 && kv.row_stride >= int64_t(s.n_head_kv) * s.head_dim);
+    HILL_ASSERT(kv.n_kv == 0 || (kv.k != nullptr && kv.v != nullptr));
+}
+
+// Query head h of token row q_tok [n_head, head_dim] against KV tokens [0, n).
+void attend_one(const attention_shape & s, const float * q_tok, const kv_view & kv, int64_t n, int h, float * out_tok) {
+    const int group = s.n_head / s.n_head_kv;
+    const size_t eb = kv.type == ggml_type::f16 ? 2 : 4;
+    const size_t head_off = size_t(h / group) * size_t(s.head_dim) * eb;
+    attention_head(q_tok + int64_t(h) * s.head_dim, kv.type, static_cast<const uint8_t *>(kv.k) + head_off,
+                   static_cast<const uint8_t *>(kv.v) + head_off, n, kv.row_stride, s.head_dim, s.scale,
+                   out_tok + int64_t(h) * s.head_dim);
+}
+
+}  // namespace
+
+void attention_head(const float * q, ggml_type kv_type, const void * k, const void * v, int64_t n, int64_t row_stride,
+                    int head_dim, float scale, float * out) {
+    HILL_ASSERT(head_dim > 0 && n >= 0);
+    const head_kernels kern = select_kernels(kv_type);
+    const size_t stride_bytes = size_t(row_stride) * kern.elem_bytes;
+    const auto * kb = static_cast<const uint8_t *>(k);
+    const auto * vb = static_cast<const uint8_t *>(v);
+
+    // Online softmax over chunks of keys: scores of a chunk, then one rescale of the accumulator
+    // (out) if the running max m grew, then p·V. l: running Σ exp(s - m), in double because it
+    // sums up to n_kv terms.
+    constexpr int64_t chunk = 32;
+    float sc[chunk];
+    float m = -std::numeric_limits<float>::infinity();
+    double l = 0.0;
+    std::fill(out, out + head_dim, 0.0f);
+    for (int64_t j0 = 0; j0 < n; j0 += chunk) {
+        const int64_t nj = std::min(chunk, n - j0);
+        float cm = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < nj; ++j) {
+            sc[j] = kern.dot(q, kb + size_t(j0 + j) * stride_bytes, head_dim) * scale;
+            cm = std::max(cm, sc[j]);
+        }
+        if (cm > m) {
+            if (l > 0.0) {
+                const float c = std::exp(m - cm);
+                l *= c;
+                for (int i = 0; i < head_dim; ++i) out[i] *= c;
+            }
+            m = cm;
+        }
+        for (int64_t j = 0; j < nj; ++j) {
+            const float p = std::exp(sc[j] - m);
+            l += p;
+            kern.axpy(p, vb + size_t(j0 + j) * stride_bytes, out, head_dim);
+        }
+    }
+    if (l > 0.0) {
+        const float inv = float(1.0 / l);
+        for (int i = 0; i < head_dim; ++i) out[i] *= inv;
+    }
+}
+
+void attention_decode(const attention_shape & s, const float * q, const kv_view & kv, float * out, thread_pool & pool) {
+    check_shape(s, kv);
+    // Contiguous head ranges per thread keep the query heads of one KV head together.
+    pool.parallel_for(s.n_head, [&](int64_t h0, int64_t h1) {
+        for (int64_t h = h0; h < h1; ++h) attend_one(s, q, kv, kv.n_kv, int(h), out);
+    });
+}
+
+void attention_prefill(const attention_shape & s, const float * q, int64_t n_tok, int64_t p0, const kv_view & kv,
+                       float * out, thread_pool & pool) {
+    check_shape(s, kv);
+    HILL_ASSERT(n_tok >= 0 && p0 >= 0 && kv.n_kv >= p0 + n_tok);
+    if (n_tok == 0) return;
+    // Work items (query token, head), taken in chunks from a shared counter, latest tokens (the
+    // longest rows of the causal triangle) first, so that threads finish together.
+    const int64_t n_items = n_tok * s.n_head;
+    const int64_t chunk = std::clamp<int64_t>(n_items / (8 * int64_t(pool.n_threads())), 1, s.n_head);
+    const int64_t qo_stride = int64_t(s.n_head) * s.head_dim;
+    std::atomic<int64_t> next{0};
+    pool.run([&](int, int) {
+        for (;;) {
+            const int64_t i0 = next.fetch_add(chunk, std::memory_order_relaxed);
+            if (i0 >= n_items) break;
+            const int64_t i1 = std::min(i0 + chunk, n_items);
+            for (int64_t i = i0; i < i1; ++i) {
+                const int64_t t = n_tok - 1 - i / s.n_head;
+                const int h = int(i % s.n_head);
+                attend_one(s, q + t * qo_stride, kv, p0 + t + 1, h, out + t * qo_stride);
+            }
+        }
+    });
+}
+
+}  // namespace hill

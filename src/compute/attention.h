@@ -29,19 +29,25 @@ struct kv_view {
 };
 
 // Decode: out[n_head, head_dim] = softmax(q·Kᵀ·scale) · V over all n_kv tokens.
-// q: f32 [n_head, head_dim]. Heads split across the pool.
+// q: f32 [n_head, head_dim]. Heads split across the pool (contiguous ranges, so the query heads of
+// one KV head stay on one thread); each head is attention_head, so the result does not depend on
+// the thread count.
 void attention_decode(const attention_shape & s, const float * q, const kv_view & kv, float * out, thread_pool & pool);
 
 // Prefill, causal: query token t (t in [0, n_tok), position p0 + t) attends to KV tokens
 // [0, p0 + t]; kv.n_kv >= p0 + n_tok. q, out: f32 [n_tok, n_head, head_dim].
 // Work is split in chunks of query tokens × heads across the pool; memory is O(head_dim) per
-// thread (no n_tok × n_kv matrix).
+// thread (no n_tok × n_kv matrix). Chunks are taken dynamically, latest tokens first (the causal
+// rows are unequal). Output row t equals attention_decode with kv.n_kv = p0 + t + 1, bit for bit.
 void attention_prefill(const attention_shape & s, const float * q, int64_t n_tok, int64_t p0, const kv_view & kv,
                        float * out, thread_pool & pool);
 
 // One query head against tokens [0, n) of its KV head, on the current thread, with the active
 // kernel_mode: out[head_dim] = softmax(q·k_j·scale) · v_j. k, v point at the KV head's first
-// element; consecutive tokens are `row_stride` elements apart.
+// element; consecutive tokens are `row_stride` elements apart. Keys are scored in chunks of 32
+// (scores on the stack); out itself is the running accumulator, rescaled when the running max
+// grows, so no memory beyond out is used. n == 0 gives out = 0. Scores, exps and the accumulator
+// are f32 (the running sum of exps is f64); f16 K/V are widened on the fly, never accumulated in f16.
 void attention_head(const float * q, ggml_type kv_type, const void * k, const void * v, int64_t n, int64_t row_stride,
                     int head_dim, float scale, float * out);
 

@@ -1,1 +1,40 @@
-// placeholder: being written
+#include "compute/kernel_mode.h"
+
+#include "core/error.h"
+
+#include <atomic>
+
+namespace hill {
+
+namespace {
+
+bool detect_avx2() {
+    // libgcc's detection also checks (via XGETBV) that the OS saves the YMM state.
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+
+// Relaxed: the mode is chosen before kernels run (or between them, in tests); each kernel call reads
+// it once and uses one implementation throughout.
+std::atomic<kernel_mode> & mode_ref() {
+    static std::atomic<kernel_mode> mode{cpu_has_avx2() ? kernel_mode::avx2 : kernel_mode::scalar};
+    return mode;
+}
+
+}  // namespace
+
+bool cpu_has_avx2() {
+    static const bool has = detect_avx2();
+    return has;
+}
+
+kernel_mode kernel_mode_get() {
+    return mode_ref().load(std::memory_order_relaxed);
+}
+
+void kernel_mode_set(kernel_mode m) {
+    HILL_ASSERT(m == kernel_mode::scalar || cpu_has_avx2());
+    mode_ref().store(m, std::memory_order_relaxed);
+}
+
+}  // namespace hill

@@ -1,1 +1,272 @@
-// placeholder: being written
+#include "compute/matmul.h"
+
+#include "compute/kernel_mode.h"
+#include "compute/kernels_avx2.h"
+#include "core/error.h"
+#include "core/fp16.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+namespace hill {
+
+namespace {
+
+uint16_t load_u16(const uint8_t * p) {
+    uint16_t v;
+    std::memcpy(&v, p, 2);
+    return v;
+}
+
+// Scalar reference of one row · x, f32 accumulation. Quantized rows: per block Σ q·x, times d.
+float dot_row_scalar(ggml_type type, const uint8_t * row, const float * x, int64_t n) {
+    float acc = 0.0f;
+    switch (type) {
+        case ggml_type::f32:
+            for (int64_t j = 0; j < n; ++j) {
+                float w;
+                std::memcpy(&w, row + 4 * j, 4);
+                acc += w * x[j];
+            }
+            break;
+        case ggml_type::f16:
+            for (int64_t j = 0; j < n; ++j) acc += fp16_to_fp32(load_u16(row + 2 * j)) * x[j];
+            break;
+        case ggml_type::bf16:
+            for (int64_t j = 0; j < n; ++j) acc += bf16_to_fp32(load_u16(row + 2 * j)) * x[j];
+            break;
+        case ggml_type::q8_0:
+            for (int64_t ib = 0; ib < n / qk8_0; ++ib) {
+                const uint8_t * b = row + ib * sizeof(block_q8_0);
+                const int8_t * q = reinterpret_cast<const int8_t *>(b + offsetof(block_q8_0, qs));
+                const float * xb = x + ib * qk8_0;
+                float s = 0.0f;
+                for (int j = 0; j < qk8_0; ++j) s += float(q[j]) * xb[j];
+                acc += fp16_to_fp32(load_u16(b)) * s;
+            }
+            break;
+        case ggml_type::q4_0:
+            for (int64_t ib = 0; ib < n / qk4_0; ++ib) {
+                const uint8_t * b = row + ib * sizeof(block_q4_0);
+                const uint8_t * qs = b + offsetof(block_q4_0, qs);
+                const float * xb = x + ib * qk4_0;
+                float s = 0.0f;
+                for (int j = 0; j < qk4_0 / 2; ++j) {
+                    s += float(int(qs[j] & 0x0f) - 8) * xb[j];
+                    s += float(int(qs[j] >> 4) - 8) * xb[j + qk4_0 / 2];
+                }
+                acc += fp16_to_fp32(load_u16(b)) * s;
+            }
+            break;
+    }
+    return acc;
+}
+
+void check_weight(const weight_view & w) {
+    HILL_ASSERT(w.n_rows >= 0 && w.n_cols >= 0);
+    HILL_ASSERT(w.n_cols % ggml_block_size(w.type) == 0);
+    HILL_ASSERT(w.data != nullptr || w.n_rows == 0 || w.n_cols == 0);
+}
+
+// Rows of W that one thread dequantizes before one sgemm call: about 4 MiB of f32 (the packing
+// of X that sgemm repeats per call is amortized over at least 64 rows, and the tile stays within
+// a few times the L2), in whole 16s, between 64 and 256 rows.
+int64_t gemm_tile_rows(int64_t n_cols) {
+    const int64_t target_bytes = int64_t(4) << 20;
+    const int64_t rows = target_bytes / (4 * std::max<int64_t>(n_cols, 1)) / 16 * 16;
+    return std::clamp<int64_t>(rows, 64, 256);
+}
+
+std::once_flag blas_once;
+
+}  // namespace
+
+size_t weight_view::row_bytes() const {
+    const auto rb = ggml_row_bytes(type, n_cols);
+    HILL_ASSERT(rb.has_value());
+    return *rb;
+}
+
+void gemv_rows(const weight_view & w, const float * x, float * y, int64_t r0, int64_t r1) {
+    HILL_ASSERT(0 <= r0 && r0 <= r1 && r1 <= w.n_rows);
+    if (r0 == r1) return;
+    const size_t rb = w.row_bytes();
+    const uint8_t * base = static_cast<const uint8_t *>(w.data) + size_t(r0) * rb;
+    if (kernel_mode_get() == kernel_mode::avx2) {
+        avx2::gemv_rows(w.type, base, rb, w.n_cols, x, y + r0, r1 - r0);
+        return;
+    }
+    for (int64_t r = r0; r < r1; ++r) y[r] = dot_row_scalar(w.type, base + size_t(r - r0) * rb, x, w.n_cols);
+}
+
+void gemv(const weight_view & w, const float * x, float * y, thread_pool & pool) {
+    check_weight(w);
+    // 16 rows per grain: a whole number of the AVX2 kernel's 4-row groups, and small enough that
+    // the last thread's share is not much larger than the others'.
+    pool.parallel_for(
+        w.n_rows, [&](int64_t r0, int64_t r1) { gemv_rows(w, x, y, r0, r1); }, 16);
+}
+
+void gemm(const weight_view & w, const float * x, int64_t n_tok, float * y, thread_pool & pool) {
+    check_weight(w);
+    HILL_ASSERT(n_tok >= 0);
+    if (n_tok < 4) {
+        // sgemm's packing does not pay off for so few tokens; gemv streams W once per token.
+        for (int64_t t = 0; t < n_tok; ++t) gemv(w, x + t * w.n_cols, y + t * w.n_rows, pool);
+        return;
+    }
+    if (w.n_rows == 0) return;
+    std::call_once(blas_once, blas_init_single_threaded);
+    const int n_tok_i = int(n_tok), n_cols_i = int(w.n_cols), n_rows_i = int(w.n_rows);
+    HILL_ASSERT(int64_t(n_tok_i) == n_tok && int64_t(n_cols_i) == w.n_cols && int64_t(n_rows_i) == w.n_rows);
+    if (w.n_cols == 0) {
+        std::fill(y, y + n_tok * w.n_rows, 0.0f);
+        return;
+    }
+
+    // Y[:, r0:r1] = X · W[r0:r1, :]ᵀ (row-major, ldc = n_rows).
+    auto sgemm_rows = [&](const float * w_rows, int64_t r0, int64_t r1) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_tok_i, int(r1 - r0), n_cols_i, 1.0f, x, n_cols_i, w_rows,
+                    n_cols_i, 0.0f, y + r0, n_rows_i);
+    };
+
+    if (w.type == ggml_type::f32) {
+        pool.parallel_for(
+            w.n_rows,
+            [&](int64_t r0, int64_t r1) { sgemm_rows(static_cast<const float *>(w.data) + r0 * w.n_cols, r0, r1); },
+            16);
+        return;
+    }
+
+    const int64_t tile = gemm_tile_rows(w.n_cols);
+    pool.parallel_for(
+        w.n_rows,
+        [&](int64_t r0, int64_t r1) {
+            // Per-thread staging buffer f32 [tile, n_cols], kept between calls so that prefill
+            // does not allocate per layer.
+            thread_local std::vector<float> buf;
+            const size_t need = size_t(std::min(tile, r1 - r0)) * size_t(w.n_cols);
+            if (buf.size() < need) buf.resize(need);
+            for (int64_t a = r0; a < r1; a += tile) {
+                const int64_t b = std::min(a + tile, r1);
+                for (int64_t r = a; r < b; ++r)
+                    dequantize_row(w.type, w.row(r), buf.data() + (r - a) * w.n_cols, w.n_cols);
+                sgemm_rows(buf.data(), a, b);
+            }
+        },
+        tile);
+}
+
+void dequantize_row(ggml_type type, const void * src, float * dst, int64_t n) {
+    HILL_ASSERT(n >= 0 && n % ggml_block_size(type) == 0);
+    const auto * p = static_cast<const uint8_t *>(src);
+    switch (type) {
+        case ggml_type::f32:
+            std::memcpy(dst, p, size_t(n) * 4);
+            return;
+        case ggml_type::f16:
+            if (kernel_mode_get() == kernel_mode::avx2) {
+                avx2::fp16_to_fp32_row(static_cast<const uint16_t *>(src), dst, n);
+            } else {
+                for (int64_t j = 0; j < n; ++j) dst[j] = fp16_to_fp32(load_u16(p + 2 * j));
+            }
+            return;
+        case ggml_type::bf16:
+            for (int64_t j = 0; j < n; ++j) dst[j] = bf16_to_fp32(load_u16(p + 2 * j));
+            return;
+        case ggml_type::q8_0:
+            for (int64_t ib = 0; ib < n / qk8_0; ++ib) {
+                const uint8_t * b = p + ib * sizeof(block_q8_0);
+                const int8_t * q = reinterpret_cast<const int8_t *>(b + offsetof(block_q8_0, qs));
+                const float d = fp16_to_fp32(load_u16(b));
+                for (int j = 0; j < qk8_0; ++j) dst[ib * qk8_0 + j] = d * float(q[j]);
+            }
+            return;
+        case ggml_type::q4_0:
+            for (int64_t ib = 0; ib < n / qk4_0; ++ib) {
+                const uint8_t * b = p + ib * sizeof(block_q4_0);
+                const uint8_t * qs = b + offsetof(block_q4_0, qs);
+                const float d = fp16_to_fp32(load_u16(b));
+                float * o = dst + ib * qk4_0;
+                for (int j = 0; j < qk4_0 / 2; ++j) {
+                    o[j] = d * float(int(qs[j] & 0x0f) - 8);
+                    o[j + qk4_0 / 2] = d * float(int(qs[j] >> 4) - 8);
+                }
+            }
+            return;
+    }
+    HILL_ASSERT(false && "unsupported ggml_type");
+}
+
+void quantize_row(ggml_type type, const float * src, void * dst, int64_t n) {
+    HILL_ASSERT(n >= 0 && n % ggml_block_size(type) == 0);
+    auto * p = static_cast<uint8_t *>(dst);
+    switch (type) {
+        case ggml_type::f32:
+            std::memcpy(p, src, size_t(n) * 4);
+            return;
+        case ggml_type::f16:
+            for (int64_t j = 0; j < n; ++j) {
+                const uint16_t h = fp32_to_fp16(src[j]);
+                std::memcpy(p + 2 * j, &h, 2);
+            }
+            return;
+        case ggml_type::bf16:
+            for (int64_t j = 0; j < n; ++j) {
+                const uint16_t h = fp32_to_bf16(src[j]);
+                std::memcpy(p + 2 * j, &h, 2);
+            }
+            return;
+        case ggml_type::q8_0:
+            // ggml's quantize_row_q8_0_ref: d = absmax / 127, q = round(x / d).
+            for (int64_t ib = 0; ib < n / qk8_0; ++ib) {
+                const float * x = src + ib * qk8_0;
+                float amax = 0.0f;
+                for (int j = 0; j < qk8_0; ++j) amax = std::max(amax, std::fabs(x[j]));
+                const float d = amax / 127.0f;
+                const float id = d != 0.0f ? 1.0f / d : 0.0f;
+                block_q8_0 blk;
+                blk.d = fp32_to_fp16(d);
+                for (int j = 0; j < qk8_0; ++j) blk.qs[j] = int8_t(std::round(x[j] * id));
+                std::memcpy(p + ib * sizeof(block_q8_0), &blk, sizeof(blk));
+            }
+            return;
+        case ggml_type::q4_0:
+            // ggml's quantize_row_q4_0_ref: d = max / -8 where max is the signed value of largest
+            // magnitude, so that it maps to nibble 0; q = min(15, trunc(x / d + 8.5)).
+            for (int64_t ib = 0; ib < n / qk4_0; ++ib) {
+                const float * x = src + ib * qk4_0;
+                float amax = 0.0f, max = 0.0f;
+                for (int j = 0; j < qk4_0; ++j) {
+                    if (amax < std::fabs(x[j])) {
+                        amax = std::fabs(x[j]);
+                        max = x[j];
+                    }
+                }
+                const float d = max / -8.0f;
+                const float id = d != 0.0f ? 1.0f / d : 0.0f;
+                block_q4_0 blk;
+                blk.d = fp32_to_fp16(d);
+                for (int j = 0; j < qk4_0 / 2; ++j) {
+                    const int q0 = std::min(15, int(int8_t(x[j] * id + 8.5f)));
+                    const int q1 = std::min(15, int(int8_t(x[j + qk4_0 / 2] * id + 8.5f)));
+                    blk.qs[j] = uint8_t(q0 | (q1 << 4));
+                }
+                std::memcpy(p + ib * sizeof(block_q4_0), &blk, sizeof(blk));
+            }
+            return;
+    }
+    HILL_ASSERT(false && "unsupported ggml_type");
+}
+
+void blas_init_single_threaded() {
+    openblas_set_num_threads(1);
+}
+
+}  // namespace hill

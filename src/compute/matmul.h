@@ -21,25 +21,36 @@ struct weight_view {
     const uint8_t * row(int64_t r) const { return static_cast<const uint8_t *>(data) + size_t(r) * row_bytes(); }
 };
 
-// y[n_rows] = W · x[n_cols]; rows split across the pool. Accumulates in f32.
+// y[n_rows] = W · x[n_cols]; rows split across the pool in grains of 16 rows. Accumulates in
+// f32 (quantized rows: per block Σ q·x, times the block's d). The weights are read once, straight
+// from `data` (dequantized in registers); the result does not depend on the thread count.
 void gemv(const weight_view & w, const float * x, float * y, thread_pool & pool);
 
 // Y[n_tok, n_rows] = X[n_tok, n_cols] · Wᵀ. Through OpenBLAS sgemm on row tiles of W that each
 // thread dequantizes into its own buffer (never the whole matrix); OpenBLAS itself runs
 // single-threaded. Small n_tok (< 4) goes through gemv per token.
+// Tiles: 64..256 rows, about 4 MiB of f32; F32 weights go to sgemm without a copy. Each pool
+// thread keeps its f32 [tile, n_cols] staging buffer between calls (thread_local), so that
+// prefill does not allocate per layer. n_tok, n_rows and n_cols must fit in int (BLAS).
 void gemm(const weight_view & w, const float * x, int64_t n_tok, float * y, thread_pool & pool);
 
 // Rows [r0, r1) of y = W · x on the current thread, with the active kernel_mode.
 void gemv_rows(const weight_view & w, const float * x, float * y, int64_t r0, int64_t r1);
 
-// dst[n] = row of n elements of `type` as f32 (n a multiple of the block size).
+// dst[n] = row of n elements of `type` as f32 (n a multiple of the block size). Exact: every
+// encoded value is representable in f32.
 void dequantize_row(ggml_type type, const void * src, float * dst, int64_t n);
 
 // dst = `type` encoding of src[n] (F32 copy, F16/BF16 round to nearest even, Q8_0/Q4_0 with
 // scale d = absmax/127 resp. d = max/-8 as ggml quantizes).
+//   Q8_0: q = round(x · (1/d)), half away from zero: within d/2 of x (before d is rounded to f16).
+//   Q4_0: max = the element of largest |x| (the first on ties, with its sign), d = max / -8,
+//         nibble = min(15, trunc(x · (1/d) + 8.5)): within |d|/2 of x, except for x / d in
+//         (7.5, 8] (opposite sign to max), which clamp to nibble 15, up to |d| off.
 void quantize_row(ggml_type type, const float * src, void * dst, int64_t n);
 
-// Sets OpenBLAS to one thread (call once at start; the thread pool provides parallelism).
+// Sets OpenBLAS to one thread (call once at start; the thread pool provides parallelism). gemm
+// also calls it, once, before its first sgemm.
 void blas_init_single_threaded();
 
 }  // namespace hill

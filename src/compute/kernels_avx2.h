@@ -1,0 +1,38 @@
+// AVX2/FMA/F16C kernels (private to src/compute). Defined in kernels_avx2.cpp, the only file
+// compiled with -mavx2 -mfma -mf16c; call them only when kernel_mode_get() == kernel_mode::avx2.
+// Each has a scalar reference in matmul.cpp, ops.cpp or attention.cpp that tests compare it with.
+//
+// kernels_avx2.cpp must not call inline or template functions that other files also use (fp16.h
+// conversions, weight_view::row, std:: algorithms): the linker keeps one copy of such a function,
+// and it could be the AVX2-compiled one, which would then run on CPUs without AVX2. Hence plain
+// pointers here, and the file's own helpers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/ggml_type.h"
+
+namespace hill::avx2 {
+
+// y[r] = row r of W · x[n_cols] for r in [0, n_rows); row r starts at w + r * row_bytes.
+// type: any ggml_type; n_cols a multiple of the block size. Accumulates in f32.
+void gemv_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const float * x, float * y,
+               int64_t n_rows);
+
+// Σ a[i]·b[i], f32 accumulation.
+float dot_f32(const float * a, const float * b, int64_t n);
+float dot_f16(const float * a, const uint16_t * b, int64_t n);
+
+// y[n] += a · x[n]
+void axpy_f32(float a, const float * x, float * y, int64_t n);
+void axpy_f16(float a, const uint16_t * x, float * y, int64_t n);
+
+// Σ x[i]², f32 accumulation.
+float sum_squares(const float * x, int64_t n);
+
+// f16 <-> f32 rows, round to nearest even.
+void fp16_to_fp32_row(const uint16_t * src, float * dst, int64_t n);
+void fp32_to_fp16_row(const float * src, uint16_t * dst, int64_t n);
+
+}  // namespace hill::avx2

@@ -1,0 +1,711 @@
+// CPU kernels: every AVX2 path against its scalar reference on fresh random inputs of odd sizes,
+// and every scalar reference against a plain double-precision computation.
+#include "compute/attention.h"
+#include "compute/kernel_mode.h"
+#include "compute/matmul.h"
+#include "compute/ops.h"
+#include "core/fp16.h"
+#include "core/ggml_type.h"
+#include "core/thread_pool.h"
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace hill {
+namespace {
+
+using test::fresh_seed;
+using test::random_floats;
+
+const ggml_type all_types[] = {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0, ggml_type::q4_0};
+
+// size_t of a count (avoids `T v(size_t(n))` parsing as a function declaration).
+inline size_t sz(int64_t v) {
+    return static_cast<size_t>(v);
+}
+
+bool is_quant(ggml_type t) {
+    return ggml_block_size(t) > 1;
+}
+
+// Restores the kernel mode a test started with.
+struct mode_guard {
+    kernel_mode saved = kernel_mode_get();
+    ~mode_guard() { kernel_mode_set(saved); }
+};
+
+#define HILL_REQUIRE_AVX2() \
+    if (!cpu_has_avx2()) GTEST_SKIP() << "this CPU has no AVX2+FMA+F16C: only the scalar kernels run here"
+
+// Counts |a[i] - b[i]| > tol[i] and reports the first few, instead of one failure per element.
+void expect_close(const std::vector<float> & a, const std::vector<float> & b, const std::vector<double> & tol,
+                  const std::string & what) {
+    ASSERT_EQ(a.size(), b.size()) << what;
+    int bad = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        const double diff = std::fabs(double(a[i]) - double(b[i]));
+        if (!(diff <= tol[i])) {
+            if (++bad <= 5)
+                ADD_FAILURE() << what << ": element " << i << ": " << a[i] << " vs " << b[i] << " (diff " << diff
+                              << ", tolerance " << tol[i] << ")";
+        }
+    }
+    EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << a.size() << " elements out of tolerance";
+}
+
+void expect_close(const std::vector<float> & a, const std::vector<double> & b, const std::vector<double> & tol,
+                  const std::string & what) {
+    // Against the double values themselves, not their f32 rounding.
+    ASSERT_EQ(a.size(), b.size()) << what;
+    int bad = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        const double diff = std::fabs(double(a[i]) - b[i]);
+        if (!(diff <= tol[i])) {
+            if (++bad <= 5)
+                ADD_FAILURE() << what << ": element " << i << ": " << a[i] << " vs " << b[i] << " (diff " << diff
+                              << ", tolerance " << tol[i] << ")";
+        }
+    }
+    EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << a.size() << " elements out of tolerance";
+}
+
+void expect_bitwise_equal(const std::vector<float> & a, const std::vector<float> & b, const std::string & what) {
+    ASSERT_EQ(a.size(), b.size()) << what;
+    int bad = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        if (std::memcmp(&a[i], &b[i], 4) != 0 && ++bad <= 5)
+            ADD_FAILURE() << what << ": element " << i << ": " << a[i] << " vs " << b[i];
+    }
+    EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << a.size() << " elements differ";
+}
+
+// ---------------------------------------------------------------------------------------------
+// weights
+
+struct weights {
+    ggml_type type;
+    int64_t n_rows, n_cols;
+    std::vector<uint8_t> bytes;
+    std::vector<float> deq;  // f32 [n_rows, n_cols]: the exact values the bytes encode
+    weight_view view() const { return {type, n_rows, n_cols, bytes.data()}; }
+};
+
+weights make_weights(ggml_type type, int64_t n_rows, int64_t n_cols, std::mt19937 & rng) {
+    weights w{type, n_rows, n_cols, {}, {}};
+    const size_t rb = *ggml_row_bytes(type, n_cols);
+    w.bytes.resize(rb * sz(n_rows));
+    w.deq.resize(sz(n_rows * n_cols));
+    const std::vector<float> src = random_floats(rng, sz(n_rows * n_cols));
+    for (int64_t r = 0; r < n_rows; ++r) {
+        quantize_row(type, src.data() + r * n_cols, w.bytes.data() + sz(r) * rb, n_cols);
+    }
+    mode_guard g;
+    kernel_mode_set(kernel_mode::scalar);
+    for (int64_t r = 0; r < n_rows; ++r)
+        dequantize_row(type, w.bytes.data() + sz(r) * rb, w.deq.data() + r * n_cols, n_cols);
+    return w;
+}
+
+// y = W·x in double, and per row Σ|w·x| (the scale of rounding errors).
+void gemv_double(const weights & w, const float * x, std::vector<double> & y, std::vector<double> & mag) {
+    y.assign(sz(w.n_rows), 0.0);
+    mag.assign(sz(w.n_rows), 0.0);
+    for (int64_t r = 0; r < w.n_rows; ++r) {
+        // Four partial sums only to make this reference fast enough for the sanitizer builds.
+        double s[4] = {}, m[4] = {};
+        const float * wr = w.deq.data() + r * w.n_cols;
+        for (int64_t j = 0; j < w.n_cols; ++j) {
+            const double t = double(wr[j]) * double(x[j]);
+            s[j % 4] += t;
+            m[j % 4] += std::fabs(t);
+        }
+        y[sz(r)] = (s[0] + s[1]) + (s[2] + s[3]);
+        mag[sz(r)] = (m[0] + m[1]) + (m[2] + m[3]);
+    }
+}
+
+std::vector<double> rel_tol(const std::vector<double> & mag, double rel, double abs = 1e-6) {
+    std::vector<double> t(mag.size());
+    for (size_t i = 0; i < mag.size(); ++i) t[i] = rel * mag[i] + abs;
+    return t;
+}
+
+std::vector<int64_t> col_sizes(ggml_type t) {
+    if (is_quant(t)) return {32, 32 * 7, 32 * 33};
+    return {1, 7, 16, 33, 257};
+}
+
+std::string case_name(ggml_type t, int64_t n_rows, int64_t n_cols) {
+    return std::string(ggml_type_name(t)) + " " + std::to_string(n_rows) + "x" + std::to_string(n_cols);
+}
+
+TEST(kernel_mode, set_and_get) {
+    mode_guard g;
+    kernel_mode_set(kernel_mode::scalar);
+    EXPECT_EQ(kernel_mode_get(), kernel_mode::scalar);
+    if (cpu_has_avx2()) {
+        kernel_mode_set(kernel_mode::avx2);
+        EXPECT_EQ(kernel_mode_get(), kernel_mode::avx2);
+    }
+}
+
+TEST(matmul, row_bytes) {
+    EXPECT_EQ((weight_view{ggml_type::f32, 3, 7, nullptr}.row_bytes()), 28u);
+    EXPECT_EQ((weight_view{ggml_type::f16, 3, 7, nullptr}.row_bytes()), 14u);
+    EXPECT_EQ((weight_view{ggml_type::bf16, 3, 7, nullptr}.row_bytes()), 14u);
+    EXPECT_EQ((weight_view{ggml_type::q8_0, 3, 64, nullptr}.row_bytes()), 68u);
+    EXPECT_EQ((weight_view{ggml_type::q4_0, 3, 64, nullptr}.row_bytes()), 36u);
+}
+
+TEST(matmul, gemv_scalar_matches_double) {
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    mode_guard g;
+    kernel_mode_set(kernel_mode::scalar);
+    thread_pool pool(1);
+    for (ggml_type t : all_types) {
+        for (int64_t n_cols : col_sizes(t)) {
+            for (int64_t n_rows : {1, 3, 37}) {
+                const weights w = make_weights(t, n_rows, n_cols, rng);
+                const std::vector<float> x = random_floats(rng, sz(n_cols));
+                std::vector<float> y(sz(n_rows));
+                gemv(w.view(), x.data(), y.data(), pool);
+                std::vector<double> ref, mag;
+                gemv_double(w, x.data(), ref, mag);
+                expect_close(y, ref, rel_tol(mag, 1e-5), case_name(t, n_rows, n_cols));
+            }
+        }
+    }
+}
+
+TEST(matmul, gemv_avx2_matches_scalar) {
+    HILL_REQUIRE_AVX2();
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    mode_guard g;
+    thread_pool pool(1);
+    for (ggml_type t : all_types) {
+        for (int64_t n_cols : col_sizes(t)) {
+            for (int64_t n_rows : {1, 3, 4, 37, 301}) {
+                const weights w = make_weights(t, n_rows, n_cols, rng);
+                const std::vector<float> x = random_floats(rng, sz(n_cols));
+                std::vector<float> ys(sz(n_rows)), ya(sz(n_rows));
+                kernel_mode_set(kernel_mode::scalar);
+                gemv(w.view(), x.data(), ys.data(), pool);
+                kernel_mode_set(kernel_mode::avx2);
+                gemv(w.view(), x.data(), ya.data(), pool);
+                std::vector<double> ref, mag;
+                gemv_double(w, x.data(), ref, mag);
+                expect_close(ya, ys, rel_tol(mag, 1e-5), case_name(t, n_rows, n_cols));
+                // Sub-ranges start at any row, not only at a multiple of the kernel's row group.
+                if (n_rows > 5) {
+                    std::vector<float> yr(sz(n_rows), -1.0f);
+                    gemv_rows(w.view(), x.data(), yr.data(), 3, n_rows - 1);
+                    std::vector<float> got(yr.begin() + 3, yr.end() - 1), want(ys.begin() + 3, ys.end() - 1);
+                    std::vector<double> m(mag.begin() + 3, mag.end() - 1);
+                    expect_close(got, want, rel_tol(m, 1e-5), case_name(t, n_rows, n_cols) + " rows [3, n-1)");
+                    EXPECT_EQ(yr[0], -1.0f);
+                    EXPECT_EQ(yr.back(), -1.0f);
+                }
+            }
+        }
+    }
+}
+
+TEST(matmul, gemv_same_result_for_1_2_3_threads) {
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    mode_guard g;
+    thread_pool p1(1), p2(2), p3(3);
+    for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
+        if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+        kernel_mode_set(m);
+        for (ggml_type t : all_types) {
+            const int64_t n_cols = is_quant(t) ? 32 * 7 : 33;
+            const weights w = make_weights(t, 301, n_cols, rng);
+            const std::vector<float> x = random_floats(rng, sz(n_cols));
+            std::vector<float> y1(301), y2(301), y3(301);
+            gemv(w.view(), x.data(), y1.data(), p1);
+            gemv(w.view(), x.data(), y2.data(), p2);
+            gemv(w.view(), x.data(), y3.data(), p3);
+            expect_bitwise_equal(y2, y1, case_name(t, 301, n_cols) + " 2 threads");
+            expect_bitwise_equal(y3, y1, case_name(t, 301, n_cols) + " 3 threads");
+        }
+    }
+}
+
+TEST(matmul, gemm_matches_gemv_per_token) {
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    mode_guard g;
+    thread_pool p1(1), p2(2), p3(3);
+    struct shape {
+        int64_t n_rows, n_cols_float, n_cols_quant;
+        std::vector<int64_t> n_toks;
+    };
+    // 301 rows of 224 or 257 columns: a 256-row tile and a partial one; 600 rows of 4128 columns:
+    // two 240-row tiles and a partial one.
+    const shape shapes[] = {{301, 257, 32 * 7, {1, 3, 4, 17, 64}}, {600, 4128, 4128, {17}}};
+    for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
+        if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+        kernel_mode_set(m);
+        for (const shape & sh : shapes) {
+            for (ggml_type t : all_types) {
+                const int64_t n_cols = is_quant(t) ? sh.n_cols_quant : sh.n_cols_float;
+                const weights w = make_weights(t, sh.n_rows, n_cols, rng);
+                for (int64_t n_tok : sh.n_toks) {
+                    const std::string what = case_name(t, sh.n_rows, n_cols) + " n_tok " + std::to_string(n_tok) +
+                                             (m == kernel_mode::avx2 ? " avx2" : " scalar");
+                    const std::vector<float> x = random_floats(rng, sz(n_tok * n_cols));
+                    std::vector<float> want(sz(n_tok * sh.n_rows));
+                    for (int64_t tk = 0; tk < n_tok; ++tk)
+                        gemv(w.view(), x.data() + tk * n_cols, want.data() + tk * sh.n_rows, p1);
+                    std::vector<double> tol;
+                    for (int64_t tk = 0; tk < n_tok; ++tk) {
+                        std::vector<double> ref, mag;
+                        gemv_double(w, x.data() + tk * n_cols, ref, mag);
+                        const std::vector<double> tt = rel_tol(mag, 1e-5);
+                        tol.insert(tol.end(), tt.begin(), tt.end());
+                    }
+                    for (thread_pool * p : {&p1, &p2, &p3}) {
+                        std::vector<float> y(sz(n_tok * sh.n_rows), std::nanf(""));
+                        gemm(w.view(), x.data(), n_tok, y.data(), *p);
+                        expect_close(y, want, tol, what + " threads " + std::to_string(p->n_threads()));
+                    }
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// quantization
+
+TEST(quantize, q8_0_error_within_half_step) {
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    const int64_t n = 32 * 33;
+    for (float range : {1e-3f, 1.0f, 300.0f}) {
+        const std::vector<float> x = random_floats(rng, sz(n), -range, range);
+        std::vector<block_q8_0> q(sz(n / 32));
+        std::vector<float> y(sz(n));
+        quantize_row(ggml_type::q8_0, x.data(), q.data(), n);
+        dequantize_row(ggml_type::q8_0, q.data(), y.data(), n);
+        for (int64_t ib = 0; ib < n / 32; ++ib) {
+            float amax = 0.0f;
+            for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[sz(ib * 32 + j)]));
+            const double d = double(amax / 127.0f);
+            const double d16 = fp16_to_fp32(q[sz(ib)].d);
+            // q = round(x / d) is within d/2 of x / d; storing d as f16 moves each weight by |q|·|d - d16|.
+            const double bound = d / 2 + 127.0 * std::fabs(d - d16) + 1e-6 * d;
+            for (int j = 0; j < 32; ++j) {
+                const size_t i = sz(ib * 32 + j);
+                EXPECT_LE(std::fabs(double(x[i]) - double(y[i])), bound) << "range " << range << " element " << i;
+                // round(x · (1/d)) in f32, as ggml: the nearest integer to x / d, up to f32 rounding at ties.
+                EXPECT_LE(std::fabs(double(q[sz(ib)].qs[j]) - double(x[i]) / d), 0.5 + 1e-4) << "element " << i;
+            }
+        }
+    }
+}
+
+TEST(quantize, q4_0_error_within_half_step) {
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    const int64_t n = 32 * 33;
+    for (float range : {1e-3f, 1.0f, 300.0f}) {
+        const std::vector<float> x = random_floats(rng, sz(n), -range, range);
+        std::vector<block_q4_0> q(sz(n / 32));
+        std::vector<float> y(sz(n));
+        quantize_row(ggml_type::q4_0, x.data(), q.data(), n);
+        dequantize_row(ggml_type::q4_0, q.data(), y.data(), n);
+        for (int64_t ib = 0; ib < n / 32; ++ib) {
+            float amax = 0.0f, max = 0.0f;
+            for (int j = 0; j < 32; ++j) {
+                const float v = x[sz(ib * 32 + j)];
+                if (std::fabs(v) > amax) amax = std::fabs(v), max = v;
+            }
+            const double d = std::fabs(double(max / -8.0f));
+            const double d16 = std::fabs(double(fp16_to_fp32(q[sz(ib)].d)));
+            for (int j = 0; j < 32; ++j) {
+                const size_t i = sz(ib * 32 + j);
+                // x / d lies in [-8, 8]; the top value 8 (the opposite sign of max) is clamped to
+                // nibble 15, one step off. Everything else rounds to within d/2.
+                const double steps = double(x[i]) / double(max / -8.0f);
+                const double bound = (steps > 7.5 ? d : d / 2) + 8.0 * std::fabs(d - d16) + 1e-6 * d;
+                EXPECT_LE(std::fabs(double(x[i]) - double(y[i])), bound) << "range " << range << " element " << i;
+            }
+        }
+    }
+}
+
+TEST(quantize, q8_0_and_q4_0_known_block) {
+    // x_j = j - 16: the largest magnitude is x_0 = -16.
+    float x[32];
+    for (int j = 0; j < 32; ++j) x[j] = float(j - 16);
+
+    block_q4_0 b4;
+    quantize_row(ggml_type::q4_0, x, &b4, 32);
+    EXPECT_EQ(fp16_to_fp32(b4.d), 2.0f);  // d = max / -8 = -16 / -8
+    for (int j = 0; j < 16; ++j) {
+        // nibble = min(15, trunc(x / 2 + 8.5)); weight j in the low nibble of qs[j], j + 16 in the high one.
+        const int lo = std::min(15, int(float(j - 16) / 2.0f + 8.5f));
+        const int hi = std::min(15, int(float(j) / 2.0f + 8.5f));
+        EXPECT_EQ(b4.qs[j] & 0x0f, lo) << j;
+        EXPECT_EQ(b4.qs[j] >> 4, hi) << j;
+    }
+    float y[32];
+    dequantize_row(ggml_type::q4_0, &b4, y, 32);
+    EXPECT_EQ(y[0], -16.0f);
+    EXPECT_EQ(y[31], 14.0f);  // 15 / 2 + 8.5 = 16, clamped to nibble 15: 2 * (15 - 8)
+
+    block_q8_0 b8;
+    quantize_row(ggml_type::q8_0, x, &b8, 32);
+    EXPECT_EQ(b8.d, fp32_to_fp16(16.0f / 127.0f));
+    EXPECT_EQ(b8.qs[0], -127);
+    for (int j = 0; j < 32; ++j) EXPECT_EQ(b8.qs[j], int(std::lround(double(j - 16) * 127.0 / 16.0))) << j;
+
+    // An all-zero block has d = 0 and decodes to zeros.
+    float z[32] = {};
+    quantize_row(ggml_type::q8_0, z, &b8, 32);
+    quantize_row(ggml_type::q4_0, z, &b4, 32);
+    dequantize_row(ggml_type::q8_0, &b8, y, 32);
+    for (float v : y) EXPECT_EQ(v, 0.0f);
+    dequantize_row(ggml_type::q4_0, &b4, y, 32);
+    for (float v : y) EXPECT_EQ(v, 0.0f);
+}
+
+// Every finite f16 (resp. bf16) value survives quantize -> dequantize bit for bit, in both modes.
+TEST(quantize, f16_bf16_exact_round_trip) {
+    mode_guard g;
+    for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
+        if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+        kernel_mode_set(m);
+        for (ggml_type t : {ggml_type::f16, ggml_type::bf16}) {
+            std::vector<float> x;
+            for (uint32_t h = 0; h < 65536; ++h) {
+                const float v = t == ggml_type::f16 ? fp16_to_fp32(uint16_t(h)) : bf16_to_fp32(uint16_t(h));
+                if (std::isfinite(v)) x.push_back(v);
+            }
+            const int64_t n = int64_t(x.size());
+            std::vector<uint16_t> enc(x.size());
+            std::vector<float> y(x.size());
+            quantize_row(t, x.data(), enc.data(), n);
+            dequantize_row(t, enc.data(), y.data(), n);
+            expect_bitwise_equal(y, x, std::string(ggml_type_name(t)) + (m == kernel_mode::avx2 ? " avx2" : " scalar"));
+        }
+    }
+    // F32 is a copy.
+    std::vector<float> x = {1.5f, -0.0f, 3e-40f, 7.0f};
+    std::vector<float> enc(4), y(4);
+    quantize_row(ggml_type::f32, x.data(), enc.data(), 4);
+    dequantize_row(ggml_type::f32, enc.data(), y.data(), 4);
+    expect_bitwise_equal(y, x, "F32");
+}
+
+// ---------------------------------------------------------------------------------------------
+// ops
+
+TEST(ops, fp16_rows_avx2_match_scalar) {
+    HILL_REQUIRE_AVX2();
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    mode_guard g;
+    // f16 -> f32: all 65536 patterns (NaNs only need to stay NaN).
+    std::vector<uint16_t> all(65536);
+    for (uint32_t h = 0; h < 65536; ++h) all[h] = uint16_t(h);
+    std::vector<float> fs(all.size()), fa(all.size());
+    kernel_mode_set(kernel_mode::scalar);
+    fp16_to_fp32_row(all.data(), fs.data(), int64_t(all.size()));
+    kernel_mode_set(kernel_mode::avx2);
+    fp16_to_fp32_row(all.data(), fa.data(), int64_t(all.size()));
+    int bad = 0;
+    for (size_t i = 0; i < all.size(); ++i) {
+        const bool ok = std::isnan(fs[i]) ? std::isnan(fa[i]) : std::memcmp(&fs[i], &fa[i], 4) == 0;
+        if (!ok && ++bad <= 5)
+            ADD_FAILURE() << "f16 0x" << std::hex << i << std::dec << ": " << fa[i] << " vs " << fs[i];
+    }
+    EXPECT_EQ(bad, 0);
+    // f32 -> f16 on odd lengths and ranges that reach subnormals, overflow and ties.
+    for (int64_t n : {1, 7, 8, 33, 257, 4099}) {
+        for (float range : {1e-6f, 1.0f, 7e4f}) {
+            std::vector<float> x = random_floats(rng, sz(n), -range, range);
+            if (n > 3) x[1] = 1.0f + 1.0f / 2048.0f;  // tie between two f16 values: rounds to even
+            std::vector<uint16_t> hs(sz(n)), ha(sz(n));
+            kernel_mode_set(kernel_mode::scalar);
+            fp32_to_fp16_row(x.data(), hs.data(), n);
+            kernel_mode_set(kernel_mode::avx2);
+            fp32_to_fp16_row(x.data(), ha.data(), n);
+            EXPECT_EQ(ha, hs) << "n " << n << " range " << range;
+        }
+    }
+}
+
+TEST(ops, rmsnorm_matches_double) {
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    mode_guard g;
+    for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
+        if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+        kernel_mode_set(m);
+        for (int64_t n : {1, 7, 33, 257, 4096}) {
+            const std::vector<float> x = random_floats(rng, sz(n), -3.0f, 3.0f);
+            const std::vector<float> w = random_floats(rng, sz(n), 0.5f, 1.5f);
+            std::vector<float> y(sz(n));
+            rmsnorm(x.data(), w.data(), y.data(), n, 1e-5f);
+            double ss = 0.0;
+            for (float v : x) ss += double(v) * v;
+            const double inv = 1.0 / std::sqrt(ss / double(n) + 1e-5);
+            std::vector<double> ref(sz(n)), tol(sz(n));
+            for (size_t i = 0; i < sz(n); ++i) {
+                ref[i] = double(x[i]) * inv * double(w[i]);
+                tol[i] = 1e-6 * std::fabs(ref[i]) + 1e-7;
+            }
+            expect_close(y, ref, tol, "n " + std::to_string(n));
+            // In place.
+            std::vector<float> xi = x;
+            rmsnorm(xi.data(), w.data(), xi.data(), n, 1e-5f);
+            expect_bitwise_equal(xi, y, "in place, n " + std::to_string(n));
+        }
+    }
+}
+
+TEST(ops, rope_matches_double_rotation) {
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    const int n_head = 3;
+    for (int head_dim : {2, 64, 128}) {
+        for (float base : {10000.0f, 500000.0f}) {
+            for (float fscale : {1.0f, 0.25f}) {
+                for (int64_t pos :
+                     {int64_t(0), int64_t(1), int64_t(7), int64_t(4095), int64_t(131071), int64_t(131072)}) {
+                    const std::vector<float> x = random_floats(rng, sz(n_head * head_dim));
+                    std::vector<float> y = x;
+                    rope(y.data(), n_head, head_dim, pos, base, fscale);
+                    std::vector<double> ref(x.size()), tol(x.size(), 1e-6);
+                    for (int h = 0; h < n_head; ++h) {
+                        for (int i = 0; i < head_dim / 2; ++i) {
+                            const long double theta = (long double)pos * fscale *
+                                                      std::pow((long double)base, -2.0L * i / (long double)head_dim);
+                            const long double c = std::cos(theta), s = std::sin(theta);
+                            const size_t k = sz(h * head_dim + 2 * i);
+                            ref[k] = double(x[k] * c - x[k + 1] * s);
+                            ref[k + 1] = double(x[k] * s + x[k + 1] * c);
+                        }
+                    }
+                    expect_close(y, ref, tol,
+                                 "head_dim " + std::to_string(head_dim) + " base " + std::to_string(base) + " scale " +
+                                     std::to_string(fscale) + " pos " + std::to_string(pos));
+                }
+            }
+        }
+    }
+}
+
+TEST(ops, swiglu_softmax_add_match_double) {
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    for (int64_t n : {1, 7, 33, 257}) {
+        const std::vector<float> g = random_floats(rng, sz(n), -8.0f, 8.0f);
+        const std::vector<float> u = random_floats(rng, sz(n), -2.0f, 2.0f);
+        std::vector<float> y = g;
+        swiglu(y.data(), u.data(), n);
+        std::vector<double> ref(sz(n)), tol(sz(n));
+        for (size_t i = 0; i < sz(n); ++i) {
+            ref[i] = double(g[i]) / (1.0 + std::exp(-double(g[i]))) * double(u[i]);
+            tol[i] = 1e-6 * std::fabs(ref[i]) + 1e-7;
+        }
+        expect_close(y, ref, tol, "swiglu n " + std::to_string(n));
+
+        std::vector<float> s = g;
+        softmax(s.data(), n);
+        const double mx = *std::max_element(g.begin(), g.end());
+        double sum = 0.0;
+        for (float v : g) sum += std::exp(double(v) - mx);
+        for (size_t i = 0; i < sz(n); ++i) {
+            ref[i] = std::exp(double(g[i]) - mx) / sum;
+            tol[i] = 1e-6 * ref[i] + 1e-9;
+        }
+        expect_close(s, ref, tol, "softmax n " + std::to_string(n));
+
+        std::vector<float> a = g;
+        add_inplace(a.data(), u.data(), n);
+        for (size_t i = 0; i < sz(n); ++i) EXPECT_EQ(a[i], g[i] + u[i]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// attention
+
+// K/V of n_kv tokens, n_head_kv heads, with `pad` extra elements per token row (row_stride >
+// n_head_kv * head_dim), stored as f32 or f16; `kf`/`vf` hold the exact f32 values.
+struct kv_data {
+    ggml_type type;
+    int64_t n_kv, row_stride;
+    std::vector<float> kf, vf;
+    std::vector<uint16_t> kh, vh;
+    kv_view view(int64_t n) const {
+        kv_view v;
+        v.type = type;
+        v.k = type == ggml_type::f16 ? static_cast<const void *>(kh.data()) : kf.data();
+        v.v = type == ggml_type::f16 ? static_cast<const void *>(vh.data()) : vf.data();
+        v.n_kv = n;
+        v.row_stride = row_stride;
+        return v;
+    }
+};
+
+kv_data make_kv(ggml_type type, int64_t n_kv, int n_head_kv, int head_dim, int pad, std::mt19937 & rng) {
+    kv_data d{type, n_kv, int64_t(n_head_kv) * head_dim + pad, {}, {}, {}, {}};
+    d.kf = random_floats(rng, sz(n_kv * d.row_stride));
+    d.vf = random_floats(rng, sz(n_kv * d.row_stride));
+    if (type == ggml_type::f16) {
+        d.kh.resize(d.kf.size());
+        d.vh.resize(d.vf.size());
+        for (size_t i = 0; i < d.kf.size(); ++i) {
+            d.kh[i] = fp32_to_fp16(d.kf[i]);
+            d.kf[i] = fp16_to_fp32(d.kh[i]);
+            d.vh[i] = fp32_to_fp16(d.vf[i]);
+            d.vf[i] = fp16_to_fp32(d.vh[i]);
+        }
+    }
+    return d;
+}
+
+// Explicit softmax in double: out[head_dim] of query head q against tokens [0, n) of KV head kvh.
+std::vector<double> attention_double(const float * q, const kv_data & kv, int kvh, int64_t n, int head_dim,
+                                     double scale) {
+    std::vector<double> s(sz(n));
+    for (int64_t j = 0; j < n; ++j) {
+        double dot = 0.0;
+        for (int i = 0; i < head_dim; ++i) dot += double(q[i]) * kv.kf[sz(j * kv.row_stride + kvh * head_dim + i)];
+        s[sz(j)] = dot * scale;
+    }
+    const double mx = *std::max_element(s.begin(), s.end());
+    double sum = 0.0;
+    for (double & v : s) sum += (v = std::exp(v - mx));
+    std::vector<double> out(sz(head_dim), 0.0);
+    for (int64_t j = 0; j < n; ++j) {
+        for (int i = 0; i < head_dim; ++i)
+            out[sz(i)] += s[sz(j)] / sum * kv.vf[sz(j * kv.row_stride + kvh * head_dim + i)];
+    }
+    return out;
+}
+
+TEST(attention, head_scalar_matches_double_and_avx2_matches_scalar) {
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    mode_guard g;
+    for (ggml_type t : {ggml_type::f32, ggml_type::f16}) {
+        for (int head_dim : {1, 7, 33, 64, 128}) {
+            for (int64_t n : {1, 7, 33, 100}) {
+                const std::string what = std::string(ggml_type_name(t)) + " head_dim " + std::to_string(head_dim) +
+                                         " n " + std::to_string(n);
+                const kv_data kv = make_kv(t, n, 2, head_dim, 3, rng);
+                // Queries large enough that the softmax is peaked and the running max moves.
+                const std::vector<float> q = random_floats(rng, sz(head_dim), -4.0f, 4.0f);
+                const float scale = 1.0f / std::sqrt(float(head_dim));
+                const kv_view v = kv.view(n);
+                const size_t eb = t == ggml_type::f16 ? 2 : 4;
+                const auto * k1 = static_cast<const uint8_t *>(v.k) + sz(head_dim) * eb;  // KV head 1
+                const auto * v1 = static_cast<const uint8_t *>(v.v) + sz(head_dim) * eb;
+                std::vector<float> os(sz(head_dim)), oa(sz(head_dim));
+                kernel_mode_set(kernel_mode::scalar);
+                attention_head(q.data(), t, k1, v1, n, kv.row_stride, head_dim, scale, os.data());
+                const std::vector<double> ref = attention_double(q.data(), kv, 1, n, head_dim, scale);
+                expect_close(os, ref, std::vector<double>(sz(head_dim), 1e-5), what + " scalar vs double");
+                if (cpu_has_avx2()) {
+                    kernel_mode_set(kernel_mode::avx2);
+                    attention_head(q.data(), t, k1, v1, n, kv.row_stride, head_dim, scale, oa.data());
+                    expect_close(oa, os, std::vector<double>(sz(head_dim), 1e-5), what + " avx2 vs scalar");
+                }
+            }
+        }
+    }
+}
+
+TEST(attention, decode_matches_double_gqa_and_threads) {
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    mode_guard g;
+    thread_pool p1(1), p2(2), p3(3);
+    const attention_shape s{8, 2, 64, 0.125f};
+    for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
+        if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+        kernel_mode_set(m);
+        for (ggml_type t : {ggml_type::f32, ggml_type::f16}) {
+            const int64_t n_kv = 77;
+            const kv_data kv = make_kv(t, n_kv, s.n_head_kv, s.head_dim, 5, rng);
+            const std::vector<float> q = random_floats(rng, sz(s.n_head * s.head_dim), -3.0f, 3.0f);
+            std::vector<float> o1(q.size()), o2(q.size()), o3(q.size());
+            attention_decode(s, q.data(), kv.view(n_kv), o1.data(), p1);
+            attention_decode(s, q.data(), kv.view(n_kv), o2.data(), p2);
+            attention_decode(s, q.data(), kv.view(n_kv), o3.data(), p3);
+            const std::string what = std::string(ggml_type_name(t)) + (m == kernel_mode::avx2 ? " avx2" : " scalar");
+            expect_bitwise_equal(o2, o1, what + " 2 threads");
+            expect_bitwise_equal(o3, o1, what + " 3 threads");
+            std::vector<double> ref;
+            for (int h = 0; h < s.n_head; ++h) {
+                const std::vector<double> r =
+                    attention_double(q.data() + h * s.head_dim, kv, h / 4, n_kv, s.head_dim, s.scale);
+                ref.insert(ref.end(), r.begin(), r.end());
+            }
+            expect_close(o1, ref, std::vector<double>(ref.size(), 1e-5), what + " vs double");
+        }
+    }
+}
+
+TEST(attention, prefill_equals_decode_per_token) {
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    mode_guard g;
+    thread_pool p1(1), p2(2), p3(3);
+    const attention_shape s{8, 2, 32, 1.0f / std::sqrt(32.0f)};
+    const int64_t qs = int64_t(s.n_head) * s.head_dim;
+    for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
+        if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+        kernel_mode_set(m);
+        for (ggml_type t : {ggml_type::f32, ggml_type::f16}) {
+            for (int64_t p0 : {0, 5, 40}) {
+                for (int64_t n_tok : {1, 7, 19}) {
+                    const std::string what = std::string(ggml_type_name(t)) +
+                                             (m == kernel_mode::avx2 ? " avx2" : " scalar") + " p0 " +
+                                             std::to_string(p0) + " n_tok " + std::to_string(n_tok);
+                    const int64_t n_kv = p0 + n_tok + 2;  // more KV than the causal mask lets in
+                    const kv_data kv = make_kv(t, n_kv, s.n_head_kv, s.head_dim, 1, rng);
+                    const std::vector<float> q = random_floats(rng, sz(n_tok * qs), -3.0f, 3.0f);
+                    std::vector<float> want(q.size());
+                    for (int64_t tk = 0; tk < n_tok; ++tk) {
+                        attention_decode(s, q.data() + tk * qs, kv.view(p0 + tk + 1), want.data() + tk * qs, p1);
+                    }
+                    for (thread_pool * p : {&p1, &p2, &p3}) {
+                        std::vector<float> out(q.size(), std::nanf(""));
+                        attention_prefill(s, q.data(), n_tok, p0, kv.view(n_kv), out.data(), *p);
+                        expect_bitwise_equal(out, want, what + " threads " + std::to_string(p->n_threads()));
+                    }
+                }
+            }
+        }
+    }
+}
+
+}  // namespace
+}  // namespace hill
