@@ -31,15 +31,9 @@ class cli : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
         dir = new test::temp_dir();
-        random_model_params p;
-        p.n_vocab = 300;
-        p.n_embd = 64;
-        p.n_ff = 96;
-        p.n_layer = 2;
-        p.n_head = 4;
-        p.n_head_kv = 2;
-        p.n_ctx = 64;
-        write_random_model(dir->file("m.gguf"), p);
+        write_random_model(dir->file("m.gguf"), random_model_params{.n_vocab = 300, .n_embd = 64, .n_ff = 96,
+                                                                    .n_layer = 2, .n_head = 4, .n_head_kv = 2,
+                                                                    .n_ctx = 64});
     }
     static void TearDownTestSuite() { delete dir; }
     static std::string model() { return dir->file("m.gguf"); }

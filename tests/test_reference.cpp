@@ -63,19 +63,9 @@ TEST_P(reference, logits_match_float64_numpy) {
     const ref_case & c = GetParam();
     test::temp_dir dir;
     const std::string path = dir.file("m.gguf");
-    random_model_params p;
-    p.n_vocab = 301;
-    p.n_embd = c.n_embd;
-    p.n_ff = c.n_ff;
-    p.n_layer = 2;
-    p.n_head = 8;
-    p.n_head_kv = 2;
-    p.n_ctx = 64;
-    p.type = c.type;
-    p.tied_output = c.tied;
-    p.rope_freq_base = c.freq_base;
-    p.rope_scaling_factor = c.rope_scale;
-    p.seed = 7;
+    const random_model_params p{.n_vocab = 301, .n_embd = c.n_embd, .n_ff = c.n_ff, .n_layer = 2, .n_head = 8,
+                                .n_head_kv = 2, .n_ctx = 64, .type = c.type, .rope_freq_base = c.freq_base,
+                                .rope_scaling_factor = c.rope_scale, .tied_output = c.tied, .seed = 7};
     write_random_model(path, p);
 
     const std::vector<int32_t> tokens = {1, 17, 300, 42, 42, 259, 5, 123};

@@ -13,16 +13,9 @@ namespace {
 class session_test : public ::testing::Test {
 protected:
     void SetUp() override {
-        random_model_params p;
-        p.n_vocab = 300;
-        p.n_embd = 64;
-        p.n_ff = 96;
-        p.n_layer = 2;
-        p.n_head = 4;
-        p.n_head_kv = 2;
-        p.type = ggml_type::q8_0;
-        p.seed = 11;
-        write_random_model(dir.file("m.gguf"), p);
+        write_random_model(dir.file("m.gguf"), random_model_params{.n_vocab = 300, .n_embd = 64, .n_ff = 96,
+                                                                   .n_layer = 2, .n_head = 4, .n_head_kv = 2,
+                                                                   .type = ggml_type::q8_0, .seed = 11});
         m = model::load(dir.file("m.gguf"));
         for (int i = 0; i < 50; ++i) tokens.push_back((i * 37 + 5) % 300);
     }
