@@ -87,6 +87,8 @@ TEST_P(reference, logits_match_float64_numpy) {
                 max_err = std::max(max_err, std::abs(double(s.logits()[t * size_t(p.n_vocab) + size_t(i)]) - r));
             }
         }
+        std::printf("%s n_batch %d: max |error| / max |logit| = %.2e (tolerance %.0e)\n", c.name, n_batch,
+                    max_err / max_ref, double(c.tol));
         EXPECT_LE(max_err / max_ref, c.tol) << c.name << " n_batch " << n_batch << ": max error " << max_err
                                             << " against max |logit| " << max_ref;
     }
