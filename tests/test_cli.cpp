@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sys/wait.h>
 
@@ -16,8 +17,9 @@ struct result {
     std::string out;  // stdout + stderr
 };
 
-result run(const std::string & args) {
-    const std::string cmd = std::string(HILL_CLI_PATH) + " " + args + " 2>&1";
+// Runs the CLI with `args`; `redirect` says where its output goes (default: both streams captured).
+result run(const std::string & args, const std::string & redirect = " 2>&1") {
+    const std::string cmd = std::string(HILL_CLI_PATH) + " " + args + redirect;
     FILE * p = ::popen(cmd.c_str(), "r");
     std::string out;
     char buf[4096];
@@ -82,8 +84,10 @@ TEST_F(cli, info_and_tokenize) {
 
 TEST_F(cli, bad_values_exit_2) {
     const std::string g = "generate -m " + model() + " -p hi ";
-    for (const std::string & a : {g + "-n -1", g + "--top-p 2", g + "-t 0", g + "--temp -1", g + "--cache-type q9",
-                                  g + "--bogus-flag", std::string("generate -p hi"), std::string("frobnicate")}) {
+    for (const std::string & a : {g + "-n -1", g + "--top-p 2", g + "-t 0", g + "-t -1", g + "--temp -1",
+                                  g + "--cache-type q9", g + "--seed -2", g + "--bogus-flag", std::string("generate -p hi"),
+                                  std::string("frobnicate"), "make-model bigram -o " + dir->file("b.gguf") + " --type q8_0",
+                                  "make-model random -o " + dir->path.string()}) {
         const result r = run(a);
         EXPECT_EQ(r.code, 2) << a << "\n" << r.out;
         EXPECT_NE(r.out.find("error"), std::string::npos) << a << "\n" << r.out;
@@ -99,6 +103,29 @@ TEST_F(cli, missing_file_and_directory_exit_2) {
     EXPECT_NE(r.out.find("is a directory"), std::string::npos) << r.out;
     r = run("generate -m " + model() + " -f /nonexistent/prompt.txt");
     EXPECT_EQ(r.code, 2) << r.out;
+}
+
+TEST_F(cli, unknown_command_is_named) {
+    const result r = run("frobnicate");
+    EXPECT_NE(r.out.find("unknown command 'frobnicate'"), std::string::npos) << r.out;
+}
+
+TEST_F(cli, unwritable_stdout_exit_1) {
+    if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "/dev/full not available";
+    for (const std::string & cmd : {"generate -m " + model() + " -p hi -n 4 --seed 1", "info -m " + model()}) {
+        const result r = run(cmd, " 2>&1 >/dev/full");
+        EXPECT_EQ(r.code, 1) << cmd << "\n" << r.out;
+        EXPECT_NE(r.out.find("cannot write to standard output"), std::string::npos) << r.out;
+        // Both streams unwritable: still a clean exit code, no abort.
+        EXPECT_EQ(run(cmd, " >/dev/full 2>&1").code, 1) << cmd;
+    }
+}
+
+TEST_F(cli, no_decode_step_reports_no_rate) {
+    const result r = run("generate -m " + model() + " -p hi -n 0 --json");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("\"decode_tokens_per_s\":null"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("n/a (no decode step)"), std::string::npos) << r.out;
 }
 
 TEST_F(cli, prompt_longer_than_context_exit_2) {
@@ -128,6 +155,12 @@ TEST_F(cli, corrupt_model_exit_1) {
     r = run("info -m " + bin + " --tokenizer " + bin);
     EXPECT_EQ(r.code, 1) << r.out;
     EXPECT_NE(r.out.find("implies"), std::string::npos) << r.out;
+    // An empty file.
+    const std::string empty = dir->file("empty.gguf");
+    std::ofstream(empty).close();
+    r = run("info -m " + empty);
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find("too short"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -51,6 +51,7 @@ int run_generate(const generate_opts & o) {
     if (!kv_type || (*kv_type != ggml_type::f16 && *kv_type != ggml_type::f32)) {
         fail_usage("--cache-type must be f16 or f32, got '{}'", o.cache_type);
     }
+    if (o.seed < -1) fail_usage("--seed must be >= 0 (or -1: random), got {}", o.seed);
     sampler_params sp = o.sp;
     sp.seed = o.seed >= 0 ? uint64_t(o.seed) : std::random_device{}();
     validate(sp);
@@ -88,6 +89,7 @@ int run_generate(const generate_opts & o) {
     std::vector<float> logits(size_t(hp.n_vocab));
     std::string stop = "length";
     const bool only_bos = prompt_ids.size() == 1 && prompt_ids[0] == tok.vocab().bos;
+    int64_t n_decode = 0;  // forward passes of one generated token
     const int64_t t_decode0 = time_us();
     for (int32_t i = 0; i < o.n_predict; ++i) {
         std::copy(s.logits(), s.logits() + hp.n_vocab, logits.begin());
@@ -112,26 +114,30 @@ int run_generate(const generate_opts & o) {
             break;
         }
         s.eval(std::span<const int32_t>(&id, 1));
+        ++n_decode;
     }
     const int64_t t_decode = time_us() - t_decode0;
     if (!o.json) fmt::print("\n");
 
     const double prefill_tps = t_prefill > 0 ? double(prompt_ids.size()) / (double(t_prefill) / 1e6) : 0.0;
-    const double decode_tps = t_decode > 0 ? double(out_ids.size()) / (double(t_decode) / 1e6) : 0.0;
+    // Decode rate: sampling plus one forward pass per generated token, over the steps that ran one.
+    const double decode_tps = n_decode > 0 && t_decode > 0 ? double(n_decode) / (double(t_decode) / 1e6) : 0.0;
     const uint64_t rss = peak_rss_bytes();
     if (o.json) {
         nlohmann::json j = {
             {"model", m->path()}, {"prompt_tokens", prompt_ids.size()}, {"generated_tokens", out_ids.size()},
             {"ids", out_ids}, {"text", out_text}, {"stop", stop}, {"n_ctx", n_ctx}, {"n_threads", n_threads},
             {"seed", sp.seed}, {"prefill_s", double(t_prefill) / 1e6}, {"prefill_tokens_per_s", prefill_tps},
-            {"decode_s", double(t_decode) / 1e6}, {"decode_tokens_per_s", decode_tps}, {"peak_rss_bytes", rss},
+            {"decode_s", double(t_decode) / 1e6}, {"decode_steps", n_decode},
+            {"decode_tokens_per_s", n_decode > 0 ? nlohmann::json(decode_tps) : nlohmann::json(nullptr)}, {"peak_rss_bytes", rss},
         };
         fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     }
-    fmt::print(stderr,
-               "\nprompt: {} tokens, prefill {:.1f} tokens/s | generated: {} tokens ({}), decode {:.1f} tokens/s | "
-               "peak RSS {} | {} threads, seed {}\n",
-               prompt_ids.size(), prefill_tps, out_ids.size(), stop, decode_tps, format_bytes(rss), n_threads, sp.seed);
+    fmt::print(stderr, "{}prompt: {} tokens, prefill {:.1f} tokens/s | generated: {} tokens ({}), decode {} | "
+               "peak RSS {} | threads {}, seed {}\n",
+               o.json ? "" : "\n", prompt_ids.size(), prefill_tps, out_ids.size(), stop,
+               n_decode > 0 ? fmt::format("{:.1f} tokens/s", decode_tps) : std::string("n/a (no decode step)"),
+               format_bytes(rss), n_threads, sp.seed);
     return 0;
 }
 
@@ -154,7 +160,7 @@ command_fn add_generate(CLI::App & app) {
     sub->add_option("--repeat-penalty", o->sp.repeat_penalty, "penalty for recent tokens; 1: off")->capture_default_str();
     sub->add_option("--repeat-last-n", o->sp.repeat_last_n, "how many recent tokens the penalty sees")
         ->capture_default_str();
-    sub->add_option("--seed", o->seed, "random seed (default: random)");
+    sub->add_option("--seed", o->seed, "random seed; -1: random (printed at the end)")->capture_default_str();
     sub->add_flag("--json", o->json, "write one JSON object to stdout instead of streaming text");
     return [o]() { return run_generate(*o); };
 }

@@ -22,7 +22,7 @@ command_fn add_make_model(CLI::App & app) {
     };
     auto o = std::make_shared<opts_t>();
     auto * sub = app.add_subcommand("make-model", "write a model HillInfer builds itself, as a llama GGUF");
-    sub->add_option("kind", o->kind, "random: random weights of any shape; bigram: a word-bigram model of a text")
+    sub->add_option("kind", o->kind, "what to build: random (random weights of any shape) or bigram (a word-bigram model of a text)")
         ->required()
         ->check(CLI::IsMember({"random", "bigram"}));
     sub->add_option("-o,--output", o->out, "GGUF file to write")->required();
@@ -40,7 +40,17 @@ command_fn add_make_model(CLI::App & app) {
         ->capture_default_str();
     sub->add_flag("--tied", o->rp.tied_output, "random: no output matrix (tied to the embedding)");
     sub->add_option("--seed", o->rp.seed, "random: seed")->capture_default_str();
-    return [o]() {
+    return [o, sub]() {
+        if (o->kind == "bigram") {
+            for (const CLI::Option * opt : sub->get_options()) {
+                const bool random_only = opt->get_description().rfind("random:", 0) == 0;
+                if (random_only && opt->count() > 0) {
+                    fail_usage("{} applies to 'make-model random' only, not to 'bigram'", opt->get_name());
+                }
+            }
+        }
+        if (o->out.empty()) fail_usage("-o needs a file name");
+        if (std::filesystem::is_directory(o->out)) fail_usage("-o '{}' is a directory, expected a file name", o->out);
         const std::filesystem::path dir = std::filesystem::path(o->out).parent_path();
         if (!dir.empty() && !std::filesystem::is_directory(dir)) {
             fail_usage("cannot write '{}': directory '{}' does not exist", o->out, dir.string());
@@ -50,7 +60,16 @@ command_fn add_make_model(CLI::App & app) {
             const auto t = ggml_type_from_name(o->type);
             if (!t) fail_usage("--type must be one of f32, f16, bf16, q8_0, q4_0; got '{}'", o->type);
             o->rp.type = *t;
-            write_random_model(o->out, o->rp);
+            try {
+                write_random_model(o->out, o->rp);
+            } catch (const std::bad_alloc &) {
+                const double n = double(o->rp.n_vocab) * o->rp.n_embd * (o->rp.tied_output ? 1 : 2) +
+                                 double(o->rp.n_layer) * (2.0 * o->rp.n_embd * o->rp.n_embd +
+                                                          2.0 * o->rp.n_embd * o->rp.n_embd / o->rp.n_head * o->rp.n_head_kv +
+                                                          3.0 * o->rp.n_embd * o->rp.n_ff);
+                fail_input("not enough memory to build a model of {:.3g} parameters ({} needs about {:.3g} GB in memory "
+                           "while it is written)", n, ggml_type_name(o->rp.type), n * 4 / 1e9);
+            }
         } else {
             const std::string text = o->text_file.empty() ? std::string(demo_text) : read_text_file(o->text_file, "text file");
             write_bigram_model(o->out, text, o->rp.n_ctx);

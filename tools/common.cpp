@@ -40,11 +40,11 @@ std::string prompt_opts::read() const {
 }
 
 void thread_opts::add(CLI::App & app) {
-    app.add_option("-t,--threads", n_threads, "compute threads (default: physical cores)");
+    opt = app.add_option("-t,--threads", n_threads, "compute threads (default: physical cores)");
 }
 
 int thread_opts::resolve() const {
-    if (n_threads == -1) return physical_core_count();
+    if (opt->count() == 0) return physical_core_count();
     if (n_threads < 1 || n_threads > 1024) fail_usage("-t must be between 1 and 1024, got {}", n_threads);
     return n_threads;
 }

@@ -31,9 +31,10 @@ struct prompt_opts {
 
 // -t N (default: physical cores)
 struct thread_opts {
-    int n_threads = -1;  // -1: not given
+    int n_threads = 0;
+    CLI::Option * opt = nullptr;
     void add(CLI::App & app);
-    int resolve() const;  // not given -> physical_core_count(); < 1 -> usage error
+    int resolve() const;  // not given -> physical_core_count(); outside [1, 1024] -> usage error
 };
 
 std::string read_text_file(const std::string & path, const char * what);

@@ -4,6 +4,8 @@
 #include "core/error.h"
 
 #include <cstdio>
+#include <string>
+#include <system_error>
 #include <vector>
 
 int main(int argc, char ** argv) {
@@ -16,6 +18,12 @@ int main(int argc, char ** argv) {
         const size_t before = app.get_subcommands({}).size();
         cli::command_fn fn = add(app);
         cmds.emplace_back(app.get_subcommands({})[before], std::move(fn));
+    }
+    std::string names;
+    for (const auto & [sub, fn] : cmds) names += (names.empty() ? "" : ", ") + sub->get_name();
+    if (argc > 1 && argv[1][0] != '-' && (", " + names + ", ").find(", " + std::string(argv[1]) + ", ") == std::string::npos) {
+        std::fprintf(stderr, "hillinfer: error: unknown command '%s'; commands: %s\n", argv[1], names.c_str());
+        return int(exit_code::usage);
     }
     try {
         app.parse(argc, argv);
@@ -33,7 +41,14 @@ int main(int argc, char ** argv) {
     try {
         blas_init_single_threaded();
         for (auto & [sub, fn] : cmds) {
-            if (sub->parsed()) return fn();
+            if (!sub->parsed()) continue;
+            const int rc = fn();
+            // Output that could not be written (a full disk, a closed pipe) is a failure too.
+            if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+                std::fprintf(stderr, "hillinfer: error: cannot write to standard output\n");
+                return int(exit_code::bad_input);
+            }
+            return rc;
         }
         return int(exit_code::usage);
     } catch (const hill::error & e) {
@@ -41,6 +56,10 @@ int main(int argc, char ** argv) {
         return int(e.code());
     } catch (const std::bad_alloc &) {
         std::fprintf(stderr, "hillinfer: error: out of memory\n");
+        return int(exit_code::bad_input);
+    } catch (const std::system_error & e) {
+        // fmt::print reports a failed write (a full disk, a closed pipe) this way.
+        std::fprintf(stderr, "hillinfer: error: cannot write to standard output: %s\n", e.what());
         return int(exit_code::bad_input);
     }
 }

@@ -19,7 +19,10 @@ std::unique_ptr<model> model::load(const std::string & path, const std::string &
     if (fd < 0) fail_usage("cannot open model file '{}'", path);
     const ssize_t n = ::read(fd, magic, 4);
     ::close(fd);
-    if (n == 4 && std::memcmp(magic, "GGUF", 4) == 0) {
+    if (n < 4) {
+        fail_input("model file '{}' is {} bytes: too short for a GGUF file or a llama2.c checkpoint", path, n < 0 ? 0 : n);
+    }
+    if (std::memcmp(magic, "GGUF", 4) == 0) {
         if (!tokenizer_path.empty()) fail_usage("--tokenizer is for llama2.c checkpoints; '{}' is GGUF and has its own", path);
         return load_gguf_llama(path);
     }

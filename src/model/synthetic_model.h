@@ -23,7 +23,7 @@ namespace hill {
 struct random_model_params {
     int32_t n_vocab = 512;          // >= 259 (3 control tokens + 256 byte tokens)
     int32_t n_embd = 256;
-    int32_t n_ff = 688;
+    int32_t n_ff = 704;             // a multiple of 32, so Q8_0/Q4_0 work with the defaults
     int32_t n_layer = 4;
     int32_t n_head = 8;
     int32_t n_head_kv = 2;

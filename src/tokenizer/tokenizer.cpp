@@ -122,6 +122,10 @@ std::unique_ptr<tokenizer> load_llama2c_tokenizer(const std::string & path, int3
     v.scores.resize(size_t(n_vocab));
     v.kinds.resize(size_t(n_vocab));
     for (int32_t i = 0; i < n_vocab; ++i) {
+        if (pos == size) {
+            fail_input("llama2.c tokenizer '{}' holds {} tokens, but the model's vocabulary has {}: is it the "
+                       "tokenizer of another model?", path, i, n_vocab);
+        }
         int32_t len = 0;
         read_bytes(&v.scores[i], 4, "the score", i);
         read_bytes(&len, 4, "the length", i);
@@ -144,8 +148,8 @@ std::unique_ptr<tokenizer> load_llama2c_tokenizer(const std::string & path, int3
         v.kinds[i] = is_byte_piece(piece) ? token_kind::byte : token_kind::normal;
     }
     if (pos != size) {
-        fail_input("llama2.c tokenizer '{}' has {} bytes after token {}: it holds more than n_vocab = {} tokens", path,
-                   size - pos, n_vocab - 1, n_vocab);
+        fail_input("llama2.c tokenizer '{}' has {} bytes after token {}: it holds more tokens than the model's "
+                   "vocabulary of {}; is it the tokenizer of another model?", path, size - pos, n_vocab - 1, n_vocab);
     }
     // llama2.c's fixed ids: 0 = <unk>, 1 = <s> (exported as "\n<s>\n"), 2 = </s> ("\n</s>\n").
     if (v.pieces[1] == "\n<s>\n") v.pieces[1] = "<s>";
