@@ -10,12 +10,11 @@ namespace hill::avx2 {
 
 namespace {
 
-// Software prefetch distance, in bytes ahead of each weight row stream of gemv. With the hardware
-// prefetchers alone, one Zen 5 core (40 GB/s read loop) streamed F16 at ~22 GB/s and Q8_0 at
-// ~10 GB/s through these kernels; with these distances, ~29 and ~15 GB/s (1 KiB and 2 KiB were
-// best of 256 B .. 4 KiB).
+// Software prefetch distance, in bytes ahead of each weight row stream of the float gemv. With
+// the hardware prefetchers alone, one core of the AMD EPYC development machine (40 GB/s read loop) streamed F16 at ~22 GB/s
+// through these kernels; with this distance, ~29 GB/s (best of 256 B .. 4 KiB). The quantized
+// gemv prefetches differently (see gemv_quant).
 constexpr size_t prefetch_float_bytes = 2048;
-constexpr size_t prefetch_quant_bytes = 1024;
 
 inline void prefetch(const uint8_t * p) {
     _mm_prefetch(reinterpret_cast<const char *>(p), _MM_HINT_T0);
@@ -210,6 +209,15 @@ inline __m256 block_scale(const uint8_t * b) {
 
 // Four rows at once: the four x vectors of a block serve four rows; one accumulator per row
 // (four independent FMA chains), the block sum scaled by d into it.
+//
+// Prefetch: the four rows are one contiguous range of 4 · rb bytes, read as four streams rb
+// apart. Each step prefetches the next group's range in address order, four blocks' bytes per
+// step, so that the next group is in cache when it starts: one sequential stream, ahead of all
+// four. Prefetching each stream 1 KiB ahead (this kernel's former scheme; 256 B .. 4 KiB alike),
+// or one stream 2 .. 16 KiB past the first row, left the DRAM stream at 10-15 GB/s per core
+// against a 40 GB/s read loop, although the kernel does ~29 GB/s (Q8_0) from L2; this scheme
+// streams Q8_0 at ~27 GB/s on one core and ~40 GB/s (85% of the read loop) on two. The last
+// group prefetches itself rather than rows past the range.
 template <class Q>
 void gemv_quant(const uint8_t * w, size_t rb, int64_t n, const float * x, float * y, int64_t n_rows) {
     const int64_t nb = n / 32;
@@ -219,6 +227,7 @@ void gemv_quant(const uint8_t * w, size_t rb, int64_t n, const float * x, float 
         const uint8_t * b1 = b0 + rb;
         const uint8_t * b2 = b1 + rb;
         const uint8_t * b3 = b2 + rb;
+        const uint8_t * pf = r + 8 <= n_rows ? b0 + 4 * rb : b0;
         __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
         for (int64_t ib = 0; ib < nb; ++ib) {
             const float * xb = x + ib * 32;
@@ -226,10 +235,8 @@ void gemv_quant(const uint8_t * w, size_t rb, int64_t n, const float * x, float 
             const __m256 x1 = _mm256_loadu_ps(xb + 8);
             const __m256 x2 = _mm256_loadu_ps(xb + 16);
             const __m256 x3 = _mm256_loadu_ps(xb + 24);
-            prefetch(b0 + prefetch_quant_bytes);
-            prefetch(b1 + prefetch_quant_bytes);
-            prefetch(b2 + prefetch_quant_bytes);
-            prefetch(b3 + prefetch_quant_bytes);
+            for (size_t o = 0; o < 4 * Q::bytes; o += 64) prefetch(pf + o);  // Q8_0: 136 B, Q4_0: 72 B
+            pf += 4 * Q::bytes;
             a0 = _mm256_fmadd_ps(Q::dot(b0, x0, x1, x2, x3), block_scale(b0), a0);
             a1 = _mm256_fmadd_ps(Q::dot(b1, x0, x1, x2, x3), block_scale(b1), a1);
             a2 = _mm256_fmadd_ps(Q::dot(b2, x0, x1, x2, x3), block_scale(b2), a2);

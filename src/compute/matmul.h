@@ -23,7 +23,9 @@ struct weight_view {
 
 // y[n_rows] = W · x[n_cols]; rows split across the pool in grains of 16 rows. Accumulates in
 // f32 (quantized rows: per block Σ q·x, times the block's d). The weights are read once, straight
-// from `data` (dequantized in registers); the result does not depend on the thread count.
+// from `data` (dequantized in registers); the result does not depend on the thread count. The
+// AVX2 kernels multiply the same f32 values as the scalar reference and differ from it only in
+// the order of the f32 sums.
 void gemv(const weight_view & w, const float * x, float * y, thread_pool & pool);
 
 // Y[n_tok, n_rows] = X[n_tok, n_cols] · Wᵀ. Through OpenBLAS sgemm on row tiles of W that each
