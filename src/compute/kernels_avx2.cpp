@@ -160,8 +160,8 @@ void gemv_float(const uint8_t * w, size_t rb, int64_t n, const float * x, float 
 
 // ---- quantized rows: per block, Σ q·x over its 32 weights (unscaled) and the block scale ----
 
-// Sign-extends 8 int8 to 8 floats (a sign-extending load: measured faster on the AMD EPYC development machine than one
-// 16-byte load and register extensions).
+// Sign-extends 8 int8 to 8 floats (a sign-extending load: measured faster on the AMD EPYC
+// development machine than one 16-byte load and register extensions).
 inline __m128i load_8_bytes(const void * p) { return _mm_loadl_epi64(static_cast<const __m128i *>(p)); }
 
 inline __m256 i8x8_to_f32(const int8_t * q) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load_8_bytes(q))); }
