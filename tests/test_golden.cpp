@@ -1,8 +1,7 @@
 // Golden values: stories260K (llama2.c checkpoint and its GGUF twin) decoded greedily from BOS for
 // 256 steps gives the ids of stories260K.greedy256.json, and the logits of its first 4 positions
 // match within 1e-4 relative.
-#include "engine/sampler.h"
-#include "engine/session.h"
+#include "hillinfer/hillinfer.h"  // the umbrella header: also checks that it compiles on its own
 #include "test_util.h"
 
 #include <gtest/gtest.h>
