@@ -707,5 +707,52 @@ TEST(attention, prefill_equals_decode_per_token) {
     }
 }
 
+
+// Attention over the keys fed in segments, in any order and through index lists, equals attention
+// over all keys at once: how attention runs over KV spread across tiers.
+TEST(attention, segments_in_any_order_equal_one_pass) {
+    const uint32_t seed = test::fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    const attention_shape s{8, 2, 12, 1.0f / std::sqrt(12.0f)};
+    const int64_t n = 301, stride = int64_t(s.n_head_kv) * s.head_dim;
+    for (ggml_type type : {ggml_type::f32, ggml_type::f16}) {
+        const auto kf = test::random_floats(rng, size_t(n * stride), -2.0f, 2.0f);
+        const auto vf = test::random_floats(rng, size_t(n * stride));
+        std::vector<uint16_t> kh(kf.size()), vh(vf.size());
+        fp32_to_fp16_row(kf.data(), kh.data(), int64_t(kf.size()));
+        fp32_to_fp16_row(vf.data(), vh.data(), int64_t(vf.size()));
+        const void * k = type == ggml_type::f16 ? static_cast<const void *>(kh.data()) : kf.data();
+        const void * v = type == ggml_type::f16 ? static_cast<const void *>(vh.data()) : vf.data();
+        const auto q = test::random_floats(rng, size_t(s.n_head * s.head_dim));
+        thread_pool pool(2);
+        std::vector<float> ref(q.size());
+        attention_decode(s, q.data(), kv_view{type, k, v, n, stride}, ref.data(), pool);
+
+        // Tokens in a random order, split into three segments: an index list over the whole
+        // buffer, a contiguous block, and another index list.
+        std::vector<int32_t> order(static_cast<size_t>(n));
+        for (int32_t i = 0; i < int32_t(n); ++i) order[size_t(i)] = i;
+        std::shuffle(order.begin(), order.end(), rng);
+        std::vector<float> acc(q.size(), 0.0f);
+        std::vector<softmax_state> st(size_t(s.n_head));
+        attention_decode_accumulate(s, q.data(), kv_view{type, k, v, 100, stride}, order.data(), acc.data(), st.data(), pool);
+        // A contiguous block: copy the rows order[100..150) into their own buffer.
+        const size_t eb = type == ggml_type::f16 ? 2 : 4;
+        std::vector<uint8_t> kb(50 * size_t(stride) * eb), vb(kb.size());
+        for (size_t j = 0; j < 50; ++j) {
+            std::memcpy(kb.data() + j * stride * eb, static_cast<const uint8_t *>(k) + size_t(order[100 + j]) * stride * eb, stride * eb);
+            std::memcpy(vb.data() + j * stride * eb, static_cast<const uint8_t *>(v) + size_t(order[100 + j]) * stride * eb, stride * eb);
+        }
+        attention_decode_accumulate(s, q.data(), kv_view{type, kb.data(), vb.data(), 50, stride}, nullptr, acc.data(), st.data(), pool);
+        attention_decode_accumulate(s, q.data(), kv_view{type, k, v, n - 150, stride}, order.data() + 150, acc.data(), st.data(), pool);
+        for (int h = 0; h < s.n_head; ++h) {
+            std::vector<float> out(size_t(s.head_dim));
+            attention_head_finish(acc.data() + h * s.head_dim, st[size_t(h)], s.head_dim, out.data());
+            for (int i = 0; i < s.head_dim; ++i) ASSERT_NEAR(out[size_t(i)], ref[size_t(h * s.head_dim + i)], 2e-6f) << h << " " << i;
+        }
+    }
+}
+
 }  // namespace
 }  // namespace hill

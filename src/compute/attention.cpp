@@ -82,47 +82,74 @@ void attend_one(const attention_shape & s, const float * q_tok, const kv_view & 
 
 }  // namespace
 
-void attention_head(const float * q, ggml_type kv_type, const void * k, const void * v, int64_t n, int64_t row_stride,
-                    int head_dim, float scale, float * out) {
+void attention_head_accumulate(const float * q, ggml_type kv_type, const void * k, const void * v, const int32_t * rows,
+                               int64_t n, int64_t row_stride, int head_dim, float scale, float * acc,
+                               softmax_state & st) {
     HILL_ASSERT(head_dim > 0 && n >= 0);
     const head_kernels kern = select_kernels(kv_type);
     const size_t stride_bytes = size_t(row_stride) * kern.elem_bytes;
     const auto * kb = static_cast<const uint8_t *>(k);
     const auto * vb = static_cast<const uint8_t *>(v);
+    auto row = [rows](int64_t j) { return size_t(rows != nullptr ? int64_t(rows[j]) : j); };
 
     // Online softmax over chunks of keys: scores of a chunk, then one rescale of the accumulator
-    // (out) if the running max m grew, then p·V. l: running Σ exp(s - m), in double because it
-    // sums up to n_kv terms.
+    // if the running max m grew, then p·V. l: running Σ exp(s - m), in double because it sums up
+    // to n_kv terms.
     constexpr int64_t chunk = 32;
     float sc[chunk];
-    float m = -std::numeric_limits<float>::infinity();
-    double l = 0.0;
-    std::fill(out, out + head_dim, 0.0f);
+    float m = st.m;
+    double l = st.l;
     for (int64_t j0 = 0; j0 < n; j0 += chunk) {
         const int64_t nj = std::min(chunk, n - j0);
         float cm = -std::numeric_limits<float>::infinity();
         for (int64_t j = 0; j < nj; ++j) {
-            sc[j] = kern.dot(q, kb + size_t(j0 + j) * stride_bytes, head_dim) * scale;
+            sc[j] = kern.dot(q, kb + row(j0 + j) * stride_bytes, head_dim) * scale;
             cm = std::max(cm, sc[j]);
         }
         if (cm > m) {
             if (l > 0.0) {
                 const float c = std::exp(m - cm);
                 l *= c;
-                for (int i = 0; i < head_dim; ++i) out[i] *= c;
+                for (int i = 0; i < head_dim; ++i) acc[i] *= c;
             }
             m = cm;
         }
         for (int64_t j = 0; j < nj; ++j) {
             const float p = std::exp(sc[j] - m);
             l += p;
-            kern.axpy(p, vb + size_t(j0 + j) * stride_bytes, out, head_dim);
+            kern.axpy(p, vb + row(j0 + j) * stride_bytes, acc, head_dim);
         }
     }
-    if (l > 0.0) {
-        const float inv = float(1.0 / l);
-        for (int i = 0; i < head_dim; ++i) out[i] *= inv;
-    }
+    st.m = m;
+    st.l = l;
+}
+
+void attention_head_finish(const float * acc, const softmax_state & st, int head_dim, float * out) {
+    const float inv = st.l > 0.0 ? float(1.0 / st.l) : 0.0f;
+    for (int i = 0; i < head_dim; ++i) out[i] = acc[i] * inv;
+}
+
+void attention_head(const float * q, ggml_type kv_type, const void * k, const void * v, int64_t n, int64_t row_stride,
+                    int head_dim, float scale, float * out) {
+    softmax_state st;
+    std::fill(out, out + head_dim, 0.0f);
+    attention_head_accumulate(q, kv_type, k, v, nullptr, n, row_stride, head_dim, scale, out, st);
+    attention_head_finish(out, st, head_dim, out);
+}
+
+void attention_decode_accumulate(const attention_shape & s, const float * q, const kv_view & kv, const int32_t * rows,
+                                 float * acc, softmax_state * st, thread_pool & pool) {
+    check_shape(s, kv);
+    const int group = s.n_head / s.n_head_kv;
+    const size_t eb = kv.type == ggml_type::f16 ? 2 : 4;
+    pool.parallel_for(s.n_head, [&](int64_t h0, int64_t h1) {
+        for (int64_t h = h0; h < h1; ++h) {
+            const size_t head_off = size_t(h / group) * size_t(s.head_dim) * eb;
+            attention_head_accumulate(q + h * s.head_dim, kv.type, static_cast<const uint8_t *>(kv.k) + head_off,
+                                      static_cast<const uint8_t *>(kv.v) + head_off, rows, kv.n_kv, kv.row_stride,
+                                      s.head_dim, s.scale, acc + h * s.head_dim, st[h]);
+        }
+    });
 }
 
 void attention_decode(const attention_shape & s, const float * q, const kv_view & kv, float * out, thread_pool & pool) {

@@ -7,6 +7,7 @@
 #include "core/thread_pool.h"
 
 #include <cstdint>
+#include <limits>
 
 namespace hill {
 
@@ -41,6 +42,32 @@ void attention_decode(const attention_shape & s, const float * q, const kv_view 
 // rows are unequal). Output row t equals attention_decode with kv.n_kv = p0 + t + 1, bit for bit.
 void attention_prefill(const attention_shape & s, const float * q, int64_t n_tok, int64_t p0, const kv_view & kv,
                        float * out, thread_pool & pool);
+
+// Running state of one query head's online softmax over the keys seen so far: m = max score,
+// l = Σ exp(score - m); the caller's accumulator holds Σ exp(score - m) · v (not normalized).
+// Feeding the keys of a layer in any number of segments, in any order, gives the attention over
+// their union (softmax is invariant to the order of the keys): how attention runs over KV that
+// lives in several tiers.
+struct softmax_state {
+    float m = -std::numeric_limits<float>::infinity();
+    double l = 0.0;
+};
+
+// Continues st and acc[head_dim] (start: softmax_state{} and zeros) of one query head over n more
+// keys: k, v point at the KV head's first element; key j is row rows[j] (rows == nullptr: row j),
+// rows `row_stride` elements apart. Current thread, active kernel_mode.
+void attention_head_accumulate(const float * q, ggml_type kv_type, const void * k, const void * v, const int32_t * rows,
+                               int64_t n, int64_t row_stride, int head_dim, float scale, float * acc,
+                               softmax_state & st);
+
+// out[head_dim] = acc / l (zeros when no key was seen). out may alias acc.
+void attention_head_finish(const float * acc, const softmax_state & st, int head_dim, float * out);
+
+// attention_head_accumulate for every query head of a decode query q f32 [n_head, head_dim] over
+// the tokens of kv (rows: as above, kv.n_kv of them; nullptr = rows 0..n_kv-1): acc f32
+// [n_head, head_dim], st [n_head]. Heads split across the pool as in attention_decode.
+void attention_decode_accumulate(const attention_shape & s, const float * q, const kv_view & kv, const int32_t * rows,
+                                 float * acc, softmax_state * st, thread_pool & pool);
 
 // One query head against tokens [0, n) of its KV head, on the current thread, with the active
 // kernel_mode: out[head_dim] = softmax(q·k_j·scale) · v_j. k, v point at the KV head's first
