@@ -12,6 +12,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sys/stat.h>
 
 namespace hill {
 namespace {
@@ -106,6 +107,26 @@ TEST(atomic_file, commit_replaces_and_abandon_leaves_nothing) {
     size_t n_files = 0;
     for ([[maybe_unused]] const auto & e : std::filesystem::directory_iterator(dir.path)) ++n_files;
     EXPECT_EQ(n_files, 1u);
+}
+
+TEST(atomic_file, refuses_to_replace_anything_but_a_regular_file) {
+    test::temp_dir dir;
+    const std::string fifo = dir.file("fifo"), link = dir.file("link"), target = dir.file("target");
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+    { std::ofstream(target) << "keep"; }
+    std::filesystem::create_symlink(target, link);
+    for (const std::string & p : {fifo, link, dir.path.string(), std::string("/dev/null")}) {
+        try {
+            atomic_file f(p);
+            FAIL() << p;
+        } catch (const error & e) {
+            EXPECT_EQ(e.code(), exit_code::bad_input);
+            EXPECT_NE(std::string(e.what()).find("cannot write '" + p + "'"), std::string::npos) << e.what();
+        }
+    }
+    EXPECT_TRUE(std::filesystem::is_fifo(fifo));
+    EXPECT_TRUE(std::filesystem::is_symlink(link));
+    EXPECT_TRUE(std::filesystem::is_character_file("/dev/null"));
 }
 
 TEST(atomic_file, unwritable_directory_is_a_clear_error) {

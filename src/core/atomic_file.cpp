@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <filesystem>
 #include <unistd.h>
 #include <vector>
@@ -12,6 +13,16 @@
 namespace hill {
 
 atomic_file::atomic_file(std::string path) : path_(std::move(path)) {
+    // The final rename replaces whatever the path names: refuse anything but a regular file, so
+    // that a device, a pipe or a symbolic link is never replaced by a file.
+    struct stat st {};
+    if (::lstat(path_.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+        const char * kind = S_ISDIR(st.st_mode) ? "a directory" : S_ISLNK(st.st_mode) ? "a symbolic link"
+                          : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : S_ISFIFO(st.st_mode) ? "a pipe"
+                          : "not a regular file";
+        fail_input("cannot write '{}': it is {}; files are written whole under a temporary name and renamed, so give "
+                   "the path of a regular file (or of none)", path_, kind);
+    }
     tmp_path_ = path_ + ".tmp." + std::to_string(::getpid());
     fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd_ < 0) fail_input("cannot create '{}': {}", tmp_path_, std::strerror(errno));

@@ -12,7 +12,8 @@ namespace hill {
 
 class atomic_file {
 public:
-    // Errors (hill::error, exit_code::bad_input): directory missing or unwritable.
+    // Errors (hill::error, exit_code::bad_input): directory missing or unwritable; `path` exists
+    // and is not a regular file (a directory, device, pipe or symbolic link is never replaced).
     explicit atomic_file(std::string path);
     ~atomic_file();
     atomic_file(const atomic_file &) = delete;
