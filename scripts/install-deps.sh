@@ -5,7 +5,8 @@
 #   scripts/install-deps.sh --test   also what the tests need (GoogleTest, NumPy, clang's libFuzzer)
 set -euo pipefail
 
-pkgs=(g++ cmake ninja-build pkg-config libopenblas-dev libcli11-dev nlohmann-json3-dev libfmt-dev)
+pkgs=(g++ cmake ninja-build pkg-config libopenblas-dev libcli11-dev nlohmann-json3-dev libfmt-dev liburing-dev
+      libxxhash-dev)
 if [[ "${1:-}" == "--test" ]]; then
   pkgs+=(libgtest-dev python3-numpy clang libclang-rt-dev)
 fi

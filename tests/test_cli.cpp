@@ -105,6 +105,22 @@ TEST_F(cli, missing_file_and_directory_exit_2) {
     EXPECT_EQ(r.code, 2) << r.out;
 }
 
+TEST_F(cli, kv_cache_in_the_cold_pool) {
+    // A hot pool of 16 tokens per layer (256 bytes of KV per token): most of the KV goes cold.
+    const std::string g = "generate -m " + model() + " -p 'hello world, this is a longer prompt' -n 40 --seed 3 -c 64 ";
+    const result ram = run(g + "--json", " 2>/dev/null");
+    const result cold = run(g + "--json --kv-host-budget 4K --kv-dir " + dir->file("kv"), " 2>/dev/null");
+    EXPECT_EQ(ram.code, 0) << ram.out;
+    EXPECT_EQ(cold.code, 0) << cold.out;
+    auto ids = [](const std::string & out) { return out.substr(out.find("\"ids\":["), out.find(']', out.find("\"ids\":[")) - out.find("\"ids\":[")); };
+    EXPECT_EQ(ids(ram.out), ids(cold.out));
+    const size_t at = cold.out.find("\"kv_cold_share\":");
+    ASSERT_NE(at, std::string::npos) << cold.out;
+    EXPECT_GT(std::stod(cold.out.substr(at + 16)), 0.6) << cold.out;
+    EXPECT_EQ(run("generate -m " + model() + " -p hi --kv-host-budget 12X").code, 2);
+    EXPECT_EQ(run("generate -m " + model() + " -p hi --kv-host-budget 1K --kv-dir " + dir->file("kv")).code, 2);
+}
+
 TEST_F(cli, unknown_command_is_named) {
     const result r = run("frobnicate");
     EXPECT_NE(r.out.find("unknown command 'frobnicate'"), std::string::npos) << r.out;

@@ -20,6 +20,7 @@ struct generate_opts {
     model_opts model;
     prompt_opts prompt;
     thread_opts threads;
+    kv_opts kv;
     int32_t n_predict = 128;
     int32_t n_ctx = 0;
     std::string cache_type = "f16";
@@ -70,7 +71,10 @@ int run_generate(const generate_opts & o) {
     }
 
     thread_pool pool(n_threads);
-    session s(*m, session_params{n_ctx, *kv_type}, pool);
+    session s(*m,
+              session_params{.n_ctx = n_ctx, .kv_type = *kv_type, .kv_host_budget = o.kv.budget_bytes(),
+                             .kv_dir = o.kv.resolved_dir()},
+              pool);
     sampler smp(sp, hp.n_vocab);
     for (int32_t id : prompt_ids) smp.accept(id);
 
@@ -123,13 +127,22 @@ int run_generate(const generate_opts & o) {
     // Decode rate: sampling plus one forward pass per generated token, over the steps that ran one.
     const double decode_tps = n_decode > 0 && t_decode > 0 ? double(n_decode) / (double(t_decode) / 1e6) : 0.0;
     const uint64_t rss = peak_rss_bytes();
+    const kv_store & kv = s.kv();
+    int64_t n_cold = 0, n_tok = 0;
+    for (int il = 0; il < hp.n_layer; ++il) {
+        n_cold += kv.n_cold(il);
+        n_tok += kv.n_tokens(il);
+    }
+    const double cold_share = n_tok > 0 ? double(n_cold) / double(n_tok) : 0.0;
     if (o.json) {
         nlohmann::json j = {
             {"model", m->path()}, {"prompt_tokens", prompt_ids.size()}, {"generated_tokens", out_ids.size()},
             {"ids", out_ids}, {"text", out_text}, {"stop", stop}, {"n_ctx", n_ctx}, {"n_threads", n_threads},
             {"seed", sp.seed}, {"prefill_s", double(t_prefill) / 1e6}, {"prefill_tokens_per_s", prefill_tps},
             {"decode_s", double(t_decode) / 1e6}, {"decode_steps", n_decode},
-            {"decode_tokens_per_s", n_decode > 0 ? nlohmann::json(decode_tps) : nlohmann::json(nullptr)}, {"peak_rss_bytes", rss},
+            {"decode_tokens_per_s", n_decode > 0 ? nlohmann::json(decode_tps) : nlohmann::json(nullptr)},
+            {"peak_rss_bytes", rss}, {"kv_hot_slots_per_layer", kv.hot_capacity()}, {"kv_cold_share", cold_share},
+            {"kv_cold_read_bytes", kv.stats().cold_read_bytes}, {"kv_cold_write_bytes", kv.stats().cold_write_bytes},
         };
         fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     }
@@ -138,6 +151,11 @@ int run_generate(const generate_opts & o) {
                o.json ? "" : "\n", prompt_ids.size(), prefill_tps, out_ids.size(), stop,
                n_decode > 0 ? fmt::format("{:.1f} tokens/s", decode_tps) : std::string("n/a (no decode step)"),
                format_bytes(rss), n_threads, sp.seed);
+    if (n_cold > 0) {
+        fmt::print(stderr, "KV cache: {:.0f}% in the cold pool ({} hot slots per layer); {} read from and {} written to "
+                   "the cold pool\n", 100.0 * cold_share, kv.hot_capacity(), format_bytes(kv.stats().cold_read_bytes),
+                   format_bytes(kv.stats().cold_write_bytes));
+    }
     return 0;
 }
 
@@ -149,6 +167,7 @@ command_fn add_generate(CLI::App & app) {
     o->model.add(*sub);
     o->prompt.add(*sub);
     o->threads.add(*sub);
+    o->kv.add(*sub);
     sub->add_option("-n,--n-predict", o->n_predict, "tokens to generate (stops earlier at EOS)")->capture_default_str();
     sub->add_option("-c,--ctx-size", o->n_ctx, "context size in tokens (default: the model's trained context)");
     sub->add_option("--cache-type", o->cache_type, "KV cache element type: f16 or f32")->capture_default_str();

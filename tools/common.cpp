@@ -3,7 +3,10 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 
+#include <cctype>
+#include <cstdlib>
 #include <fstream>
+#include <unistd.h>
 #include <sstream>
 
 namespace hill::cli {
@@ -37,6 +40,55 @@ std::string prompt_opts::read() const {
     if (text_opt->count() == 0 && file_opt->count() == 0) fail_usage("give the prompt with -p TEXT or -f FILE");
     if (file_opt->count() != 0) return read_text_file(file, "prompt file");
     return text;
+}
+
+uint64_t parse_bytes(const std::string & text, const char * flag) {
+    size_t used = 0;
+    double v = -1.0;
+    try {
+        v = std::stod(text, &used);
+    } catch (const std::exception &) {
+        used = 0;
+    }
+    std::string suffix = text.substr(used);
+    if (!suffix.empty() && (suffix.back() == 'B' || suffix.back() == 'b')) suffix.pop_back();
+    if (!suffix.empty() && (suffix.back() == 'i')) suffix.pop_back();
+    double mult = 1.0;
+    if (suffix.size() == 1) {
+        switch (std::toupper(static_cast<unsigned char>(suffix[0]))) {
+            case 'K': mult = 1024.0; break;
+            case 'M': mult = 1024.0 * 1024.0; break;
+            case 'G': mult = 1024.0 * 1024.0 * 1024.0; break;
+            case 'T': mult = 1024.0 * 1024.0 * 1024.0 * 1024.0; break;
+            default: mult = 0.0;
+        }
+    } else if (!suffix.empty()) {
+        mult = 0.0;
+    }
+    if (used == 0 || mult == 0.0 || !(v > 0.0) || v * mult > 1e18) {
+        fail_usage("{} expects a positive size in bytes with an optional K, M, G or T suffix (e.g. 512M), got '{}'",
+                   flag, text);
+    }
+    return uint64_t(v * mult);
+}
+
+void kv_opts::add(CLI::App & app) {
+    app.add_option("--kv-host-budget", host_budget,
+                   "hot KV pool in DRAM, bytes with K/M/G suffix (default: a quarter of physical memory)");
+    app.add_option("--kv-dir", dir, "cold KV pool directory (default: ~/.cache/hillinfer/kv)");
+}
+
+uint64_t kv_opts::budget_bytes() const {
+    if (!host_budget.empty()) return parse_bytes(host_budget, "--kv-host-budget");
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) / 4 : uint64_t(1) << 30;
+}
+
+std::string kv_opts::resolved_dir() const {
+    if (!dir.empty()) return dir;
+    if (const char * x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') return std::string(x) + "/hillinfer/kv";
+    if (const char * h = std::getenv("HOME"); h != nullptr && *h != '\0') return std::string(h) + "/.cache/hillinfer/kv";
+    return "/var/tmp/hillinfer-kv";
 }
 
 void thread_opts::add(CLI::App & app) {

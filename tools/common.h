@@ -39,4 +39,16 @@ struct thread_opts {
 
 std::string read_text_file(const std::string & path, const char * what);
 
+// --kv-host-budget BYTES [--kv-dir DIR]: the hot pool's capacity and the cold pool's directory.
+struct kv_opts {
+    std::string host_budget;  // bytes with an optional K/M/G/T suffix (powers of 1024)
+    std::string dir;
+    void add(CLI::App & app);
+    uint64_t budget_bytes() const;      // default: a quarter of physical memory
+    std::string resolved_dir() const;   // default: $XDG_CACHE_HOME/hillinfer/kv or ~/.cache/hillinfer/kv
+};
+
+// "512", "64K", "1.5G", ... in bytes; usage error naming `flag` otherwise.
+uint64_t parse_bytes(const std::string & text, const char * flag);
+
 }  // namespace hill::cli

@@ -11,19 +11,35 @@
 
 namespace hill {
 
-session::session(const model & m, const session_params & p, thread_pool & pool) : model_(m), params_(p), pool_(pool) {
-    const hparams & hp = m.hp();
+namespace {
+
+kv_store_params store_params(const model & m, const session_params & p) {
     if (p.n_ctx <= 0) fail_usage("context size must be > 0, got {}", p.n_ctx);
     if (p.kv_type != ggml_type::f16 && p.kv_type != ggml_type::f32) {
         fail_usage("KV cache type must be f16 or f32, got {}", ggml_type_name(p.kv_type));
     }
-    HILL_ASSERT(p.n_batch > 0);
-    kv_layer_bytes_ = size_t(p.n_ctx) * size_t(hp.n_embd_kv()) * ggml_block_bytes(p.kv_type);
-    const size_t total = kv_layer_bytes_ * size_t(hp.n_layer);
-    // Not zero-filled: untouched pages of a large cache stay unmapped until used.
-    k_cache_ = std::make_unique_for_overwrite<uint8_t[]>(total);
-    v_cache_ = std::make_unique_for_overwrite<uint8_t[]>(total);
+    const uint64_t all = m.hp().kv_bytes_per_token(p.kv_type) * uint64_t(p.n_ctx);
+    return kv_store_params{p.n_ctx, p.kv_host_budget == 0 ? all : p.kv_host_budget, p.n_sinks, p.kv_dir};
+}
 
+// Rows of f32 values into the KV element type.
+void store_rows(const float * src, ggml_type type, int64_t n, void * dst) {
+    if (type == ggml_type::f32) {
+        std::memcpy(dst, src, size_t(n) * 4);
+    } else {
+        fp32_to_fp16_row(src, static_cast<uint16_t *>(dst), n);
+    }
+}
+
+}  // namespace
+
+session::session(const model & m, const session_params & p, thread_pool & pool)
+    : model_(m),
+      params_(p),
+      pool_(pool),
+      kv_(kv_layout{m.hp().n_layer, m.hp().n_embd_kv(), p.kv_type}, store_params(m, p)) {
+    const hparams & hp = m.hp();
+    HILL_ASSERT(p.n_batch > 0);
     const size_t nb = size_t(p.n_batch);
     x_.resize(nb * size_t(hp.n_embd));
     xn_.resize(nb * size_t(hp.n_embd));
@@ -33,11 +49,14 @@ session::session(const model & m, const session_params & p, thread_pool & pool) 
     attn_.resize(nb * size_t(hp.n_embd_q()));
     gate_.resize(nb * size_t(hp.n_ff));
     up_.resize(nb * size_t(hp.n_ff));
+    kv_row_.resize(2 * kv_.layout().row_bytes());
+    st_.resize(size_t(hp.n_head));
     logits_.resize(size_t(hp.n_vocab));
 }
 
 void session::truncate(int64_t n) {
     HILL_ASSERT(n >= 0 && n <= n_past_);
+    kv_.truncate(n);
     n_past_ = n;
 }
 
@@ -54,79 +73,139 @@ void session::eval(std::span<const int32_t> tokens, bool logits_all,
         if (t < 0 || t >= n_vocab) fail_input("token id {} is out of range [0, {})", t, n_vocab);
     }
     if (logits_all) logits_.resize(size_t(n) * size_t(n_vocab));
-    for (int64_t i = 0; i < n; i += params_.n_batch) {
-        const int64_t nc = std::min<int64_t>(params_.n_batch, n - i);
-        float * out = logits_all ? logits_.data() + size_t(i) * size_t(n_vocab) : logits_.data();
-        forward_chunk(tokens.data() + i, nc, logits_all, out);
-        if (progress) progress(i + nc, n);
+    const int64_t n_past0 = n_past_;
+    try {
+        if (n > 1 && n_past_ == 0) {
+            prefill(tokens.data(), n, logits_all, progress);
+        } else {
+            // One token at a time: decoding, and prompts that continue a sequence (their causal
+            // attention also covers the tokens already in the tiers).
+            for (int64_t i = 0; i < n; ++i) {
+                decode(tokens[size_t(i)]);
+                if (logits_all && i + 1 < n) {
+                    std::copy(logits_.begin(), logits_.begin() + n_vocab, logits_.begin() + (i + 1) * n_vocab);
+                }
+            }
+            if (logits_all && n > 1) {
+                // decode() wrote each token's logits to row 0; rows were copied one step late.
+                std::rotate(logits_.begin(), logits_.begin() + n_vocab, logits_.begin() + n * n_vocab);
+            }
+        }
+    } catch (...) {
+        kv_.truncate(n_past0);  // a failed step leaves the cache as it was
+        n_past_ = n_past0;
+        throw;
     }
 }
 
-void session::forward_chunk(const int32_t * tokens, int64_t n, bool logits_all, float * logits_out) {
+void session::qkv(const layer_weights & l, const float * x, int64_t n, int64_t p0) {
     const hparams & hp = model_.hp();
-    const int64_t n_embd = hp.n_embd, n_q = hp.n_embd_q(), n_kv = hp.n_embd_kv(), n_ff = hp.n_ff;
-    const int64_t p0 = n_past_;
-    const size_t elem = ggml_block_bytes(params_.kv_type);
+    const int64_t n_embd = hp.n_embd, n_q = hp.n_embd_q(), n_kv = hp.n_embd_kv();
+    for (int64_t t = 0; t < n; ++t) {
+        rmsnorm(x + t * n_embd, l.attn_norm.data(), xn_.data() + t * n_embd, n_embd, hp.rms_eps);
+    }
+    gemm(l.wq, xn_.data(), n, q_.data(), pool_);
+    gemm(l.wk, xn_.data(), n, k_.data(), pool_);
+    gemm(l.wv, xn_.data(), n, v_.data(), pool_);
+    for (int64_t t = 0; t < n; ++t) {
+        rope(q_.data() + t * n_q, hp.n_head, hp.head_dim, p0 + t, hp.rope_freq_base, hp.rope_freq_scale);
+        rope(k_.data() + t * n_kv, hp.n_head_kv, hp.head_dim, p0 + t, hp.rope_freq_base, hp.rope_freq_scale);
+    }
+}
 
+void session::finish_block(const layer_weights & l, float * x, int64_t n) {
+    const hparams & hp = model_.hp();
+    const int64_t n_embd = hp.n_embd;
+    gemm(l.wo, attn_.data(), n, xn_.data(), pool_);
+    add_inplace(x, xn_.data(), n * n_embd);
+    for (int64_t t = 0; t < n; ++t) {
+        rmsnorm(x + t * n_embd, l.ffn_norm.data(), xn_.data() + t * n_embd, n_embd, hp.rms_eps);
+    }
+    gemm(l.ffn_gate, xn_.data(), n, gate_.data(), pool_);
+    gemm(l.ffn_up, xn_.data(), n, up_.data(), pool_);
+    swiglu(gate_.data(), up_.data(), n * hp.n_ff);
+    gemm(l.ffn_down, gate_.data(), n, xn_.data(), pool_);
+    add_inplace(x, xn_.data(), n * n_embd);
+}
+
+void session::output(const float * x, int64_t n, float * logits_out) {
+    const hparams & hp = model_.hp();
+    for (int64_t t0 = 0; t0 < n; t0 += params_.n_batch) {
+        const int64_t nc = std::min<int64_t>(params_.n_batch, n - t0);
+        for (int64_t t = 0; t < nc; ++t) {
+            rmsnorm(x + (t0 + t) * hp.n_embd, model_.output_norm().data(), xn_.data() + t * hp.n_embd, hp.n_embd,
+                    hp.rms_eps);
+        }
+        gemm(model_.output(), xn_.data(), nc, logits_out + t0 * hp.n_vocab, pool_);
+    }
+}
+
+void session::prefill(const int32_t * tokens, int64_t n, bool logits_all,
+                      const std::function<void(int64_t, int64_t)> & progress) {
+    const hparams & hp = model_.hp();
+    const int64_t n_embd = hp.n_embd, n_kv = hp.n_embd_kv();
+    const ggml_type type = params_.kv_type;
+    const size_t rb = kv_.layout().row_bytes();
+    // The prompt's residual stream, f32 [n, n_embd], and one layer's K and V, kv_type [n, n_embd_kv].
+    std::vector<float> x(size_t(n) * size_t(n_embd));
+    std::vector<uint8_t> layer_k(size_t(n) * rb), layer_v(size_t(n) * rb);
     for (int64_t t = 0; t < n; ++t) {
         const weight_view & e = model_.token_embd();
-        dequantize_row(e.type, e.row(tokens[t]), x_.data() + t * n_embd, n_embd);
+        dequantize_row(e.type, e.row(tokens[t]), x.data() + t * n_embd, n_embd);
     }
-
     const attention_shape shape{hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f / std::sqrt(float(hp.head_dim))};
     for (int il = 0; il < hp.n_layer; ++il) {
         const layer_weights & l = model_.layers()[size_t(il)];
-        uint8_t * kc = k_cache_.get() + size_t(il) * kv_layer_bytes_;
-        uint8_t * vc = v_cache_.get() + size_t(il) * kv_layer_bytes_;
-
-        // Attention.
-        for (int64_t t = 0; t < n; ++t) {
-            rmsnorm(x_.data() + t * n_embd, l.attn_norm.data(), xn_.data() + t * n_embd, n_embd, hp.rms_eps);
-        }
-        gemm(l.wq, xn_.data(), n, q_.data(), pool_);
-        gemm(l.wk, xn_.data(), n, k_.data(), pool_);
-        gemm(l.wv, xn_.data(), n, v_.data(), pool_);
-        for (int64_t t = 0; t < n; ++t) {
-            rope(q_.data() + t * n_q, hp.n_head, hp.head_dim, p0 + t, hp.rope_freq_base, hp.rope_freq_scale);
-            rope(k_.data() + t * n_kv, hp.n_head_kv, hp.head_dim, p0 + t, hp.rope_freq_base, hp.rope_freq_scale);
-            uint8_t * kd = kc + size_t(p0 + t) * size_t(n_kv) * elem;
-            uint8_t * vd = vc + size_t(p0 + t) * size_t(n_kv) * elem;
-            if (params_.kv_type == ggml_type::f32) {
-                std::memcpy(kd, k_.data() + t * n_kv, size_t(n_kv) * 4);
-                std::memcpy(vd, v_.data() + t * n_kv, size_t(n_kv) * 4);
-            } else {
-                fp32_to_fp16_row(k_.data() + t * n_kv, reinterpret_cast<uint16_t *>(kd), n_kv);
-                fp32_to_fp16_row(v_.data() + t * n_kv, reinterpret_cast<uint16_t *>(vd), n_kv);
+        for (int64_t c0 = 0; c0 < n; c0 += params_.n_batch) {
+            const int64_t nc = std::min<int64_t>(params_.n_batch, n - c0);
+            float * xc = x.data() + c0 * n_embd;
+            qkv(l, xc, nc, c0);
+            for (int64_t t = 0; t < nc; ++t) {
+                store_rows(k_.data() + t * n_kv, type, n_kv, layer_k.data() + size_t(c0 + t) * rb);
+                store_rows(v_.data() + t * n_kv, type, n_kv, layer_v.data() + size_t(c0 + t) * rb);
             }
+            attention_prefill(shape, q_.data(), nc, c0, kv_view{type, layer_k.data(), layer_v.data(), c0 + nc, n_kv},
+                              attn_.data(), pool_);
+            finish_block(l, xc, nc);
+            if (progress) progress(int64_t(il) * n + c0 + nc, int64_t(hp.n_layer) * n);
         }
-        const kv_view kv{params_.kv_type, kc, vc, p0 + n, n_kv};
-        if (n == 1) {
-            attention_decode(shape, q_.data(), kv, attn_.data(), pool_);
-        } else {
-            attention_prefill(shape, q_.data(), n, p0, kv, attn_.data(), pool_);
-        }
-        gemm(l.wo, attn_.data(), n, xn_.data(), pool_);
-        add_inplace(x_.data(), xn_.data(), n * n_embd);
-
-        // Feed-forward.
-        for (int64_t t = 0; t < n; ++t) {
-            rmsnorm(x_.data() + t * n_embd, l.ffn_norm.data(), xn_.data() + t * n_embd, n_embd, hp.rms_eps);
-        }
-        gemm(l.ffn_gate, xn_.data(), n, gate_.data(), pool_);
-        gemm(l.ffn_up, xn_.data(), n, up_.data(), pool_);
-        swiglu(gate_.data(), up_.data(), n * n_ff);
-        gemm(l.ffn_down, gate_.data(), n, xn_.data(), pool_);
-        add_inplace(x_.data(), xn_.data(), n * n_embd);
+        kv_.append(il, n, layer_k.data(), layer_v.data());
     }
-
-    // Output: all rows, or only the last.
-    const int64_t t0 = logits_all ? 0 : n - 1;
-    for (int64_t t = t0; t < n; ++t) {
-        rmsnorm(x_.data() + t * n_embd, model_.output_norm().data(), xn_.data() + (t - t0) * n_embd, n_embd,
-                hp.rms_eps);
+    if (logits_all) {
+        output(x.data(), n, logits_.data());
+    } else {
+        output(x.data() + (n - 1) * n_embd, 1, logits_.data());
     }
-    gemm(model_.output(), xn_.data(), n - t0, logits_out, pool_);
-    n_past_ += n;
+    n_past_ = n;
+}
+
+void session::decode(int32_t token) {
+    const hparams & hp = model_.hp();
+    const int64_t n_kv = hp.n_embd_kv();
+    const size_t rb = kv_.layout().row_bytes();
+    const weight_view & e = model_.token_embd();
+    dequantize_row(e.type, e.row(token), x_.data(), hp.n_embd);
+    const attention_shape shape{hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f / std::sqrt(float(hp.head_dim))};
+    for (int il = 0; il < hp.n_layer; ++il) {
+        const layer_weights & l = model_.layers()[size_t(il)];
+        qkv(l, x_.data(), 1, n_past_);
+        store_rows(k_.data(), params_.kv_type, n_kv, kv_row_.data());
+        store_rows(v_.data(), params_.kv_type, n_kv, kv_row_.data() + rb);
+        kv_.append(il, 1, kv_row_.data(), kv_row_.data() + rb);
+        // Dense attention over every token of the layer, segment by segment across the tiers.
+        std::fill(attn_.begin(), attn_.begin() + hp.n_embd_q(), 0.0f);
+        std::fill(st_.begin(), st_.end(), softmax_state{});
+        kv_.for_each_segment(il, [&](const kv_view & view, const int32_t * rows) {
+            attention_decode_accumulate(shape, q_.data(), view, rows, attn_.data(), st_.data(), pool_);
+        });
+        for (int h = 0; h < hp.n_head; ++h) {
+            attention_head_finish(attn_.data() + h * hp.head_dim, st_[size_t(h)], hp.head_dim,
+                                  attn_.data() + h * hp.head_dim);
+        }
+        finish_block(l, x_.data(), 1);
+    }
+    output(x_.data(), 1, logits_.data());
+    ++n_past_;
 }
 
 }  // namespace hill

@@ -1,17 +1,27 @@
-// One sequence being run through a model: its KV cache (all in RAM for now), the activation
-// buffers, and the forward pass of the Llama block (RMSNorm -> attention with RoPE and GQA ->
-// residual -> RMSNorm -> SwiGLU FFN -> residual; Touvron et al. 2023).
+// One sequence being run through a model: its KV cache (kv/kv_store.h: a hot pool in DRAM and, when
+// the host budget is smaller than the context, a cold pool on SSD), the activation buffers, and the
+// forward pass of the Llama block (RMSNorm -> attention with RoPE and GQA -> residual -> RMSNorm ->
+// SwiGLU FFN -> residual; Touvron et al. 2023).
 //
-// Buffers are allocated once in the constructor; eval() does not allocate.
+// Prefill is layer-major (DESIGN.md §3): every prompt token goes through layer il (in chunks of
+// n_batch tokens, causal attention over the layer's KV so far, held in RAM for this layer only),
+// then layer il's KV is appended to the store, before layer il+1 starts. Peak memory: weights +
+// host budget + one layer's KV of the prompt + the residual stream of the prompt + one chunk's
+// activations, whatever the number of layers.
+//
+// Decode attends densely to every cached token wherever it lives (policy `full`: the hot tokens
+// in place, the cold ones page batch by page batch), one online softmax over all segments.
 #pragma once
 
 #include "core/thread_pool.h"
+#include "kv/kv_store.h"
 #include "model/model.h"
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace hill {
@@ -20,40 +30,50 @@ struct session_params {
     int32_t n_ctx = 0;                  // KV capacity in tokens (> 0)
     ggml_type kv_type = ggml_type::f16; // f16 or f32
     int32_t n_batch = 256;              // prompt tokens per forward chunk (activation memory)
+    uint64_t kv_host_budget = 0;        // hot pool bytes (all layers); 0: the whole context in RAM
+    std::string kv_dir;                 // cold pool directory (needed when the budget is below the context)
+    int32_t n_sinks = 4;                // first tokens that always stay hot
 };
 
 class session {
 public:
-    // Errors: n_ctx <= 0 or kv_type not f16/f32 (exit_code::usage); KV allocation failure.
+    // Errors: n_ctx <= 0 or kv_type not f16/f32 (exit_code::usage); KV store errors (budget,
+    // kv_dir, free space).
     session(const model & m, const session_params & p, thread_pool & pool);
 
     // Runs `tokens` at positions [n_past(), n_past() + n) and appends their K/V. When
     // logits_all, logits() holds f32 [n, n_vocab] (one row per token); otherwise f32 [n_vocab]
-    // for the last token. `progress(done, total)` is called after each chunk of the prompt.
-    // Errors: n_past() + n > n_ctx (exit_code::usage, naming both), a token id out of range.
+    // for the last token. `progress(done, total)` is called after each chunk of each layer of a
+    // prompt (done counts token-layers). Errors: n_past() + n > n_ctx (exit_code::usage, naming
+    // both), a token id out of range; cold pool I/O errors (the session stays at its old n_past).
     void eval(std::span<const int32_t> tokens, bool logits_all = false,
               const std::function<void(int64_t, int64_t)> & progress = {});
 
     const float * logits() const { return logits_.data(); }
     int64_t n_past() const { return n_past_; }
     int32_t n_ctx() const { return params_.n_ctx; }
+    const kv_store & kv() const { return kv_; }
     // Forgets tokens from position n on (n <= n_past()).
     void truncate(int64_t n);
 
 private:
-    void forward_chunk(const int32_t * tokens, int64_t n, bool logits_all, float * logits_out);
+    void prefill(const int32_t * tokens, int64_t n, bool logits_all, const std::function<void(int64_t, int64_t)> & progress);
+    void decode(int32_t token);
+    // x: f32 [n, n_embd] -> logits_out: f32 [n, n_vocab] (final norm + output matrix).
+    void output(const float * x, int64_t n, float * logits_out);
+    // Q, K, V of n tokens at positions [p0, p0 + n) from x (normed into xn_), RoPE applied.
+    void qkv(const layer_weights & l, const float * x, int64_t n, int64_t p0);
+    // x[n, n_embd] += attention output projection of attn_ (n tokens), then the FFN block.
+    void finish_block(const layer_weights & l, float * x, int64_t n);
 
     const model & model_;
     session_params params_;
     thread_pool & pool_;
+    kv_store kv_;
     int64_t n_past_ = 0;
 
-    size_t kv_layer_bytes_ = 0;                // bytes of K (or V) for one layer: n_ctx * n_embd_kv * elem
-    std::unique_ptr<uint8_t[]> k_cache_;       // kv_type [n_layer, n_ctx, n_head_kv, head_dim]
-    std::unique_ptr<uint8_t[]> v_cache_;       // kv_type [n_layer, n_ctx, n_head_kv, head_dim]
-
     // Activations for up to n_batch tokens.
-    std::vector<float> x_;       // f32 [n_batch, n_embd] residual stream
+    std::vector<float> x_;       // f32 [n_batch, n_embd] residual stream (decode: one token)
     std::vector<float> xn_;      // f32 [n_batch, n_embd] normed input
     std::vector<float> q_;       // f32 [n_batch, n_head * head_dim]
     std::vector<float> k_;       // f32 [n_batch, n_head_kv * head_dim]
@@ -61,7 +81,9 @@ private:
     std::vector<float> attn_;    // f32 [n_batch, n_head * head_dim]
     std::vector<float> gate_;    // f32 [n_batch, n_ff]
     std::vector<float> up_;      // f32 [n_batch, n_ff]
-    std::vector<float> logits_;  // f32 [n_batch or 1, n_vocab] (eval() with logits_all resizes it once)
+    std::vector<uint8_t> kv_row_;       // kv_type [2, n_head_kv * head_dim]: the decode token's K and V
+    std::vector<softmax_state> st_;     // [n_head] decode attention state
+    std::vector<float> logits_;  // f32 [1 or n, n_vocab]
 };
 
 }  // namespace hill

@@ -2,4 +2,4 @@ hill_add_library(hill_engine
   engine/sampler.cpp
   engine/session.cpp
 )
-target_link_libraries(hill_engine PUBLIC hill_model hill_tokenizer hill_compute hill_core)
+target_link_libraries(hill_engine PUBLIC hill_kv hill_model hill_tokenizer hill_compute hill_core)
