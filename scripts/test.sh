@@ -3,7 +3,7 @@
 #   1. Release build (warnings fatal): ctest labels unit and model (model tests skip cleanly when
 #      ../shared/data, or $HILLINFER_DATA, is absent);
 #   2. ASan+UBSan build: unit tests (every parser and bad-input path runs under the sanitizers);
-#   3. TSan build: the threaded tests (thread pool, kernels, sessions);
+#   3. TSan build: the threaded tests (thread pool, kernels, sessions, io queue, cold pool, KV store);
 #   4. libFuzzer: the GGUF reader for $HILL_FUZZ_SECONDS seconds (default 60) from the seed corpus.
 # Extra arguments go to the Release ctest run (e.g. -R golden).
 set -euo pipefail
@@ -21,8 +21,9 @@ cmake --build --preset asan -j "$jobs"
 ctest --test-dir build/asan -L unit --no-tests=error --output-on-failure -j "$jobs"
 
 cmake --preset tsan -DHILL_WERROR=ON > /dev/null
-cmake --build --preset tsan -j "$jobs" --target test_core test_kernels test_session
-for t in test_core test_kernels test_session; do build/tsan/tests/$t --gtest_brief=1; done
+tsan_tests=(test_core test_kernels test_session test_io_queue test_cold_pool test_kv_store)
+cmake --build --preset tsan -j "$jobs" --target "${tsan_tests[@]}"
+for t in "${tsan_tests[@]}"; do build/tsan/tests/$t --gtest_brief=1; done
 
 cmake --preset fuzz > /dev/null
 cmake --build --preset fuzz -j "$jobs" --target fuzz_gguf
