@@ -42,6 +42,7 @@ void check_model(const model & m, const golden & g, ggml_type kv_type, bool chec
                 max_ref = std::max(max_ref, std::abs(g.logits[step][i]));
                 max_err = std::max(max_err, std::abs(double(s.logits()[i]) - g.logits[step][i]));
             }
+            std::printf("position %zu: max |logit error| / max |logit| = %.2e\n", step, max_err / max_ref);
             EXPECT_LE(max_err / max_ref, 1e-4) << "position " << step;
         }
         std::vector<float> logits(s.logits(), s.logits() + m.hp().n_vocab);
