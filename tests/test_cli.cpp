@@ -121,6 +121,25 @@ TEST_F(cli, kv_cache_in_the_cold_pool) {
     EXPECT_EQ(run("generate -m " + model() + " -p hi --kv-host-budget 1K --kv-dir " + dir->file("kv")).code, 2);
 }
 
+TEST_F(cli, prompt_cache_saves_loads_and_refuses) {
+    const std::string cache = dir->file("prompt.cache");
+    const std::string g = "generate -m " + model() + " -p 'a b c d e f g' -n 4 --temp 0 --prompt-cache " + cache;
+    result r = run(g);
+    EXPECT_EQ(r.code, 0) << r.out;
+    ASSERT_TRUE(std::filesystem::exists(cache));
+    r = run(g);
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("from the prompt cache"), std::string::npos) << r.out;
+    std::ofstream(cache, std::ios::binary | std::ios::in) << "XXXX";  // corrupt the magic
+    r = run(g);
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find("bad magic"), std::string::npos) << r.out;
+    r = run(g + " --prompt-cache-fallback");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("prefilling the whole prompt instead"), std::string::npos) << r.out;
+    EXPECT_EQ(run(g).code, 0);  // rewritten by the fallback run
+}
+
 TEST_F(cli, unknown_command_is_named) {
     const result r = run("frobnicate");
     EXPECT_NE(r.out.find("unknown command 'frobnicate'"), std::string::npos) << r.out;

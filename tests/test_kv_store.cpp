@@ -77,11 +77,12 @@ TEST(kv_store, placement_moves_and_segments) {
     // Segments cover every token exactly once, with the right rows.
     for (int il = 0; il < 2; ++il) {
         std::multiset<int64_t> seen;
-        s.for_each_segment(il, [&](const kv_view & view, const int32_t * rows) {
+        s.for_each_segment(il, [&](const kv_view & view, const int32_t * rows, const int32_t * tokens) {
             for (int64_t j = 0; j < view.n_kv; ++j) {
                 const auto * kp = static_cast<const float *>(view.k) + int64_t(rows[j]) * view.row_stride;
                 const auto * vp = static_cast<const float *>(view.v) + int64_t(rows[j]) * view.row_stride;
                 const auto t = int64_t(kp[0]);
+                ASSERT_EQ(tokens[j], t);
                 ASSERT_EQ(std::vector<float>(kp, kp + 24), mk.k(t));
                 ASSERT_EQ(std::vector<float>(vp, vp + 24), mk.v(t));
                 seen.insert(t);
@@ -91,12 +92,21 @@ TEST(kv_store, placement_moves_and_segments) {
         EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), size_t(n_ctx));
     }
     EXPECT_GT(s.stats().cold_read_bytes, 0u);
+    // Export: every layer's rows in token order.
+    std::vector<float> ek(size_t(n_ctx) * 24), ev(ek.size());
+    for (int il = 0; il < 2; ++il) {
+        s.export_layer(il, ek.data(), ev.data());
+        for (int64_t t = 0; t < n_ctx; ++t) {
+            ASSERT_EQ(std::vector<float>(ek.begin() + t * 24, ek.begin() + (t + 1) * 24), mk.k(t)) << t;
+            ASSERT_EQ(std::vector<float>(ev.begin() + t * 24, ev.begin() + (t + 1) * 24), mk.v(t)) << t;
+        }
+    }
     // Truncate forgets the tail in every layer.
     s.truncate(300);
     for (int il = 0; il < 2; ++il) {
         EXPECT_EQ(s.n_tokens(il), 300);
         int64_t n = 0;
-        s.for_each_segment(il, [&](const kv_view & view, const int32_t *) { n += view.n_kv; });
+        s.for_each_segment(il, [&](const kv_view & view, const int32_t *, const int32_t *) { n += view.n_kv; });
         EXPECT_EQ(n, 300);
     }
 }

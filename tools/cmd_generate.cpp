@@ -3,6 +3,8 @@
 #include "common.h"
 #include "core/error.h"
 #include "core/sys_info.h"
+#include "core/log.h"
+#include "engine/prompt_cache.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
 
@@ -10,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <random>
 
 namespace hill::cli {
@@ -24,6 +27,8 @@ struct generate_opts {
     int32_t n_predict = 128;
     int32_t n_ctx = 0;
     std::string cache_type = "f16";
+    std::string prompt_cache;
+    bool prompt_cache_fallback = false;
     sampler_params sp;
     int64_t seed = -1;
     bool json = false;
@@ -78,14 +83,26 @@ int run_generate(const generate_opts & o) {
     sampler smp(sp, hp.n_vocab);
     for (int32_t id : prompt_ids) smp.accept(id);
 
+    prefill_progress progress;
+    const int64_t t_prefill0 = time_us();
+    int64_t n_cached = 0;  // prompt tokens whose KV came from --prompt-cache
+    if (!o.prompt_cache.empty() && std::filesystem::exists(o.prompt_cache)) {
+        try {
+            n_cached = load_prompt_cache(o.prompt_cache, s, prompt_ids);
+        } catch (const error & e) {
+            if (!o.prompt_cache_fallback) throw;
+            log_warn("{}; prefilling the whole prompt instead (--prompt-cache-fallback)", e.what());
+        }
+    }
     if (!o.json) {
         fmt::print("{}", prompt);
         std::fflush(stdout);
     }
-    prefill_progress progress;
-    const int64_t t_prefill0 = time_us();
-    s.eval(prompt_ids, false, std::ref(progress));
+    s.eval(std::span<const int32_t>(prompt_ids).subspan(size_t(n_cached)), false, std::ref(progress));
     const int64_t t_prefill = time_us() - t_prefill0;
+    if (!o.prompt_cache.empty() && n_cached + 1 < int64_t(prompt_ids.size())) {
+        save_prompt_cache(o.prompt_cache, s, prompt_ids);
+    }
 
     std::vector<int32_t> out_ids;
     out_ids.reserve(size_t(o.n_predict));
@@ -136,7 +153,7 @@ int run_generate(const generate_opts & o) {
     const double cold_share = n_tok > 0 ? double(n_cold) / double(n_tok) : 0.0;
     if (o.json) {
         nlohmann::json j = {
-            {"model", m->path()}, {"prompt_tokens", prompt_ids.size()}, {"generated_tokens", out_ids.size()},
+            {"model", m->path()}, {"prompt_tokens", prompt_ids.size()}, {"prompt_cached_tokens", n_cached}, {"generated_tokens", out_ids.size()},
             {"ids", out_ids}, {"text", out_text}, {"stop", stop}, {"n_ctx", n_ctx}, {"n_threads", n_threads},
             {"seed", sp.seed}, {"prefill_s", double(t_prefill) / 1e6}, {"prefill_tokens_per_s", prefill_tps},
             {"decode_s", double(t_decode) / 1e6}, {"decode_steps", n_decode},
@@ -146,9 +163,10 @@ int run_generate(const generate_opts & o) {
         };
         fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     }
-    fmt::print(stderr, "{}prompt: {} tokens, prefill {:.1f} tokens/s | generated: {} tokens ({}), decode {} | "
+    fmt::print(stderr, "{}prompt: {} tokens{}, prefill {:.1f} tokens/s | generated: {} tokens ({}), decode {} | "
                "peak RSS {} | threads {}, seed {}\n",
-               o.json ? "" : "\n", prompt_ids.size(), prefill_tps, out_ids.size(), stop,
+               o.json ? "" : "\n", prompt_ids.size(),
+               n_cached > 0 ? fmt::format(" ({} from the prompt cache)", n_cached) : std::string(), prefill_tps, out_ids.size(), stop,
                n_decode > 0 ? fmt::format("{:.1f} tokens/s", decode_tps) : std::string("n/a (no decode step)"),
                format_bytes(rss), n_threads, sp.seed);
     if (n_cold > 0) {
@@ -179,6 +197,10 @@ command_fn add_generate(CLI::App & app) {
     sub->add_option("--repeat-penalty", o->sp.repeat_penalty, "penalty for recent tokens; 1: off")->capture_default_str();
     sub->add_option("--repeat-last-n", o->sp.repeat_last_n, "how many recent tokens the penalty sees")
         ->capture_default_str();
+    sub->add_option("--prompt-cache", o->prompt_cache,
+                    "file for the prompt's KV: loaded when the prompt starts with its tokens, written after prefill");
+    sub->add_flag("--prompt-cache-fallback", o->prompt_cache_fallback,
+                  "when the prompt cache is refused (another model, corrupt), prefill in full and rewrite it");
     sub->add_option("--seed", o->seed, "random seed; -1: random (printed at the end)")->capture_default_str();
     sub->add_flag("--json", o->json, "write one JSON object to stdout instead of streaming text");
     return [o]() { return run_generate(*o); };

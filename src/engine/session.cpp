@@ -33,7 +33,7 @@ void store_rows(const float * src, ggml_type type, int64_t n, void * dst) {
 
 }  // namespace
 
-session::session(const model & m, const session_params & p, thread_pool & pool)
+session::session(const hill::model & m, const session_params & p, thread_pool & pool)
     : model_(m),
       params_(p),
       pool_(pool),
@@ -52,6 +52,12 @@ session::session(const model & m, const session_params & p, thread_pool & pool)
     kv_row_.resize(2 * kv_.layout().row_bytes());
     st_.resize(size_t(hp.n_head));
     logits_.resize(size_t(hp.n_vocab));
+}
+
+void session::adopt_kv(int64_t n) {
+    HILL_ASSERT(n_past_ == 0 && n > 0 && n <= params_.n_ctx);
+    for (int il = 0; il < model_.hp().n_layer; ++il) HILL_ASSERT(kv_.n_tokens(il) == n);
+    n_past_ = n;
 }
 
 void session::truncate(int64_t n) {
@@ -195,7 +201,7 @@ void session::decode(int32_t token) {
         // Dense attention over every token of the layer, segment by segment across the tiers.
         std::fill(attn_.begin(), attn_.begin() + hp.n_embd_q(), 0.0f);
         std::fill(st_.begin(), st_.end(), softmax_state{});
-        kv_.for_each_segment(il, [&](const kv_view & view, const int32_t * rows) {
+        kv_.for_each_segment(il, [&](const kv_view & view, const int32_t * rows, const int32_t *) {
             attention_decode_accumulate(shape, q_.data(), view, rows, attn_.data(), st_.data(), pool_);
         });
         for (int h = 0; h < hp.n_head; ++h) {

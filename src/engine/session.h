@@ -39,7 +39,7 @@ class session {
 public:
     // Errors: n_ctx <= 0 or kv_type not f16/f32 (exit_code::usage); KV store errors (budget,
     // kv_dir, free space).
-    session(const model & m, const session_params & p, thread_pool & pool);
+    session(const hill::model & m, const session_params & p, thread_pool & pool);
 
     // Runs `tokens` at positions [n_past(), n_past() + n) and appends their K/V. When
     // logits_all, logits() holds f32 [n, n_vocab] (one row per token); otherwise f32 [n_vocab]
@@ -53,6 +53,11 @@ public:
     int64_t n_past() const { return n_past_; }
     int32_t n_ctx() const { return params_.n_ctx; }
     const kv_store & kv() const { return kv_; }
+    kv_store & kv() { return kv_; }
+    const hill::model & model() const { return model_; }
+    // After tokens [0, n) were appended to every layer of kv() from outside (a prompt cache):
+    // the session continues at position n. Asserts the store holds exactly n tokens per layer.
+    void adopt_kv(int64_t n);
     // Forgets tokens from position n on (n <= n_past()).
     void truncate(int64_t n);
 
@@ -66,7 +71,7 @@ private:
     // x[n, n_embd] += attention output projection of attn_ (n tokens), then the FFN block.
     void finish_block(const layer_weights & l, float * x, int64_t n);
 
-    const model & model_;
+    const hill::model & model_;
     session_params params_;
     thread_pool & pool_;
     kv_store kv_;

@@ -1,5 +1,7 @@
 hill_add_library(hill_engine
+  engine/prompt_cache.cpp
   engine/sampler.cpp
   engine/session.cpp
 )
+target_link_libraries(hill_engine PRIVATE PkgConfig::XXHASH)
 target_link_libraries(hill_engine PUBLIC hill_kv hill_model hill_tokenizer hill_compute hill_core)

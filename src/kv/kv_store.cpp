@@ -227,11 +227,16 @@ void kv_store::for_each_segment(int il, const segment_fn & fn) {
     const int64_t stride = layout_.n_embd_kv;
     // Hot tokens, in place.
     rows_.clear();
+    tokens_.clear();
     for (int64_t s = 0; s < L.hot_hwm; ++s) {
-        if (L.hot_token[size_t(s)] >= 0) rows_.push_back(int32_t(s));
+        if (L.hot_token[size_t(s)] >= 0) {
+            rows_.push_back(int32_t(s));
+            tokens_.push_back(int32_t(L.hot_token[size_t(s)]));
+        }
     }
     if (!rows_.empty()) {
-        fn(kv_view{layout_.type, L.hot_k.get(), L.hot_v.get(), int64_t(rows_.size()), stride}, rows_.data());
+        fn(kv_view{layout_.type, L.hot_k.get(), L.hot_v.get(), int64_t(rows_.size()), stride}, rows_.data(),
+           tokens_.data());
     }
     if (L.n_cold == 0) return;
     // Cold tokens: written groups in batches, then the open group.
@@ -239,8 +244,12 @@ void kv_store::for_each_segment(int il, const segment_fn & fn) {
     const auto n_groups = int64_t(L.groups.size());
     auto live_rows = [&](int64_t g0, int64_t g1) {
         rows_.clear();
+        tokens_.clear();
         for (int64_t s = g0 * pt; s < std::min(g1 * pt, int64_t(L.cold_token.size())); ++s) {
-            if (L.cold_token[size_t(s)] >= 0) rows_.push_back(int32_t(s - g0 * pt));
+            if (L.cold_token[size_t(s)] >= 0) {
+                rows_.push_back(int32_t(s - g0 * pt));
+                tokens_.push_back(int32_t(L.cold_token[size_t(s)]));
+            }
         }
     };
     for (int64_t g0 = 0; g0 < n_groups; g0 += batch_groups_) {
@@ -255,12 +264,28 @@ void kv_store::for_each_segment(int il, const segment_fn & fn) {
         results_.resize(reads_.size());
         if (cold_->read_pages(reads_, results_) != 0) fail_pages(*cold_, results_, "reading KV pages");
         stats_.cold_read_bytes += uint64_t(reads_.size()) * layout_.page_bytes();
-        fn(kv_view{layout_.type, staging_k_.data(), staging_v_.data(), int64_t(rows_.size()), stride}, rows_.data());
+        fn(kv_view{layout_.type, staging_k_.data(), staging_v_.data(), int64_t(rows_.size()), stride}, rows_.data(),
+           tokens_.data());
     }
     live_rows(n_groups, n_groups + 1);
     if (!rows_.empty()) {
-        fn(kv_view{layout_.type, L.open_k.data(), L.open_v.data(), int64_t(rows_.size()), stride}, rows_.data());
+        fn(kv_view{layout_.type, L.open_k.data(), L.open_v.data(), int64_t(rows_.size()), stride}, rows_.data(),
+           tokens_.data());
     }
+}
+
+void kv_store::export_layer(int il, void * k_out, void * v_out) {
+    const size_t rb = layout_.row_bytes();
+    auto * ko = static_cast<uint8_t *>(k_out);
+    auto * vo = static_cast<uint8_t *>(v_out);
+    for_each_segment(il, [&](const kv_view & view, const int32_t * rows, const int32_t * tokens) {
+        const auto * kb = static_cast<const uint8_t *>(view.k);
+        const auto * vb = static_cast<const uint8_t *>(view.v);
+        for (int64_t j = 0; j < view.n_kv; ++j) {
+            std::memcpy(ko + size_t(tokens[j]) * rb, kb + size_t(rows[j]) * rb, rb);
+            std::memcpy(vo + size_t(tokens[j]) * rb, vb + size_t(rows[j]) * rb, rb);
+        }
+    });
 }
 
 }  // namespace hill

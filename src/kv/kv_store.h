@@ -78,14 +78,19 @@ public:
     // Forgets tokens from position n on in every layer.
     void truncate(int64_t n);
 
-    // Calls fn(view, rows) for segments that together cover tokens [0, n_tokens(il)) of layer il
-    // once each: view.k/view.v are K/V rows (view.type = layout type, row_stride = n_embd_kv), and
-    // the segment's tokens are rows[0 .. view.n_kv) of them. The views are valid during the call.
-    using segment_fn = std::function<void(const kv_view & view, const int32_t * rows)>;
+    // Calls fn(view, rows, tokens) for segments that together cover tokens [0, n_tokens(il)) of
+    // layer il once each: view.k/view.v are K/V rows (view.type = layout type, row_stride =
+    // n_embd_kv); the segment's j-th token (j < view.n_kv) is token position tokens[j], whose rows
+    // are row rows[j] of the view. The pointers are valid during the call.
+    using segment_fn = std::function<void(const kv_view & view, const int32_t * rows, const int32_t * tokens)>;
     void for_each_segment(int il, const segment_fn & fn);
 
     // Rows of token t of layer il copied into k_out, v_out (row_bytes() each).
     void read_token(int il, int64_t t, void * k_out, void * v_out);
+
+    // K and V rows of tokens [0, n_tokens(il)) of layer il, in token order, into k_out, v_out
+    // (layout type [n_tokens, n_embd_kv] each): the hot rows copied, the cold pages read in batches.
+    void export_layer(int il, void * k_out, void * v_out);
 
 private:
     struct layer_state {
@@ -118,6 +123,7 @@ private:
     aligned_buffer staging_k_, staging_v_;
     aligned_buffer token_k_, token_v_;  // one K and one V page for read_token
     std::vector<int32_t> rows_;         // index list scratch for segments
+    std::vector<int32_t> tokens_;       // token positions of rows_
     std::vector<page_read> reads_;      // cold read batch scratch
     std::vector<page_result> results_;
 };

@@ -1,0 +1,35 @@
+// --prompt-cache: a sequence's KV after prefill, saved to a file and loaded by a later run whose
+// prompt starts with the same tokens, so that only the rest is prefilled.
+//
+// File format (little-endian), version 1:
+//   header  char magic[8] "HILLPC01", u32 version, u32 kv_type (ggml_type), u64 model_fingerprint,
+//           u32 n_layer, u32 n_embd_kv, u64 n_tokens, u64 checksum of the header fields before it
+//           and of the token ids (XXH3-64)
+//   ids     i32 [n_tokens]
+//   layers  per layer il: K rows kv_type [n_tokens, n_embd_kv], V rows likewise, u64 XXH3-64 of K,
+//           u64 XXH3-64 of V
+// The file is written whole under a temporary name, fsync'ed and renamed (core/atomic_file.h).
+// The model fingerprint hashes the hyperparameters, the file size and the first and last MiB of
+// the model file: a cache from another model (or another quantization of it) is refused.
+#pragma once
+
+#include "engine/session.h"
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace hill {
+
+// Saves tokens [0, s.n_past()) of the session's KV with their ids (tokens.size() == n_past).
+// Errors: hill::error(bad_input) naming the file (unwritable, disk full); an existing cache stays.
+void save_prompt_cache(const std::string & path, session & s, std::span<const int32_t> tokens);
+
+// Loads into the empty session s the KV of the longest common prefix of the saved tokens and
+// `prompt`, keeping at least the prompt's last token to be evaluated (its logits are not saved).
+// Returns the number of tokens loaded (0: nothing in common). Errors: hill::error(bad_input) with
+// the reason — another model, another KV type or shape, a truncated or corrupt file (size or
+// checksum), naming the file and the expected and actual values.
+int64_t load_prompt_cache(const std::string & path, session & s, std::span<const int32_t> prompt);
+
+}  // namespace hill

@@ -1,0 +1,121 @@
+// --prompt-cache: save after prefill, load for a prompt that starts with the saved tokens, refuse
+// files of another model, KV type or a corrupt one.
+#include "core/error.h"
+#include "engine/prompt_cache.h"
+#include "model/synthetic_model.h"
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+namespace hill {
+namespace {
+
+class prompt_cache_test : public ::testing::Test {
+protected:
+    void SetUp() override {
+        for (uint64_t seed : {1, 2}) {
+            write_random_model(dir.file("m" + std::to_string(seed) + ".gguf"),
+                               random_model_params{.n_vocab = 300, .n_embd = 64, .n_ff = 96, .n_layer = 3, .n_head = 4,
+                                                   .n_head_kv = 2, .n_ctx = 256, .seed = seed});
+        }
+        m = model::load(dir.file("m1.gguf"));
+        for (int i = 0; i < 120; ++i) prompt.push_back(1 + (i * 37) % 299);
+    }
+    session_params params(ggml_type type = ggml_type::f32) const {
+        // 40 hot tokens per layer: most of the KV is in the cold pool when saved and loaded.
+        return session_params{.n_ctx = 256, .kv_type = type, .n_batch = 32,
+                              .kv_host_budget = m->hp().kv_bytes_per_token(type) * 40, .kv_dir = dir.file("kv")};
+    }
+    test::temp_dir dir;
+    std::unique_ptr<model> m;
+    std::vector<int32_t> prompt;
+    thread_pool pool{2};
+};
+
+TEST_F(prompt_cache_test, load_then_continue_equals_full_prefill) {
+    const std::string path = dir.file("p.cache");
+    std::vector<int32_t> first(prompt.begin(), prompt.begin() + 100);
+    {
+        session s(*m, params(), pool);
+        s.eval(first);
+        save_prompt_cache(path, s, first);
+    }
+    session full(*m, params(), pool);
+    full.eval(prompt);
+    session cached(*m, params(), pool);
+    EXPECT_EQ(load_prompt_cache(path, cached, prompt), 100);
+    EXPECT_EQ(cached.n_past(), 100);
+    cached.eval(std::span<const int32_t>(prompt).subspan(100));
+    double max_ref = 0.0, max_err = 0.0;
+    for (int32_t i = 0; i < m->hp().n_vocab; ++i) {
+        max_ref = std::max(max_ref, std::abs(double(full.logits()[i])));
+        max_err = std::max(max_err, std::abs(double(cached.logits()[i]) - double(full.logits()[i])));
+    }
+    EXPECT_LE(max_err / max_ref, 1e-5);
+
+    // The same prompt as saved: all but its last token load (its logits are not saved).
+    session same(*m, params(), pool);
+    EXPECT_EQ(load_prompt_cache(path, same, first), 99);
+    // A prompt sharing only a prefix loads that prefix; one sharing nothing loads nothing.
+    std::vector<int32_t> other = first;
+    other[50] = other[50] == 5 ? 6 : 5;
+    session part(*m, params(), pool);
+    EXPECT_EQ(load_prompt_cache(path, part, other), 50);
+    std::vector<int32_t> none = {7, 8, 9};
+    session empty(*m, params(), pool);
+    EXPECT_EQ(load_prompt_cache(path, empty, none), 0);
+    EXPECT_EQ(empty.n_past(), 0);
+    // Written atomically: nothing but the cache and the cold pool directory in the folder.
+    for (const auto & e : std::filesystem::directory_iterator(dir.path)) {
+        EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos) << e.path();
+    }
+}
+
+std::string refusal(const std::string & path, session & s, const std::vector<int32_t> & prompt) {
+    try {
+        load_prompt_cache(path, s, prompt);
+    } catch (const error & e) {
+        EXPECT_EQ(e.code(), exit_code::bad_input);
+        EXPECT_EQ(s.n_past(), 0);
+        return e.what();
+    }
+    return "no error";
+}
+
+TEST_F(prompt_cache_test, refuses_other_model_type_and_corrupt_files) {
+    const std::string path = dir.file("p.cache");
+    {
+        session s(*m, params(), pool);
+        s.eval(prompt);
+        save_prompt_cache(path, s, prompt);
+    }
+    auto other = model::load(dir.file("m2.gguf"));
+    session s_other(*other, params(), pool);
+    EXPECT_NE(refusal(path, s_other, prompt).find("another model"), std::string::npos);
+    session s_f16(*m, params(ggml_type::f16), pool);
+    EXPECT_NE(refusal(path, s_f16, prompt).find("F32 KV cache, this run uses F16"), std::string::npos);
+
+    std::ifstream in(path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    auto write = [&](const std::string & b) { std::ofstream(dir.file("bad.cache"), std::ios::binary) << b; };
+    session s(*m, params(), pool);
+    write(bytes.substr(0, bytes.size() - 100));
+    EXPECT_NE(refusal(dir.file("bad.cache"), s, prompt).find("truncated or corrupt"), std::string::npos);
+    std::string flipped = bytes;
+    flipped[flipped.size() / 2] ^= 0x40;  // inside some layer's KV
+    write(flipped);
+    EXPECT_NE(refusal(dir.file("bad.cache"), s, prompt).find("corrupt (checksum)"), std::string::npos);
+    flipped = bytes;
+    flipped[60] ^= 0x01;  // a token id
+    write(flipped);
+    EXPECT_NE(refusal(dir.file("bad.cache"), s, prompt).find("token ids corrupt"), std::string::npos);
+    write("not a cache at all, but long enough to hold a header of forty-eight bytes");
+    EXPECT_NE(refusal(dir.file("bad.cache"), s, prompt).find("bad magic"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hill
