@@ -19,7 +19,7 @@ kv_store_params store_params(const model & m, const session_params & p) {
         fail_usage("KV cache type must be f16 or f32, got {}", ggml_type_name(p.kv_type));
     }
     const uint64_t all = m.hp().kv_bytes_per_token(p.kv_type) * uint64_t(p.n_ctx);
-    return kv_store_params{p.n_ctx, p.kv_host_budget == 0 ? all : p.kv_host_budget, p.n_sinks, p.kv_dir};
+    return kv_store_params{p.n_ctx, p.kv_host_budget == 0 ? all : p.kv_host_budget, p.n_sinks, p.kv_dir, p.io_faults};
 }
 
 // Rows of f32 values into the KV element type.

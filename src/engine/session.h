@@ -33,6 +33,7 @@ struct session_params {
     uint64_t kv_host_budget = 0;        // hot pool bytes (all layers); 0: the whole context in RAM
     std::string kv_dir;                 // cold pool directory (needed when the budget is below the context)
     int32_t n_sinks = 4;                // first tokens that always stay hot
+    io_fault_hook io_faults;            // tests: injected cold-pool I/O results
 };
 
 class session {

@@ -34,6 +34,7 @@ kv_store::kv_store(const kv_layout & layout, const kv_store_params & params)
         cp.kv_dir = params.kv_dir;
         cp.page_bytes = layout.page_bytes();
         cp.n_pages = uint32_t(n_pages);
+        cp.io.fault_hook = params.io_faults;
         cold_ = std::make_unique<cold_pool>(cp);  // checks the free space before anything large is allocated
         // Read batches of about 8 MiB of K (and as much V): large sequential requests, bounded memory.
         batch_groups_ = std::max<int64_t>(1, int64_t((size_t(8) << 20) / layout.page_bytes()));

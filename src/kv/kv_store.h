@@ -16,6 +16,7 @@
 #include "compute/attention.h"
 #include "core/aligned_buffer.h"
 #include "kv/hit_table.h"
+#include "kv/io_queue.h"
 #include "kv/kv_layout.h"
 
 #include <cstdint>
@@ -43,6 +44,7 @@ struct kv_store_params {
     uint64_t host_budget_bytes = 0;   // hot pool capacity M0, all layers together
     int32_t n_sinks = 4;              // first tokens that stay hot
     std::string kv_dir;               // cold pool directory; empty: no cold pool (the budget must hold n_ctx)
+    io_fault_hook io_faults;          // tests: injected I/O results of the cold pool (see kv/io_queue.h)
 };
 
 struct kv_store_stats {
@@ -64,6 +66,7 @@ public:
     int64_t n_tokens(int il) const { return layers_[size_t(il)].n_tokens; }
     token_loc where(int il, int64_t t) const { return layers_[size_t(il)].map[size_t(t)]; }
     const kv_store_stats & stats() const { return stats_; }
+    const cold_pool * cold() const { return cold_.get(); }  // nullptr when everything fits the host budget
     hit_table & hits() { return hits_; }
     int64_t n_cold(int il) const;  // tokens of layer il in the cold pool
 
