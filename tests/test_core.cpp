@@ -9,10 +9,13 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sys/stat.h>
+#include <thread>
+#include <vector>
 
 namespace hill {
 namespace {
@@ -85,6 +88,33 @@ TEST(thread_pool, run_many_times) {
     std::atomic<int64_t> sum{0};
     for (int k = 0; k < 2000; ++k) pool.run([&](int ith, int nth) { sum += ith + nth; });
     EXPECT_EQ(sum.load(), 2000 * (0 + 1 + 2 + 3 * 3));
+}
+
+// Idle gaps longer than the spin put the workers to sleep on the condition variable, and a slow
+// worker puts the caller to sleep waiting for it: both blocking paths must wake, and plain (non-atomic)
+// writes made inside a job must be visible to the caller after run() (TSan checks the ordering).
+TEST(thread_pool, wakes_after_idle_and_waits_for_slow_workers) {
+    thread_pool pool(3);
+    std::vector<int> out(3, 0);
+    for (int k = 1; k <= 20; ++k) {
+        if (k % 4 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // workers block
+        pool.run([&](int ith, int) {
+            if (ith == 2 && k % 3 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // caller blocks
+            out[size_t(ith)] = k * 10 + ith;
+        });
+        for (int i = 0; i < 3; ++i) ASSERT_EQ(out[size_t(i)], k * 10 + i);
+    }
+}
+
+// Destroying the pool stops workers whether they are spinning (right after a job) or asleep.
+TEST(thread_pool, destructor_stops_spinning_and_sleeping_workers) {
+    for (int sleep_ms : {0, 2}) {
+        thread_pool pool(4);
+        std::atomic<int> calls{0};
+        pool.run([&](int, int) { ++calls; });
+        std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
+        EXPECT_EQ(calls.load(), 4);
+    }
 }
 
 TEST(atomic_file, commit_replaces_and_abandon_leaves_nothing) {

@@ -2,6 +2,11 @@
 
 #include "core/error.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+#include <chrono>
 #include <fstream>
 #include <set>
 #include <string>
@@ -18,27 +23,58 @@ thread_pool::thread_pool(int n_threads) : n_threads_(n_threads) {
 thread_pool::~thread_pool() {
     {
         std::lock_guard<std::mutex> lock(mutex_);
-        stop_ = true;
+        stop_.store(true);
     }
     cv_start_.notify_all();
     for (auto & t : workers_) t.join();
 }
 
+namespace {
+
+// How long a waiting thread polls before it blocks: longer than the gaps between the run() calls
+// of one decode step, short enough not to burn a core when the pool is idle.
+constexpr auto spin_time = std::chrono::microseconds(50);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#else
+    std::this_thread::yield();
+#endif
+}
+
+// Polls done() until it is true (returns true) or spin_time has passed (returns false).
+template <class F>
+bool spin_until(F done) {
+    const auto deadline = std::chrono::steady_clock::now() + spin_time;
+    for (;;) {
+        for (int i = 0; i < 64; ++i) {
+            if (done()) return true;
+            cpu_relax();
+        }
+        if (std::chrono::steady_clock::now() >= deadline) return done();
+    }
+}
+
+}  // namespace
+
 void thread_pool::worker(int ith) {
     uint64_t seen = 0;
     for (;;) {
-        const std::function<void(int, int)> * job = nullptr;
-        {
+        const auto started = [&] { return stop_.load(std::memory_order_acquire) || generation_.load(std::memory_order_acquire) != seen; };
+        if (!spin_until(started)) {
             std::unique_lock<std::mutex> lock(mutex_);
-            cv_start_.wait(lock, [&] { return stop_ || generation_ != seen; });
-            if (stop_) return;
-            seen = generation_;
-            job = job_;
+            n_sleeping_.fetch_add(1);  // seq_cst: ordered before the predicate's loads
+            cv_start_.wait(lock, [&] { return stop_.load() || generation_.load() != seen; });
+            n_sleeping_.fetch_sub(1);
         }
-        (*job)(ith, n_threads_);
-        {
+        if (stop_.load(std::memory_order_acquire)) return;
+        seen = generation_.load(std::memory_order_acquire);
+        (*job_.load(std::memory_order_relaxed))(ith, n_threads_);
+        // seq_cst RMW, ordered before the load of caller_waiting_ (see run()).
+        if (n_pending_.fetch_sub(1) == 1 && caller_waiting_.load()) {
             std::lock_guard<std::mutex> lock(mutex_);
-            if (--n_pending_ == 0) cv_done_.notify_one();
+            cv_done_.notify_one();
         }
     }
 }
@@ -48,18 +84,24 @@ void thread_pool::run(const std::function<void(int, int)> & fn) {
         fn(0, 1);
         return;
     }
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        HILL_ASSERT(job_ == nullptr);  // no nested run()
-        job_ = &fn;
-        n_pending_ = n_threads_ - 1;
-        ++generation_;
+    HILL_ASSERT(job_.load(std::memory_order_relaxed) == nullptr);  // no nested run()
+    job_.store(&fn, std::memory_order_relaxed);
+    n_pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+    generation_.fetch_add(1);  // seq_cst: publishes job_ and n_pending_; ordered before n_sleeping_
+    if (n_sleeping_.load() > 0) {
+        // A worker that registered has either blocked (so it gets the notify) or not yet
+        // checked its predicate (which it does under mutex_, and will see the new generation).
+        { std::lock_guard<std::mutex> lock(mutex_); }
+        cv_start_.notify_all();
     }
-    cv_start_.notify_all();
     fn(0, n_threads_);
-    std::unique_lock<std::mutex> lock(mutex_);
-    cv_done_.wait(lock, [&] { return n_pending_ == 0; });
-    job_ = nullptr;
+    if (!spin_until([&] { return n_pending_.load(std::memory_order_acquire) == 0; })) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        caller_waiting_.store(true);  // seq_cst: ordered before the predicate's load
+        cv_done_.wait(lock, [&] { return n_pending_.load() == 0; });
+        caller_waiting_.store(false);
+    }
+    job_.store(nullptr, std::memory_order_relaxed);
 }
 
 void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)> & fn, int64_t grain) {
