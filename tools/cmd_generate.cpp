@@ -34,19 +34,18 @@ struct generate_opts {
     bool json = false;
 };
 
-// Prints "prefill: done/total tokens" to stderr once the prompt has taken a few seconds.
+// Prints the prefill progress to stderr (at most once a second) once the prompt has taken 2 s.
 struct prefill_progress {
     int64_t t0_us = time_us();
     int64_t last_us = 0;
-    bool printed = false;
     void operator()(int64_t done, int64_t total) {
         const int64_t now = time_us();
         if (now - t0_us < 2'000'000 || (now - last_us < 1'000'000 && done < total)) return;
         last_us = now;
-        printed = true;
         const double rate = double(done) / (double(now - t0_us) / 1e6);
-        fmt::print(stderr, "prefill: {}/{} tokens ({:.0f}%), {:.1f} tokens/s, {:.0f} s left\n", done, total,
-                   100.0 * double(done) / double(total), rate, double(total - done) / rate);
+        // Layer-major prefill: done/total count (token, layer) pairs.
+        fmt::print(stderr, "prefill: {:.0f}% ({} of {} token-layers), {:.0f} s left\n", 100.0 * double(done) / double(total),
+                   done, total, double(total - done) / rate);
     }
 };
 
