@@ -140,6 +140,22 @@ TEST_F(cli, prompt_cache_saves_loads_and_refuses) {
     EXPECT_EQ(run(g).code, 0);  // rewritten by the fallback run
 }
 
+TEST_F(cli, sigterm_stops_cleanly_and_removes_the_cold_pool) {
+    const std::string kv = dir->file("kv-int");
+    const std::string cmd = std::string(HILL_CLI_PATH) + " generate -m " + model() +
+                            " -p hi -n 1000000 -c 30000 --temp 0 --kv-host-budget 8K --kv-dir " + kv;
+    // Start it, stop it after half a second (SIGTERM: SIGINT is ignored by background jobs of a
+    // non-interactive shell), report its exit code.
+    const std::string sh = "bash -c '" + cmd + " >/dev/null 2>&1 & p=$!; sleep 0.5; kill -TERM $p; wait $p; echo rc=$?'";
+    FILE * p = ::popen(sh.c_str(), "r");
+    char buf[256] = {0};
+    const size_t n = std::fread(buf, 1, sizeof(buf) - 1, p);
+    ::pclose(p);
+    EXPECT_EQ(std::string(buf, n), "rc=130\n");
+    ASSERT_TRUE(std::filesystem::exists(kv));
+    EXPECT_TRUE(std::filesystem::is_empty(kv)) << "cold-pool files left in " << kv;
+}
+
 TEST_F(cli, unknown_command_is_named) {
     const result r = run("frobnicate");
     EXPECT_NE(r.out.find("unknown command 'frobnicate'"), std::string::npos) << r.out;

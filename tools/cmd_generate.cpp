@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <unistd.h>
 #include <filesystem>
 #include <random>
 
@@ -28,6 +29,7 @@ struct generate_opts {
     int32_t n_ctx = 0;
     std::string cache_type = "f16";
     std::string prompt_cache;
+    CLI::Option * prompt_cache_opt = nullptr;
     bool prompt_cache_fallback = false;
     sampler_params sp;
     int64_t seed = -1;
@@ -39,6 +41,7 @@ struct prefill_progress {
     int64_t t0_us = time_us();
     int64_t last_us = 0;
     void operator()(int64_t done, int64_t total) {
+        if (interrupted()) throw error(exit_code::interrupted, "interrupted during prefill");
         const int64_t now = time_us();
         if (now - t0_us < 2'000'000 || (now - last_us < 1'000'000 && done < total)) return;
         last_us = now;
@@ -62,6 +65,16 @@ int run_generate(const generate_opts & o) {
     validate(sp);
     const int n_threads = o.threads.resolve();
     const std::string prompt = o.prompt.read();
+    if (o.prompt_cache_opt->count() > 0 && o.prompt_cache.empty()) fail_usage("--prompt-cache needs a file name");
+    if (o.prompt_cache_fallback && o.prompt_cache.empty()) fail_usage("--prompt-cache-fallback needs --prompt-cache FILE");
+    if (!o.prompt_cache.empty()) {
+        // Fail before the prefill, not after it, when the cache could not be written.
+        const std::filesystem::path parent = std::filesystem::absolute(o.prompt_cache).parent_path();
+        if (!std::filesystem::is_directory(parent) || ::access(parent.c_str(), W_OK) != 0) {
+            fail_usage("--prompt-cache '{}': directory '{}' does not exist or is not writable", o.prompt_cache,
+                       parent.string());
+        }
+    }
 
     auto m = o.model.load();
     const hparams & hp = m->hp();
@@ -112,6 +125,10 @@ int run_generate(const generate_opts & o) {
     int64_t n_decode = 0;  // forward passes of one generated token
     const int64_t t_decode0 = time_us();
     for (int32_t i = 0; i < o.n_predict; ++i) {
+        if (interrupted()) {
+            stop = "interrupted";
+            break;
+        }
         std::copy(s.logits(), s.logits() + hp.n_vocab, logits.begin());
         const int32_t id = smp.sample(logits.data());
         if (id == tok.vocab().eos) {
@@ -173,7 +190,7 @@ int run_generate(const generate_opts & o) {
                    "the cold pool\n", 100.0 * cold_share, kv.hot_capacity(), format_bytes(kv.stats().cold_read_bytes),
                    format_bytes(kv.stats().cold_write_bytes));
     }
-    return 0;
+    return stop == "interrupted" ? int(exit_code::interrupted) : 0;
 }
 
 }  // namespace
@@ -196,7 +213,7 @@ command_fn add_generate(CLI::App & app) {
     sub->add_option("--repeat-penalty", o->sp.repeat_penalty, "penalty for recent tokens; 1: off")->capture_default_str();
     sub->add_option("--repeat-last-n", o->sp.repeat_last_n, "how many recent tokens the penalty sees")
         ->capture_default_str();
-    sub->add_option("--prompt-cache", o->prompt_cache,
+    o->prompt_cache_opt = sub->add_option("--prompt-cache", o->prompt_cache,
                     "file for the prompt's KV: loaded when the prompt starts with its tokens, written after prefill");
     sub->add_flag("--prompt-cache-fallback", o->prompt_cache_fallback,
                   "when the prompt cache is refused (another model, corrupt), prefill in full and rewrite it");

@@ -4,6 +4,7 @@
 #include "core/mapped_file.h"
 
 #include <cctype>
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <unistd.h>
@@ -42,6 +43,26 @@ std::string prompt_opts::read() const {
     return text;
 }
 
+namespace {
+volatile std::sig_atomic_t g_interrupted = 0;
+
+extern "C" void on_interrupt(int sig) {
+    if (g_interrupted != 0) {
+        std::signal(sig, SIG_DFL);
+        std::raise(sig);
+        return;
+    }
+    g_interrupted = 1;
+}
+}  // namespace
+
+void install_interrupt_handler() {
+    std::signal(SIGINT, on_interrupt);
+    std::signal(SIGTERM, on_interrupt);
+}
+
+bool interrupted() { return g_interrupted != 0; }
+
 uint64_t parse_bytes(const std::string & text, const char * flag) {
     size_t used = 0;
     double v = -1.0;
@@ -73,19 +94,22 @@ uint64_t parse_bytes(const std::string & text, const char * flag) {
 }
 
 void kv_opts::add(CLI::App & app) {
-    app.add_option("--kv-host-budget", host_budget,
-                   "hot KV pool in DRAM, bytes with K/M/G suffix (default: a quarter of physical memory)");
-    app.add_option("--kv-dir", dir, "cold KV pool directory (default: ~/.cache/hillinfer/kv)");
+    budget_opt = app.add_option("--kv-host-budget", host_budget,
+                   "hot KV pool in DRAM, bytes with K/M/G/T suffix (default: a quarter of physical memory)");
+    dir_opt = app.add_option("--kv-dir", dir, "cold KV pool directory (default: ~/.cache/hillinfer/kv)");
 }
 
 uint64_t kv_opts::budget_bytes() const {
-    if (!host_budget.empty()) return parse_bytes(host_budget, "--kv-host-budget");
+    if (budget_opt->count() > 0) return parse_bytes(host_budget, "--kv-host-budget");
     const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
     return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) / 4 : uint64_t(1) << 30;
 }
 
 std::string kv_opts::resolved_dir() const {
-    if (!dir.empty()) return dir;
+    if (dir_opt->count() > 0) {
+        if (dir.empty()) fail_usage("--kv-dir needs a directory");
+        return dir;
+    }
     if (const char * x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') return std::string(x) + "/hillinfer/kv";
     if (const char * h = std::getenv("HOME"); h != nullptr && *h != '\0') return std::string(h) + "/.cache/hillinfer/kv";
     return "/var/tmp/hillinfer-kv";

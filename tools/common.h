@@ -43,10 +43,17 @@ std::string read_text_file(const std::string & path, const char * what);
 struct kv_opts {
     std::string host_budget;  // bytes with an optional K/M/G/T suffix (powers of 1024)
     std::string dir;
+    CLI::Option * budget_opt = nullptr;
+    CLI::Option * dir_opt = nullptr;
     void add(CLI::App & app);
     uint64_t budget_bytes() const;      // default: a quarter of physical memory
     std::string resolved_dir() const;   // default: $XDG_CACHE_HOME/hillinfer/kv or ~/.cache/hillinfer/kv
 };
+
+// SIGINT / SIGTERM: the first one sets a flag that long work polls, so that it stops cleanly
+// (destructors remove the cold-pool files, the summary is printed); a second one kills the process.
+void install_interrupt_handler();
+bool interrupted();
 
 // "512", "64K", "1.5G", ... in bytes; usage error naming `flag` otherwise.
 uint64_t parse_bytes(const std::string & text, const char * flag);

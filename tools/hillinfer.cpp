@@ -1,5 +1,6 @@
 // hillinfer: the command-line front end. See README.md for every subcommand.
 #include "commands.h"
+#include "common.h"
 #include "compute/matmul.h"
 #include "core/error.h"
 
@@ -39,6 +40,7 @@ int main(int argc, char ** argv) {
         return int(exit_code::usage);
     }
     try {
+        cli::install_interrupt_handler();
         blas_init_single_threaded();
         for (auto & [sub, fn] : cmds) {
             if (!sub->parsed()) continue;

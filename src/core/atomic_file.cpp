@@ -25,7 +25,7 @@ atomic_file::atomic_file(std::string path) : path_(std::move(path)) {
     }
     tmp_path_ = path_ + ".tmp." + std::to_string(::getpid());
     fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) fail_input("cannot create '{}': {}", tmp_path_, std::strerror(errno));
+    if (fd_ < 0) fail_input("cannot create '{}' (written first as '{}'): {}", path_, tmp_path_, std::strerror(errno));
 }
 
 atomic_file::~atomic_file() {

@@ -18,6 +18,7 @@ enum class exit_code : int {
     ok = 0,
     bad_input = 1,  // corrupt or unsupported file, failed I/O, environment failure
     usage = 2,      // bad flag or flag value, missing file named on the command line
+    interrupted = 130,  // SIGINT or SIGTERM: stopped cleanly (128 + SIGINT, as shells report it)
 };
 
 class error : public std::runtime_error {

@@ -118,7 +118,11 @@ int64_t load_prompt_cache(const std::string & path, session & s, std::span<const
     }
     const size_t rb = layout.row_bytes();
     const uint64_t max_tokens = (file.size() - sizeof(h)) / 4;
-    const uint64_t expected = h.n_tokens > max_tokens ? 0 : sizeof(h) + h.n_tokens * 4 + uint64_t(h.n_layer) * (2 * h.n_tokens * rb + 16);
+    if (h.n_tokens > max_tokens) {
+        fail_input("prompt cache '{}' is {} bytes, too short for the {} tokens its header names: truncated or corrupt",
+                   path, file.size(), h.n_tokens);
+    }
+    const uint64_t expected = sizeof(h) + h.n_tokens * 4 + uint64_t(h.n_layer) * (2 * h.n_tokens * rb + 16);
     if (expected != file.size()) {
         fail_input("prompt cache '{}' is {} bytes, its header ({} tokens) implies {}: truncated or corrupt", path,
                    file.size(), h.n_tokens, expected);

@@ -37,7 +37,7 @@ kv_store::kv_store(const kv_layout & layout, const kv_store_params & params)
         cp.io.fault_hook = params.io_faults;
         cold_ = std::make_unique<cold_pool>(cp);  // checks the free space before anything large is allocated
         // Read batches of about 8 MiB of K (and as much V): large sequential requests, bounded memory.
-        batch_groups_ = std::max<int64_t>(1, int64_t((size_t(8) << 20) / layout.page_bytes()));
+        batch_groups_ = std::clamp<int64_t>(int64_t((size_t(8) << 20) / layout.page_bytes()), 1, groups);
         staging_k_ = aligned_buffer(size_t(batch_groups_) * layout.page_bytes());
         staging_v_ = aligned_buffer(size_t(batch_groups_) * layout.page_bytes());
         token_k_ = aligned_buffer(layout.page_bytes());
