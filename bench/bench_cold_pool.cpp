@@ -22,6 +22,7 @@
 #include <random>
 #include <vector>
 
+#include "bench_stats.h"
 #include "core/aligned_buffer.h"
 #include "core/error.h"
 #include "core/sys_info.h"
@@ -31,14 +32,8 @@ namespace {
 
 using namespace hill;
 
-struct stat3 {
-    double median, lo, hi;
-};
-
-stat3 summarize(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return {v[v.size() / 2], v.front(), v.back()};
-}
+using bench::stat3;
+using bench::summarize;
 
 struct result {
     std::string pattern;

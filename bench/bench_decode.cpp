@@ -5,6 +5,7 @@
 //                [--reps 3] [--json FILE]
 // Without -m it writes a random model large enough to leave the caches (~0.5-1 GB) to a temp
 // file. Reports the median and min/max over the repetitions.
+#include "bench_stats.h"
 #include "core/error.h"
 #include "core/sys_info.h"
 #include "core/thread_pool.h"
@@ -31,14 +32,8 @@ namespace {
 
 using namespace hill;
 
-struct stat3 {
-    double median, lo, hi;
-};
-
-stat3 summarize(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return {v[v.size() / 2], v.front(), v.back()};
-}
+using bench::stat3;
+using bench::summarize;
 
 // Sums n 64-bit words with AVX2 loads and four independent accumulators: the fastest plain read
 // of memory this machine does, so it is the yardstick the decode weight stream is measured against.
