@@ -22,6 +22,7 @@
 #include "core/aligned_buffer.h"
 #include "core/error.h"
 #include "kv/cold_pool.h"
+#include "kv_test_util.h"
 #include "test_util.h"
 
 namespace hill {
@@ -244,20 +245,7 @@ TEST_P(cold_pool_test, injected_eio_on_read) {
 // Short reads (half of what was asked, whole 4 KiB blocks, tail scribbled): correct data.
 TEST_P(cold_pool_test, injected_short_reads_give_correct_data) {
     cold_pool_params p = params(32);
-    p.io.fault_hook = [](const io_issue & is, int64_t r) -> int64_t {
-        if (is.op != io_op::read || r <= 4096) return r;
-        const int64_t shortened = (r / 2) / 4096 * 4096;
-        int64_t pos = 0;
-        for (int i = 0; i < is.n_iov; ++i) {
-            const int64_t len = int64_t(is.iov[i].iov_len);
-            if (pos + len > shortened) {
-                const int64_t skip = std::max<int64_t>(0, shortened - pos);
-                std::memset(static_cast<uint8_t *>(is.iov[i].iov_base) + skip, 0xEE, size_t(len - skip));
-            }
-            pos += len;
-        }
-        return shortened;
-    };
+    p.io.fault_hook = test::short_transfers(4096, false);
     cold_pool pool(p);
     aligned_buffer truth = fill_pool(pool);
     std::vector<uint32_t> ids(32);

@@ -16,6 +16,7 @@
 
 #include "core/aligned_buffer.h"
 #include "kv/io_queue.h"
+#include "kv_test_util.h"
 #include "test_util.h"
 
 namespace hill {
@@ -287,22 +288,7 @@ TEST_P(io_queue_test, short_transfers_are_finished) {
     constexpr uint64_t n_blocks = 64;
     const int fd = make_file("data", n_blocks);
     io_queue_params p = params();
-    p.fault_hook = [](const io_issue & is, int64_t r) -> int64_t {
-        if (r <= int64_t(blk)) return r;
-        const int64_t shortened = (r / 2) / int64_t(blk) * int64_t(blk);  // whole blocks, > 0
-        if (is.op == io_op::read) {
-            int64_t pos = 0;
-            for (int i = 0; i < is.n_iov; ++i) {
-                const int64_t len = int64_t(is.iov[i].iov_len);
-                if (pos + len > shortened) {
-                    const int64_t skip = std::max<int64_t>(0, shortened - pos);
-                    std::memset(static_cast<uint8_t *>(is.iov[i].iov_base) + skip, 0xAA, size_t(len - skip));
-                }
-                pos += len;
-            }
-        }
-        return shortened;
-    };
+    p.fault_hook = test::short_transfers(blk, true);
     io_queue q(p);
     aligned_buffer truth = write_all(q, fd, n_blocks);  // short writes too
     EXPECT_GT(q.stats().n_remainders, 0u);

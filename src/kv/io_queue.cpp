@@ -65,6 +65,19 @@ struct io_queue::op {
     uint64_t done = 0;            // op-relative: bytes [0, done) are transferred
     uint64_t from = 0;            // op-relative start of the current attempt
     uint32_t iov_first = 0;       // current attempt's iovecs: iov_[iov_first .. p1)
+
+    // An op of the one request at position k of order_.
+    static op of_request(const io_request & r, uint32_t k) {
+        op o;
+        o.kind = r.op;
+        o.fd = r.fd;
+        o.offset = r.offset;
+        o.size_bytes = r.size_bytes;
+        o.p0 = k;
+        o.p1 = k + 1;
+        o.part_cur = k;
+        return o;
+    }
 };
 
 io_queue::io_queue(io_queue_params params) : params_(std::move(params)) {
@@ -172,17 +185,8 @@ void io_queue::on_result(uint32_t op_index, int64_t result) {
             ++stats_.n_splits;
             const op parent = o;  // ops_.push_back below may move `o`
             for (uint32_t k = parent.part_cur; k < parent.p1; ++k) {
-                const io_request & r = reqs_[order_[k]];
-                op single;
-                single.kind = parent.kind;
-                single.fd = parent.fd;
-                single.offset = r.offset;
-                single.size_bytes = r.size_bytes;
-                single.p0 = k;
-                single.p1 = k + 1;
-                single.part_cur = k;
                 ready_.push_back(uint32_t(ops_.size()));
-                ops_.push_back(single);
+                ops_.push_back(op::of_request(reqs_[order_[k]], k));
             }
             return;
         }
@@ -263,15 +267,7 @@ size_t io_queue::run(std::span<const io_request> reqs, std::span<io_completion> 
                 continue;
             }
         }
-        op o;
-        o.kind = r.op;
-        o.fd = r.fd;
-        o.offset = r.offset;
-        o.size_bytes = r.size_bytes;
-        o.p0 = k;
-        o.p1 = k + 1;
-        o.part_cur = k;
-        ops_.push_back(o);
+        ops_.push_back(op::of_request(r, k));
         ready_.push_back(uint32_t(ops_.size() - 1));
         can_extend = true;
     }
