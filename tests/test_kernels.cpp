@@ -1,21 +1,23 @@
 // CPU kernels: every AVX2 path against its scalar reference on fresh random inputs of odd sizes,
 // and every scalar reference against a plain double-precision computation.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
 #include "compute/attention.h"
 #include "compute/kernel_mode.h"
+#include "compute/kernels_avx2.h"
 #include "compute/matmul.h"
 #include "compute/ops.h"
 #include "core/fp16.h"
 #include "core/ggml_type.h"
 #include "core/thread_pool.h"
 #include "test_util.h"
-
-#include <gtest/gtest.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstring>
-#include <string>
-#include <vector>
 
 namespace hill {
 namespace {
@@ -714,42 +716,174 @@ TEST(attention, segments_in_any_order_equal_one_pass) {
     const uint32_t seed = test::fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
-    const attention_shape s{8, 2, 12, 1.0f / std::sqrt(12.0f)};
-    const int64_t n = 301, stride = int64_t(s.n_head_kv) * s.head_dim;
-    for (ggml_type type : {ggml_type::f32, ggml_type::f16}) {
-        const auto kf = test::random_floats(rng, size_t(n * stride), -2.0f, 2.0f);
-        const auto vf = test::random_floats(rng, size_t(n * stride));
-        std::vector<uint16_t> kh(kf.size()), vh(vf.size());
-        fp32_to_fp16_row(kf.data(), kh.data(), int64_t(kf.size()));
-        fp32_to_fp16_row(vf.data(), vh.data(), int64_t(vf.size()));
-        const void * k = type == ggml_type::f16 ? static_cast<const void *>(kh.data()) : kf.data();
-        const void * v = type == ggml_type::f16 ? static_cast<const void *>(vh.data()) : vf.data();
-        const auto q = test::random_floats(rng, size_t(s.n_head * s.head_dim));
-        thread_pool pool(2);
-        std::vector<float> ref(q.size());
-        attention_decode(s, q.data(), kv_view{type, k, v, n, stride}, ref.data(), pool);
+    // head_dim 12: the chunks of the scalar reference and the AVX2 dot/axpy path; 16: the fused
+    // AVX2 kernel (where this CPU has AVX2).
+    for (int head_dim : {12, 16}) {
+        for (ggml_type type : {ggml_type::f32, ggml_type::f16}) {
+            SCOPED_TRACE(std::string(ggml_type_name(type)) + " head_dim " + std::to_string(head_dim));
+            const attention_shape s{8, 2, head_dim, 1.0f / std::sqrt(float(head_dim))};
+            const int64_t n = 301, stride = int64_t(s.n_head_kv) * s.head_dim;
+            const auto kf = test::random_floats(rng, size_t(n * stride), -2.0f, 2.0f);
+            const auto vf = test::random_floats(rng, size_t(n * stride));
+            std::vector<uint16_t> kh(kf.size()), vh(vf.size());
+            fp32_to_fp16_row(kf.data(), kh.data(), int64_t(kf.size()));
+            fp32_to_fp16_row(vf.data(), vh.data(), int64_t(vf.size()));
+            const void * k = type == ggml_type::f16 ? static_cast<const void *>(kh.data()) : kf.data();
+            const void * v = type == ggml_type::f16 ? static_cast<const void *>(vh.data()) : vf.data();
+            const auto q = test::random_floats(rng, size_t(s.n_head * s.head_dim));
+            thread_pool pool(2);
+            std::vector<float> ref(q.size());
+            attention_decode(s, q.data(), kv_view{type, k, v, n, stride}, ref.data(), pool);
 
-        // Tokens in a random order, split into three segments: an index list over the whole
-        // buffer, a contiguous block, and another index list.
-        std::vector<int32_t> order(static_cast<size_t>(n));
-        for (int32_t i = 0; i < int32_t(n); ++i) order[size_t(i)] = i;
-        std::shuffle(order.begin(), order.end(), rng);
-        std::vector<float> acc(q.size(), 0.0f);
-        std::vector<softmax_state> st(size_t(s.n_head));
-        attention_decode_accumulate(s, q.data(), kv_view{type, k, v, 100, stride}, order.data(), acc.data(), st.data(), pool);
-        // A contiguous block: copy the rows order[100..150) into their own buffer.
-        const size_t eb = type == ggml_type::f16 ? 2 : 4;
-        std::vector<uint8_t> kb(50 * size_t(stride) * eb), vb(kb.size());
-        for (size_t j = 0; j < 50; ++j) {
-            std::memcpy(kb.data() + j * stride * eb, static_cast<const uint8_t *>(k) + size_t(order[100 + j]) * stride * eb, stride * eb);
-            std::memcpy(vb.data() + j * stride * eb, static_cast<const uint8_t *>(v) + size_t(order[100 + j]) * stride * eb, stride * eb);
+            // Tokens in a random order, split into three segments: an index list over the whole
+            // buffer, a contiguous block, and another index list.
+            std::vector<int32_t> order(static_cast<size_t>(n));
+            for (int32_t i = 0; i < int32_t(n); ++i) order[size_t(i)] = i;
+            std::shuffle(order.begin(), order.end(), rng);
+            std::vector<float> acc(q.size(), 0.0f);
+            std::vector<softmax_state> st(size_t(s.n_head));
+            attention_decode_accumulate(s, q.data(), kv_view{type, k, v, 100, stride}, order.data(), acc.data(),
+                                        st.data(), pool);
+            // A contiguous block: copy the rows order[100..150) into their own buffer.
+            const size_t eb = type == ggml_type::f16 ? 2 : 4;
+            std::vector<uint8_t> kb(50 * size_t(stride) * eb), vb(kb.size());
+            for (size_t j = 0; j < 50; ++j) {
+                std::memcpy(kb.data() + j * stride * eb,
+                            static_cast<const uint8_t *>(k) + size_t(order[100 + j]) * stride * eb, stride * eb);
+                std::memcpy(vb.data() + j * stride * eb,
+                            static_cast<const uint8_t *>(v) + size_t(order[100 + j]) * stride * eb, stride * eb);
+            }
+            attention_decode_accumulate(s, q.data(), kv_view{type, kb.data(), vb.data(), 50, stride}, nullptr,
+                                        acc.data(), st.data(), pool);
+            attention_decode_accumulate(s, q.data(), kv_view{type, k, v, n - 150, stride}, order.data() + 150,
+                                        acc.data(), st.data(), pool);
+            for (int h = 0; h < s.n_head; ++h) {
+                std::vector<float> out(size_t(s.head_dim));
+                attention_head_finish(acc.data() + h * s.head_dim, st[size_t(h)], s.head_dim, out.data());
+                for (int i = 0; i < s.head_dim; ++i)
+                    ASSERT_NEAR(out[size_t(i)], ref[size_t(h * s.head_dim + i)], 2e-6f) << h << " " << i;
+            }
         }
-        attention_decode_accumulate(s, q.data(), kv_view{type, kb.data(), vb.data(), 50, stride}, nullptr, acc.data(), st.data(), pool);
-        attention_decode_accumulate(s, q.data(), kv_view{type, k, v, n - 150, stride}, order.data() + 150, acc.data(), st.data(), pool);
-        for (int h = 0; h < s.n_head; ++h) {
-            std::vector<float> out(size_t(s.head_dim));
-            attention_head_finish(acc.data() + h * s.head_dim, st[size_t(h)], s.head_dim, out.data());
-            for (int i = 0; i < s.head_dim; ++i) ASSERT_NEAR(out[size_t(i)], ref[size_t(h * s.head_dim + i)], 2e-6f) << h << " " << i;
+    }
+}
+
+// The polynomial e^x of the fused AVX2 attention kernel against std::exp in double, over a dense
+// grid of its range (x <= 0), the points where its range reduction switches n, and the underflow.
+TEST(attention, avx2_exp_matches_std_exp) {
+    HILL_REQUIRE_AVX2();
+    std::vector<float> x;
+    const int n_grid = 1 << 22;
+    for (int i = 0; i <= n_grid; ++i) x.push_back(-87.33654f * float(i) / float(n_grid));
+    for (int k = 0; k < 126; ++k) {  // x = -(k + 1/2)·ln2 and its neighbours
+        const float b = -(float(k) + 0.5f) * 0.69314718f;
+        x.insert(x.end(), {std::nextafter(b, 0.0f), b, std::nextafter(b, -1.0f)});
+    }
+    x.insert(x.end(), {0.0f, -0.0f, -1e-30f, -1e-7f, -87.33654f});
+    std::vector<float> y(x.size());
+    avx2::exp_nonpositive_row(x.data(), y.data(), int64_t(x.size()));
+    double worst = 0.0;
+    float worst_x = 0.0f;
+    for (size_t i = 0; i < x.size(); ++i) {
+        const double want = std::exp(double(x[i]));
+        const double rel = std::fabs(double(y[i]) - want) / want;
+        if (!(rel <= worst)) {
+            worst = rel;
+            worst_x = x[i];
+        }
+    }
+    EXPECT_LE(worst, 2e-7) << "at x = " << worst_x;
+    EXPECT_EQ(y[0], 1.0f) << "e^0 (the key at the running max weighs exactly 1)";
+
+    // Below ln(FLT_MIN) = -87.3365 the result is 0 (also for -inf); n not a multiple of 8 takes the tail.
+    const std::vector<float> under = {std::nextafter(-87.33654f, -100.0f), -88.0f, -100.0f, -1e30f,
+                                      -std::numeric_limits<float>::infinity()};
+    std::vector<float> yu(under.size(), 1.0f);
+    avx2::exp_nonpositive_row(under.data(), yu.data(), int64_t(under.size()));
+    for (size_t i = 0; i < under.size(); ++i) EXPECT_EQ(yu[i], 0.0f) << "x = " << under[i];
+}
+
+// attention_head_accumulate with the AVX2 kernels (the fused kernel for head_dim % 8 == 0, the
+// dot/axpy path otherwise) against the scalar reference, on fresh random K/V with spikes: keys
+// whose score jumps to a new maximum at random places (mid-chunk, and growing over the keys, so
+// that the running max and the rescale move many times) and keys far below the maximum (their
+// e^(s - m) underflows to 0). Keys in order or through a shuffled row list over a larger buffer,
+// fed in two segments of random length.
+TEST(attention, accumulate_avx2_matches_scalar_with_moving_max) {
+    HILL_REQUIRE_AVX2();
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    mode_guard g;
+    for (ggml_type t : {ggml_type::f32, ggml_type::f16}) {
+        for (int head_dim : {5, 8, 16, 64, 80, 128}) {
+            for (int64_t n : {1, 7, 8, 63, 64, 65, 129, 777, 3000}) {
+                for (bool use_rows : {false, true}) {
+                    const std::string what = std::string(ggml_type_name(t)) + " head_dim " + std::to_string(head_dim) +
+                                             " n " + std::to_string(n) + (use_rows ? " rows" : "");
+                    SCOPED_TRACE(what);
+                    const int64_t n_buf = use_rows ? n + 17 : n;
+                    kv_data kv = make_kv(t, n_buf, 2, head_dim, 3, rng);
+                    std::vector<int32_t> rows(sz(n_buf));
+                    for (int64_t j = 0; j < n_buf; ++j) rows[sz(j)] = int32_t(j);
+                    if (use_rows) std::shuffle(rows.begin(), rows.end(), rng);
+                    const std::vector<float> q = random_floats(rng, sz(head_dim));
+                    const float scale = 1.0f / std::sqrt(float(head_dim));
+                    double qq = 0.0;
+                    for (float x : q) qq += double(x) * x;
+
+                    // K row of key j (KV head 1) := c·q, so that its score is c·|q|²·scale = target.
+                    auto set_score = [&](int64_t j, double target) {
+                        const double c = target / (qq * scale);
+                        const size_t o = sz(int64_t(rows[sz(j)]) * kv.row_stride + head_dim);
+                        for (int i = 0; i < head_dim; ++i) {
+                            const float x = float(c * q[sz(i)]);
+                            if (t == ggml_type::f16) {
+                                kv.kh[o + sz(i)] = fp32_to_fp16(x);
+                                kv.kf[o + sz(i)] = fp16_to_fp32(kv.kh[o + sz(i)]);
+                            } else {
+                                kv.kf[o + sz(i)] = x;
+                            }
+                        }
+                    };
+                    std::uniform_int_distribution<int64_t> pick(0, n - 1);
+                    // Spikes up to a score of 30 (e^30 times the weight of an ordinary key, whose
+                    // score is about ±1), each a new maximum if it comes after the earlier ones.
+                    const int64_t n_spike = std::max<int64_t>(1, n / 40);
+                    for (int64_t i = 0; i < n_spike; ++i) {
+                        set_score(pick(rng), 3.0 + 27.0 * double(i + 1) / double(n_spike));
+                        set_score(pick(rng), -120.0);
+                    }
+
+                    const int64_t split = std::uniform_int_distribution<int64_t>(0, n)(rng);
+                    const kv_view v = kv.view(n_buf);
+                    const size_t eb = t == ggml_type::f16 ? 2 : 4;
+                    const auto * k1 = static_cast<const uint8_t *>(v.k) + sz(head_dim) * eb;  // KV head 1
+                    const auto * v1 = static_cast<const uint8_t *>(v.v) + sz(head_dim) * eb;
+                    // The second segment: keys [split, n), as rows + split or rows from k1 + split rows on.
+                    const size_t skip = use_rows ? 0 : sz(split * kv.row_stride) * eb;
+                    const int32_t * r1 = use_rows ? rows.data() : nullptr;
+                    const int32_t * r2 = use_rows ? rows.data() + split : nullptr;
+                    auto run = [&](kernel_mode m, softmax_state & st) {
+                        kernel_mode_set(m);
+                        std::vector<float> acc(sz(head_dim), 0.0f);
+                        attention_head_accumulate(q.data(), t, k1, v1, r1, split, kv.row_stride, head_dim, scale,
+                                                  acc.data(), st);
+                        attention_head_accumulate(q.data(), t, k1 + skip, v1 + skip, r2, n - split, kv.row_stride,
+                                                  head_dim, scale, acc.data(), st);
+                        attention_head_finish(acc.data(), st, head_dim, acc.data());
+                        return acc;
+                    };
+                    softmax_state ss, sa;
+                    const std::vector<float> os = run(kernel_mode::scalar, ss);
+                    const std::vector<float> oa = run(kernel_mode::avx2, sa);
+                    expect_close(oa, os, std::vector<double>(sz(head_dim), 1e-5), what + " avx2 vs scalar");
+                    // m and l: l is relative to m (a sum of e^(s - m)), so l·e^m is compared. Scores of
+                    // 30 carry rounding errors near 1e-5 (f32 dots summed in another order), which
+                    // move l by as much relative: 1e-4 leaves room.
+                    EXPECT_NEAR(sa.m, ss.m, 1e-5 * (1.0 + std::fabs(ss.m)));
+                    EXPECT_NEAR(sa.l * std::exp(double(sa.m) - double(ss.m)), ss.l, 1e-4 * ss.l);
+                }
+            }
         }
     }
 }

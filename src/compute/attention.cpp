@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace hill {
 
@@ -87,14 +88,21 @@ void attention_head_accumulate(const float * q, ggml_type kv_type, const void * 
                                softmax_state & st) {
     HILL_ASSERT(head_dim > 0 && n >= 0);
     const head_kernels kern = select_kernels(kv_type);
+    if (kernel_mode_get() == kernel_mode::avx2 && head_dim % 8 == 0) {  // the fused kernel, same online softmax
+        avx2::attention_head_accumulate(q, kv_type, static_cast<const uint8_t *>(k), static_cast<const uint8_t *>(v),
+                                        rows, n, size_t(row_stride) * kern.elem_bytes, head_dim, scale, acc, st.m,
+                                        st.l);
+        return;
+    }
     const size_t stride_bytes = size_t(row_stride) * kern.elem_bytes;
     const auto * kb = static_cast<const uint8_t *>(k);
     const auto * vb = static_cast<const uint8_t *>(v);
     auto row = [rows](int64_t j) { return size_t(rows != nullptr ? int64_t(rows[j]) : j); };
 
-    // Online softmax over chunks of keys: scores of a chunk, then one rescale of the accumulator
-    // if the running max m grew, then p·V. l: running Σ exp(s - m), in double because it sums up
-    // to n_kv terms.
+    // The reference (and the AVX2 path of head dims the fused kernel does not take): online
+    // softmax over chunks of keys: scores of a chunk, then one rescale of the accumulator if the
+    // running max m grew, then p·V. l: running Σ exp(s - m), in double because it sums up to n_kv
+    // terms.
     constexpr int64_t chunk = 32;
     float sc[chunk];
     float m = st.m;
@@ -160,13 +168,16 @@ void attention_decode(const attention_shape & s, const float * q, const kv_view 
     });
 }
 
-void attention_prefill(const attention_shape & s, const float * q, int64_t n_tok, int64_t p0, const kv_view & kv,
-                       float * out, thread_pool & pool) {
+void attention_prefill_accumulate(const attention_shape & s, const float * q, int64_t n_tok, const kv_view & kv,
+                                  const int32_t * rows, int64_t causal_p0, float * acc, softmax_state * st,
+                                  thread_pool & pool) {
     check_shape(s, kv);
-    HILL_ASSERT(n_tok >= 0 && p0 >= 0 && kv.n_kv >= p0 + n_tok);
-    if (n_tok == 0) return;
+    HILL_ASSERT(n_tok >= 0);
+    if (n_tok == 0 || kv.n_kv == 0) return;
+    const int group = s.n_head / s.n_head_kv;
+    const size_t eb = kv.type == ggml_type::f16 ? 2 : 4;
     // Work items (query token, head), taken in chunks from a shared counter, latest tokens (the
-    // longest rows of the causal triangle) first, so that threads finish together.
+    // longest rows of a causal triangle) first, so that threads finish together.
     const int64_t n_items = n_tok * s.n_head;
     const int64_t chunk = std::clamp<int64_t>(n_items / (8 * int64_t(pool.n_threads())), 1, s.n_head);
     const int64_t qo_stride = int64_t(s.n_head) * s.head_dim;
@@ -179,10 +190,28 @@ void attention_prefill(const attention_shape & s, const float * q, int64_t n_tok
             for (int64_t i = i0; i < i1; ++i) {
                 const int64_t t = n_tok - 1 - i / s.n_head;
                 const int h = int(i % s.n_head);
-                attend_one(s, q + t * qo_stride, kv, p0 + t + 1, h, out + t * qo_stride);
+                const int64_t n = std::clamp<int64_t>(causal_p0 + t + 1, 0, kv.n_kv);
+                const size_t head_off = size_t(h / group) * size_t(s.head_dim) * eb;
+                attention_head_accumulate(q + t * qo_stride + int64_t(h) * s.head_dim, kv.type,
+                                          static_cast<const uint8_t *>(kv.k) + head_off,
+                                          static_cast<const uint8_t *>(kv.v) + head_off, rows, n, kv.row_stride,
+                                          s.head_dim, s.scale, acc + t * qo_stride + int64_t(h) * s.head_dim,
+                                          st[t * s.n_head + h]);
             }
         }
     });
+}
+
+void attention_prefill(const attention_shape & s, const float * q, int64_t n_tok, int64_t p0, const kv_view & kv,
+                       float * out, thread_pool & pool) {
+    HILL_ASSERT(n_tok >= 0 && p0 >= 0 && kv.n_kv >= p0 + n_tok);
+    std::vector<softmax_state> st(size_t(n_tok * s.n_head));
+    const int64_t n_out = n_tok * s.n_head * s.head_dim;
+    std::fill(out, out + n_out, 0.0f);
+    attention_prefill_accumulate(s, q, n_tok, kv, nullptr, p0, out, st.data(), pool);
+    for (int64_t i = 0; i < n_tok * s.n_head; ++i) {
+        attention_head_finish(out + i * s.head_dim, st[size_t(i)], s.head_dim, out + i * s.head_dim);
+    }
 }
 
 }  // namespace hill

@@ -69,12 +69,30 @@ void attention_head_finish(const float * acc, const softmax_state & st, int head
 void attention_decode_accumulate(const attention_shape & s, const float * q, const kv_view & kv, const int32_t * rows,
                                  float * acc, softmax_state * st, thread_pool & pool);
 
+// causal_p0 argument of attention_prefill_accumulate: every query token sees every key.
+inline constexpr int64_t no_causal_mask = INT64_MAX / 4;
+
+// attention_head_accumulate for every (query token, head) of a prompt chunk q f32
+// [n_tok, n_head, head_dim] over the tokens of kv (rows as above; nullptr = rows 0..n_kv-1):
+// acc f32 [n_tok, n_head, head_dim], st [n_tok, n_head]. Query token t sees keys j with
+// j <= causal_p0 + t (clamped to [0, n_kv)): causal_p0 = p0 for a chunk at positions p0.. over its
+// prompt's own KV (key j at position j); no_causal_mask for KV of earlier positions (a segment of
+// the tiered store). Keys [j0, j1) of the prompt's KV passed on their own take causal_p0 - j0,
+// which may be negative (the chunk's first queries see none of them). Work items (token, head)
+// are taken dynamically across the pool, longest first.
+void attention_prefill_accumulate(const attention_shape & s, const float * q, int64_t n_tok, const kv_view & kv,
+                                  const int32_t * rows, int64_t causal_p0, float * acc, softmax_state * st,
+                                  thread_pool & pool);
+
 // One query head against tokens [0, n) of its KV head, on the current thread, with the active
 // kernel_mode: out[head_dim] = softmax(q·k_j·scale) · v_j. k, v point at the KV head's first
-// element; consecutive tokens are `row_stride` elements apart. Keys are scored in chunks of 32
-// (scores on the stack); out itself is the running accumulator, rescaled when the running max
-// grows, so no memory beyond out is used. n == 0 gives out = 0. Scores, exps and the accumulator
-// are f32 (the running sum of exps is f64); f16 K/V are widened on the fly, never accumulated in f16.
+// element; consecutive tokens are `row_stride` elements apart. Keys are scored in chunks (scores
+// on the stack): 32 in the scalar reference, 64 in the AVX2 kernel of head_dim % 8 == 0, which
+// fuses scores, a polynomial e^x (relative error < 1e-7) and p·V (kernels_avx2.h); out itself is
+// the running accumulator, rescaled when the running max grows, so no memory beyond out is used.
+// n == 0 gives out = 0. Scores, exps and the accumulator are f32 (the running sum of exps is f64;
+// the AVX2 kernel sums a chunk's exps in f32, then adds them to it); f16 K/V are widened on the
+// fly, never accumulated in f16.
 void attention_head(const float * q, ggml_type kv_type, const void * k, const void * v, int64_t n, int64_t row_stride,
                     int head_dim, float scale, float * out);
 

@@ -35,4 +35,19 @@ float sum_squares(const float * x, int64_t n);
 void fp16_to_fp32_row(const uint16_t * src, float * dst, int64_t n);
 void fp32_to_fp16_row(const float * src, uint16_t * dst, int64_t n);
 
+// One query head's online softmax over n more keys, fused: attention_head_accumulate of
+// attention.h for head_dim % 8 == 0 and kv_type f32 or f16, with the running state (m, l) of its
+// softmax_state. k, v: the KV head's first element; key j is row rows[j] (rows == nullptr: row j),
+// rows row_bytes apart. Keys go in chunks of 64: scores, the chunk max, one rescale of acc if the
+// running max grew, p = e^(s - m) by exp_nonpositive_row's polynomial, the chunk's Σp summed in
+// f32 and added to l in double, then acc += Σ p·V. Scores, exps and acc in f32; f16 K/V widened
+// on the fly. K/V rows of a cache line or more are prefetched 64 keys ahead.
+void attention_head_accumulate(const float * q, ggml_type kv_type, const uint8_t * k, const uint8_t * v,
+                               const int32_t * rows, int64_t n, size_t row_bytes, int head_dim, float scale,
+                               float * acc, float & m, double & l);
+
+// y[i] = e^x[i] for x[i] <= 0 (0 below -87.3365, where e^x is under FLT_MIN), relative error at
+// most 8.4e-8: the exponential of the attention kernel, row by row for its test.
+void exp_nonpositive_row(const float * x, float * y, int64_t n);
+
 }  // namespace hill::avx2
