@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -92,6 +93,30 @@ TEST(kv_store, placement_moves_and_segments) {
         EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), size_t(n_ctx));
     }
     EXPECT_GT(s.stats().cold_read_bytes, 0u);
+    // A gather: exactly the chosen tokens with their rows, reading only the pages that hold them
+    // (tokens 10..20 share the first group of 128 cold slots; 800 and 950 lie in two others).
+    // Keys only: no V is read.
+    const std::vector<int32_t> chosen = {0, 3, 10, 11, 20, 500, 800, 950, 999};
+    for (kv_part part : {kv_part::k_and_v, kv_part::k}) {
+        std::vector<int32_t> got;
+        const uint64_t read0 = s.stats().cold_read_bytes;
+        s.for_each_segment_of(1, chosen, [&](const kv_view & view, const int32_t * rows, const int32_t * tokens) {
+            ASSERT_EQ(view.v == nullptr, part == kv_part::k);
+            for (int64_t j = 0; j < view.n_kv; ++j) {
+                const auto * kp = static_cast<const float *>(view.k) + int64_t(rows[j]) * view.row_stride;
+                ASSERT_EQ(std::vector<float>(kp, kp + 24), mk.k(tokens[j])) << tokens[j];
+                if (view.v != nullptr) {
+                    const auto * vp = static_cast<const float *>(view.v) + int64_t(rows[j]) * view.row_stride;
+                    ASSERT_EQ(std::vector<float>(vp, vp + 24), mk.v(tokens[j])) << tokens[j];
+                }
+                got.push_back(tokens[j]);
+            }
+        }, part);
+        std::sort(got.begin(), got.end());
+        EXPECT_EQ(got, chosen);
+        const uint64_t pages = s.stats().cold_read_bytes - read0;
+        EXPECT_EQ(pages, (part == kv_part::k ? 1u : 2u) * 3u * layout.page_bytes());
+    }
     // Export: every layer's rows in token order.
     std::vector<float> ek(size_t(n_ctx) * 24), ev(ek.size());
     for (int il = 0; il < 2; ++il) {
@@ -139,22 +164,28 @@ TEST_P(tiered_session, logits_equal_all_in_ram) {
     session ram(*m, session_params{n_ctx, type, 64}, pool);
     session tiered(*m, session_params{.n_ctx = n_ctx, .kv_type = type, .n_batch = 64,
                                       .kv_host_budget = per_token * 80, .kv_dir = dir.file("kv")}, pool);
-    auto compare = [&](const char * what) {
+    // A prompt prefilled in two parts: the second part's chunks attend to the first part in the tiers.
+    session continued(*m, session_params{.n_ctx = n_ctx, .kv_type = type, .n_batch = 64,
+                                         .kv_host_budget = per_token * 80, .kv_dir = dir.file("kv2")}, pool);
+    auto compare = [&](const session & s, const char * what) {
         double max_ref = 0.0, max_err = 0.0;
         for (int32_t i = 0; i < m->hp().n_vocab; ++i) {
             max_ref = std::max(max_ref, std::abs(double(ram.logits()[i])));
-            max_err = std::max(max_err, std::abs(double(tiered.logits()[i]) - double(ram.logits()[i])));
+            max_err = std::max(max_err, std::abs(double(s.logits()[i]) - double(ram.logits()[i])));
         }
         EXPECT_LE(max_err / max_ref, type == ggml_type::f32 ? 1e-5 : 1e-3) << what;
     };
     ram.eval(prompt);
     tiered.eval(prompt);
-    compare("prefill");
+    compare(tiered, "prefill");
+    continued.eval(std::span<const int32_t>(prompt).first(150));
+    continued.eval(std::span<const int32_t>(prompt).subspan(150));
+    compare(continued, "prefill continued over the tiers");
     for (int step = 0; step < 40; ++step) {
         const int32_t tok = 1 + (step * 17) % 299;
         ram.eval(std::span<const int32_t>(&tok, 1));
         tiered.eval(std::span<const int32_t>(&tok, 1));
-        compare("decode");
+        compare(tiered, "decode");
     }
     for (int il = 0; il < m->hp().n_layer; ++il) {
         EXPECT_GE(tiered.kv().n_cold(il) * 4, tiered.kv().n_tokens(il) * 3) << "at least 75% cold";

@@ -223,10 +223,8 @@ void kv_store::read_token(int il, int64_t t, void * k_out, void * v_out) {
     std::memcpy(v_out, vb + size_t(i) * rb, rb);
 }
 
-void kv_store::for_each_segment(int il, const segment_fn & fn) {
+void kv_store::for_each_segment(int il, const segment_fn & fn, kv_part part) {
     layer_state & L = layers_[size_t(il)];
-    const int64_t stride = layout_.n_embd_kv;
-    // Hot tokens, in place.
     rows_.clear();
     tokens_.clear();
     for (int64_t s = 0; s < L.hot_hwm; ++s) {
@@ -235,43 +233,81 @@ void kv_store::for_each_segment(int il, const segment_fn & fn) {
             tokens_.push_back(int32_t(L.hot_token[size_t(s)]));
         }
     }
-    if (!rows_.empty()) {
-        fn(kv_view{layout_.type, L.hot_k.get(), L.hot_v.get(), int64_t(rows_.size()), stride}, rows_.data(),
-           tokens_.data());
+    cold_slots_.clear();
+    for (size_t s = 0; s < L.cold_token.size(); ++s) {
+        if (L.cold_token[s] >= 0) cold_slots_.push_back(uint32_t(s));
     }
-    if (L.n_cold == 0) return;
-    // Cold tokens: written groups in batches, then the open group.
+    visit(il, part, fn);
+}
+
+void kv_store::for_each_segment_of(int il, std::span<const int32_t> tokens, const segment_fn & fn, kv_part part) {
+    layer_state & L = layers_[size_t(il)];
+    rows_.clear();
+    tokens_.clear();
+    cold_slots_.clear();
+    for (const int32_t t : tokens) {
+        HILL_ASSERT(t >= 0 && t < L.n_tokens);
+        const token_loc loc = L.map[size_t(t)];
+        if (loc.tier == kv_tier::hot) {
+            rows_.push_back(int32_t(loc.slot));
+            tokens_.push_back(t);
+        } else {
+            cold_slots_.push_back(loc.slot);
+        }
+    }
+    std::sort(cold_slots_.begin(), cold_slots_.end());
+    visit(il, part, fn);
+}
+
+void kv_store::visit(int il, kv_part part, const segment_fn & fn) {
+    layer_state & L = layers_[size_t(il)];
+    const int64_t stride = layout_.n_embd_kv;
+    const bool with_v = part == kv_part::k_and_v;
+    // Hot tokens (rows_, tokens_ as the caller collected them), in place.
+    if (!rows_.empty()) {
+        fn(kv_view{layout_.type, L.hot_k.get(), with_v ? L.hot_v.get() : nullptr, int64_t(rows_.size()), stride},
+           rows_.data(), tokens_.data());
+    }
+    // Cold tokens (cold_slots_, ascending): the written groups that hold any of them, read in batches
+    // of at most batch_groups_ groups, then the open group from RAM.
     const int64_t pt = layout_.page_tokens();
     const auto n_groups = int64_t(L.groups.size());
-    auto live_rows = [&](int64_t g0, int64_t g1) {
+    size_t i = 0;
+    while (i < cold_slots_.size() && int64_t(cold_slots_[i]) / pt < n_groups) {
+        reads_.clear();
         rows_.clear();
         tokens_.clear();
-        for (int64_t s = g0 * pt; s < std::min(g1 * pt, int64_t(L.cold_token.size())); ++s) {
-            if (L.cold_token[size_t(s)] >= 0) {
-                rows_.push_back(int32_t(s - g0 * pt));
-                tokens_.push_back(int32_t(L.cold_token[size_t(s)]));
+        int64_t n_batch = 0, last = -1;
+        for (; i < cold_slots_.size(); ++i) {
+            const int64_t g = int64_t(cold_slots_[i]) / pt;
+            if (g >= n_groups) break;
+            if (g != last) {
+                if (n_batch == batch_groups_) break;
+                reads_.push_back({L.groups[size_t(g)].first, staging_k_.data() + size_t(n_batch) * layout_.page_bytes()});
+                if (with_v) {
+                    reads_.push_back({L.groups[size_t(g)].second, staging_v_.data() + size_t(n_batch) * layout_.page_bytes()});
+                }
+                last = g;
+                ++n_batch;
             }
-        }
-    };
-    for (int64_t g0 = 0; g0 < n_groups; g0 += batch_groups_) {
-        const int64_t g1 = std::min(n_groups, g0 + batch_groups_);
-        live_rows(g0, g1);
-        if (rows_.empty()) continue;  // every token of these groups moved away: nothing to read
-        reads_.clear();
-        for (int64_t g = g0; g < g1; ++g) {
-            reads_.push_back({L.groups[size_t(g)].first, staging_k_.data() + size_t(g - g0) * layout_.page_bytes()});
-            reads_.push_back({L.groups[size_t(g)].second, staging_v_.data() + size_t(g - g0) * layout_.page_bytes()});
+            rows_.push_back(int32_t((n_batch - 1) * pt + int64_t(cold_slots_[i]) % pt));
+            tokens_.push_back(int32_t(L.cold_token[cold_slots_[i]]));
         }
         results_.resize(reads_.size());
         if (cold_->read_pages(reads_, results_) != 0) fail_pages(*cold_, results_, "reading KV pages");
         stats_.cold_read_bytes += uint64_t(reads_.size()) * layout_.page_bytes();
-        fn(kv_view{layout_.type, staging_k_.data(), staging_v_.data(), int64_t(rows_.size()), stride}, rows_.data(),
-           tokens_.data());
+        fn(kv_view{layout_.type, staging_k_.data(), with_v ? staging_v_.data() : nullptr, int64_t(rows_.size()), stride},
+           rows_.data(), tokens_.data());
     }
-    live_rows(n_groups, n_groups + 1);
+    rows_.clear();
+    tokens_.clear();
+    for (; i < cold_slots_.size(); ++i) {
+        rows_.push_back(int32_t(int64_t(cold_slots_[i]) - n_groups * pt));
+        tokens_.push_back(int32_t(L.cold_token[cold_slots_[i]]));
+    }
     if (!rows_.empty()) {
-        fn(kv_view{layout_.type, L.open_k.data(), L.open_v.data(), int64_t(rows_.size()), stride}, rows_.data(),
-           tokens_.data());
+        fn(kv_view{layout_.type, L.open_k.data(), with_v ? L.open_v.data() : nullptr, int64_t(rows_.size()), stride},
+           rows_.data(), tokens_.data());
     }
 }
 

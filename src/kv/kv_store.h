@@ -7,7 +7,7 @@
 // hot; when a layer's hot slots are full, appending a token demotes the oldest hot non-sink token
 // of that layer to the cold pool. Dense attention reads every token wherever it lives:
 // for_each_segment() hands out the hot tokens in place and the cold tokens page batch by page
-// batch, and attention_decode_accumulate() runs over each segment.
+// batch, and the device tier (kv/device_tier.h) attends to each segment.
 //
 // A token is never seen half moved: its K and V rows are copied to the destination first, and
 // its token-map entry changes after the copy, in the owner thread.
@@ -23,6 +23,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,9 @@ struct page_read;
 struct page_result;
 
 enum class kv_tier : uint8_t { none = 0, hot = 1, cold = 2 };
+
+// What a segment visit reads: K and V rows, or K rows only (scoring).
+enum class kv_part : uint8_t { k_and_v, k };
 
 struct token_loc {
     kv_tier tier = kv_tier::none;
@@ -84,9 +88,17 @@ public:
     // Calls fn(view, rows, tokens) for segments that together cover tokens [0, n_tokens(il)) of
     // layer il once each: view.k/view.v are K/V rows (view.type = layout type, row_stride =
     // n_embd_kv); the segment's j-th token (j < view.n_kv) is token position tokens[j], whose rows
-    // are row rows[j] of the view. The pointers are valid during the call.
+    // are row rows[j] of the view. The hot tokens come first, in place; the cold ones page batch by
+    // page batch (checksums checked). part = k: only K pages are read and view.v is nullptr
+    // (scoring needs no V). The pointers are valid during the call. Errors: cold read failures
+    // (hill::error naming the page).
     using segment_fn = std::function<void(const kv_view & view, const int32_t * rows, const int32_t * tokens)>;
-    void for_each_segment(int il, const segment_fn & fn);
+    void for_each_segment(int il, const segment_fn & fn, kv_part part = kv_part::k_and_v);
+
+    // for_each_segment over the given tokens of layer il only (each < n_tokens(il), no repeats):
+    // a gather. Cold pages that hold none of them are not read.
+    void for_each_segment_of(int il, std::span<const int32_t> tokens, const segment_fn & fn,
+                             kv_part part = kv_part::k_and_v);
 
     // Rows of token t of layer il copied into k_out, v_out (row_bytes() each).
     void read_token(int il, int64_t t, void * k_out, void * v_out);
@@ -113,6 +125,8 @@ private:
     uint32_t take_hot_slot(layer_state & L);
     uint32_t put_cold(int il, int64_t t, const uint8_t * k, const uint8_t * v);
     void flush_open_group(int il);
+    // Hands out the hot rows in rows_/tokens_ and the cold slots in cold_slots_ (ascending), as segments.
+    void visit(int il, kv_part part, const segment_fn & fn);
 
     kv_layout layout_;
     kv_store_params params_;
@@ -127,6 +141,7 @@ private:
     aligned_buffer token_k_, token_v_;  // one K and one V page for read_token
     std::vector<int32_t> rows_;         // index list scratch for segments
     std::vector<int32_t> tokens_;       // token positions of rows_
+    std::vector<uint32_t> cold_slots_;  // cold slots of a visit, ascending
     std::vector<page_read> reads_;      // cold read batch scratch
     std::vector<page_result> results_;
 };

@@ -5,6 +5,7 @@ pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 
 hill_add_library(hill_kv
   kv/cold_pool.cpp
+  kv/device_tier.cpp
   kv/io_queue.cpp
   kv/kv_store.cpp
 )
