@@ -686,8 +686,8 @@ TEST(attention, prefill_equals_decode_per_token) {
         if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
         kernel_mode_set(m);
         for (ggml_type t : {ggml_type::f32, ggml_type::f16}) {
-            for (int64_t p0 : {0, 5, 40}) {
-                for (int64_t n_tok : {1, 7, 19}) {
+            for (int64_t p0 : {0, 5, 40, 1100}) {  // 1100: keys in several blocks of 512
+                for (int64_t n_tok : {1, 7, 19, 40}) {  // 40: several tiles of 16
                     const std::string what = std::string(ggml_type_name(t)) +
                                              (m == kernel_mode::avx2 ? " avx2" : " scalar") + " p0 " +
                                              std::to_string(p0) + " n_tok " + std::to_string(n_tok);

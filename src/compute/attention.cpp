@@ -176,27 +176,42 @@ void attention_prefill_accumulate(const attention_shape & s, const float * q, in
     if (n_tok == 0 || kv.n_kv == 0) return;
     const int group = s.n_head / s.n_head_kv;
     const size_t eb = kv.type == ggml_type::f16 ? 2 : 4;
-    // Work items (query token, head), taken in chunks from a shared counter, latest tokens (the
-    // longest rows of a causal triangle) first, so that threads finish together.
-    const int64_t n_items = n_tok * s.n_head;
-    const int64_t chunk = std::clamp<int64_t>(n_items / (8 * int64_t(pool.n_threads())), 1, s.n_head);
     const int64_t qo_stride = int64_t(s.n_head) * s.head_dim;
+    // Work items: a tile of up to tile_tokens query tokens × one KV head. An item walks the keys in
+    // blocks of key_block, and every query row of the tile (its tokens × the KV head's query heads)
+    // continues its online softmax over a block before the next block: the block's K and V are read
+    // from memory once per tile instead of once per (token, head). key_block is a multiple of the
+    // kernels' chunk sizes (64 AVX2, 32 scalar), so the chunks — and the result — are those of one
+    // call over all the keys (row t still equals attention_decode bit for bit). Items are taken
+    // from a shared counter, latest tiles (the longest rows of a causal triangle) first.
+    constexpr int64_t tile_tokens = 16, key_block = 512;
+    const int64_t n_tiles = (n_tok + tile_tokens - 1) / tile_tokens;
+    const int64_t n_items = n_tiles * s.n_head_kv;
     std::atomic<int64_t> next{0};
     pool.run([&](int, int) {
         for (;;) {
-            const int64_t i0 = next.fetch_add(chunk, std::memory_order_relaxed);
-            if (i0 >= n_items) break;
-            const int64_t i1 = std::min(i0 + chunk, n_items);
-            for (int64_t i = i0; i < i1; ++i) {
-                const int64_t t = n_tok - 1 - i / s.n_head;
-                const int h = int(i % s.n_head);
-                const int64_t n = std::clamp<int64_t>(causal_p0 + t + 1, 0, kv.n_kv);
-                const size_t head_off = size_t(h / group) * size_t(s.head_dim) * eb;
-                attention_head_accumulate(q + t * qo_stride + int64_t(h) * s.head_dim, kv.type,
-                                          static_cast<const uint8_t *>(kv.k) + head_off,
-                                          static_cast<const uint8_t *>(kv.v) + head_off, rows, n, kv.row_stride,
-                                          s.head_dim, s.scale, acc + t * qo_stride + int64_t(h) * s.head_dim,
-                                          st[t * s.n_head + h]);
+            const int64_t i = next.fetch_add(1, std::memory_order_relaxed);
+            if (i >= n_items) break;
+            const int64_t tile = n_tiles - 1 - i / s.n_head_kv;
+            const int g = int(i % s.n_head_kv);
+            const int64_t t0 = tile * tile_tokens, t1 = std::min(t0 + tile_tokens, n_tok);
+            const int64_t n_max = std::clamp<int64_t>(causal_p0 + t1, 0, kv.n_kv);  // keys the tile's last token sees
+            const size_t head_off = size_t(g) * size_t(s.head_dim) * eb;
+            const auto * kb = static_cast<const uint8_t *>(kv.k) + head_off;
+            const auto * vb = static_cast<const uint8_t *>(kv.v) + head_off;
+            const size_t block_bytes = size_t(key_block * kv.row_stride) * eb;
+            for (int64_t j0 = 0; j0 < n_max; j0 += key_block) {
+                const size_t off = rows != nullptr ? 0 : size_t(j0 / key_block) * block_bytes;
+                for (int64_t t = t0; t < t1; ++t) {
+                    const int64_t n = std::clamp<int64_t>(causal_p0 + t + 1 - j0, 0, std::min(key_block, kv.n_kv - j0));
+                    if (n == 0) continue;
+                    for (int h = g * group; h < (g + 1) * group; ++h) {
+                        attention_head_accumulate(q + t * qo_stride + int64_t(h) * s.head_dim, kv.type, kb + off, vb + off,
+                                                  rows != nullptr ? rows + j0 : nullptr, n, kv.row_stride, s.head_dim,
+                                                  s.scale, acc + t * qo_stride + int64_t(h) * s.head_dim,
+                                                  st[t * s.n_head + h]);
+                    }
+                }
             }
         }
     });

@@ -78,8 +78,11 @@ inline constexpr int64_t no_causal_mask = INT64_MAX / 4;
 // j <= causal_p0 + t (clamped to [0, n_kv)): causal_p0 = p0 for a chunk at positions p0.. over its
 // prompt's own KV (key j at position j); no_causal_mask for KV of earlier positions (a segment of
 // the tiered store). Keys [j0, j1) of the prompt's KV passed on their own take causal_p0 - j0,
-// which may be negative (the chunk's first queries see none of them). Work items (token, head)
-// are taken dynamically across the pool, longest first.
+// which may be negative (the chunk's first queries see none of them). Work items (a tile of 16
+// query tokens, one KV head) are taken dynamically across the pool, longest first; each walks the
+// keys in blocks of 512 that all its query rows consume before the next block (K/V read once per
+// tile), with the same kernel chunks as one pass, so the result is that of attention_head_accumulate
+// per (token, head) bit for bit.
 void attention_prefill_accumulate(const attention_shape & s, const float * q, int64_t n_tok, const kv_view & kv,
                                   const int32_t * rows, int64_t causal_p0, float * acc, softmax_state * st,
                                   thread_pool & pool);
