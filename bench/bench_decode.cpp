@@ -5,6 +5,7 @@
 //                [--reps 3] [--json FILE]
 // Without -m it writes a random model large enough to leave the caches (~0.5-1 GB) to a temp
 // file. Reports the median and min/max over the repetitions.
+#include "bench_dram.h"
 #include "bench_stats.h"
 #include "core/error.h"
 #include "core/sys_info.h"
@@ -18,11 +19,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <immintrin.h>
-
 #include <algorithm>
-#include <cstdlib>
-#include <numeric>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -32,54 +29,10 @@ namespace {
 
 using namespace hill;
 
+using bench::dram_read_gbps;
+using bench::read_gbps;
 using bench::stat3;
 using bench::summarize;
-
-// Sums n 64-bit words with AVX2 loads and four independent accumulators: the fastest plain read
-// of memory this machine does, so it is the yardstick the decode weight stream is measured against.
-__attribute__((target("avx2"))) uint64_t read_sum_avx2(const uint64_t * p, size_t n) {
-    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        a0 = _mm256_add_epi64(a0, _mm256_load_si256(reinterpret_cast<const __m256i *>(p + i)));
-        a1 = _mm256_add_epi64(a1, _mm256_load_si256(reinterpret_cast<const __m256i *>(p + i + 4)));
-        a2 = _mm256_add_epi64(a2, _mm256_load_si256(reinterpret_cast<const __m256i *>(p + i + 8)));
-        a3 = _mm256_add_epi64(a3, _mm256_load_si256(reinterpret_cast<const __m256i *>(p + i + 12)));
-    }
-    alignas(32) uint64_t lanes[4];
-    _mm256_store_si256(reinterpret_cast<__m256i *>(lanes), _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3)));
-    uint64_t s = lanes[0] + lanes[1] + lanes[2] + lanes[3];
-    for (; i < n; ++i) s += p[i];
-    return s;
-}
-
-// Read bandwidth over n 64-bit words at p (32-byte aligned): every pool thread sums its share; the
-// best of `reps` runs, in GB/s.
-double read_gbps(thread_pool & pool, const uint64_t * p, size_t n, int reps) {
-    std::vector<uint64_t> sink(size_t(pool.n_threads()));
-    double best = 0.0;
-    for (int r = 0; r < reps; ++r) {
-        const int64_t t0 = time_us();
-        pool.run([&](int ith, int nth) {
-            const size_t i0 = n * size_t(ith) / size_t(nth) / 4 * 4, i1 = ith + 1 == nth ? n : n * size_t(ith + 1) / size_t(nth) / 4 * 4;
-            sink[size_t(ith)] = cpu_has_avx2() ? read_sum_avx2(p + i0, i1 - i0) : std::accumulate(p + i0, p + i1, uint64_t(0));
-        });
-        best = std::max(best, double(n * 8) / (double(time_us() - t0) * 1e3));
-    }
-    return best;
-}
-
-// DRAM read bandwidth over a fresh 1 GiB buffer, far beyond the caches.
-double dram_read_gbps(thread_pool & pool, size_t bytes, int reps) {
-    const size_t n = bytes / sizeof(uint64_t);
-    auto * buf = static_cast<uint64_t *>(std::aligned_alloc(64, n * sizeof(uint64_t)));
-    pool.parallel_for(int64_t(n), [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) buf[i] = uint64_t(i);
-    });
-    const double gbps = read_gbps(pool, buf, n, reps);
-    std::free(buf);
-    return gbps;
-}
 
 // Read bandwidth over the model's own weight pages (the mapped file): on a VM the host may place
 // memory on nodes of different speed, so the yardstick also reads exactly the bytes decode reads.

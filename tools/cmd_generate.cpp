@@ -25,6 +25,7 @@ struct generate_opts {
     prompt_opts prompt;
     thread_opts threads;
     kv_opts kv;
+    policy_opts policy;
     int32_t n_predict = 128;
     int32_t n_ctx = 0;
     std::string cache_type = "f16";
@@ -64,6 +65,7 @@ int run_generate(const generate_opts & o) {
     sp.seed = o.seed >= 0 ? uint64_t(o.seed) : std::random_device{}();
     validate(sp);
     const int n_threads = o.threads.resolve();
+    const policy_params pol = o.policy.resolve();
     const std::string prompt = o.prompt.read();
     if (o.prompt_cache_opt->count() > 0 && o.prompt_cache.empty()) fail_usage("--prompt-cache needs a file name");
     if (o.prompt_cache_fallback && o.prompt_cache.empty()) fail_usage("--prompt-cache-fallback needs --prompt-cache FILE");
@@ -90,7 +92,7 @@ int run_generate(const generate_opts & o) {
     thread_pool pool(n_threads);
     session s(*m,
               session_params{.n_ctx = n_ctx, .kv_type = *kv_type, .kv_host_budget = o.kv.budget_bytes(),
-                             .kv_dir = o.kv.resolved_dir()},
+                             .kv_dir = o.kv.resolved_dir(), .policy = pol},
               pool);
     sampler smp(sp, hp.n_vocab);
     for (int32_t id : prompt_ids) smp.accept(id);
@@ -176,6 +178,7 @@ int run_generate(const generate_opts & o) {
             {"decode_tokens_per_s", n_decode > 0 ? nlohmann::json(decode_tps) : nlohmann::json(nullptr)},
             {"peak_rss_bytes", rss}, {"kv_hot_slots_per_layer", kv.hot_capacity()}, {"kv_cold_share", cold_share},
             {"kv_cold_read_bytes", kv.stats().cold_read_bytes}, {"kv_cold_write_bytes", kv.stats().cold_write_bytes},
+            {"policy", policy_json(s.policy(), pol)},
         };
         fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     }
@@ -185,6 +188,7 @@ int run_generate(const generate_opts & o) {
                n_cached > 0 ? fmt::format(" ({} from the prompt cache)", n_cached) : std::string(), prefill_tps, out_ids.size(), stop,
                n_decode > 0 ? fmt::format("{:.1f} tokens/s", decode_tps) : std::string("n/a (no decode step)"),
                format_bytes(rss), n_threads, sp.seed);
+    fmt::print(stderr, "{}", policy_summary(s.policy(), pol));
     if (n_cold > 0) {
         fmt::print(stderr, "KV cache: {:.0f}% in the cold pool ({} hot slots per layer); {} read from and {} written to "
                    "the cold pool\n", 100.0 * cold_share, kv.hot_capacity(), format_bytes(kv.stats().cold_read_bytes),
@@ -202,6 +206,7 @@ command_fn add_generate(CLI::App & app) {
     o->prompt.add(*sub);
     o->threads.add(*sub);
     o->kv.add(*sub);
+    o->policy.add(*sub);
     sub->add_option("-n,--n-predict", o->n_predict, "tokens to generate (stops earlier at EOS)")->capture_default_str();
     sub->add_option("-c,--ctx-size", o->n_ctx, "context size in tokens (default: the model's trained context)");
     sub->add_option("--cache-type", o->cache_type, "KV cache element type: f16 or f32")->capture_default_str();

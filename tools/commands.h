@@ -15,5 +15,6 @@ command_fn add_generate(CLI::App & app);
 command_fn add_info(CLI::App & app);
 command_fn add_tokenize(CLI::App & app);
 command_fn add_make_model(CLI::App & app);
+command_fn add_perplexity(CLI::App & app);
 
 }  // namespace hill::cli

@@ -3,6 +3,8 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 
+#include <fmt/format.h>
+
 #include <cctype>
 #include <csignal>
 #include <cstdlib>
@@ -113,6 +115,121 @@ std::string kv_opts::resolved_dir() const {
     if (const char * x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') return std::string(x) + "/hillinfer/kv";
     if (const char * h = std::getenv("HOME"); h != nullptr && *h != '\0') return std::string(h) + "/.cache/hillinfer/kv";
     return "/var/tmp/hillinfer-kv";
+}
+
+void policy_opts::add(CLI::App & app) {
+    const score_params d;
+    key_precision = std::string(name(d.key));
+    query_precision = std::string(name(d.query));
+    select = std::string(name(d.granularity));
+    aggregate = std::string(name(d.aggregate));
+    app.add_option("--policy", policy, "decode attention: full (dense), hillinfer (top-alpha by score), streaming "
+                   "(sinks + window)")->capture_default_str();
+    app.add_option("--alpha", p.alpha, "hillinfer: share of the cached tokens attended besides sinks and window, in "
+                   "(0, 1]")->capture_default_str();
+    app.add_option("--sinks", p.n_sinks, "first tokens always attended and kept in the hot pool")->capture_default_str();
+    app.add_option("--window", p.n_window, "last tokens always attended (hillinfer, streaming)")->capture_default_str();
+    app.add_option("--score-precision", key_precision, "hillinfer: keys cast to fp16, int8 or int4 for scoring")
+        ->capture_default_str();
+    app.add_option("--query-precision", query_precision, "hillinfer: query in fp32 or int8 for scoring")
+        ->capture_default_str();
+    app.add_option("--select", select, "hillinfer: one token set per layer, or per kv_head")->capture_default_str();
+    app.add_option("--aggregate", aggregate, "hillinfer: sum or max of the query heads' scores")->capture_default_str();
+    app.add_flag("--diag", p.diag, "measure attention recall and selection overlap per layer (slower)");
+}
+
+policy_params policy_opts::resolve() const {
+    policy_params r = p;
+    r.kind = parse_policy(policy);
+    r.score.key = parse_score_precision(key_precision);
+    r.score.query = parse_query_precision(query_precision);
+    r.score.granularity = parse_select_granularity(select);
+    r.score.aggregate = parse_score_aggregate(aggregate);
+    validate(r);
+    return r;
+}
+
+namespace {
+
+struct policy_totals {
+    uint64_t steps = 0, context = 0, attended = 0, attended_hot = 0, n_overlap = 0;
+    double recall = 0.0, overlap = 0.0;
+};
+
+policy_totals totals(const attention_policy & pol) {
+    policy_totals t;
+    for (const policy_layer_stats & L : pol.stats().layers) {
+        t.steps += L.n_steps;
+        t.context += L.n_context;
+        t.attended += L.n_attended;
+        t.attended_hot += L.n_attended_hot;
+        t.recall += L.recall_sum;
+        t.overlap += L.overlap_sum;
+        t.n_overlap += L.n_overlap;
+    }
+    return t;
+}
+
+double ratio(double a, double b) { return b > 0.0 ? a / b : 0.0; }
+
+std::string describe(const policy_params & p) {
+    switch (p.kind) {
+        case policy_kind::full: return "full";
+        case policy_kind::streaming: return fmt::format("streaming (sinks {}, window {})", p.n_sinks, p.n_window);
+        case policy_kind::hillinfer:
+            return fmt::format("hillinfer (alpha {}, sinks {}, window {}, scores {} keys / {} query, {} of heads, "
+                               "per {})", p.alpha, p.n_sinks, p.n_window, name(p.score.key), name(p.score.query),
+                               name(p.score.aggregate), name(p.score.granularity));
+    }
+    return "?";
+}
+
+}  // namespace
+
+std::string policy_summary(const attention_policy & pol, const policy_params & p) {
+    const policy_totals t = totals(pol);
+    const policy_stats & st = pol.stats();
+    std::string out = fmt::format("policy: {}", describe(p));
+    if (t.steps == 0) return out + "\n";
+    out += fmt::format("; attended {:.1f}% of the cached tokens, {:.1f}% of them hot; time: score {:.2f} s, select "
+                       "{:.2f} s, gather+attend {:.2f} s\n", 100.0 * ratio(double(t.attended), double(t.context)),
+                       100.0 * ratio(double(t.attended_hot), double(t.attended)), double(st.t_score_us) / 1e6,
+                       double(st.t_select_us) / 1e6, double(st.t_attend_us) / 1e6);
+    if (p.diag) {
+        out += fmt::format("diag: attention recall {:.4f}, overlap between steps {:.4f} (mean over layers and steps)\n",
+                           ratio(t.recall, double(t.steps)), ratio(t.overlap, double(t.n_overlap)));
+        for (size_t il = 0; il < st.layers.size(); ++il) {
+            const policy_layer_stats & L = st.layers[il];
+            out += fmt::format("  layer {:2}: recall {:.4f}, overlap {:.4f}\n", il, ratio(L.recall_sum, double(L.n_steps)),
+                               ratio(L.overlap_sum, double(L.n_overlap)));
+        }
+    }
+    return out;
+}
+
+nlohmann::json policy_json(const attention_policy & pol, const policy_params & p) {
+    const policy_totals t = totals(pol);
+    const policy_stats & st = pol.stats();
+    nlohmann::json j = {
+        {"policy", std::string(name(p.kind))}, {"alpha", p.alpha}, {"sinks", p.n_sinks}, {"window", p.n_window},
+        {"score_precision", std::string(name(p.score.key))}, {"query_precision", std::string(name(p.score.query))},
+        {"aggregate", std::string(name(p.score.aggregate))}, {"select", std::string(name(p.score.granularity))},
+        {"attended_share", ratio(double(t.attended), double(t.context))},
+        {"attended_hot_share", ratio(double(t.attended_hot), double(t.attended))},
+        {"score_s", double(st.t_score_us) / 1e6}, {"select_s", double(st.t_select_us) / 1e6},
+        {"attend_s", double(st.t_attend_us) / 1e6},
+    };
+    if (p.diag) {
+        j["recall"] = ratio(t.recall, double(t.steps));
+        j["overlap"] = ratio(t.overlap, double(t.n_overlap));
+        nlohmann::json layers = nlohmann::json::array();
+        for (const policy_layer_stats & L : st.layers) {
+            layers.push_back({{"recall", ratio(L.recall_sum, double(L.n_steps))},
+                              {"overlap", ratio(L.overlap_sum, double(L.n_overlap))}});
+        }
+        j["layers"] = layers;
+    }
+    return j;
 }
 
 void thread_opts::add(CLI::App & app) {

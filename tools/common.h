@@ -3,8 +3,10 @@
 
 #include "core/thread_pool.h"
 #include "model/model.h"
+#include "policy/attention_policy.h"
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <memory>
 #include <string>
@@ -49,6 +51,21 @@ struct kv_opts {
     uint64_t budget_bytes() const;      // default: a quarter of physical memory
     std::string resolved_dir() const;   // default: $XDG_CACHE_HOME/hillinfer/kv or ~/.cache/hillinfer/kv
 };
+
+// --policy full|hillinfer|streaming --alpha A --sinks S --window W --score-precision P
+// --query-precision P --select G --aggregate A --diag
+struct policy_opts {
+    std::string policy = "full";
+    policy_params p;
+    std::string key_precision, query_precision, select, aggregate;  // defaults: score_params{}
+    void add(CLI::App & app);
+    policy_params resolve() const;  // parses and validates (exit_code::usage on bad values)
+};
+
+// The policy's run summary: lines for stderr, and the same as JSON (attended share, hot share of the
+// attended tokens, time per stage; with --diag attention recall and selection overlap per layer).
+std::string policy_summary(const attention_policy & pol, const policy_params & p);
+nlohmann::json policy_json(const attention_policy & pol, const policy_params & p);
 
 // SIGINT / SIGTERM: the first one sets a flag that long work polls, so that it stops cleanly
 // (destructors remove the cold-pool files, the summary is printed); a second one kills the process.

@@ -19,7 +19,7 @@ kv_store_params store_params(const model & m, const session_params & p) {
         fail_usage("KV cache type must be f16 or f32, got {}", ggml_type_name(p.kv_type));
     }
     const uint64_t all = m.hp().kv_bytes_per_token(p.kv_type) * uint64_t(p.n_ctx);
-    return kv_store_params{p.n_ctx, p.kv_host_budget == 0 ? all : p.kv_host_budget, p.n_sinks, p.kv_dir, p.io_faults};
+    return kv_store_params{p.n_ctx, p.kv_host_budget == 0 ? all : p.kv_host_budget, p.policy.n_sinks, p.kv_dir, p.io_faults};
 }
 
 // Rows of f32 values into the KV element type.
@@ -37,7 +37,9 @@ session::session(const hill::model & m, const session_params & p, thread_pool & 
     : model_(m),
       params_(p),
       pool_(pool),
-      kv_(kv_layout{m.hp().n_layer, m.hp().n_embd_kv(), p.kv_type}, store_params(m, p)) {
+      kv_(kv_layout{m.hp().n_layer, m.hp().n_embd_kv(), p.kv_type}, store_params(m, p)),
+      device_(make_cpu_device_tier(pool, p.n_batch, m.hp().n_embd_q(), m.hp().n_head)),
+      policy_(make_policy(p.policy, attn_shape(), m.hp().n_layer, p.n_ctx, pool)) {
     const hparams & hp = m.hp();
     HILL_ASSERT(p.n_batch > 0);
     const size_t nb = size_t(p.n_batch);
@@ -50,8 +52,12 @@ session::session(const hill::model & m, const session_params & p, thread_pool & 
     gate_.resize(nb * size_t(hp.n_ff));
     up_.resize(nb * size_t(hp.n_ff));
     kv_row_.resize(2 * kv_.layout().row_bytes());
-    st_.resize(size_t(hp.n_head));
     logits_.resize(size_t(hp.n_vocab));
+}
+
+attention_shape session::attn_shape() const {
+    const hparams & hp = model_.hp();
+    return attention_shape{hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f / std::sqrt(float(hp.head_dim))};
 }
 
 void session::adopt_kv(int64_t n) {
@@ -81,21 +87,10 @@ void session::eval(std::span<const int32_t> tokens, bool logits_all,
     if (logits_all) logits_.resize(size_t(n) * size_t(n_vocab));
     const int64_t n_past0 = n_past_;
     try {
-        if (n > 1 && n_past_ == 0) {
+        if (n > 1) {
             prefill(tokens.data(), n, logits_all, progress);
         } else {
-            // One token at a time: decoding, and prompts that continue a sequence (their causal
-            // attention also covers the tokens already in the tiers).
-            for (int64_t i = 0; i < n; ++i) {
-                decode(tokens[size_t(i)]);
-                if (logits_all && i + 1 < n) {
-                    std::copy(logits_.begin(), logits_.begin() + n_vocab, logits_.begin() + (i + 1) * n_vocab);
-                }
-            }
-            if (logits_all && n > 1) {
-                // decode() wrote each token's logits to row 0; rows were copied one step late.
-                std::rotate(logits_.begin(), logits_.begin() + n_vocab, logits_.begin() + n * n_vocab);
-            }
+            decode(tokens[0]);
         }
     } catch (...) {
         kv_.truncate(n_past0);  // a failed step leaves the cache as it was
@@ -152,26 +147,34 @@ void session::prefill(const int32_t * tokens, int64_t n, bool logits_all,
     const int64_t n_embd = hp.n_embd, n_kv = hp.n_embd_kv();
     const ggml_type type = params_.kv_type;
     const size_t rb = kv_.layout().row_bytes();
-    // The prompt's residual stream, f32 [n, n_embd], and one layer's K and V, kv_type [n, n_embd_kv].
+    const int64_t p0 = n_past_;
+    // The prompt's residual stream, f32 [n, n_embd], and one layer's K and V of the prompt,
+    // kv_type [n, n_embd_kv].
     std::vector<float> x(size_t(n) * size_t(n_embd));
     std::vector<uint8_t> layer_k(size_t(n) * rb), layer_v(size_t(n) * rb);
     for (int64_t t = 0; t < n; ++t) {
         const weight_view & e = model_.token_embd();
         dequantize_row(e.type, e.row(tokens[t]), x.data() + t * n_embd, n_embd);
     }
-    const attention_shape shape{hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f / std::sqrt(float(hp.head_dim))};
+    const attention_shape shape = attn_shape();
     for (int il = 0; il < hp.n_layer; ++il) {
         const layer_weights & l = model_.layers()[size_t(il)];
         for (int64_t c0 = 0; c0 < n; c0 += params_.n_batch) {
             const int64_t nc = std::min<int64_t>(params_.n_batch, n - c0);
             float * xc = x.data() + c0 * n_embd;
-            qkv(l, xc, nc, c0);
+            qkv(l, xc, nc, p0 + c0);
             for (int64_t t = 0; t < nc; ++t) {
                 store_rows(k_.data() + t * n_kv, type, n_kv, layer_k.data() + size_t(c0 + t) * rb);
                 store_rows(v_.data() + t * n_kv, type, n_kv, layer_v.data() + size_t(c0 + t) * rb);
             }
-            attention_prefill(shape, q_.data(), nc, c0, kv_view{type, layer_k.data(), layer_v.data(), c0 + nc, n_kv},
-                              attn_.data(), pool_);
+            // The chunk attends to the tokens already in the tiers (a continued sequence), then
+            // causally to the prompt's own KV.
+            device_->begin(shape, q_.data(), nc);
+            kv_.for_each_segment(il, [&](const kv_view & view, const int32_t * rows, const int32_t *) {
+                device_->attend(view, rows);
+            });
+            device_->attend(kv_view{type, layer_k.data(), layer_v.data(), c0 + nc, n_kv}, nullptr, c0);
+            device_->end(attn_.data());
             finish_block(l, xc, nc);
             if (progress) progress(int64_t(il) * n + c0 + nc, int64_t(hp.n_layer) * n);
         }
@@ -182,7 +185,7 @@ void session::prefill(const int32_t * tokens, int64_t n, bool logits_all,
     } else {
         output(x.data() + (n - 1) * n_embd, 1, logits_.data());
     }
-    n_past_ = n;
+    n_past_ = p0 + n;
 }
 
 void session::decode(int32_t token) {
@@ -191,23 +194,13 @@ void session::decode(int32_t token) {
     const size_t rb = kv_.layout().row_bytes();
     const weight_view & e = model_.token_embd();
     dequantize_row(e.type, e.row(token), x_.data(), hp.n_embd);
-    const attention_shape shape{hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f / std::sqrt(float(hp.head_dim))};
     for (int il = 0; il < hp.n_layer; ++il) {
         const layer_weights & l = model_.layers()[size_t(il)];
         qkv(l, x_.data(), 1, n_past_);
         store_rows(k_.data(), params_.kv_type, n_kv, kv_row_.data());
         store_rows(v_.data(), params_.kv_type, n_kv, kv_row_.data() + rb);
         kv_.append(il, 1, kv_row_.data(), kv_row_.data() + rb);
-        // Dense attention over every token of the layer, segment by segment across the tiers.
-        std::fill(attn_.begin(), attn_.begin() + hp.n_embd_q(), 0.0f);
-        std::fill(st_.begin(), st_.end(), softmax_state{});
-        kv_.for_each_segment(il, [&](const kv_view & view, const int32_t * rows, const int32_t *) {
-            attention_decode_accumulate(shape, q_.data(), view, rows, attn_.data(), st_.data(), pool_);
-        });
-        for (int h = 0; h < hp.n_head; ++h) {
-            attention_head_finish(attn_.data() + h * hp.head_dim, st_[size_t(h)], hp.head_dim,
-                                  attn_.data() + h * hp.head_dim);
-        }
+        policy_->attend(il, q_.data(), kv_, *device_, attn_.data());
         finish_block(l, x_.data(), 1);
     }
     output(x_.data(), 1, logits_.data());

@@ -4,18 +4,22 @@
 // SwiGLU FFN -> residual; Touvron et al. 2023).
 //
 // Prefill is layer-major (DESIGN.md §3): every prompt token goes through layer il (in chunks of
-// n_batch tokens, causal attention over the layer's KV so far, held in RAM for this layer only),
-// then layer il's KV is appended to the store, before layer il+1 starts. Peak memory: weights +
-// host budget + one layer's KV of the prompt + the residual stream of the prompt + one chunk's
-// activations, whatever the number of layers.
+// n_batch tokens), then layer il's KV is appended to the store, before layer il+1 starts. A chunk
+// attends to the tokens already in the tiers (a prompt that continues a sequence, e.g. after a
+// prompt cache was loaded) and causally to the prompt's own KV of this layer, held in RAM for this
+// layer only. Peak memory: weights + host budget + one layer's KV of the prompt + the residual
+// stream of the prompt + one chunk's activations, whatever the number of layers.
 //
-// Decode attends densely to every cached token wherever it lives (policy `full`: the hot tokens
-// in place, the cold ones page batch by page batch), one online softmax over all segments.
+// Decode attends as the policy chooses (policy/attention_policy.h; `full`: densely to every
+// cached token wherever it lives, the hot tokens in place, the cold ones page batch by page batch).
+// Attention runs in the device tier (kv/device_tier.h), one online softmax over all segments.
 #pragma once
 
 #include "core/thread_pool.h"
+#include "kv/device_tier.h"
 #include "kv/kv_store.h"
 #include "model/model.h"
+#include "policy/attention_policy.h"
 
 #include <cstdint>
 #include <functional>
@@ -32,7 +36,7 @@ struct session_params {
     int32_t n_batch = 256;              // prompt tokens per forward chunk (activation memory)
     uint64_t kv_host_budget = 0;        // hot pool bytes (all layers); 0: the whole context in RAM
     std::string kv_dir;                 // cold pool directory (needed when the budget is below the context)
-    int32_t n_sinks = 4;                // first tokens that always stay hot
+    policy_params policy;               // decode attention policy; its n_sinks also stay hot in the store
     io_fault_hook io_faults;            // tests: injected cold-pool I/O results
 };
 
@@ -56,6 +60,8 @@ public:
     const kv_store & kv() const { return kv_; }
     kv_store & kv() { return kv_; }
     const hill::model & model() const { return model_; }
+    const attention_policy & policy() const { return *policy_; }
+    const device_tier & device() const { return *device_; }
     // After tokens [0, n) were appended to every layer of kv() from outside (a prompt cache):
     // the session continues at position n. Asserts the store holds exactly n tokens per layer.
     void adopt_kv(int64_t n);
@@ -71,11 +77,14 @@ private:
     void qkv(const layer_weights & l, const float * x, int64_t n, int64_t p0);
     // x[n, n_embd] += attention output projection of attn_ (n tokens), then the FFN block.
     void finish_block(const layer_weights & l, float * x, int64_t n);
+    attention_shape attn_shape() const;
 
     const hill::model & model_;
     session_params params_;
     thread_pool & pool_;
     kv_store kv_;
+    std::unique_ptr<device_tier> device_;  // where attention runs (CPU build: in place over host memory)
+    std::unique_ptr<attention_policy> policy_;  // which tokens a decode step attends to
     int64_t n_past_ = 0;
 
     // Activations for up to n_batch tokens.
@@ -88,7 +97,6 @@ private:
     std::vector<float> gate_;    // f32 [n_batch, n_ff]
     std::vector<float> up_;      // f32 [n_batch, n_ff]
     std::vector<uint8_t> kv_row_;       // kv_type [2, n_head_kv * head_dim]: the decode token's K and V
-    std::vector<softmax_state> st_;     // [n_head] decode attention state
     std::vector<float> logits_;  // f32 [1 or n, n_vocab]
 };
 

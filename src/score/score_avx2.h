@@ -1,0 +1,39 @@
+// AVX2/FMA/F16C kernels of the host scorer (private to src/score). Defined in score_avx2.cpp, the
+// only file of src/score compiled with -mavx2 -mfma -mf16c; call them only when kernel_mode_get() ==
+// kernel_mode::avx2. Each has a scalar reference in host_scorer.cpp that tests compare it with.
+//
+// Same rule as compute/kernels_avx2.h: score_avx2.cpp calls no inline or template function that other
+// files also use (fp16.h, std:: algorithms), since the linker keeps one copy of such a function and it
+// could be the AVX2-compiled one. Hence plain pointers here, and the file's own helpers.
+//
+// Shapes: q holds n_q query heads of n elements each, outermost first. A key head vector (one token,
+// one KV head) is n elements at a byte pointer: f32, f16 bits or int8, as the kernel's name says.
+#pragma once
+
+#include <cstdint>
+
+namespace hill::score_avx2 {
+
+// A block of n_k keys k[0..n_k) against n_q query heads:
+//   out[t · n_q + h] = Σ_i q[h · n + i] · k[t][i]      (out: [n_k, n_q])
+// q f32 [n_q, n]; keys f32, f16 or int8 values; f32 accumulation. The result of one (t, h) does not
+// depend on n_k or on t's place in the block.
+void dots_f32(const float * q, int n_q, const uint8_t * const * k, int n_k, int n, float * out);
+void dots_f16(const float * q, int n_q, const uint8_t * const * k, int n_k, int n, float * out);
+void dots_i8(const float * q, int n_q, const uint8_t * const * k, int n_k, int n, float * out);
+
+// The same with q int8 [n_q, n] and int8 keys, all values in [-127, 127] (the kernel relies on it:
+// |k|·q pairs fit int16). Exact int32 accumulation.
+void dots_i8_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out);
+
+// max_i |x[i]| over x[n] (f32 or f16 bits): +inf if some element is infinite and none NaN, NaN if
+// some element is NaN, else the exact maximum.
+float amax_f32(const uint8_t * x, int n);
+float amax_f16(const uint8_t * x, int n);
+
+// out[i] = x[i] · inv rounded to the nearest integer, ties to even (the current rounding mode, as
+// std::lrint); the caller guarantees the results fit int8.
+void quantize_f32(const uint8_t * x, int n, float inv, int8_t * out);
+void quantize_f16(const uint8_t * x, int n, float inv, int8_t * out);
+
+}  // namespace hill::score_avx2

@@ -1,0 +1,43 @@
+// The token selector (DESIGN.md §3 step 3): from one score per token, the tokens a decode step attends
+// to: the first S tokens (sinks), the last W tokens (recent window), and the ⌈α·N⌉ highest-scoring
+// tokens among the others (HillInfer paper, §4 "System Workflow": "the CPU aggregates these scores
+// globally, identifies the most critical tokens").
+//
+// Order of the scores: higher first; equal scores: lower token index first (so all-equal scores select
+// the lowest indices); NaN ranks below every number, -inf included, and NaNs among themselves by index;
+// -0 equals +0. Complexity O(N): std::nth_element on (score, index) keys of a total order, then one pass
+// in index order; no sort.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace hill {
+
+// ⌈α·n⌉ for α in (0, 1] and n >= 0 (asserted): how many tokens the retention ratio α keeps of n.
+// α·n is lowered by a relative 1e-12 before rounding up, so that the binary rounding of a decimal α
+// does not add a token (0.7 · 10 is 7.000000000000001 in binary floating point: 7, not 8).
+int64_t n_top_for(double alpha, int64_t n);
+
+class token_selector {
+public:
+    // n_max: the longest context expected; select() does not allocate up to n_max tokens (beyond, its
+    // scratch grows once).
+    explicit token_selector(int64_t n_max = 0);
+
+    // out = the selected token indices in [0, n), ascending, without repeats:
+    //   sinks   [0, min(n_sinks, n)),
+    //   window  [max(0, n - n_window), n),
+    //   and the min(n_top, n_mid) best-ranked of the n_mid tokens between them (the middle).
+    // n_top counts the middle only (pass n_top_for(α, N)), so |out| = |sinks ∪ window| + min(n_top, n_mid);
+    // sinks and window may overlap or exceed n. scores: f32 [n] (read for the middle only; may be null
+    // when nothing is ranked). out is cleared first; its capacity is reused.
+    // Asserts: n in [0, 2^31), n_top, n_sinks, n_window >= 0.
+    void select(const float * scores, int64_t n, int64_t n_top, int64_t n_sinks, int64_t n_window,
+                std::vector<int32_t> & out);
+
+private:
+    std::vector<uint64_t> keys_;  // u64 [n_mid]: rank keys of the middle tokens (see selector.cpp)
+};
+
+}  // namespace hill

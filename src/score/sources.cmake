@@ -1,0 +1,11 @@
+# Importance scoring and token selection (DESIGN.md §3 steps 2-3): the host scorer and the selector.
+hill_add_library(hill_score
+  score/attention_recall.cpp
+  score/host_scorer.cpp
+  score/score_avx2.cpp
+  score/score_config.cpp
+  score/selector.cpp
+)
+# Only this file is compiled for AVX2/FMA/F16C; it runs only when cpu_has_avx2() says so.
+set_source_files_properties(score/score_avx2.cpp PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
+target_link_libraries(hill_score PUBLIC hill_compute hill_core)
