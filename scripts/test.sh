@@ -21,7 +21,7 @@ cmake --build --preset asan -j "$jobs"
 ctest --test-dir build/asan -L unit --no-tests=error --output-on-failure -j "$jobs"
 
 cmake --preset tsan -DHILL_WERROR=ON > /dev/null
-tsan_tests=(test_core test_kernels test_session test_io_queue test_cold_pool test_kv_store)
+tsan_tests=(test_core test_kernels test_session test_io_queue test_cold_pool test_kv_store test_score test_policy)
 cmake --build --preset tsan -j "$jobs" --target "${tsan_tests[@]}"
 for t in "${tsan_tests[@]}"; do build/tsan/tests/$t --gtest_brief=1; done
 

@@ -86,12 +86,45 @@ TEST_F(cli, bad_values_exit_2) {
     const std::string g = "generate -m " + model() + " -p hi ";
     for (const std::string & a : {g + "-n -1", g + "--top-p 2", g + "-t 0", g + "-t -1", g + "--temp -1",
                                   g + "--cache-type q9", g + "--seed -2", g + "--bogus-flag", std::string("generate -p hi"),
+                                  g + "--policy h2o", g + "--policy hillinfer --alpha 0", g + "--alpha 1.5",
+                                  g + "--sinks -1", g + "--window -3", g + "--score-precision int2",
+                                  g + "--select token", g + "--aggregate mean", g + "--query-precision int4",
                                   std::string("frobnicate"), "make-model bigram -o " + dir->file("b.gguf") + " --type q8_0",
                                   "make-model random -o " + dir->path.string()}) {
         const result r = run(a);
         EXPECT_EQ(r.code, 2) << a << "\n" << r.out;
         EXPECT_NE(r.out.find("error"), std::string::npos) << a << "\n" << r.out;
     }
+}
+
+TEST_F(cli, policy_summary_and_diag) {
+    const result r = run("generate -m " + model() + " -p 'hello world' -n 20 --temp 0 --policy hillinfer --alpha 0.1 "
+                         "--sinks 2 --window 4 --diag");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("policy: hillinfer (alpha 0.1, sinks 2, window 4"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("diag: attention recall"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("layer  1: recall"), std::string::npos) << r.out;
+    const result j = run("generate -m " + model() + " -p hi -n 4 --temp 0 --policy streaming --json");
+    EXPECT_EQ(j.code, 0) << j.out;
+    EXPECT_NE(j.out.find("\"policy\":{"), std::string::npos) << j.out;
+    EXPECT_NE(j.out.find("\"policy\":\"streaming\""), std::string::npos) << j.out;
+}
+
+TEST_F(cli, perplexity_prints_the_value_and_token_count) {
+    std::ofstream(dir->file("text.txt")) << "the quick brown fox jumps over the lazy dog. " << std::string(600, 'a');
+    const std::string base = "perplexity -m " + model() + " -f " + dir->file("text.txt") + " -c 32 --chunks 3";
+    const result r = run(base);
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("perplexity: "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(" over 93 tokens"), std::string::npos) << r.out;  // 3 windows of 31 predicted tokens
+    const result j = run(base + " --policy hillinfer --json", " 2>/dev/null");
+    EXPECT_EQ(j.code, 0) << j.out;
+    EXPECT_NE(j.out.find("\"tokens\":93"), std::string::npos) << j.out;
+    EXPECT_NE(j.out.find("\"perplexity\":"), std::string::npos) << j.out;
+    // A window longer than the text is a usage error.
+    const result w = run("perplexity -m " + model() + " -p 'too short' -c 64");
+    EXPECT_EQ(w.code, 2) << w.out;
+    EXPECT_NE(w.out.find("fewer than one window"), std::string::npos) << w.out;
 }
 
 TEST_F(cli, missing_file_and_directory_exit_2) {

@@ -28,7 +28,6 @@ struct generate_opts {
     policy_opts policy;
     int32_t n_predict = 128;
     int32_t n_ctx = 0;
-    std::string cache_type = "f16";
     std::string prompt_cache;
     CLI::Option * prompt_cache_opt = nullptr;
     bool prompt_cache_fallback = false;
@@ -56,10 +55,7 @@ struct prefill_progress {
 int run_generate(const generate_opts & o) {
     if (o.n_predict < 0) fail_usage("-n must be >= 0, got {}", o.n_predict);
     if (o.n_ctx < 0) fail_usage("-c must be >= 0 (0: the model's trained context), got {}", o.n_ctx);
-    const auto kv_type = ggml_type_from_name(o.cache_type);
-    if (!kv_type || (*kv_type != ggml_type::f16 && *kv_type != ggml_type::f32)) {
-        fail_usage("--cache-type must be f16 or f32, got '{}'", o.cache_type);
-    }
+    o.kv.type();  // a bad --cache-type fails before the model is loaded
     if (o.seed < -1) fail_usage("--seed must be >= 0 (or -1: random), got {}", o.seed);
     sampler_params sp = o.sp;
     sp.seed = o.seed >= 0 ? uint64_t(o.seed) : std::random_device{}();
@@ -90,10 +86,7 @@ int run_generate(const generate_opts & o) {
     }
 
     thread_pool pool(n_threads);
-    session s(*m,
-              session_params{.n_ctx = n_ctx, .kv_type = *kv_type, .kv_host_budget = o.kv.budget_bytes(),
-                             .kv_dir = o.kv.resolved_dir(), .policy = pol},
-              pool);
+    session s(*m, o.kv.session(n_ctx, pol), pool);
     sampler smp(sp, hp.n_vocab);
     for (int32_t id : prompt_ids) smp.accept(id);
 
@@ -209,7 +202,6 @@ command_fn add_generate(CLI::App & app) {
     o->policy.add(*sub);
     sub->add_option("-n,--n-predict", o->n_predict, "tokens to generate (stops earlier at EOS)")->capture_default_str();
     sub->add_option("-c,--ctx-size", o->n_ctx, "context size in tokens (default: the model's trained context)");
-    sub->add_option("--cache-type", o->cache_type, "KV cache element type: f16 or f32")->capture_default_str();
     sub->add_option("--temp", o->sp.temperature, "temperature; 0: greedy")->capture_default_str();
     sub->add_option("--top-k", o->sp.top_k, "keep the k most likely tokens; 0: off")->capture_default_str();
     sub->add_option("--top-p", o->sp.top_p, "nucleus sampling mass in (0, 1]; 1: off")->capture_default_str();

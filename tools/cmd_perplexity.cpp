@@ -23,17 +23,13 @@ struct perplexity_opts {
     policy_opts policy;
     int32_t n_ctx = 0;
     int32_t n_chunks = 0;
-    std::string cache_type = "f16";
     bool json = false;
 };
 
 int run_perplexity(const perplexity_opts & o) {
     if (o.n_ctx < 0) fail_usage("-c must be >= 0 (0: the model's trained context), got {}", o.n_ctx);
     if (o.n_chunks < 0) fail_usage("--chunks must be >= 0 (0: all), got {}", o.n_chunks);
-    const auto kv_type = ggml_type_from_name(o.cache_type);
-    if (!kv_type || (*kv_type != ggml_type::f16 && *kv_type != ggml_type::f32)) {
-        fail_usage("--cache-type must be f16 or f32, got '{}'", o.cache_type);
-    }
+    o.kv.type();  // a bad --cache-type fails before the model is loaded
     const int n_threads = o.threads.resolve();
     const policy_params pol = o.policy.resolve();
     const std::string text = o.text.read();
@@ -45,10 +41,7 @@ int run_perplexity(const perplexity_opts & o) {
     if (bos < 0) fail_input("model '{}' has no BOS token to start the windows with", m->path());
     const std::vector<int32_t> ids = tok.encode(text, false);
     thread_pool pool(n_threads);
-    session s(*m,
-              session_params{.n_ctx = n_ctx, .kv_type = *kv_type, .kv_host_budget = o.kv.budget_bytes(),
-                             .kv_dir = o.kv.resolved_dir(), .policy = pol},
-              pool);
+    session s(*m, o.kv.session(n_ctx, pol), pool);
     const int64_t per_window = n_ctx - 1;
     const int64_t n_windows = std::min<int64_t>(int64_t(ids.size()) / per_window, o.n_chunks > 0 ? o.n_chunks : INT64_MAX);
     if (!o.json) {
@@ -96,7 +89,6 @@ command_fn add_perplexity(CLI::App & app) {
     sub->add_option("-c,--ctx-size", o->n_ctx, "window size in tokens, BOS included (default: the model's trained "
                     "context)");
     sub->add_option("--chunks", o->n_chunks, "score at most this many windows; 0: all")->capture_default_str();
-    sub->add_option("--cache-type", o->cache_type, "KV cache element type: f16 or f32")->capture_default_str();
     sub->add_flag("--json", o->json, "write one JSON object to stdout");
     return [o]() { return run_perplexity(*o); };
 }

@@ -96,9 +96,21 @@ uint64_t parse_bytes(const std::string & text, const char * flag) {
 }
 
 void kv_opts::add(CLI::App & app) {
+    app.add_option("--cache-type", cache_type, "KV cache element type: f16 or f32")->capture_default_str();
     budget_opt = app.add_option("--kv-host-budget", host_budget,
                    "hot KV pool in DRAM, bytes with K/M/G/T suffix (default: a quarter of physical memory)");
     dir_opt = app.add_option("--kv-dir", dir, "cold KV pool directory (default: ~/.cache/hillinfer/kv)");
+}
+
+ggml_type kv_opts::type() const {
+    const auto t = ggml_type_from_name(cache_type);
+    if (!t || (*t != ggml_type::f16 && *t != ggml_type::f32)) fail_usage("--cache-type must be f16 or f32, got '{}'", cache_type);
+    return *t;
+}
+
+session_params kv_opts::session(int32_t n_ctx, const policy_params & p) const {
+    return session_params{.n_ctx = n_ctx, .kv_type = type(), .kv_host_budget = budget_bytes(), .kv_dir = resolved_dir(),
+                          .policy = p};
 }
 
 uint64_t kv_opts::budget_bytes() const {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "core/thread_pool.h"
+#include "engine/session.h"
 #include "model/model.h"
 #include "policy/attention_policy.h"
 
@@ -41,15 +42,20 @@ struct thread_opts {
 
 std::string read_text_file(const std::string & path, const char * what);
 
-// --kv-host-budget BYTES [--kv-dir DIR]: the hot pool's capacity and the cold pool's directory.
+// --cache-type f16|f32 --kv-host-budget BYTES [--kv-dir DIR]: the KV element type, the hot pool's
+// capacity and the cold pool's directory.
 struct kv_opts {
+    std::string cache_type = "f16";
     std::string host_budget;  // bytes with an optional K/M/G/T suffix (powers of 1024)
     std::string dir;
     CLI::Option * budget_opt = nullptr;
     CLI::Option * dir_opt = nullptr;
     void add(CLI::App & app);
+    ggml_type type() const;             // f16 or f32; anything else is a usage error
     uint64_t budget_bytes() const;      // default: a quarter of physical memory
     std::string resolved_dir() const;   // default: $XDG_CACHE_HOME/hillinfer/kv or ~/.cache/hillinfer/kv
+    // The session's parameters for a context of n_ctx tokens under policy p.
+    session_params session(int32_t n_ctx, const policy_params & p) const;
 };
 
 // --policy full|hillinfer|streaming --alpha A --sinks S --window W --score-precision P
