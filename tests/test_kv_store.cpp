@@ -167,6 +167,9 @@ TEST_P(tiered_session, logits_equal_all_in_ram) {
     // A prompt prefilled in two parts: the second part's chunks attend to the first part in the tiers.
     session continued(*m, session_params{.n_ctx = n_ctx, .kv_type = type, .n_batch = 64,
                                          .kv_host_budget = per_token * 80, .kv_dir = dir.file("kv2")}, pool);
+    // A prompt longer than n_segment: prefilled segment after segment over the tiers.
+    session segmented(*m, session_params{.n_ctx = n_ctx, .kv_type = type, .n_batch = 32, .n_segment = 70,
+                                         .kv_host_budget = per_token * 80, .kv_dir = dir.file("kv3")}, pool);
     auto compare = [&](const session & s, const char * what) {
         double max_ref = 0.0, max_err = 0.0;
         for (int32_t i = 0; i < m->hp().n_vocab; ++i) {
@@ -181,6 +184,8 @@ TEST_P(tiered_session, logits_equal_all_in_ram) {
     continued.eval(std::span<const int32_t>(prompt).first(150));
     continued.eval(std::span<const int32_t>(prompt).subspan(150));
     compare(continued, "prefill continued over the tiers");
+    segmented.eval(prompt);
+    compare(segmented, "prefill in segments");
     for (int step = 0; step < 40; ++step) {
         const int32_t tok = 1 + (step * 17) % 299;
         ram.eval(std::span<const int32_t>(&tok, 1));

@@ -19,9 +19,9 @@ protected:
         m = model::load(dir.file("m.gguf"));
         for (int i = 0; i < 50; ++i) tokens.push_back((i * 37 + 5) % 300);
     }
-    std::vector<float> run(int n_threads, int32_t n_batch, ggml_type kv) {
+    std::vector<float> run(int n_threads, int32_t n_batch, ggml_type kv, int32_t n_segment = 8192) {
         thread_pool pool(n_threads);
-        session s(*m, session_params{128, kv, n_batch}, pool);
+        session s(*m, session_params{128, kv, n_batch, n_segment}, pool);
         s.eval(tokens, true);
         return std::vector<float>(s.logits(), s.logits() + tokens.size() * 300);
     }
@@ -37,6 +37,14 @@ TEST_F(session_test, chunked_prefill_matches_single_batch) {
         ASSERT_EQ(a.size(), b.size());
         for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4f) << i;
     }
+}
+
+// Segments of a long prompt: every token's logits, as one pass gives them.
+TEST_F(session_test, segmented_prefill_matches_one_pass) {
+    const auto a = run(2, 64, ggml_type::f32);
+    const auto b = run(2, 8, ggml_type::f32, 13);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4f) << i;
 }
 
 TEST_F(session_test, thread_counts_agree) {

@@ -41,7 +41,7 @@ session::session(const hill::model & m, const session_params & p, thread_pool & 
       device_(make_cpu_device_tier(pool, p.n_batch, m.hp().n_embd_q(), m.hp().n_head)),
       policy_(make_policy(p.policy, attn_shape(), m.hp().n_layer, p.n_ctx, pool)) {
     const hparams & hp = m.hp();
-    HILL_ASSERT(p.n_batch > 0);
+    HILL_ASSERT(p.n_batch > 0 && p.n_segment > 0);
     const size_t nb = size_t(p.n_batch);
     x_.resize(nb * size_t(hp.n_embd));
     xn_.resize(nb * size_t(hp.n_embd));
@@ -88,7 +88,15 @@ void session::eval(std::span<const int32_t> tokens, bool logits_all,
     const int64_t n_past0 = n_past_;
     try {
         if (n > 1) {
-            prefill(tokens.data(), n, logits_all, progress);
+            // Segments of n_segment tokens; progress counts token-layers of the whole prompt.
+            const int64_t n_layer = model_.hp().n_layer;
+            for (int64_t s0 = 0; s0 < n; s0 += params_.n_segment) {
+                const int64_t ns = std::min<int64_t>(params_.n_segment, n - s0);
+                float * out = logits_.data() + (logits_all ? s0 * n_vocab : 0);
+                prefill(tokens.data() + s0, ns, logits_all, out, [&](int64_t done) {
+                    if (progress) progress(s0 * n_layer + done, n * n_layer);
+                });
+            }
         } else {
             decode(tokens[0]);
         }
@@ -141,8 +149,8 @@ void session::output(const float * x, int64_t n, float * logits_out) {
     }
 }
 
-void session::prefill(const int32_t * tokens, int64_t n, bool logits_all,
-                      const std::function<void(int64_t, int64_t)> & progress) {
+void session::prefill(const int32_t * tokens, int64_t n, bool logits_all, float * logits_out,
+                      const std::function<void(int64_t)> & progress) {
     const hparams & hp = model_.hp();
     const int64_t n_embd = hp.n_embd, n_kv = hp.n_embd_kv();
     const ggml_type type = params_.kv_type;
@@ -176,14 +184,14 @@ void session::prefill(const int32_t * tokens, int64_t n, bool logits_all,
             device_->attend(kv_view{type, layer_k.data(), layer_v.data(), c0 + nc, n_kv}, nullptr, c0);
             device_->end(attn_.data());
             finish_block(l, xc, nc);
-            if (progress) progress(int64_t(il) * n + c0 + nc, int64_t(hp.n_layer) * n);
+            progress(int64_t(il) * n + c0 + nc);
         }
         kv_.append(il, n, layer_k.data(), layer_v.data());
     }
     if (logits_all) {
-        output(x.data(), n, logits_.data());
+        output(x.data(), n, logits_out);
     } else {
-        output(x.data() + (n - 1) * n_embd, 1, logits_.data());
+        output(x.data() + (n - 1) * n_embd, 1, logits_out);
     }
     n_past_ = p0 + n;
 }

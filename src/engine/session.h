@@ -5,10 +5,12 @@
 //
 // Prefill is layer-major (DESIGN.md §3): every prompt token goes through layer il (in chunks of
 // n_batch tokens), then layer il's KV is appended to the store, before layer il+1 starts. A chunk
-// attends to the tokens already in the tiers (a prompt that continues a sequence, e.g. after a
-// prompt cache was loaded) and causally to the prompt's own KV of this layer, held in RAM for this
-// layer only. Peak memory: weights + host budget + one layer's KV of the prompt + the residual
-// stream of the prompt + one chunk's activations, whatever the number of layers.
+// attends to the tokens already in the tiers (earlier segments of a long prompt, a sequence being
+// continued, e.g. after a prompt cache was loaded) and causally to the prompt's own KV of this
+// layer, held in RAM for this layer only. A prompt longer than n_segment tokens is prefilled in
+// segments of n_segment tokens, so peak memory is weights + host budget + one layer's KV of one
+// segment + the segment's residual stream + one chunk's activations, whatever the prompt length and
+// the number of layers (beyond that, only the token map and hit table grow with the context).
 //
 // Decode attends as the policy chooses (policy/attention_policy.h; `full`: densely to every
 // cached token wherever it lives, the hot tokens in place, the cold ones page batch by page batch).
@@ -34,6 +36,9 @@ struct session_params {
     int32_t n_ctx = 0;                  // KV capacity in tokens (> 0)
     ggml_type kv_type = ggml_type::f16; // f16 or f32
     int32_t n_batch = 256;              // prompt tokens per forward chunk (activation memory)
+    int32_t n_segment = 8192;           // prompt tokens per layer-major pass (the prompt's residual stream and one
+                                        // layer's KV of it are held for this many tokens); longer prompts are
+                                        // prefilled segment after segment, each attending to the ones before in the tiers
     uint64_t kv_host_budget = 0;        // hot pool bytes (all layers); 0: the whole context in RAM
     std::string kv_dir;                 // cold pool directory (needed when the budget is below the context)
     policy_params policy;               // decode attention policy; its n_sinks also stay hot in the store
@@ -69,7 +74,10 @@ public:
     void truncate(int64_t n);
 
 private:
-    void prefill(const int32_t * tokens, int64_t n, bool logits_all, const std::function<void(int64_t, int64_t)> & progress);
+    // One layer-major pass over n <= n_segment tokens; logits_out: f32 [n, n_vocab] (logits_all) or
+    // [n_vocab] for the last token; progress(done token-layers of this pass).
+    void prefill(const int32_t * tokens, int64_t n, bool logits_all, float * logits_out,
+                 const std::function<void(int64_t)> & progress);
     void decode(int32_t token);
     // x: f32 [n, n_embd] -> logits_out: f32 [n, n_vocab] (final norm + output matrix).
     void output(const float * x, int64_t n, float * logits_out);
