@@ -143,6 +143,8 @@ TEST(kv_store, budget_errors) {
     // A budget below the sinks plus one token.
     test::temp_dir dir;
     EXPECT_THROW(kv_store(layout, kv_store_params{1000, 2 * 4 * layout.token_layer_bytes(), 4, dir.file("kv")}), error);
+    // A context shorter than the sinks needs only its own tokens.
+    EXPECT_NO_THROW(kv_store(layout, kv_store_params{2, 2 * 2 * layout.token_layer_bytes(), 4, ""}));
 }
 
 // Dense attention over the tiers (75%+ of the KV cold) gives the logits of the all-in-RAM run:

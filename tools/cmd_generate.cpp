@@ -155,13 +155,6 @@ int run_generate(const generate_opts & o) {
     // Decode rate: sampling plus one forward pass per generated token, over the steps that ran one.
     const double decode_tps = n_decode > 0 && t_decode > 0 ? double(n_decode) / (double(t_decode) / 1e6) : 0.0;
     const uint64_t rss = peak_rss_bytes();
-    const kv_store & kv = s.kv();
-    int64_t n_cold = 0, n_tok = 0;
-    for (int il = 0; il < hp.n_layer; ++il) {
-        n_cold += kv.n_cold(il);
-        n_tok += kv.n_tokens(il);
-    }
-    const double cold_share = n_tok > 0 ? double(n_cold) / double(n_tok) : 0.0;
     if (o.json) {
         nlohmann::json j = {
             {"model", m->path()}, {"prompt_tokens", prompt_ids.size()}, {"prompt_cached_tokens", n_cached}, {"generated_tokens", out_ids.size()},
@@ -169,9 +162,7 @@ int run_generate(const generate_opts & o) {
             {"seed", sp.seed}, {"prefill_s", double(t_prefill) / 1e6}, {"prefill_tokens_per_s", prefill_tps},
             {"decode_s", double(t_decode) / 1e6}, {"decode_steps", n_decode},
             {"decode_tokens_per_s", n_decode > 0 ? nlohmann::json(decode_tps) : nlohmann::json(nullptr)},
-            {"peak_rss_bytes", rss}, {"kv_hot_slots_per_layer", kv.hot_capacity()}, {"kv_cold_share", cold_share},
-            {"kv_cold_read_bytes", kv.stats().cold_read_bytes}, {"kv_cold_write_bytes", kv.stats().cold_write_bytes},
-            {"policy", policy_json(s.policy(), pol)},
+            {"peak_rss_bytes", rss}, {"kv", kv_json(s.kv())}, {"policy", policy_json(s.policy(), pol)},
         };
         fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     }
@@ -181,12 +172,7 @@ int run_generate(const generate_opts & o) {
                n_cached > 0 ? fmt::format(" ({} from the prompt cache)", n_cached) : std::string(), prefill_tps, out_ids.size(), stop,
                n_decode > 0 ? fmt::format("{:.1f} tokens/s", decode_tps) : std::string("n/a (no decode step)"),
                format_bytes(rss), n_threads, sp.seed);
-    fmt::print(stderr, "{}", policy_summary(s.policy(), pol));
-    if (n_cold > 0) {
-        fmt::print(stderr, "KV cache: {:.0f}% in the cold pool ({} hot slots per layer); {} read from and {} written to "
-                   "the cold pool\n", 100.0 * cold_share, kv.hot_capacity(), format_bytes(kv.stats().cold_read_bytes),
-                   format_bytes(kv.stats().cold_write_bytes));
-    }
+    fmt::print(stderr, "{}{}", policy_summary(s.policy(), pol), kv_summary(s.kv()));
     return stop == "interrupted" ? int(exit_code::interrupted) : 0;
 }
 
@@ -201,7 +187,7 @@ command_fn add_generate(CLI::App & app) {
     o->kv.add(*sub);
     o->policy.add(*sub);
     sub->add_option("-n,--n-predict", o->n_predict, "tokens to generate (stops earlier at EOS)")->capture_default_str();
-    sub->add_option("-c,--ctx-size", o->n_ctx, "context size in tokens (default: the model's trained context)");
+    sub->add_option("-c,--ctx-size", o->n_ctx, "context size in tokens; 0 (default): the model's trained context");
     sub->add_option("--temp", o->sp.temperature, "temperature; 0: greedy")->capture_default_str();
     sub->add_option("--top-k", o->sp.top_k, "keep the k most likely tokens; 0: off")->capture_default_str();
     sub->add_option("--top-p", o->sp.top_p, "nucleus sampling mass in (0, 1]; 1: off")->capture_default_str();

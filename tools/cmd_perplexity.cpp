@@ -42,37 +42,45 @@ int run_perplexity(const perplexity_opts & o) {
     const std::vector<int32_t> ids = tok.encode(text, false);
     thread_pool pool(n_threads);
     session s(*m, o.kv.session(n_ctx, pol), pool);
-    const int64_t per_window = n_ctx - 1;
+    const int64_t per_window = std::max<int64_t>(n_ctx - 1, 1);
     const int64_t n_windows = std::min<int64_t>(int64_t(ids.size()) / per_window, o.n_chunks > 0 ? o.n_chunks : INT64_MAX);
-    if (!o.json) {
+    if (!o.json && n_windows > 0) {
         fmt::print(stderr, "perplexity: {} tokens of text, {} windows of {} tokens (-c {} with BOS)\n", ids.size(),
                    n_windows, per_window, n_ctx);
     }
     const int64_t t0 = time_us();
-    int64_t last_print = t0;
+    int64_t last_print = t0, last_window = 0;
     std::string stop = "done";
     const perplexity_result r = evaluate_perplexity(s, ids, bos, o.n_chunks, [&](const perplexity_result & p) {
-        const int64_t now = time_us();
-        if (!o.json && (now - last_print > 2'000'000 || p.n_windows == n_windows)) {
-            last_print = now;
-            fmt::print(stderr, "[{}/{}] running perplexity {:.4f}\n", p.n_windows, n_windows, p.perplexity);
+        if (interrupted()) {
+            stop = "interrupted";
+            return false;
         }
-        if (interrupted()) stop = "interrupted";
-        return stop == "done";
+        if (o.json || p.n_windows == last_window) return true;
+        last_window = p.n_windows;
+        const int64_t now = time_us();
+        if (now - last_print > 2'000'000 || p.n_windows == p.n_windows_total) {
+            last_print = now;
+            fmt::print(stderr, "[{}/{}] running perplexity {:.4f}\n", p.n_windows, p.n_windows_total, p.perplexity);
+        }
+        return true;
     });
     const double secs = double(time_us() - t0) / 1e6;
     if (o.json) {
         nlohmann::json j = {
             {"model", m->path()}, {"perplexity", r.perplexity}, {"tokens", r.n_tokens}, {"windows", r.n_windows}, {"n_ctx", n_ctx},
             {"stop", stop}, {"seconds", secs}, {"tokens_per_s", double(r.n_tokens) / std::max(secs, 1e-9)},
-            {"peak_rss_bytes", peak_rss_bytes()}, {"policy", policy_json(s.policy(), pol)},
+            {"peak_rss_bytes", peak_rss_bytes()}, {"kv", kv_json(s.kv())}, {"policy", policy_json(s.policy(), pol)},
         };
         fmt::print("{}\n", j.dump());
     } else {
-        fmt::print("perplexity: {:.4f} over {} tokens\n", r.perplexity, r.n_tokens);
+        fmt::print("perplexity: {:.4f} over {} tokens{}\n", r.perplexity, r.n_tokens,
+                   stop == "done" ? std::string()
+                                  : fmt::format(" (interrupted: {} of {} windows complete)", r.n_windows, r.n_windows_total));
     }
-    fmt::print(stderr, "{} tokens in {:.1f} s ({:.0f} tokens/s), peak RSS {}\n{}", r.n_tokens, secs,
-               double(r.n_tokens) / std::max(secs, 1e-9), format_bytes(peak_rss_bytes()), policy_summary(s.policy(), pol));
+    fmt::print(stderr, "{} tokens in {:.1f} s ({:.0f} tokens/s), peak RSS {}\n{}{}", r.n_tokens, secs,
+               double(r.n_tokens) / std::max(secs, 1e-9), format_bytes(peak_rss_bytes()), policy_summary(s.policy(), pol),
+               kv_summary(s.kv()));
     return stop == "interrupted" ? int(exit_code::interrupted) : 0;
 }
 
@@ -86,8 +94,8 @@ command_fn add_perplexity(CLI::App & app) {
     o->threads.add(*sub);
     o->kv.add(*sub);
     o->policy.add(*sub);
-    sub->add_option("-c,--ctx-size", o->n_ctx, "window size in tokens, BOS included (default: the model's trained "
-                    "context)");
+    sub->add_option("-c,--ctx-size", o->n_ctx, "window size in tokens, BOS included; 0 (default): the model's "
+                    "trained context");
     sub->add_option("--chunks", o->n_chunks, "score at most this many windows; 0: all")->capture_default_str();
     sub->add_flag("--json", o->json, "write one JSON object to stdout");
     return [o]() { return run_perplexity(*o); };

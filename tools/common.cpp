@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "core/sys_info.h"
 
 #include <fmt/format.h>
 
@@ -99,7 +100,8 @@ void kv_opts::add(CLI::App & app) {
     app.add_option("--cache-type", cache_type, "KV cache element type: f16 or f32")->capture_default_str();
     budget_opt = app.add_option("--kv-host-budget", host_budget,
                    "hot KV pool in DRAM, bytes with K/M/G/T suffix (default: a quarter of physical memory)");
-    dir_opt = app.add_option("--kv-dir", dir, "cold KV pool directory (default: ~/.cache/hillinfer/kv)");
+    dir_opt = app.add_option("--kv-dir", dir, "cold KV pool directory (default: $XDG_CACHE_HOME/hillinfer/kv or "
+                             "~/.cache/hillinfer/kv)");
 }
 
 ggml_type kv_opts::type() const {
@@ -207,7 +209,9 @@ std::string policy_summary(const attention_policy & pol, const policy_params & p
                        "{:.2f} s, gather+attend {:.2f} s\n", 100.0 * ratio(double(t.attended), double(t.context)),
                        100.0 * ratio(double(t.attended_hot), double(t.attended)), double(st.t_score_us) / 1e6,
                        double(st.t_select_us) / 1e6, double(st.t_attend_us) / 1e6);
-    if (p.diag) {
+    if (p.diag && p.kind == policy_kind::full) {
+        out += "diag: policy full attends to every token (recall 1)\n";
+    } else if (p.diag) {
         out += fmt::format("diag: attention recall {:.4f}, overlap between steps {:.4f} (mean over layers and steps)\n",
                            ratio(t.recall, double(t.steps)), ratio(t.overlap, double(t.n_overlap)));
         for (size_t il = 0; il < st.layers.size(); ++il) {
@@ -223,15 +227,26 @@ nlohmann::json policy_json(const attention_policy & pol, const policy_params & p
     const policy_totals t = totals(pol);
     const policy_stats & st = pol.stats();
     nlohmann::json j = {
-        {"policy", std::string(name(p.kind))}, {"alpha", p.alpha}, {"sinks", p.n_sinks}, {"window", p.n_window},
-        {"score_precision", std::string(name(p.score.key))}, {"query_precision", std::string(name(p.score.query))},
-        {"aggregate", std::string(name(p.score.aggregate))}, {"select", std::string(name(p.score.granularity))},
+        {"policy", std::string(name(p.kind))},
         {"attended_share", ratio(double(t.attended), double(t.context))},
         {"attended_hot_share", ratio(double(t.attended_hot), double(t.attended))},
-        {"score_s", double(st.t_score_us) / 1e6}, {"select_s", double(st.t_select_us) / 1e6},
         {"attend_s", double(st.t_attend_us) / 1e6},
     };
-    if (p.diag) {
+    if (p.kind != policy_kind::full) {
+        j["sinks"] = p.n_sinks;
+        j["window"] = p.n_window;
+    }
+    if (p.kind == policy_kind::hillinfer) {
+        j["alpha"] = p.alpha;
+        j["score_precision"] = name(p.score.key);
+        j["query_precision"] = name(p.score.query);
+        j["aggregate"] = name(p.score.aggregate);
+        j["select"] = name(p.score.granularity);
+        j["score_s"] = double(st.t_score_us) / 1e6;
+        j["select_s"] = double(st.t_select_us) / 1e6;
+    }
+    if (p.diag && p.kind == policy_kind::full) j["recall"] = 1.0;
+    if (p.diag && p.kind != policy_kind::full) {
         j["recall"] = ratio(t.recall, double(t.steps));
         j["overlap"] = ratio(t.overlap, double(t.n_overlap));
         nlohmann::json layers = nlohmann::json::array();
@@ -242,6 +257,37 @@ nlohmann::json policy_json(const attention_policy & pol, const policy_params & p
         j["layers"] = layers;
     }
     return j;
+}
+
+namespace {
+
+struct kv_totals {
+    int64_t n_tokens = 0, n_cold = 0;
+    double cold_share() const { return n_tokens > 0 ? double(n_cold) / double(n_tokens) : 0.0; }
+};
+
+kv_totals kv_count(const kv_store & kv) {
+    kv_totals t;
+    for (int il = 0; il < kv.layout().n_layer; ++il) {
+        t.n_tokens += kv.n_tokens(il);
+        t.n_cold += kv.n_cold(il);
+    }
+    return t;
+}
+
+}  // namespace
+
+std::string kv_summary(const kv_store & kv) {
+    const kv_totals t = kv_count(kv);
+    if (t.n_cold == 0) return "";
+    return fmt::format("KV cache: {:.0f}% in the cold pool ({} hot slots per layer; the last, unfilled page of each "
+                       "layer stays in RAM); {} read from and {} written to the cold pool\n", 100.0 * t.cold_share(),
+                       kv.hot_capacity(), format_bytes(kv.stats().cold_read_bytes), format_bytes(kv.stats().cold_write_bytes));
+}
+
+nlohmann::json kv_json(const kv_store & kv) {
+    return {{"hot_slots_per_layer", kv.hot_capacity()}, {"cold_share", kv_count(kv).cold_share()},
+            {"cold_read_bytes", kv.stats().cold_read_bytes}, {"cold_write_bytes", kv.stats().cold_write_bytes}};
 }
 
 void thread_opts::add(CLI::App & app) {

@@ -73,6 +73,11 @@ struct policy_opts {
 std::string policy_summary(const attention_policy & pol, const policy_params & p);
 nlohmann::json policy_json(const attention_policy & pol, const policy_params & p);
 
+// The KV store's run summary: a line for stderr (empty when nothing went to the cold pool), and
+// JSON (hot slots per layer, cold share, bytes read from and written to the cold pool).
+std::string kv_summary(const kv_store & kv);
+nlohmann::json kv_json(const kv_store & kv);
+
 // SIGINT / SIGTERM: the first one sets a flag that long work polls, so that it stops cleanly
 // (destructors remove the cold-pool files, the summary is printed); a second one kills the process.
 void install_interrupt_handler();

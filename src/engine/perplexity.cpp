@@ -15,7 +15,7 @@ double token_nll(const float * logits, int32_t n_vocab, int32_t target) {
 }
 
 perplexity_result evaluate_perplexity(session & s, std::span<const int32_t> ids, int32_t bos, int64_t max_windows,
-                                      const std::function<bool(const perplexity_result &)> & after_window) {
+                                      const std::function<bool(const perplexity_result &)> & after_token) {
     const int64_t per_window = int64_t(s.n_ctx()) - 1;
     if (per_window < 1) fail_usage("perplexity needs a context of at least 2 tokens, got {}", s.n_ctx());
     int64_t n_windows = int64_t(ids.size()) / per_window;
@@ -26,6 +26,7 @@ perplexity_result evaluate_perplexity(session & s, std::span<const int32_t> ids,
     }
     const int32_t n_vocab = s.model().hp().n_vocab;
     perplexity_result r;
+    r.n_windows_total = n_windows;
     for (int64_t w = 0; w < n_windows; ++w) {
         s.truncate(0);
         int32_t prev = bos;
@@ -33,13 +34,12 @@ perplexity_result evaluate_perplexity(session & s, std::span<const int32_t> ids,
             s.eval(std::span<const int32_t>(&prev, 1));
             prev = ids[size_t(w * per_window + i)];
             r.sum_nll += token_nll(s.logits(), n_vocab, prev);
+            ++r.n_tokens;
+            r.n_windows = w + (i + 1 == per_window ? 1 : 0);
+            r.perplexity = std::exp(r.sum_nll / double(r.n_tokens));
+            if (after_token && !after_token(r)) return r;
         }
-        r.n_tokens += per_window;
-        r.n_windows = w + 1;
-        r.perplexity = std::exp(r.sum_nll / double(r.n_tokens));
-        if (after_window && !after_window(r)) break;
     }
     return r;
 }
-
 }  // namespace hill

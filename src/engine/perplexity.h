@@ -18,13 +18,15 @@ struct perplexity_result {
     double sum_nll = 0.0;     // Σ −log p, natural log
     int64_t n_tokens = 0;     // predicted tokens
     int64_t n_windows = 0;    // windows scored completely
+    int64_t n_windows_total = 0;  // windows the run was asked for
 };
 
 // Windows of s.n_ctx() tokens (BOS + n_ctx − 1 text tokens) over `ids`, at most max_windows (0: all
-// whole windows). after_window(result so far) is called after each window; returning false stops.
-// Errors: n_ctx < 2, no whole window (exit_code::usage); what session::eval throws.
+// whole windows). after_token(result so far) is called after each predicted token; returning false
+// stops there (the result covers the tokens predicted so far). Errors: n_ctx < 2, no whole window
+// (exit_code::usage); what session::eval throws.
 perplexity_result evaluate_perplexity(session & s, std::span<const int32_t> ids, int32_t bos, int64_t max_windows,
-                                      const std::function<bool(const perplexity_result &)> & after_window = {});
+                                      const std::function<bool(const perplexity_result &)> & after_token = {});
 
 // −log softmax(logits)[target], in double: logits f32 [n_vocab].
 double token_nll(const float * logits, int32_t n_vocab, int32_t target);

@@ -38,17 +38,17 @@ session::session(const hill::model & m, const session_params & p, thread_pool & 
       params_(p),
       pool_(pool),
       kv_(kv_layout{m.hp().n_layer, m.hp().n_embd_kv(), p.kv_type}, store_params(m, p)),
-      device_(make_cpu_device_tier(pool, p.n_batch, m.hp().n_embd_q(), m.hp().n_head)),
+      device_(make_cpu_device_tier(pool, std::min(p.n_segment, p.n_ctx), m.hp().n_embd_q(), m.hp().n_head)),
       policy_(make_policy(p.policy, attn_shape(), m.hp().n_layer, p.n_ctx, pool)) {
     const hparams & hp = m.hp();
     HILL_ASSERT(p.n_batch > 0 && p.n_segment > 0);
     const size_t nb = size_t(p.n_batch);
-    x_.resize(nb * size_t(hp.n_embd));
+    x_.resize(size_t(hp.n_embd));
     xn_.resize(nb * size_t(hp.n_embd));
     q_.resize(nb * size_t(hp.n_embd_q()));
     k_.resize(nb * size_t(hp.n_embd_kv()));
     v_.resize(nb * size_t(hp.n_embd_kv()));
-    attn_.resize(nb * size_t(hp.n_embd_q()));
+    attn_.resize(size_t(hp.n_embd_q()));
     gate_.resize(nb * size_t(hp.n_ff));
     up_.resize(nb * size_t(hp.n_ff));
     kv_row_.resize(2 * kv_.layout().row_bytes());
@@ -122,10 +122,10 @@ void session::qkv(const layer_weights & l, const float * x, int64_t n, int64_t p
     }
 }
 
-void session::finish_block(const layer_weights & l, float * x, int64_t n) {
+void session::finish_block(const layer_weights & l, float * x, int64_t n, const float * attn) {
     const hparams & hp = model_.hp();
     const int64_t n_embd = hp.n_embd;
-    gemm(l.wo, attn_.data(), n, xn_.data(), pool_);
+    gemm(l.wo, attn, n, xn_.data(), pool_);
     add_inplace(x, xn_.data(), n * n_embd);
     for (int64_t t = 0; t < n; ++t) {
         rmsnorm(x + t * n_embd, l.ffn_norm.data(), xn_.data() + t * n_embd, n_embd, hp.rms_eps);
@@ -152,14 +152,15 @@ void session::output(const float * x, int64_t n, float * logits_out) {
 void session::prefill(const int32_t * tokens, int64_t n, bool logits_all, float * logits_out,
                       const std::function<void(int64_t)> & progress) {
     const hparams & hp = model_.hp();
-    const int64_t n_embd = hp.n_embd, n_kv = hp.n_embd_kv();
+    const int64_t n_embd = hp.n_embd, n_kv = hp.n_embd_kv(), n_q = hp.n_embd_q();
     const ggml_type type = params_.kv_type;
     const size_t rb = kv_.layout().row_bytes();
     const int64_t p0 = n_past_;
-    // The prompt's residual stream, f32 [n, n_embd], and one layer's K and V of the prompt,
-    // kv_type [n, n_embd_kv].
+    // The segment's residual stream, f32 [n, n_embd]; one layer's K and V of it, kv_type
+    // [n, n_embd_kv]; its queries and then (in place) their attention outputs, f32 [n, n_embd_q].
     std::vector<float> x(size_t(n) * size_t(n_embd));
     std::vector<uint8_t> layer_k(size_t(n) * rb), layer_v(size_t(n) * rb);
+    std::vector<float> qa(size_t(n) * size_t(n_q));
     for (int64_t t = 0; t < n; ++t) {
         const weight_view & e = model_.token_embd();
         dequantize_row(e.type, e.row(tokens[t]), x.data() + t * n_embd, n_embd);
@@ -169,21 +170,24 @@ void session::prefill(const int32_t * tokens, int64_t n, bool logits_all, float 
         const layer_weights & l = model_.layers()[size_t(il)];
         for (int64_t c0 = 0; c0 < n; c0 += params_.n_batch) {
             const int64_t nc = std::min<int64_t>(params_.n_batch, n - c0);
-            float * xc = x.data() + c0 * n_embd;
-            qkv(l, xc, nc, p0 + c0);
+            qkv(l, x.data() + c0 * n_embd, nc, p0 + c0);
+            std::copy(q_.begin(), q_.begin() + nc * n_q, qa.begin() + c0 * n_q);
             for (int64_t t = 0; t < nc; ++t) {
                 store_rows(k_.data() + t * n_kv, type, n_kv, layer_k.data() + size_t(c0 + t) * rb);
                 store_rows(v_.data() + t * n_kv, type, n_kv, layer_v.data() + size_t(c0 + t) * rb);
             }
-            // The chunk attends to the tokens already in the tiers (a continued sequence), then
-            // causally to the prompt's own KV.
-            device_->begin(shape, q_.data(), nc);
-            kv_.for_each_segment(il, [&](const kv_view & view, const int32_t * rows, const int32_t *) {
-                device_->attend(view, rows);
-            });
-            device_->attend(kv_view{type, layer_k.data(), layer_v.data(), c0 + nc, n_kv}, nullptr, c0);
-            device_->end(attn_.data());
-            finish_block(l, xc, nc);
+        }
+        // Every query of the segment attends to the tokens already in the tiers (earlier segments,
+        // a continued sequence) in one pass over them, then causally to the segment's own KV.
+        device_->begin(shape, qa.data(), n);
+        kv_.for_each_segment(il, [&](const kv_view & view, const int32_t * rows, const int32_t *) {
+            device_->attend(view, rows);
+        });
+        device_->attend(kv_view{type, layer_k.data(), layer_v.data(), n, n_kv}, nullptr, 0);
+        device_->end(qa.data());
+        for (int64_t c0 = 0; c0 < n; c0 += params_.n_batch) {
+            const int64_t nc = std::min<int64_t>(params_.n_batch, n - c0);
+            finish_block(l, x.data() + c0 * n_embd, nc, qa.data() + c0 * n_q);
             progress(int64_t(il) * n + c0 + nc);
         }
         kv_.append(il, n, layer_k.data(), layer_v.data());
@@ -209,7 +213,7 @@ void session::decode(int32_t token) {
         store_rows(v_.data(), params_.kv_type, n_kv, kv_row_.data() + rb);
         kv_.append(il, 1, kv_row_.data(), kv_row_.data() + rb);
         policy_->attend(il, q_.data(), kv_, *device_, attn_.data());
-        finish_block(l, x_.data(), 1);
+        finish_block(l, x_.data(), 1, attn_.data());
     }
     output(x_.data(), 1, logits_.data());
     ++n_past_;

@@ -8,9 +8,11 @@
 // attends to the tokens already in the tiers (earlier segments of a long prompt, a sequence being
 // continued, e.g. after a prompt cache was loaded) and causally to the prompt's own KV of this
 // layer, held in RAM for this layer only. A prompt longer than n_segment tokens is prefilled in
-// segments of n_segment tokens, so peak memory is weights + host budget + one layer's KV of one
-// segment + the segment's residual stream + one chunk's activations, whatever the prompt length and
-// the number of layers (beyond that, only the token map and hit table grow with the context).
+// segments of n_segment tokens; each layer reads the tokens already in the tiers once per segment
+// (all of the segment's queries attend to them in one pass). Peak memory is weights + host budget
+// + one layer's KV of one segment + the segment's residual stream, queries and attention state +
+// one chunk's activations, whatever the prompt length and the number of layers (beyond that, only
+// the token map and hit table grow with the context).
 //
 // Decode attends as the policy chooses (policy/attention_policy.h; `full`: densely to every
 // cached token wherever it lives, the hot tokens in place, the cold ones page batch by page batch).
@@ -83,8 +85,8 @@ private:
     void output(const float * x, int64_t n, float * logits_out);
     // Q, K, V of n tokens at positions [p0, p0 + n) from x (normed into xn_), RoPE applied.
     void qkv(const layer_weights & l, const float * x, int64_t n, int64_t p0);
-    // x[n, n_embd] += attention output projection of attn_ (n tokens), then the FFN block.
-    void finish_block(const layer_weights & l, float * x, int64_t n);
+    // x[n, n_embd] += attention output projection of attn f32 [n, n_embd_q], then the FFN block.
+    void finish_block(const layer_weights & l, float * x, int64_t n, const float * attn);
     attention_shape attn_shape() const;
 
     const hill::model & model_;
@@ -96,12 +98,12 @@ private:
     int64_t n_past_ = 0;
 
     // Activations for up to n_batch tokens.
-    std::vector<float> x_;       // f32 [n_batch, n_embd] residual stream (decode: one token)
+    std::vector<float> x_;       // f32 [n_embd]: the decode token's residual stream
     std::vector<float> xn_;      // f32 [n_batch, n_embd] normed input
     std::vector<float> q_;       // f32 [n_batch, n_head * head_dim]
     std::vector<float> k_;       // f32 [n_batch, n_head_kv * head_dim]
     std::vector<float> v_;       // f32 [n_batch, n_head_kv * head_dim]
-    std::vector<float> attn_;    // f32 [n_batch, n_head * head_dim]
+    std::vector<float> attn_;    // f32 [n_head * head_dim]: the decode token's attention output
     std::vector<float> gate_;    // f32 [n_batch, n_ff]
     std::vector<float> up_;      // f32 [n_batch, n_ff]
     std::vector<uint8_t> kv_row_;       // kv_type [2, n_head_kv * head_dim]: the decode token's K and V

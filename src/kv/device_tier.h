@@ -47,7 +47,8 @@ public:
     void attend(const kv_view & kv, const int32_t * rows, int64_t causal_p0 = no_causal_mask, int kv_head = -1);
 
     // Ends the attention: out f32 [n_tok, n_head, head_dim] (host memory) = softmax-weighted V of
-    // every key attended since begin(); zeros for a query that saw no key.
+    // every key attended since begin(); zeros for a query that saw no key. out may be the q given
+    // to begin() (the queries are not read after the last attend()).
     virtual void end(float * out) = 0;
 
     const device_tier_stats & stats() const { return stats_; }

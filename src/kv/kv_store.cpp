@@ -20,7 +20,7 @@ kv_store::kv_store(const kv_layout & layout, const kv_store_params & params)
                    "or raise --kv-host-budget", params.n_ctx, format_bytes(per_slot * uint64_t(params.n_ctx)),
                    format_bytes(params.host_budget_bytes));
     }
-    if (hot_cap_ < int64_t(params.n_sinks) + 1) {
+    if (hot_cap_ < std::min<int64_t>(params.n_sinks + 1, params.n_ctx)) {
         fail_usage("--kv-host-budget {} holds {} tokens per layer; at least {} (the sinks and one recent token) "
                    "are needed ({} per token)", format_bytes(params.host_budget_bytes), hot_cap_, params.n_sinks + 1,
                    format_bytes(per_slot));
