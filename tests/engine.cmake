@@ -7,3 +7,6 @@ target_compile_definitions(test_cli PRIVATE HILL_CLI_PATH="$<TARGET_FILE:hillinf
 add_dependencies(test_cli hillinfer_cli)
 hill_add_test(test_llama2c unit LIBS hill_engine SOURCES test_llama2c.cpp)
 hill_add_test(test_prompt_cache unit LIBS hill_engine SOURCES test_prompt_cache.cpp)
+hill_add_test(test_passkey unit LIBS hill_engine SOURCES test_passkey.cpp)
+hill_add_test(test_passkey_long model LIBS hill_engine SOURCES test_passkey_long.cpp)
+hill_add_test(test_passkey_slow slow LIBS hill_engine SOURCES test_passkey_slow.cpp)

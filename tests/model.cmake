@@ -2,6 +2,8 @@
 # The GGUF reader/writer live in hill_gguf (src/model/sources.cmake); the tests need nothing else.
 hill_add_test(test_gguf unit LIBS hill_gguf SOURCES test_gguf.cpp)
 hill_add_test(test_gguf_data model LIBS hill_gguf SOURCES test_gguf_data.cpp)
+# The passkey model is run by a session: hill_engine brings hill_model.
+hill_add_test(test_passkey_model unit LIBS hill_engine SOURCES test_passkey_model.cpp)
 
 # libFuzzer target for the GGUF reader. The fuzz build configures the whole project with
 # CMAKE_CXX_COMPILER=clang++; the reader and the core sources it needs are compiled here

@@ -36,22 +36,6 @@ struct generate_opts {
     bool json = false;
 };
 
-// Prints the prefill progress to stderr (at most once a second) once the prompt has taken 2 s.
-struct prefill_progress {
-    int64_t t0_us = time_us();
-    int64_t last_us = 0;
-    void operator()(int64_t done, int64_t total) {
-        if (interrupted()) throw error(exit_code::interrupted, "interrupted during prefill");
-        const int64_t now = time_us();
-        if (now - t0_us < 2'000'000 || (now - last_us < 1'000'000 && done < total)) return;
-        last_us = now;
-        const double rate = double(done) / (double(now - t0_us) / 1e6);
-        // Layer-major prefill: done/total count (token, layer) pairs.
-        fmt::print(stderr, "prefill: {:.0f}% ({} of {} token-layers), {:.0f} s left\n", 100.0 * double(done) / double(total),
-                   done, total, double(total - done) / rate);
-    }
-};
-
 int run_generate(const generate_opts & o) {
     if (o.n_predict < 0) fail_usage("-n must be >= 0, got {}", o.n_predict);
     if (o.n_ctx < 0) fail_usage("-c must be >= 0 (0: the model's trained context), got {}", o.n_ctx);

@@ -1,14 +1,14 @@
-// hillinfer make-model (random | bigram) -o FILE: models HillInfer builds itself.
+// hillinfer make-model (random | bigram | passkey) -o FILE: models HillInfer builds itself.
+#include <fmt/format.h>
+
+#include <filesystem>
+
 #include "commands.h"
 #include "common.h"
 #include "core/error.h"
 #include "core/sys_info.h"
 #include "demo_text.h"
 #include "model/synthetic_model.h"
-
-#include <fmt/format.h>
-
-#include <filesystem>
 
 namespace hill::cli {
 
@@ -22,9 +22,11 @@ command_fn add_make_model(CLI::App & app) {
     };
     auto o = std::make_shared<opts_t>();
     auto * sub = app.add_subcommand("make-model", "write a model HillInfer builds itself, as a llama GGUF");
-    sub->add_option("kind", o->kind, "what to build: random (random weights of any shape) or bigram (a word-bigram model of a text)")
+    sub->add_option("kind", o->kind,
+                    "what to build: random (random weights of any shape), bigram (a word-bigram model of a text) or "
+                    "passkey (retrieves a passkey at any context length)")
         ->required()
-        ->check(CLI::IsMember({"random", "bigram"}));
+        ->check(CLI::IsMember({"random", "bigram", "passkey"}));
     sub->add_option("-o,--output", o->out, "GGUF file to write")->required();
     sub->add_option("--text", o->text_file, "bigram: training text (default: a short built-in story)");
     sub->add_option("--type", o->type, "random: matrix type f32, f16, bf16, q8_0, q4_0")->capture_default_str();
@@ -34,18 +36,20 @@ command_fn add_make_model(CLI::App & app) {
     sub->add_option("--n-layer", o->rp.n_layer, "random: layers")->capture_default_str();
     sub->add_option("--n-head", o->rp.n_head, "random: query heads")->capture_default_str();
     sub->add_option("--n-head-kv", o->rp.n_head_kv, "random: key/value heads")->capture_default_str();
-    sub->add_option("--n-ctx", o->rp.n_ctx, "trained context written to the metadata")->capture_default_str();
+    const CLI::Option * n_ctx =
+        sub->add_option("--n-ctx", o->rp.n_ctx, "trained context written to the metadata (passkey: default 131072)")
+            ->capture_default_str();
     sub->add_option("--rope-freq-base", o->rp.rope_freq_base, "random: RoPE base")->capture_default_str();
     sub->add_option("--rope-scale", o->rp.rope_scaling_factor, "random: linear RoPE scaling factor")
         ->capture_default_str();
     sub->add_flag("--tied", o->rp.tied_output, "random: no output matrix (tied to the embedding)");
     sub->add_option("--seed", o->rp.seed, "random: seed")->capture_default_str();
-    return [o, sub]() {
-        if (o->kind == "bigram") {
-            for (const CLI::Option * opt : sub->get_options()) {
-                const bool random_only = opt->get_description().rfind("random:", 0) == 0;
-                if (random_only && opt->count() > 0) {
-                    fail_usage("{} applies to 'make-model random' only, not to 'bigram'", opt->get_name());
+    return [o, sub, n_ctx]() {
+        for (const CLI::Option * opt : sub->get_options()) {
+            for (const char * kind : {"random", "bigram"}) {
+                const bool kind_only = opt->get_description().rfind(std::string(kind) + ":", 0) == 0;
+                if (kind_only && o->kind != kind && opt->count() > 0) {
+                    fail_usage("{} applies to 'make-model {}' only, not to '{}'", opt->get_name(), kind, o->kind);
                 }
             }
         }
@@ -63,16 +67,24 @@ command_fn add_make_model(CLI::App & app) {
             try {
                 write_random_model(o->out, o->rp);
             } catch (const std::bad_alloc &) {
-                const double n = double(o->rp.n_vocab) * o->rp.n_embd * (o->rp.tied_output ? 1 : 2) +
-                                 double(o->rp.n_layer) * (2.0 * o->rp.n_embd * o->rp.n_embd +
-                                                          2.0 * o->rp.n_embd * o->rp.n_embd / o->rp.n_head * o->rp.n_head_kv +
-                                                          3.0 * o->rp.n_embd * o->rp.n_ff);
-                fail_input("not enough memory to build a model of {:.3g} parameters ({} needs about {:.3g} GB in memory "
-                           "while it is written)", n, ggml_type_name(o->rp.type), n * 4 / 1e9);
+                const double n =
+                    double(o->rp.n_vocab) * o->rp.n_embd * (o->rp.tied_output ? 1 : 2) +
+                    double(o->rp.n_layer) * (2.0 * o->rp.n_embd * o->rp.n_embd +
+                                             2.0 * o->rp.n_embd * o->rp.n_embd / o->rp.n_head * o->rp.n_head_kv +
+                                             3.0 * o->rp.n_embd * o->rp.n_ff);
+                fail_input(
+                    "not enough memory to build a model of {:.3g} parameters ({} needs about {:.3g} GB in memory "
+                    "while it is written)",
+                    n, ggml_type_name(o->rp.type), n * 4 / 1e9);
             }
-        } else {
-            const std::string text = o->text_file.empty() ? std::string(demo_text) : read_text_file(o->text_file, "text file");
+        } else if (o->kind == "bigram") {
+            const std::string text =
+                o->text_file.empty() ? std::string(demo_text) : read_text_file(o->text_file, "text file");
             write_bigram_model(o->out, text, o->rp.n_ctx);
+        } else {
+            passkey_model_params pp;
+            if (n_ctx->count() > 0) pp.n_ctx = o->rp.n_ctx;
+            write_passkey_model(o->out, pp);
         }
         fmt::print(stderr, "wrote {} ({}) in {:.1f} s\n", o->out, format_bytes(std::filesystem::file_size(o->out)),
                    double(time_us() - t0) / 1e6);

@@ -16,5 +16,6 @@ command_fn add_info(CLI::App & app);
 command_fn add_tokenize(CLI::App & app);
 command_fn add_make_model(CLI::App & app);
 command_fn add_perplexity(CLI::App & app);
+command_fn add_demo(CLI::App & app);
 
 }  // namespace hill::cli

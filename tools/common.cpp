@@ -121,14 +121,31 @@ uint64_t kv_opts::budget_bytes() const {
     return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) / 4 : uint64_t(1) << 30;
 }
 
+std::string cache_dir() {
+    if (const char * x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') return std::string(x) + "/hillinfer";
+    if (const char * h = std::getenv("HOME"); h != nullptr && *h != '\0') return std::string(h) + "/.cache/hillinfer";
+    return "/var/tmp/hillinfer";
+}
+
 std::string kv_opts::resolved_dir() const {
     if (dir_opt->count() > 0) {
         if (dir.empty()) fail_usage("--kv-dir needs a directory");
         return dir;
     }
-    if (const char * x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') return std::string(x) + "/hillinfer/kv";
-    if (const char * h = std::getenv("HOME"); h != nullptr && *h != '\0') return std::string(h) + "/.cache/hillinfer/kv";
-    return "/var/tmp/hillinfer-kv";
+    return cache_dir() + "/kv";
+}
+
+prefill_progress::prefill_progress() : t0_us(time_us()) {}
+
+void prefill_progress::operator()(int64_t done, int64_t total) {
+    if (interrupted()) throw error(exit_code::interrupted, "interrupted during prefill");
+    const int64_t now = time_us();
+    if (now - t0_us < 2'000'000 || (now - last_us < 1'000'000 && done < total)) return;
+    last_us = now;
+    const double rate = double(done) / (double(now - t0_us) / 1e6);
+    // Layer-major prefill: done/total count (token, layer) pairs.
+    fmt::print(stderr, "prefill: {:.0f}% ({} of {} token-layers), {:.0f} s left\n", 100.0 * double(done) / double(total),
+               done, total, double(total - done) / rate);
 }
 
 void policy_opts::add(CLI::App & app) {

@@ -53,7 +53,8 @@ struct kv_opts {
     void add(CLI::App & app);
     ggml_type type() const;             // f16 or f32; anything else is a usage error
     uint64_t budget_bytes() const;      // default: a quarter of physical memory
-    std::string resolved_dir() const;   // default: $XDG_CACHE_HOME/hillinfer/kv or ~/.cache/hillinfer/kv
+    bool budget_given() const { return budget_opt->count() > 0; }
+    std::string resolved_dir() const;   // default: cache_dir() + "/kv"
     // The session's parameters for a context of n_ctx tokens under policy p.
     session_params session(int32_t n_ctx, const policy_params & p) const;
 };
@@ -72,6 +73,19 @@ struct policy_opts {
 // attended tokens, time per stage; with --diag attention recall and selection overlap per layer).
 std::string policy_summary(const attention_policy & pol, const policy_params & p);
 nlohmann::json policy_json(const attention_policy & pol, const policy_params & p);
+
+// Prints the prefill progress to stderr (at most once a second) once the prompt has taken 2 s;
+// throws exit_code::interrupted after Ctrl-C. Pass as session::eval's progress callback.
+struct prefill_progress {
+    int64_t t0_us;
+    int64_t last_us = 0;
+    prefill_progress();
+    void operator()(int64_t done, int64_t total);
+};
+
+// The cache directory of HillInfer: $XDG_CACHE_HOME/hillinfer, ~/.cache/hillinfer, or
+// /var/tmp/hillinfer without a home.
+std::string cache_dir();
 
 // The KV store's run summary: a line for stderr (empty when nothing went to the cold pool), and
 // JSON (hot slots per layer, cold share, bytes read from and written to the cold pool).

@@ -18,6 +18,7 @@ enum class exit_code : int {
     ok = 0,
     bad_input = 1,  // corrupt or unsupported file, failed I/O, environment failure
     usage = 2,      // bad flag or flag value, missing file named on the command line
+    check_failed = 3,  // the run completed but what it checks did not hold (demo: a wrong passkey)
     interrupted = 130,  // SIGINT or SIGTERM: stopped cleanly (128 + SIGINT, as shells report it)
 };
 

@@ -60,6 +60,11 @@ attention_shape session::attn_shape() const {
     return attention_shape{hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f / std::sqrt(float(hp.head_dim))};
 }
 
+void session::set_policy(const policy_params & p) {
+    policy_ = make_policy(p, attn_shape(), model_.hp().n_layer, params_.n_ctx, pool_);
+    params_.policy = p;
+}
+
 void session::adopt_kv(int64_t n) {
     HILL_ASSERT(n_past_ == 0 && n > 0 && n <= params_.n_ctx);
     for (int il = 0; il < model_.hp().n_layer; ++il) HILL_ASSERT(kv_.n_tokens(il) == n);

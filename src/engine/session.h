@@ -68,6 +68,10 @@ public:
     kv_store & kv() { return kv_; }
     const hill::model & model() const { return model_; }
     const attention_policy & policy() const { return *policy_; }
+    // Replaces the decode attention policy (with fresh statistics); the KV and its placement stay as
+    // they are (the store keeps hot the sinks it was built with). Policies act at decode, so one
+    // prefill can be decoded under several policies (truncate back to the prompt in between).
+    void set_policy(const policy_params & p);
     const device_tier & device() const { return *device_; }
     // After tokens [0, n) were appended to every layer of kv() from outside (a prompt cache):
     // the session continues at position n. Asserts the store holds exactly n tokens per layer.

@@ -1,4 +1,5 @@
 hill_add_library(hill_engine
+  engine/passkey.cpp
   engine/perplexity.cpp
   engine/prompt_cache.cpp
   engine/sampler.cpp

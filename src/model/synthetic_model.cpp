@@ -1,9 +1,5 @@
 #include "model/synthetic_model.h"
 
-#include "compute/matmul.h"
-#include "core/error.h"
-#include "model/gguf_writer.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -11,6 +7,10 @@
 #include <map>
 #include <set>
 #include <vector>
+
+#include "compute/matmul.h"
+#include "core/error.h"
+#include "model/gguf_writer.h"
 
 namespace hill {
 
@@ -70,8 +70,12 @@ struct dims {
 
 void check_dims(const dims & d, ggml_type type) {
     if (d.n_vocab < 259) fail_usage("vocabulary size must be >= 259 (3 control + 256 byte tokens), got {}", d.n_vocab);
-    for (auto [name, v] : {std::pair{"n_embd", d.n_embd}, {"n_ff", d.n_ff}, {"n_layer", d.n_layer},
-                           {"n_head", d.n_head}, {"n_head_kv", d.n_head_kv}, {"n_ctx", d.n_ctx}}) {
+    for (auto [name, v] : {std::pair{"n_embd", d.n_embd},
+                           {"n_ff", d.n_ff},
+                           {"n_layer", d.n_layer},
+                           {"n_head", d.n_head},
+                           {"n_head_kv", d.n_head_kv},
+                           {"n_ctx", d.n_ctx}}) {
         if (v <= 0) fail_usage("{} must be > 0, got {}", name, v);
     }
     if (d.n_embd % d.n_head != 0 || (d.n_embd / d.n_head) % 2 != 0) {
@@ -124,8 +128,9 @@ void add_weights(gguf_writer & w, const dims & d, ggml_type type, bool tied, rng
     const int64_t hd = d.n_embd / d.n_head;
     auto mat = [&](const std::string & name, int64_t rows, int64_t cols) {
         auto it = fixed.find(name);
-        add_matrix(w, name, type, rows, cols,
-                   it != fixed.end() ? it->second : random_values(rng, size_t(rows * cols), 1.0f / std::sqrt(float(cols))));
+        add_matrix(
+            w, name, type, rows, cols,
+            it != fixed.end() ? it->second : random_values(rng, size_t(rows * cols), 1.0f / std::sqrt(float(cols))));
     };
     auto norm = [&](const std::string & name) {
         std::vector<float> v = random_values(rng, size_t(d.n_embd), 0.1f);
@@ -214,7 +219,7 @@ void write_bigram_model(const std::string & path, std::string_view text, int32_t
         count[{ids[i], next}] += 1.0;
         total[ids[i]] += 1.0;
     }
-    const double k = 0.01;                          // add-k smoothing over word targets and EOS
+    const double k = 0.01;  // add-k smoothing over word targets and EOS
     const double n_targets = double(word_ids.size() + 1);
     const float inv = 1.0f / std::sqrt(float(n_embd));
     std::vector<float> out(size_t(n_vocab) * size_t(n_embd), 0.0f);  // [n_vocab (next), n_embd (current)]
@@ -244,6 +249,210 @@ void write_bigram_model(const std::string & path, std::string_view text, int32_t
     vocab.write(w);
     rng64 rng{1};
     add_weights(w, d, ggml_type::f16, false, rng, fixed);
+    w.write(path);
+}
+
+// ---- passkey model (docs/passkey.md). Constants and names follow the prototype (build.py). ----
+namespace {
+namespace pk {
+
+constexpr int32_t n_layer = 2;
+constexpr int32_t n_head = 5;     // layer 0: head h looks back δ = h+1 tokens; layer 1: head 0 copies
+constexpr int32_t n_head_kv = 1;  // every head of a layer shares one K/V head
+constexpr int32_t head_dim = 128;
+constexpr int32_t n_embd = n_head * head_dim;
+constexpr int32_t n_ff = 64;        // the FFN weights are all zero
+constexpr float freq_base = 1e14f;  // layer-1 pairs 31..63 (θ <= 1.7e-7) turn < 0.18 rad over 1M tokens
+constexpr double rms_eps = 1e-5;
+constexpr int32_t n_slot = n_head;  // induction n-gram: query tokens t..t-4, key tokens j-1..j-5
+
+constexpr double c0 = 16.0;           // the constant residual dim; the residual norm is the same at every position
+constexpr int32_t pos_pairs = 16;     // layer 0 uses RoPE pairs 0..15
+constexpr double pos_a0 = 0.4;        // share of Σ q_i·k_i on pair 0 (θ = 1 rad); pairs 1..15 share the rest
+constexpr double pos_sum = 1600.0;    // raw Σ q_i·k_i at the peak: margin 27.6 after the 1/sqrt(head_dim) scale
+constexpr double ind_w = 20.0;        // layer 1: score per matching slot after the 1/sqrt(head_dim) scale
+constexpr double logit = 20.0;        // logit of the copied token per unit of attention mass
+constexpr double logit_other = -5.0;  // logit of every token outside the copy set
+
+// Match classes (the n-gram identity): 0..9 digits with or without the space mark, then these.
+constexpr int32_t m_is = 10, m_key = 11, m_pass = 12, m_other = 13, n_match = 14;
+constexpr int32_t n_match_used = 13;  // "other" never matches: its q/k weights are 0
+// Copy classes (what layer 1 copies): 0..9 "0".."9", 10..19 "▁0".."▁9", 20 ".", 21 none.
+constexpr int32_t c_dot = 20, c_none = 21;
+
+// Residual stream layout (f32 [n_embd]).
+constexpr int32_t d_const = 0;  // c0
+constexpr int32_t d_match = 1;  // one-hot match class of token t   [n_match]
+constexpr int32_t d_copy = 16;  // one-hot copy class of token t    [c_none + 1]
+// Slot δ = 1..n_slot: one-hot match class of token t-δ [n_match], written by layer 0.
+constexpr int32_t d_slot(int32_t delta) {
+    return 40 + 16 * (delta - 1);
+}
+constexpr int32_t d_out = 40 + 16 * n_slot;  // copy class of the copied token [c_none], written by layer 1
+// Layer-1 match dims: the highest (lowest-frequency) pairs, pair-aligned.
+constexpr int32_t ind_dim0 = head_dim - 2 * ((n_slot * n_match_used + 1) / 2);
+static_assert(d_out + c_none <= n_embd && ind_dim0 >= 2 * pos_pairs);
+
+// The words of the needle and the question ("The pass key is 40582. Remember it.", "What is the
+// pass key?"): whole-word tokens, so the phrase tokenizes the same wherever it stands.
+constexpr std::string_view phrase_words[] = {"The", "pass", "key", "is", "Remember", "it", "What", "the"};
+
+// <unk> <s> </s>, byte tokens, "0".."9", "▁0".."▁9", "▁", then every prefix of "▁word" for the
+// phrase words. Score: -(length in characters); every merge is unambiguous, so any decreasing
+// score works.
+spm_vocab vocab() {
+    spm_vocab v;
+    for (char c = '0'; c <= '9'; ++c) v.add(std::string(1, c), -1.0f);
+    for (char c = '0'; c <= '9'; ++c) v.add(space_mark + c, -2.0f);
+    v.add(space_mark, -1.0f);
+    for (std::string_view word : phrase_words) {
+        for (size_t n = 1; n <= word.size(); ++n) v.add(space_mark + std::string(word.substr(0, n)), -float(n + 1));
+    }
+    return v;
+}
+
+struct token_class {
+    int32_t match = m_other;
+    int32_t copy = c_none;
+};
+
+token_class classify(const std::string & piece) {
+    const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+    if (piece.size() == 1 && digit(piece[0])) return {piece[0] - '0', piece[0] - '0'};
+    if (piece.size() == space_mark.size() + 1 && piece.starts_with(space_mark) && digit(piece.back())) {
+        return {piece.back() - '0', 10 + (piece.back() - '0')};
+    }
+    if (piece == space_mark + "is") return {m_is, c_none};
+    if (piece == space_mark + "key") return {m_key, c_none};
+    if (piece == space_mark + "pass") return {m_pass, c_none};
+    if (piece == "<0x2E>") return {m_other, c_dot};
+    return {};
+}
+
+// RMS of the residual entering a norm with n_onehot one-hot features beside the constant.
+double residual_rms(int32_t n_onehot) {
+    return std::sqrt((c0 * c0 + n_onehot) / n_embd + rms_eps);
+}
+const double rms0 = residual_rms(2);               // layer 0 input: match + copy
+const double rms1 = residual_rms(2 + n_slot);      // layer 1 input: + the slots
+const double rmsf = residual_rms(2 + n_slot + 1);  // output: + the copied token
+
+// Row-major f32 matrix [rows, cols], zero-initialized, filled in double.
+struct matrix {
+    int64_t cols;
+    std::vector<float> v;
+    matrix(int64_t rows, int64_t n_cols) : cols(n_cols), v(size_t(rows * n_cols), 0.0f) {}
+    void set(int64_t r, int64_t c, double x) { v[size_t(r * cols + c)] = float(x); }
+};
+
+// Layer 0: head h puts the match class of token t-(h+1) into slot h+1, by position only.
+// k_j = (sqrt(a_i) cos jθ_i, sqrt(a_i) sin jθ_i) for pairs i < pos_pairs; q is k pre-rotated by
+// -δθ_i, so q_t·k_j = Σ_i a_i cos((t-j-δ)θ_i), which peaks at j = t-δ.
+void add_layer0(std::map<std::string, std::vector<float>> & fixed) {
+    const double nu = c0 / rms0;  // the normalized constant dim
+    std::vector<double> amp(pos_pairs), theta(pos_pairs);
+    for (int32_t i = 0; i < pos_pairs; ++i) {
+        const double a = i == 0 ? pos_a0 : (1.0 - pos_a0) / (pos_pairs - 1);
+        amp[size_t(i)] = std::sqrt(a * pos_sum);
+        theta[size_t(i)] = std::pow(double(freq_base), -2.0 * i / head_dim);
+    }
+    matrix wq(n_embd, n_embd), wk(head_dim, n_embd), wv(head_dim, n_embd), wo(n_embd, n_embd);
+    for (int32_t i = 0; i < pos_pairs; ++i) wk.set(2 * i, d_const, amp[size_t(i)] / nu);
+    for (int32_t h = 0; h < n_head; ++h) {
+        const int32_t delta = h + 1;
+        for (int32_t i = 0; i < pos_pairs; ++i) {
+            wq.set(h * head_dim + 2 * i, d_const, amp[size_t(i)] * std::cos(delta * theta[size_t(i)]) / nu);
+            wq.set(h * head_dim + 2 * i + 1, d_const, -amp[size_t(i)] * std::sin(delta * theta[size_t(i)]) / nu);
+        }
+        for (int32_t m = 0; m < n_match; ++m) wo.set(d_slot(delta) + m, h * head_dim + m, 1.0);
+    }
+    for (int32_t m = 0; m < n_match; ++m) wv.set(m, d_match + m, rms0);  // v_j = match class of j
+    fixed["blk.0.attn_q.weight"] = std::move(wq.v);
+    fixed["blk.0.attn_k.weight"] = std::move(wk.v);
+    fixed["blk.0.attn_v.weight"] = std::move(wv.v);
+    fixed["blk.0.attn_output.weight"] = std::move(wo.v);
+}
+
+// Layer 1: induction. The query is the classes of tokens t..t-4, the key the classes of tokens
+// j-1..j-5, one dim per (slot, class); the value is the copy class of j. Every head gets the same
+// query (so per-head attention recall stays meaningful); only head 0's output is used.
+void add_layer1(std::map<std::string, std::vector<float>> & fixed) {
+    const double qval = ind_w * std::sqrt(double(head_dim));  // raw score per matching slot
+    matrix wq(n_embd, n_embd), wk(head_dim, n_embd), wv(head_dim, n_embd), wo(n_embd, n_embd);
+    int32_t d = ind_dim0;
+    for (int32_t s = 0; s < n_slot; ++s) {
+        const int32_t q_src = s == 0 ? d_match : d_slot(s);
+        for (int32_t m = 0; m < n_match_used; ++m, ++d) {
+            for (int32_t h = 0; h < n_head; ++h) wq.set(h * head_dim + d, q_src + m, qval * rms1);
+            wk.set(d, d_slot(s + 1) + m, rms1);
+        }
+    }
+    for (int32_t c = 0; c < c_none; ++c) {
+        wv.set(c, d_copy + c, rms1);
+        wo.set(d_out + c, c, 1.0);
+    }
+    fixed["blk.1.attn_q.weight"] = std::move(wq.v);
+    fixed["blk.1.attn_k.weight"] = std::move(wk.v);
+    fixed["blk.1.attn_v.weight"] = std::move(wv.v);
+    fixed["blk.1.attn_output.weight"] = std::move(wo.v);
+}
+
+// Embedding (constant, match class, copy class) and output (the copied token's logit is
+// logit·mass; every token outside the copy set gets logit_other).
+void add_embedding_and_output(std::map<std::string, std::vector<float>> & fixed, const spm_vocab & v) {
+    const auto n_vocab = int64_t(v.tokens.size());
+    matrix embd(n_vocab, n_embd), out(n_vocab, n_embd);
+    for (int64_t t = 0; t < n_vocab; ++t) {
+        const token_class tc = classify(v.tokens[size_t(t)]);
+        embd.set(t, d_const, c0);
+        embd.set(t, d_match + tc.match, 1.0);
+        embd.set(t, d_copy + tc.copy, 1.0);
+        if (tc.copy != c_none) {
+            out.set(t, d_out + tc.copy, logit * rmsf);
+        } else {
+            out.set(t, d_const, logit_other * rmsf / c0);
+        }
+    }
+    fixed["token_embd.weight"] = std::move(embd.v);
+    fixed["output.weight"] = std::move(out.v);
+}
+
+// Unit norms and zero FFNs.
+void add_norms_and_ffn(std::map<std::string, std::vector<float>> & fixed) {
+    const std::vector<float> ones(size_t(n_embd), 1.0f);
+    fixed["output_norm.weight"] = ones;
+    for (int il = 0; il < n_layer; ++il) {
+        const std::string p = fmt::format("blk.{}.", il);
+        fixed[p + "attn_norm.weight"] = ones;
+        fixed[p + "ffn_norm.weight"] = ones;
+        for (const char * name : {"ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"}) {
+            fixed[p + name] = std::vector<float>(size_t(n_ff) * size_t(n_embd), 0.0f);
+        }
+    }
+}
+
+}  // namespace pk
+}  // namespace
+
+void write_passkey_model(const std::string & path, const passkey_model_params & p) {
+    if (p.n_ctx <= 0 || p.n_ctx > passkey_n_ctx_max) {
+        fail_usage("passkey model context must be in [1, {}] (where its margins hold), got {}", passkey_n_ctx_max,
+                   p.n_ctx);
+    }
+    const spm_vocab v = pk::vocab();
+    const dims d{int32_t(v.tokens.size()), pk::n_embd, pk::n_ff, pk::n_layer, pk::n_head, pk::n_head_kv, p.n_ctx};
+    check_dims(d, ggml_type::f32);
+    std::map<std::string, std::vector<float>> fixed;
+    pk::add_embedding_and_output(fixed, v);
+    pk::add_layer0(fixed);
+    pk::add_layer1(fixed);
+    pk::add_norms_and_ffn(fixed);
+
+    gguf_writer w;
+    write_header(w, d, "hillinfer-passkey", pk::freq_base, 1.0f);
+    v.write(w);
+    rng64 rng{1};  // `fixed` supplies every tensor: no random value reaches the file
+    add_weights(w, d, ggml_type::f32, false, rng, fixed);
     w.write(path);
 }
 

@@ -10,28 +10,39 @@
 //   stays e_i; RMSNorm turns it into sqrt(n_embd)·e_i, and the output matrix holds
 //   log P(next = j | current = i) / sqrt(n_embd) (add-k smoothed counts), so the logits are the
 //   bigram log-probabilities of the text. The other matrices are random, exercising every kernel.
+// - passkey: a model by construction that retrieves a passkey at any context length
+//   (docs/passkey.md): after "… The pass key is 40582. Remember it. … What is the pass key? The
+//   pass key is" it continues " 40582.". 2 layers, n_embd 640, 5 query heads / 1 KV head of 128,
+//   rope.freq_base 1e14, zero FFN (n_ff 64), F32 (10.4 MB); 308 tokens: SentencePiece with byte
+//   fallback, "0".."9", "▁0".."▁9", and the phrase words with their prefixes. Layer 0 copies the
+//   classes of tokens t-1..t-5 by position only; layer 1, an induction head, matches the 5-gram
+//   ending at t (digits, "is", "key", "pass"; other tokens never match) and copies the token that
+//   follows it. Margins (scores after the 1/sqrt(head_dim) scale): layer-0 position 27.6 up to
+//   512K tokens, 25.9 at 1M; layer-1 needle >= 20 above any other key; logit 20. Limits: the
+//   phrase must tokenize as "▁pass ▁key ▁is" then digits; a haystack copy of the needle's 5-gram
+//   followed by other digits ("The key is 4058x.") ties with it; not a language model otherwise.
 #pragma once
-
-#include "core/ggml_type.h"
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 
+#include "core/ggml_type.h"
+
 namespace hill {
 
 struct random_model_params {
-    int32_t n_vocab = 512;          // >= 259 (3 control tokens + 256 byte tokens)
+    int32_t n_vocab = 512;  // >= 259 (3 control tokens + 256 byte tokens)
     int32_t n_embd = 256;
-    int32_t n_ff = 704;             // a multiple of 32, so Q8_0/Q4_0 work with the defaults
+    int32_t n_ff = 704;  // a multiple of 32, so Q8_0/Q4_0 work with the defaults
     int32_t n_layer = 4;
     int32_t n_head = 8;
     int32_t n_head_kv = 2;
-    int32_t n_ctx = 4096;           // llama.context_length
-    ggml_type type = ggml_type::f16; // of every matrix (norms are f32)
+    int32_t n_ctx = 4096;             // llama.context_length
+    ggml_type type = ggml_type::f16;  // of every matrix (norms are f32)
     float rope_freq_base = 10000.0f;
-    float rope_scaling_factor = 1.0f; // > 1 writes linear scaling metadata
-    bool tied_output = false;       // no output.weight: the output reuses token_embd
+    float rope_scaling_factor = 1.0f;  // > 1 writes linear scaling metadata
+    bool tied_output = false;          // no output.weight: the output reuses token_embd
     uint64_t seed = 1;
 };
 
@@ -44,5 +55,17 @@ void write_random_model(const std::string & path, const random_model_params & p)
 // Writes the bigram model of `text` (words split on whitespace). Deterministic. Errors as above;
 // fewer than 2 words is a usage error.
 void write_bigram_model(const std::string & path, std::string_view text, int32_t n_ctx = 2048);
+
+// Largest passkey context: the layer-0 positional margin is 25.9 there (23.5 at 4M, 19.8 at 12M)
+// and the layer-1 match dims turn < 0.18 rad (RoPE), which costs the needle's lead about 0.3 of its 20.
+constexpr int32_t passkey_n_ctx_max = 1 << 20;
+
+struct passkey_model_params {
+    int32_t n_ctx = 131072;  // llama.context_length, in [1, passkey_n_ctx_max]; the weights do not depend on it
+};
+
+// Writes the passkey model. Deterministic. Errors: n_ctx out of range (exit_code::usage), the file
+// cannot be written (exit_code::bad_input).
+void write_passkey_model(const std::string & path, const passkey_model_params & p);
 
 }  // namespace hill

@@ -1,0 +1,63 @@
+// Passkey retrieval check shared by the passkey tests (test_passkey*.cpp): with the passkey model
+// built by construction (docs/passkey.md), policy full and policy hillinfer (α = 0.1 and 0.2, at
+// least 75% of the KV cold) retrieve the 5-digit key at depths 0, 25, 50, 75 and 100%; policy
+// streaming (sinks + window) does not at depths 0-75%: the task needs retrieval. One prefill per
+// depth of all but the prompt's last token; then, under each policy in turn, the last prompt token
+// and the answer are decode steps (policies act at decode).
+#pragma once
+
+#include "engine/passkey.h"
+#include "model/synthetic_model.h"
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+
+namespace hill::test {
+
+inline void check_retrieval(int32_t n_ctx) {
+    temp_dir dir;
+    write_passkey_model(dir.file("passkey.gguf"), passkey_model_params{.n_ctx = n_ctx});
+    auto m = model::load(dir.file("passkey.gguf"));
+    thread_pool pool(2);
+    for (double depth : {0.0, 0.25, 0.5, 0.75, 1.0}) {
+        const passkey_prompt p = make_passkey_prompt(
+            m->tokenizer(), passkey_prompt_params{.n_tokens = n_ctx - 8, .depth = depth,
+                                                  .seed = uint64_t(n_ctx) + uint64_t(depth * 100)});
+        ASSERT_LE(p.n_tokens, n_ctx - 8);
+        ASSERT_GE(p.n_tokens, n_ctx - 64) << "the prompt should fill the context";
+        const std::vector<int32_t> ids = m->tokenizer().encode(p.text, true);
+        // A quarter of the prompt's KV in the hot pool: 75% cold.
+        const int64_t n_head = int64_t(ids.size()) - 1;
+        session_params sp{.n_ctx = n_ctx, .kv_host_budget = m->hp().kv_bytes_per_token(ggml_type::f16) *
+                                                             uint64_t(n_head) / 4,
+                          .kv_dir = dir.file("kv")};
+        session s(*m, sp, pool);
+        s.eval(std::span<const int32_t>(ids).first(size_t(n_head)));
+        EXPECT_GE(s.kv().n_cold(0) * 4, s.kv().n_tokens(0) * 3) << "at least 75% of the KV cold";
+        struct run {
+            policy_params policy;
+            bool must_retrieve;
+        };
+        const policy_params hill_01{.kind = policy_kind::hillinfer, .alpha = 0.1};
+        const policy_params hill_02{.kind = policy_kind::hillinfer, .alpha = 0.2};
+        const policy_params streaming{.kind = policy_kind::streaming};
+        for (const run & r : {run{policy_params{}, true}, run{hill_01, true}, run{hill_02, true},
+                              run{streaming, false}}) {
+            s.truncate(n_head);
+            s.set_policy(r.policy);
+            s.eval(std::span<const int32_t>(&ids.back(), 1));
+            const passkey_answer a = answer_passkey(s, p.passkey);
+            const std::string what = std::string(name(r.policy.kind)) + " alpha " + std::to_string(r.policy.alpha) +
+                                     " depth " + std::to_string(depth) + ": key " + p.passkey + ", answer '" + a.text + "'";
+            if (r.must_retrieve) {
+                EXPECT_TRUE(a.correct) << what;
+            } else if (depth < 0.9) {
+                // Sinks and window do not reach the needle (the last depth puts it in the window).
+                EXPECT_FALSE(a.correct) << what;
+            }
+        }
+    }
+}
+
+
+}  // namespace hill::test
