@@ -131,6 +131,28 @@ TEST_F(cli, perplexity_prints_the_value_and_token_count) {
     EXPECT_NE(w.out.find("fewer than one window"), std::string::npos) << w.out;
 }
 
+TEST_F(cli, demo_retrieves_the_passkey_and_says_when_not) {
+    const std::string pk = dir->file("passkey.gguf");
+    ASSERT_EQ(run("make-model passkey -o " + pk).code, 0);
+    const std::string d = "demo -m " + pk + " --ctx 1024 --kv-dir " + dir->file("kv") + " --seed 5 ";
+    const result ok = run(d + "--depth 0.4");
+    EXPECT_EQ(ok.code, 0) << ok.out;
+    EXPECT_NE(ok.out.find("| correct"), std::string::npos) << ok.out;
+    EXPECT_NE(ok.out.find("KV cache: 7"), std::string::npos) << ok.out;  // 75% or more in the cold pool
+    const result j = run(d + "--json", " 2>/dev/null");
+    EXPECT_EQ(j.code, 0) << j.out;
+    EXPECT_NE(j.out.find("\"correct\":true"), std::string::npos) << j.out;
+    const result wrong = run(d + "--depth 0.2 --policy streaming");
+    EXPECT_EQ(wrong.code, 3) << wrong.out;
+    EXPECT_NE(wrong.out.find("| WRONG"), std::string::npos) << wrong.out;
+    std::ofstream(dir->file("empty.txt")).flush();
+    for (const std::string & a : {d + "--depth 2", d + "--haystack " + dir->file("empty.txt"), std::string("demo --ctx 10"),
+                                  "make-model passkey -o " + dir->file("x.gguf") + " --n-ctx 0"}) {
+        const result r = run(a);
+        EXPECT_EQ(r.code, 2) << a << "\n" << r.out;
+    }
+}
+
 TEST_F(cli, missing_file_and_directory_exit_2) {
     result r = run("info -m /nonexistent/model.gguf");
     EXPECT_EQ(r.code, 2) << r.out;

@@ -56,6 +56,7 @@ int run_demo(const demo_opts & o) {
     std::mt19937_64 rng(seed);
     const double depth = o.depth >= 0.0 ? o.depth : double(rng() % 101) / 100.0;
     const std::string haystack = o.haystack_file.empty() ? std::string() : read_text_file(o.haystack_file, "haystack file");
+    if (!o.haystack_file.empty() && haystack.empty()) fail_usage("the haystack file '{}' is empty", o.haystack_file);
 
     auto m = model::load(o.model.empty() ? passkey_model_path(o.n_ctx) : o.model);
     // The prompt leaves room for the answer: 5 digits and a few tokens around them.
@@ -119,6 +120,8 @@ command_fn add_demo(CLI::App & app) {
     sub->add_option("-m,--model", o->model, "model (default: the passkey model, made in the cache directory)");
     o->threads.add(*sub);
     o->kv.add(*sub);
+    o->kv.budget_opt->description("hot KV pool in DRAM, bytes with K/M/G/T suffix (default: a quarter of the prompt's KV, "
+                                  "so that at least 75% of it is cold)");
     o->policy.add(*sub);
     sub->add_flag("--json", o->json, "write one JSON object to stdout");
     return [o]() { return run_demo(*o); };
