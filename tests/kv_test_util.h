@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <string>
+
+#include <gtest/gtest.h>
 
 namespace hill::test {
 
@@ -29,6 +32,22 @@ inline io_fault_hook short_transfers(uint64_t block, bool writes) {
         }
         return shortened;
     };
+}
+
+// The I/O backends a parameterized suite runs on: io_uring or the forced pread/pwrite fallback, on
+// a disk (O_DIRECT) or tmpfs (no O_DIRECT), and the four together with names for the test list.
+struct backend_config {
+    bool force_sync;
+    bool tmpfs;
+};
+
+inline std::string backend_name(const testing::TestParamInfo<backend_config> & info) {
+    return std::string(info.param.force_sync ? "sync" : "uring") + (info.param.tmpfs ? "_tmpfs" : "_disk");
+}
+
+inline auto all_backends() {
+    return testing::Values(backend_config{false, false}, backend_config{true, false}, backend_config{false, true},
+                           backend_config{true, true});
 }
 
 }  // namespace hill::test

@@ -69,14 +69,7 @@ std::string error_message(const std::function<void()> & fn) {
     return "(no error)";
 }
 
-struct config {
-    bool force_sync;
-    bool tmpfs;
-};
-
-std::string config_name(const testing::TestParamInfo<config> & info) {
-    return std::string(info.param.force_sync ? "sync" : "uring") + (info.param.tmpfs ? "_tmpfs" : "_disk");
-}
+using config = test::backend_config;
 
 class cold_pool_test : public testing::TestWithParam<config> {
 protected:
@@ -409,9 +402,7 @@ TEST_P(cold_pool_test, preallocation_failure_removes_the_files) {
 }
 
 INSTANTIATE_TEST_SUITE_P(backends, cold_pool_test,
-                         testing::Values(config{false, false}, config{true, false}, config{false, true},
-                                         config{true, true}),
-                         config_name);
+                         test::all_backends(), test::backend_name);
 
 // A kv-dir under a regular file cannot be created, even by root: the error names it.
 TEST(cold_pool_dir, impossible_kv_dir_is_a_clear_error) {

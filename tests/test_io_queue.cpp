@@ -37,14 +37,7 @@ struct scratch_dir {
     }
 };
 
-struct config {
-    bool force_sync;
-    bool tmpfs;
-};
-
-std::string config_name(const testing::TestParamInfo<config> & info) {
-    return std::string(info.param.force_sync ? "sync" : "uring") + (info.param.tmpfs ? "_tmpfs" : "_disk");
-}
+using config = test::backend_config;
 
 class io_queue_test : public testing::TestWithParam<config> {
 protected:
@@ -383,9 +376,7 @@ TEST_P(io_queue_test, bad_fd_and_empty_requests) {
 }
 
 INSTANTIATE_TEST_SUITE_P(backends, io_queue_test,
-                         testing::Values(config{false, false}, config{true, false}, config{false, true},
-                                         config{true, true}),
-                         config_name);
+                         test::all_backends(), test::backend_name);
 
 // A file system that refuses O_DIRECT (EINVAL) gets the file opened without it; other errors are
 // returned as they are.
