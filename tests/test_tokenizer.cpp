@@ -541,11 +541,12 @@ TEST(gguf_tokenizer, bad_metadata) {
     test::temp_dir dir;
     const std::vector<std::string> pieces = {"<unk>", "<s>", "</s>", "<0x0A>", "a"};
 
-    write_gguf_vocab(dir.file("gpt2.gguf"), pieces, true, true, "gpt2");
-    std::string msg = error_of([&] { load_tokenizer(*gguf_file::open(dir.file("gpt2.gguf"))); });
+    write_gguf_vocab(dir.file("bert.gguf"), pieces, true, true, "bert");
+    std::string msg = error_of([&] { load_tokenizer(*gguf_file::open(dir.file("bert.gguf"))); });
     EXPECT_NE(msg.find("tokenizer.ggml.model"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("gpt2"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("bert"), std::string::npos) << msg;
     EXPECT_NE(msg.find("llama"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("gpt2"), std::string::npos) << msg;  // byte-level BPE: test_bpe_tokenizer.cpp
 
     {
         gguf_writer w;

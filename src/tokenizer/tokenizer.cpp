@@ -1,11 +1,17 @@
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "model/gguf_file.h"
+#include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/spm_tokenizer.h"
 
 namespace hill {
@@ -29,16 +35,87 @@ int32_t gguf_token_id(const gguf_file & gguf, const std::string & key, int32_t d
     return int32_t(*v);
 }
 
+// The pre-tokenizer llama.cpp's `tokenizer.ggml.pre` names: regex, ignore_merges, default add_bos.
+struct gguf_pre {
+    const char * name;
+    const char * pattern;
+    bool ignore_merges;
+    bool add_bos;
+};
+constexpr gguf_pre k_gguf_pres[] = {
+    {"gpt-2", k_bpe_pattern_gpt2, false, false},    // GPT-2, OPT
+    {"default", k_bpe_pattern_gpt2, false, false},  // llama.cpp's name when the converter knew none
+    {"qwen2", k_bpe_pattern_qwen2, false, false},   // Qwen2, Qwen2.5, Qwen3
+    {"deepseek-r1-qwen", k_bpe_pattern_qwen2, false, false},
+    {"llama3", k_bpe_pattern_llama3, true, true},     // Llama-3, 3.1, 3.2
+    {"llama-bpe", k_bpe_pattern_llama3, true, true},  // the name llama.cpp's converter writes for Llama-3
+};
+
+std::unique_ptr<tokenizer> load_gguf_bpe(const gguf_file & gguf, vocab v) {
+    const std::string & file = gguf.name();
+    bpe_config c;
+    c.source = file;
+    c.merges_field = "tokenizer.ggml.merges";
+    const std::string pre = gguf.get_string("tokenizer.ggml.pre").value_or("default");
+    const gguf_pre * p = nullptr;
+    for (const gguf_pre & q : k_gguf_pres) {
+        if (pre == q.name) p = &q;
+    }
+    if (p == nullptr) {
+        std::string names;
+        for (const gguf_pre & q : k_gguf_pres) names += fmt::format("{}'{}'", names.empty() ? "" : ", ", q.name);
+        fail_input("'{}': tokenizer.ggml.pre = '{}' is not supported for tokenizer.ggml.model 'gpt2' (supported: {})",
+                   file, pre, names);
+    }
+    c.patterns = {p->pattern};
+    c.ignore_merges = p->ignore_merges;
+
+    std::optional<std::vector<std::string>> merges = gguf.get_string_array("tokenizer.ggml.merges");
+    if (!merges)
+        fail_input("'{}': metadata key tokenizer.ggml.merges is missing (needed by tokenizer.ggml.model 'gpt2')", file);
+    c.merges.reserve(merges->size());
+    for (size_t i = 0; i < merges->size(); ++i) {
+        const std::string & m = (*merges)[i];
+        const size_t sp = m.find(' ');
+        if (sp == std::string::npos || sp == 0 || sp + 1 == m.size() || m.find(' ', sp + 1) != std::string::npos) {
+            fail_input("'{}': tokenizer.ggml.merges[{}] = '{}', expected two pieces separated by one space", file, i,
+                       m);
+        }
+        c.merges.emplace_back(m.substr(0, sp), m.substr(sp + 1));
+    }
+
+    const size_t n_vocab = v.pieces.size();
+    if (!gguf.find("tokenizer.ggml.token_type")) {
+        for (size_t i = 0; i < n_vocab; ++i) {
+            if (v.pieces[i] == "<|endoftext|>") v.kinds[i] = token_kind::control;
+        }
+    }
+    const std::optional<int32_t> eot = [&]() -> std::optional<int32_t> {
+        for (size_t i = 0; i < n_vocab; ++i) {
+            if (v.pieces[i] == "<|endoftext|>") return int32_t(i);
+        }
+        return std::nullopt;
+    }();
+    v.bos = gguf_token_id(gguf, "tokenizer.ggml.bos_token_id", eot.value_or(-1), n_vocab);
+    v.eos = gguf_token_id(gguf, "tokenizer.ggml.eos_token_id", eot.value_or(-1), n_vocab);
+    v.unk = gguf_token_id(gguf, "tokenizer.ggml.unknown_token_id", -1, n_vocab);
+    v.add_bos = gguf.get_bool("tokenizer.ggml.add_bos_token").value_or(p->add_bos);
+    v.add_space_prefix = gguf.get_bool("tokenizer.ggml.add_space_prefix").value_or(false);
+    v.scores.assign(n_vocab, 0.0f);  // BPE ranks live in the merges
+    c.vocab = std::move(v);
+    return std::make_unique<bpe_tokenizer>(std::move(c));
+}
+
 }  // namespace
 
 std::unique_ptr<tokenizer> load_tokenizer(const gguf_file & gguf) {
     const std::string & file = gguf.name();
     const std::optional<std::string> model = gguf.get_string("tokenizer.ggml.model");
     if (!model) fail_input("'{}' has no tokenizer: metadata key tokenizer.ggml.model is missing", file);
-    if (*model != "llama") {
-        fail_input("'{}': tokenizer.ggml.model = '{}' is not supported (supported: 'llama')", file, *model);
+    if (*model != "llama" && *model != "gpt2") {
+        fail_input("'{}': tokenizer.ggml.model = '{}' is not supported (supported: 'llama', 'gpt2')", file, *model);
     }
-
+    const bool spm = *model == "llama";
     vocab v;
     std::optional<std::vector<std::string>> tokens = gguf.get_string_array("tokenizer.ggml.tokens");
     if (!tokens) fail_input("'{}': metadata key tokenizer.ggml.tokens is missing", file);
@@ -84,6 +161,8 @@ std::unique_ptr<tokenizer> load_tokenizer(const gguf_file & gguf) {
             v.kinds[i] = is_byte_piece(v.pieces[i]) ? token_kind::byte : token_kind::normal;
         }
     }
+
+    if (!spm) return load_gguf_bpe(gguf, std::move(v));
 
     v.bos = gguf_token_id(gguf, "tokenizer.ggml.bos_token_id", 1, n_vocab);
     v.eos = gguf_token_id(gguf, "tokenizer.ggml.eos_token_id", 2, n_vocab);
@@ -163,6 +242,433 @@ std::unique_ptr<tokenizer> load_llama2c_tokenizer(const std::string & path, int3
     v.add_bos = true;
     v.add_space_prefix = true;
     return std::make_unique<spm_tokenizer>(std::move(v));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hugging Face tokenizer.json / tokenizer_config.json, OpenAI encoder.json + vocab.bpe
+
+namespace {
+
+using json = nlohmann::json;
+
+json read_json(const std::string & path) {
+    const mapped_file map(path);
+    const char * begin = reinterpret_cast<const char *>(map.data());
+    try {
+        return json::parse(begin, begin + map.size());
+    } catch (const json::exception & e) {
+        fail_input("'{}' is not valid JSON: {}", path, e.what());
+    }
+}
+
+// A JSON file and the path of a value inside it, for messages: "'file': field model.vocab ...".
+struct json_ref {
+    const std::string & file;
+    const json & value;
+    std::string field;
+
+    // Member `key` of this object; absent or null: nullopt.
+    std::optional<json_ref> get(const std::string & key) const {
+        if (!value.is_object()) fail_input("'{}': {} is {}, expected an object", file, field, value.type_name());
+        const auto it = value.find(key);
+        if (it == value.end() || it->is_null()) return std::nullopt;
+        return json_ref{file, *it, field.empty() ? key : field + "." + key};
+    }
+    json_ref at(const std::string & key) const {
+        std::optional<json_ref> r = get(key);
+        if (!r) fail_input("'{}': field {} is missing", file, field.empty() ? key : field + "." + key);
+        return *r;
+    }
+    json_ref item(size_t i) const { return json_ref{file, value[i], fmt::format("{}[{}]", field, i)}; }
+
+    [[noreturn]] void bad(const char * expected) const {
+        std::string shown = value.dump();
+        if (shown.size() > 80) shown = shown.substr(0, 77) + "...";
+        fail_input("'{}': {} = {} ({}), expected {}", file, field, shown, value.type_name(), expected);
+    }
+    const std::string & str() const {
+        if (!value.is_string()) bad("a string");
+        return value.get_ref<const std::string &>();
+    }
+    bool boolean() const {
+        if (!value.is_boolean()) bad("true or false");
+        return value.get<bool>();
+    }
+    // Ids are bounded so that a corrupt id cannot make the loader allocate gigabytes for the gap
+    // before it: real vocabularies have at most a few hundred thousand tokens.
+    static constexpr int64_t k_max_id = int64_t(1) << 24;
+    int32_t id() const {
+        if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() >= k_max_id) {
+            bad("a token id: an integer in [0, 16777216)");
+        }
+        return int32_t(value.get<int64_t>());
+    }
+    const json & array() const {
+        if (!value.is_array()) bad("an array");
+        return value;
+    }
+    const json & object() const {
+        if (!value.is_object()) bad("an object");
+        return value;
+    }
+};
+
+bool opt_bool(const json_ref & obj, const std::string & key, bool def) {
+    const auto r = obj.get(key);
+    return r ? r->boolean() : def;
+}
+
+// A "a b" merge line; nullopt unless exactly two non-empty parts.
+std::optional<std::pair<std::string, std::string>> split_merge(std::string_view m) {
+    const size_t sp = m.find(' ');
+    if (sp == std::string_view::npos || sp == 0 || sp + 1 == m.size() ||
+        m.find(' ', sp + 1) != std::string_view::npos) {
+        return std::nullopt;
+    }
+    return std::pair{std::string(m.substr(0, sp)), std::string(m.substr(sp + 1))};
+}
+
+// A regex that matches `s` literally (HF Split pattern {"String": s}).
+std::string regex_escape(std::string_view s) {
+    std::string out;
+    for (const char c : s) {
+        const uint8_t b = uint8_t(c);
+        const bool plain = b >= 0x80 || (b >= '0' && b <= '9') || (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z');
+        if (!plain) out.push_back('\\');
+        out.push_back(c);
+    }
+    return out;
+}
+
+// Reads a pre_tokenizer (recursively through Sequence) into c.patterns; returns whether it has a
+// ByteLevel step.
+bool read_pre_tokenizer(const json_ref & pt, bpe_config & c) {
+    const std::string & type = pt.at("type").str();
+    if (type == "Sequence") {
+        const json_ref list = pt.at("pretokenizers");
+        bool byte_level = false;
+        for (size_t i = 0; i < list.array().size(); ++i) byte_level |= read_pre_tokenizer(list.item(i), c);
+        return byte_level;
+    }
+    if (type == "ByteLevel") {
+        if (opt_bool(pt, "use_regex", true)) c.patterns.push_back(k_bpe_pattern_gpt2);
+        c.vocab.add_space_prefix = opt_bool(pt, "add_prefix_space", true);
+        return true;
+    }
+    if (type == "Split") {
+        const json_ref pattern = pt.at("pattern");
+        if (const auto re = pattern.get("Regex")) {
+            c.patterns.push_back(re->str());
+        } else if (const auto lit = pattern.get("String")) {
+            c.patterns.push_back(regex_escape(lit->str()));
+        } else {
+            pattern.bad("{\"Regex\": ...} or {\"String\": ...}");
+        }
+        const json_ref behavior = pt.at("behavior");
+        if (behavior.str() != "Isolated") behavior.bad("\"Isolated\" (the only Split behavior supported)");
+        if (opt_bool(pt, "invert", false)) pt.at("invert").bad("false (inverted Split is not supported)");
+        return false;
+    }
+    fail_input(
+        "'{}': {}.type = '{}' is not supported: only byte-level BPE is (pre-tokenizer steps ByteLevel, "
+        "Split, Sequence); for a SentencePiece model such as Llama-2 load its GGUF file",
+        pt.file, pt.field, type);
+}
+
+// The name of a special token in tokenizer_config.json: a string, {"content": ...} or null.
+std::optional<std::string> config_token(const std::optional<json_ref> & cfg, const char * key) {
+    if (!cfg) return std::nullopt;
+    const auto r = cfg->get(key);
+    if (!r) return std::nullopt;
+    if (r->value.is_object()) return r->at("content").str();
+    return r->str();
+}
+
+// Id of the token spelled `name`: a control/user-defined piece first, then a normal piece (whose
+// text is byte-level), -1 if none.
+int32_t find_token(const vocab & v, const std::string & name) {
+    const std::string bl = bpe_bytes_to_pieces(name);
+    int32_t normal = -1;
+    for (size_t i = 0; i < v.pieces.size(); ++i) {
+        const bool added = v.kinds[i] == token_kind::control || v.kinds[i] == token_kind::user_defined;
+        if (added && v.pieces[i] == name) return int32_t(i);
+        if (normal < 0 && v.kinds[i] == token_kind::normal && (v.pieces[i] == bl || v.pieces[i] == name)) {
+            normal = int32_t(i);
+        }
+    }
+    return normal;
+}
+
+// Adds an added token (HF added_tokens entry or tokenizer_config added_tokens_decoder value) to
+// the vocab: special -> control, else user-defined; grows the vocab for ids past its end.
+void add_added_token(bpe_config & c, const json_ref & t, int32_t id) {
+    vocab & v = c.vocab;
+    const std::string & content = t.at("content").str();
+    if (content.empty()) t.at("content").bad("a non-empty string");
+    if (size_t(id) >= v.pieces.size()) {
+        v.pieces.resize(size_t(id) + 1);
+        v.kinds.resize(size_t(id) + 1, token_kind::unused);
+    }
+    v.pieces[size_t(id)] = content;
+    v.kinds[size_t(id)] = opt_bool(t, "special", false) ? token_kind::control : token_kind::user_defined;
+    c.added.push_back(
+        {id, opt_bool(t, "lstrip", false), opt_bool(t, "rstrip", false), opt_bool(t, "single_word", false)});
+}
+
+// bos/eos/unk and the BOS rule (see tokenizer.h) from tokenizer_config.json (may be absent) and the
+// post_processor's leading special token (-1: none).
+void apply_config(bpe_config & c, const std::optional<json_ref> & cfg, int32_t template_bos) {
+    vocab & v = c.vocab;
+    const auto lookup = [&](const char * key) -> int32_t {
+        const std::optional<std::string> name = config_token(cfg, key);
+        if (!name) return -1;
+        const int32_t id = find_token(v, *name);
+        if (id < 0) {
+            fail_input("'{}': {} = '{}' is not a token of the vocabulary in '{}'", cfg->file, key, *name, c.source);
+        }
+        if (v.kinds[size_t(id)] == token_kind::normal) {
+            v.kinds[size_t(id)] = token_kind::control;  // a special token (OPT's "</s>" is in vocab.json)
+            v.pieces[size_t(id)] = *name;
+        }
+        return id;
+    };
+    const int32_t bos = lookup("bos_token");
+    const int32_t eos = lookup("eos_token");
+    const int32_t unk = lookup("unk_token");
+    const int32_t eot = find_token(v, "<|endoftext|>");  // GPT-2's (and Qwen's) BOS = EOS
+    if (eot >= 0 && v.kinds[size_t(eot)] == token_kind::normal) v.kinds[size_t(eot)] = token_kind::control;
+
+    v.bos = bos >= 0 ? bos : template_bos >= 0 ? template_bos : eot;
+    v.eos = eos >= 0 ? eos : eot;
+    v.unk = unk;
+    const std::optional<json_ref> add_bos = cfg ? cfg->get("add_bos_token") : std::nullopt;
+    if (add_bos) {
+        v.add_bos = add_bos->boolean();
+    } else if (template_bos >= 0) {
+        v.add_bos = true;
+    } else {
+        v.add_bos = bos >= 0 && bos != eos;
+    }
+}
+
+// The special token a TemplateProcessing post_processor puts before the text ("single"), -1: none.
+int32_t template_bos(const std::optional<json_ref> & pp, const vocab & v) {
+    if (!pp) return -1;
+    const std::string & type = pp->at("type").str();
+    if (type == "Sequence") {
+        const json_ref list = pp->at("processors");
+        for (size_t i = 0; i < list.array().size(); ++i) {
+            const int32_t id = template_bos(list.item(i), v);
+            if (id >= 0) return id;
+        }
+        return -1;
+    }
+    if (type != "TemplateProcessing") return -1;
+    const json_ref single = pp->at("single");
+    if (single.array().empty()) return -1;
+    const auto first = single.item(0).get("SpecialToken");
+    if (!first) return -1;
+    const std::string & name = first->at("id").str();
+    if (const auto specials = pp->get("special_tokens")) {
+        if (const auto entry = specials->get(name)) {
+            const json_ref ids = entry->at("ids");
+            if (!ids.array().empty()) {
+                const int32_t id = ids.item(0).id();
+                if (size_t(id) >= v.pieces.size()) ids.item(0).bad("a token id of the vocabulary");
+                return id;
+            }
+        }
+    }
+    const int32_t id = find_token(v, name);
+    if (id < 0) fail_input("'{}': {}.id = '{}' is not a token of the vocabulary", pp->file, first->field, name);
+    return id;
+}
+
+// Pieces from a JSON object piece -> id; ids must be distinct (gaps become unused tokens).
+void read_vocab_object(const json_ref & obj, vocab & v) {
+    const json & o = obj.object();
+    if (o.empty()) fail_input("'{}': {} is empty", obj.file, obj.field.empty() ? "the vocabulary" : obj.field);
+    size_t n = 0;
+    for (auto it = o.begin(); it != o.end(); ++it) {
+        const json_ref r{obj.file, it.value(), obj.field.empty() ? it.key() : obj.field + "['" + it.key() + "']"};
+        n = std::max(n, size_t(r.id()) + 1);
+    }
+    v.pieces.assign(n, std::string());
+    v.kinds.assign(n, token_kind::unused);
+    for (auto it = o.begin(); it != o.end(); ++it) {
+        const size_t id = size_t(it.value().get<int64_t>());
+        if (v.kinds[id] != token_kind::unused) {
+            fail_input("'{}': {} gives id {} to both '{}' and '{}'", obj.file,
+                       obj.field.empty() ? "the vocabulary" : obj.field, id, v.pieces[id], it.key());
+        }
+        v.pieces[id] = it.key();
+        v.kinds[id] = token_kind::normal;
+    }
+}
+
+std::optional<json> read_optional_json(const std::string & path) {
+    if (path.empty()) return std::nullopt;
+    return read_json(path);
+}
+
+}  // namespace
+
+std::unique_ptr<tokenizer> load_tokenizer_json(const std::string & tokenizer_json_path,
+                                               const std::string & tokenizer_config_path) {
+    const std::string & file = tokenizer_json_path;
+    const json root_json = read_json(file);
+    const json_ref root{file, root_json, ""};
+    if (!root_json.is_object()) root.bad("an object");
+    bpe_config c;
+    c.source = file;
+    c.merges_field = "model.merges";
+
+    const json_ref model = root.at("model");
+    if (const auto type = model.get("type"); type && type->str() != "BPE") {
+        fail_input("'{}': model.type = '{}' is not supported (supported: 'BPE', byte-level)", file, type->str());
+    }
+    for (const char * key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+        if (const auto r = model.get(key); r && !r->str().empty()) r->bad("null or \"\" (not supported)");
+    }
+
+    // Byte level or not decides before anything else is read, so the message names the real cause.
+    bool byte_level = false;
+    if (const auto pt = root.get("pre_tokenizer")) byte_level = read_pre_tokenizer(*pt, c);
+    if (!byte_level) {
+        const auto pt = root.get("pre_tokenizer");
+        const std::string pt_type =
+            pt && pt->value.is_object() && pt->value.contains("type") ? pt->value["type"].dump() : "null";
+        fail_input(
+            "'{}': pre_tokenizer (type {}) has no ByteLevel step, so this is not a byte-level BPE "
+            "(model.byte_fallback = {}); supported: byte-level BPE as GPT-2, OPT, Qwen2/3 and Llama-3 use "
+            "it; for a SentencePiece model such as Llama-2 load its GGUF file",
+            file, pt_type, opt_bool(model, "byte_fallback", false));
+    }
+    if (const auto norm = root.get("normalizer")) {
+        const std::function<void(const json_ref &)> check = [&](const json_ref & n) {
+            const std::string & type = n.at("type").str();
+            if (type == "Sequence") {
+                const json_ref list = n.at("normalizers");
+                for (size_t i = 0; i < list.array().size(); ++i) check(list.item(i));
+            } else if (type != "NFC") {
+                fail_input("'{}': {}.type = '{}' is not supported (supported: null, NFC)", file, n.field, type);
+            }
+        };
+        check(*norm);
+    }
+    c.ignore_merges = opt_bool(model, "ignore_merges", false);
+
+    read_vocab_object(model.at("vocab"), c.vocab);
+    const json_ref merges = model.at("merges");
+    c.merges.reserve(merges.array().size());
+    for (size_t i = 0; i < merges.value.size(); ++i) {
+        const json_ref m = merges.item(i);
+        if (m.value.is_string()) {
+            auto ab = split_merge(m.str());
+            if (!ab) m.bad("\"a b\": two pieces separated by one space");
+            c.merges.push_back(std::move(*ab));
+        } else if (m.value.is_array() && m.value.size() == 2) {
+            c.merges.emplace_back(m.item(0).str(), m.item(1).str());
+        } else {
+            m.bad("\"a b\" or [\"a\", \"b\"]");
+        }
+    }
+
+    if (const auto added = root.get("added_tokens")) {
+        for (size_t i = 0; i < added->array().size(); ++i) {
+            const json_ref t = added->item(i);
+            add_added_token(c, t, t.at("id").id());
+        }
+    }
+    if (const auto unk = model.get("unk_token")) {
+        const int32_t id = find_token(c.vocab, unk->str());
+        if (id < 0) unk->bad("a token of model.vocab");
+        c.vocab.unk = id;
+    }
+
+    const std::optional<json> cfg_json = read_optional_json(tokenizer_config_path);
+    const std::optional<json_ref> cfg =
+        cfg_json ? std::optional<json_ref>(json_ref{tokenizer_config_path, *cfg_json, ""}) : std::nullopt;
+    if (cfg) cfg->object();
+    const int32_t unk = c.vocab.unk;
+    apply_config(c, cfg, template_bos(root.get("post_processor"), c.vocab));
+    if (c.vocab.unk < 0) c.vocab.unk = unk;
+    c.vocab.scores.assign(c.vocab.pieces.size(), 0.0f);
+    return std::make_unique<bpe_tokenizer>(std::move(c));
+}
+
+std::unique_ptr<tokenizer> load_vocab_merges_tokenizer(const std::string & vocab_json_path,
+                                                       const std::string & merges_path,
+                                                       const std::string & tokenizer_config_path) {
+    bpe_config c;
+    c.source = merges_path;
+    c.patterns = {k_bpe_pattern_gpt2};
+    {
+        const json v = read_json(vocab_json_path);
+        read_vocab_object(json_ref{vocab_json_path, v, ""}, c.vocab);
+    }
+
+    const mapped_file map(merges_path);
+    const std::string_view text(reinterpret_cast<const char *>(map.data()), map.size());
+    size_t pos = 0;
+    int64_t line_no = 0;
+    while (pos < text.size()) {
+        size_t end = text.find('\n', pos);
+        if (end == std::string_view::npos) end = text.size();
+        std::string_view line = text.substr(pos, end - pos);
+        pos = end + 1;
+        ++line_no;
+        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+        if (line.empty() || (line_no == 1 && line.starts_with("#version"))) continue;
+        auto ab = split_merge(line);
+        if (!ab) {
+            fail_input("'{}': line {} is '{}', expected a merge: two pieces separated by one space", merges_path,
+                       line_no, line);
+        }
+        if (c.merges.empty()) c.merges_line0 = line_no;
+        c.merges.push_back(std::move(*ab));
+    }
+    // Merge i is on line merges_line0 + i only when no empty line intervenes; blank lines are
+    // rare (none in GPT-2's or OPT's files) and then the reported line is approximate.
+
+    const std::optional<json> cfg_json = read_optional_json(tokenizer_config_path);
+    const std::optional<json_ref> cfg =
+        cfg_json ? std::optional<json_ref>(json_ref{tokenizer_config_path, *cfg_json, ""}) : std::nullopt;
+    if (cfg) {
+        cfg->object();
+        if (const auto dec = cfg->get("added_tokens_decoder")) {
+            for (auto it = dec->object().begin(); it != dec->object().end(); ++it) {
+                const json_ref t{tokenizer_config_path, it.value(), "added_tokens_decoder['" + it.key() + "']"};
+                char * end = nullptr;
+                const long long id = std::strtoll(it.key().c_str(), &end, 10);
+                if (it.key().empty() || *end != '\0' || id < 0 || id >= json_ref::k_max_id) {
+                    fail_input("'{}': added_tokens_decoder key '{}' is not a token id", tokenizer_config_path,
+                               it.key());
+                }
+                add_added_token(c, t, int32_t(id));
+            }
+        }
+    }
+    apply_config(c, cfg, -1);
+    c.vocab.add_space_prefix = false;
+    c.vocab.scores.assign(c.vocab.pieces.size(), 0.0f);
+    return std::make_unique<bpe_tokenizer>(std::move(c));
+}
+
+std::unique_ptr<tokenizer> load_tokenizer_folder(const std::string & dir) {
+    namespace fs = std::filesystem;
+    const auto file = [&](const char * name) { return (fs::path(dir) / name).string(); };
+    const auto has = [&](const char * name) { return fs::is_regular_file(file(name)); };
+    const std::string config = has("tokenizer_config.json") ? file("tokenizer_config.json") : std::string();
+    if (has("tokenizer.json")) return load_tokenizer_json(file("tokenizer.json"), config);
+    if (has("vocab.json") && has("merges.txt")) {
+        return load_vocab_merges_tokenizer(file("vocab.json"), file("merges.txt"), config);
+    }
+    if (has("encoder.json") && has("vocab.bpe")) {
+        return load_vocab_merges_tokenizer(file("encoder.json"), file("vocab.bpe"), config);
+    }
+    fail_input("'{}' holds no tokenizer: expected tokenizer.json, vocab.json + merges.txt, or encoder.json + vocab.bpe",
+               dir);
 }
 
 }  // namespace hill

@@ -39,8 +39,16 @@ public:
     virtual ~tokenizer() = default;
 
     // Token ids of `text` (any bytes: invalid UTF-8 is documented per implementation, never a
-    // crash). BOS is prepended when add_bos and the vocab has one.
+    // crash). BOS is prepended when add_bos and the vocab has one; byte-level BPE also requires
+    // vocab().add_bos (the model's rule: Llama-3 yes, GPT-2/Qwen no). Text that spells a control
+    // token ("<|endoftext|>", "<s>") is encoded as plain text.
     virtual std::vector<int32_t> encode(std::string_view text, bool add_bos) const = 0;
+
+    // As encode(), but control (special) tokens spelled in the text become those tokens, e.g. in a
+    // chat template. The default (SPM) does not parse them and returns encode(text, add_bos).
+    virtual std::vector<int32_t> encode_with_special(std::string_view text, bool add_bos) const {
+        return encode(text, add_bos);
+    }
 
     // The bytes token `id` stands for (SPM: U+2581 -> ' ', "<0xXX>" -> that byte; control
     // tokens -> ""). `id` out of range: hill::error(exit_code::bad_input).
@@ -53,9 +61,53 @@ public:
     virtual const hill::vocab & vocab() const = 0;
 };
 
-// Builds the tokenizer a GGUF file describes (`tokenizer.ggml.model` = "llama" for now).
-// Errors: missing or inconsistent tokenizer metadata, unsupported model, naming key and values.
+// Builds the tokenizer a GGUF file describes: `tokenizer.ggml.model` = "llama" (SentencePiece
+// BPE, spm_tokenizer.h) or "gpt2" (byte-level BPE, bpe_tokenizer.h). For "gpt2": tokens, merges
+// ("a b", rank order), token_type (3 control, 4 user-defined), bos/eos/unknown ids (default: the
+// "<|endoftext|>" token when present), add_space_prefix, and `tokenizer.ggml.pre` choosing the
+// pre-tokenizer: "gpt-2" (also absent or "default"), "qwen2" / "deepseek-r1-qwen", "llama3" /
+// "llama-bpe" (with ignore_merges). BOS rule: add_bos_token when present, else true for the
+// Llama-3 names only.
+// Errors: missing or inconsistent tokenizer metadata, unsupported model or pre-tokenizer, a merge
+// naming pieces not in tokens, naming key and values.
 std::unique_ptr<tokenizer> load_tokenizer(const gguf_file & gguf);
+
+// Byte-level BPE from a Hugging Face tokenizer.json and, when `tokenizer_config_path` is not empty,
+// its tokenizer_config.json. Supported: model.type "BPE" (merges as "a b" strings or [a, b] pairs,
+// ignore_merges) whose pre_tokenizer has a ByteLevel step: ByteLevel alone (use_regex: the GPT-2
+// pattern), or a Sequence of Split (pattern Regex or String, behavior "Isolated", invert false) and
+// ByteLevel steps; normalizer null or NFC (NFC is not applied). added_tokens with special = true
+// are control tokens, the others user-defined. A tokenizer.json that is not byte-level (Llama-2's
+// Metaspace + byte_fallback, WordPiece, Unigram) is rejected naming the field: load such a model's
+// GGUF file instead.
+// BOS rule: tokenizer_config add_bos_token when present; else a special token that starts the
+// post_processor's TemplateProcessing `single`; else true when tokenizer_config names a bos_token
+// that is not also its eos_token (Llama-3 yes; GPT-2's "<|endoftext|>" doubles as both: no).
+// bos/eos/unk: tokenizer_config bos_token/eos_token/unk_token (a string or {"content": ...}); a
+// named token that is an ordinary vocab entry becomes a control token. Without them: BOS from the
+// template, else "<|endoftext|>" when present, which is also the default EOS (GPT-2, Qwen base);
+// UNK from model.unk_token. model.dropout is ignored (no dropout at inference).
+// Errors (exit_code::bad_input): unreadable or malformed JSON, a missing or mistyped field, an
+// unsupported type, a merge not in the vocab — naming the file and the field.
+std::unique_ptr<tokenizer> load_tokenizer_json(const std::string & tokenizer_json_path,
+                                               const std::string & tokenizer_config_path);
+
+// Byte-level BPE from OpenAI's GPT-2 files encoder.json + vocab.bpe, which are also Hugging Face's
+// vocab.json + merges.txt (GPT-2, OPT checkpoints without tokenizer.json): a JSON object piece ->
+// id and a merges file ("#version" header line, then "a b" per line, rank order). GPT-2 pattern.
+// "<|endoftext|>" when present is a control token and BOS = EOS; add_bos false. With a
+// `tokenizer_config_path` (may be empty), its added_tokens_decoder, bos/eos/unk tokens and BOS rule
+// apply as for load_tokenizer_json (OPT: add_bos_token = true, BOS "</s>").
+// Errors: as load_tokenizer_json, naming the file and the line of a bad merge.
+std::unique_ptr<tokenizer> load_vocab_merges_tokenizer(const std::string & vocab_json_path,
+                                                       const std::string & merges_path,
+                                                       const std::string & tokenizer_config_path);
+
+// The tokenizer files of a folder, first found: tokenizer.json (Hugging Face), vocab.json +
+// merges.txt (Hugging Face GPT-2/OPT), encoder.json + vocab.bpe (OpenAI GPT-2); tokenizer_config.json
+// beside them is used when present. Errors: none of these present (listing what was looked for),
+// then as the loader used.
+std::unique_ptr<tokenizer> load_tokenizer_folder(const std::string & dir);
 
 // Reads a llama2.c `tokenizer.bin` (int32 max_token_length, then per token: f32 score, int32 len,
 // bytes) with `n_vocab` entries; BOS = 1, EOS = 2, UNK = 0 as llama2.c assigns them.
