@@ -25,4 +25,25 @@ if(HILL_BUILD_FUZZ)
   file(GLOB HILL_FUZZ_GGUF_CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/gguf/*)
   add_test(NAME fuzz_gguf_corpus COMMAND fuzz_gguf ${HILL_FUZZ_GGUF_CORPUS})
   set_tests_properties(fuzz_gguf_corpus PROPERTIES LABELS unit)
+
+  # The same for the safetensors reader (it parses its JSON header with nlohmann-json, header-only,
+  # so the parser is instrumented too).
+  add_executable(fuzz_safetensors
+    fuzz/fuzz_safetensors.cpp
+    ${PROJECT_SOURCE_DIR}/src/model/safetensors_file.cpp
+    ${PROJECT_SOURCE_DIR}/src/core/error.cpp
+    ${PROJECT_SOURCE_DIR}/src/core/ggml_type.cpp
+    ${PROJECT_SOURCE_DIR}/src/core/mapped_file.cpp)
+  target_include_directories(fuzz_safetensors PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include)
+  target_compile_options(fuzz_safetensors PRIVATE ${HILL_FUZZ_FLAGS})
+  target_link_options(fuzz_safetensors PRIVATE ${HILL_FUZZ_FLAGS})
+  target_link_libraries(fuzz_safetensors PRIVATE fmt::fmt nlohmann_json::nlohmann_json hill_warnings)
+  file(GLOB HILL_FUZZ_SAFETENSORS_CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/safetensors/*)
+  add_test(NAME fuzz_safetensors_corpus COMMAND fuzz_safetensors ${HILL_FUZZ_SAFETENSORS_CORPUS})
+  set_tests_properties(fuzz_safetensors_corpus PROPERTIES LABELS unit)
 endif()
+
+# safetensors reader, Hugging Face checkpoint folders, HF -> GGUF names (hill_hf).
+hill_add_test(test_safetensors unit LIBS hill_hf SOURCES test_safetensors.cpp)
+# hillinfer convert: checkpoint folder -> GGUF, compared through the engine's logits.
+hill_add_test(test_convert unit LIBS hill_convert hill_engine SOURCES test_convert.cpp)

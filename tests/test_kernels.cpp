@@ -17,10 +17,13 @@
 #include "core/fp16.h"
 #include "core/ggml_type.h"
 #include "core/thread_pool.h"
+#include "kernel_test_util.h"
 #include "test_util.h"
 
 namespace hill {
 namespace {
+
+using test::mode_guard;
 
 using test::fresh_seed;
 using test::random_floats;
@@ -35,12 +38,6 @@ inline size_t sz(int64_t v) {
 bool is_quant(ggml_type t) {
     return ggml_block_size(t) > 1;
 }
-
-// Restores the kernel mode a test started with.
-struct mode_guard {
-    kernel_mode saved = kernel_mode_get();
-    ~mode_guard() { kernel_mode_set(saved); }
-};
 
 #define HILL_REQUIRE_AVX2() \
     if (!cpu_has_avx2()) GTEST_SKIP() << "this CPU has no AVX2+FMA+F16C: only the scalar kernels run here"
@@ -516,6 +513,79 @@ TEST(ops, rope_matches_double_rotation) {
             }
         }
     }
+}
+
+// HF checkpoints keep Q/K rows for rotate-half RoPE; GGUF permutes them into adjacent pairs (in
+// each head, pair row 2i + r is rotate-half row r * head_dim/2 + i). Both layouts must rotate the
+// same values by the same angles, so permuting the rotate-half result gives the adjacent-pair
+// result bit for bit, also with per-pair frequency factors (Llama 3).
+TEST(ops, rope_rotate_half_equals_adjacent_pairs_on_permuted_rows) {
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    const int n_head = 3;
+    for (int head_dim : {2, 16, 128}) {
+        const std::vector<float> factors = random_floats(rng, sz(head_dim / 2), 1.0f, 8.0f);
+        std::vector<double> inv(sz(head_dim / 2));
+        rope_inv_freq(head_dim, 500000.0f, 0.5f, factors.data(), inv.data());
+        for (int i = 0; i < head_dim / 2; ++i) {
+            const double want = 0.5 * std::pow(500000.0, -2.0 * i / head_dim) / double(factors[sz(i)]);
+            EXPECT_NEAR(inv[sz(i)], want, 1e-15 * want);
+        }
+        const auto to_pairs = [&](const std::vector<float> & half) {
+            std::vector<float> pairs(half.size());
+            for (int h = 0; h < n_head; ++h) {
+                for (int i = 0; i < head_dim / 2; ++i) {
+                    for (int r = 0; r < 2; ++r) {
+                        pairs[sz(h * head_dim + 2 * i + r)] = half[sz(h * head_dim + r * head_dim / 2 + i)];
+                    }
+                }
+            }
+            return pairs;
+        };
+        for (int64_t pos : {int64_t(0), int64_t(5), int64_t(100000)}) {
+            const std::vector<float> x = random_floats(rng, sz(n_head * head_dim));
+            std::vector<float> half = x, pairs = to_pairs(x);
+            rope(half.data(), n_head, head_dim, pos, inv.data(), rope_layout::rotate_half);
+            rope(pairs.data(), n_head, head_dim, pos, inv.data(), rope_layout::adjacent_pairs);
+            expect_bitwise_equal(to_pairs(half), pairs, "head_dim " + std::to_string(head_dim) + " pos " + std::to_string(pos));
+        }
+    }
+}
+
+TEST(ops, layernorm_relu_bias_match_double) {
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    for (int64_t n : {1, 7, 80, 1024}) {
+        const std::vector<float> x = random_floats(rng, sz(n), -3.0f, 5.0f);
+        const std::vector<float> w = random_floats(rng, sz(n), 0.5f, 1.5f);
+        const std::vector<float> b = random_floats(rng, sz(n));
+        std::vector<float> y(sz(n));
+        layernorm(x.data(), w.data(), b.data(), y.data(), n, 1e-5f);
+        double mean = 0.0, var = 0.0;
+        for (float v : x) mean += v;
+        mean /= double(n);
+        for (float v : x) var += (v - mean) * (v - mean);
+        var /= double(n);
+        std::vector<double> ref(sz(n)), tol(sz(n));
+        for (size_t i = 0; i < sz(n); ++i) {
+            ref[i] = (x[i] - mean) / std::sqrt(var + 1e-5) * w[i] + b[i];
+            tol[i] = 1e-6 * (1.0 + std::abs(ref[i]));
+        }
+        expect_close(y, ref, tol, "layernorm n " + std::to_string(n));
+        std::vector<float> xi = x;
+        layernorm(xi.data(), w.data(), b.data(), xi.data(), n, 1e-5f);
+        expect_bitwise_equal(xi, y, "layernorm in place, n " + std::to_string(n));
+
+        std::vector<float> r = x;
+        relu(r.data(), n);
+        for (size_t i = 0; i < sz(n); ++i) EXPECT_EQ(r[i], x[i] > 0.0f ? x[i] : 0.0f);
+    }
+    std::vector<float> y = {1, 2, 3, 4, 5, 6};
+    const std::vector<float> bias = {10, 20, 30};
+    add_bias_rows(y.data(), bias.data(), 2, 3);
+    EXPECT_EQ(y, (std::vector<float>{11, 22, 33, 14, 25, 36}));
 }
 
 TEST(ops, swiglu_softmax_add_match_double) {

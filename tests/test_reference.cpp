@@ -1,9 +1,19 @@
-// The forward pass against an independent float64 NumPy implementation (tests/reference/llama_ref.py)
-// on small random models written as GGUF: 8 query / 2 KV heads, odd dimensions.
+// The forward pass against independent float64 NumPy implementations:
+//   - tests/reference/llama_ref.py on small random `llama` models written as GGUF by the C++ writer
+//     (8 query / 2 KV heads, odd dimensions, every weight type);
+//   - tests/reference/arch_ref.py on random tiny Hugging Face checkpoints it writes itself (config.json
+//     + safetensors, one file or shards) for every architecture and config variant (llama with
+//     linear / llama3 RoPE scaling, Mistral-like GQA with head_dim != hidden/heads, qwen2, qwen,
+//     opt pre- and post-norm with the word embedding projection), and on the same weights as GGUF
+//     where llama.cpp defines the architecture (llama with permuted Q/K rows, qwen2, qwen).
+#include "core/error.h"
 #include "engine/session.h"
+#include "model/gguf_writer.h"
+#include "model/safetensors_file.h"
 #include "model/synthetic_model.h"
 #include "test_util.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,11 +36,15 @@ struct ref_case {
     float rope_scale;
 };
 
-std::vector<std::vector<double>> run_reference(const std::string & model, const std::vector<int32_t> & tokens) {
+std::string token_list(const std::vector<int32_t> & tokens) {
     std::string list;
     for (size_t i = 0; i < tokens.size(); ++i) list += (i ? "," : "") + std::to_string(tokens[i]);
-    const std::string cmd = std::string(HILL_NUMPY_PYTHON) + " " + HILL_SOURCE_DIR + "/tests/reference/llama_ref.py " +
-                            model + " " + list;
+    return list;
+}
+
+// Runs tests/reference/`script` with `args`; its stdout parsed as rows of numbers.
+std::vector<std::vector<double>> run_script(const std::string & script, const std::string & args) {
+    const std::string cmd = std::string(HILL_NUMPY_PYTHON) + " " + HILL_SOURCE_DIR + "/tests/reference/" + script + " " + args;
     FILE * p = ::popen(cmd.c_str(), "r");
     EXPECT_NE(p, nullptr);
     std::string out;
@@ -48,6 +62,51 @@ std::vector<std::vector<double>> run_reference(const std::string & model, const 
         while (ls >> v) rows.back().push_back(v);
     }
     return rows;
+}
+
+std::vector<std::vector<double>> run_reference(const std::string & model, const std::vector<int32_t> & tokens) {
+    return run_script("llama_ref.py", model + " " + token_list(tokens));
+}
+
+// max |ours - ref| / max |ref| over all positions, for the whole prompt at once (n_batch 8: gemm +
+// prefill attention) and token by token (n_batch 1: gemv + decode attention).
+void expect_logits_match(const model & m, const std::vector<int32_t> & tokens,
+                         const std::vector<std::vector<double>> & ref, double tol, const std::string & name) {
+    ASSERT_EQ(ref.size(), tokens.size());
+    const int32_t n_vocab = m.hp().n_vocab;
+    thread_pool pool(2);
+    for (int32_t n_batch : {8, 1}) {
+        session s(m, session_params{64, ggml_type::f32, n_batch}, pool);
+        if (n_batch == 1) {
+            double worst = 0.0;
+            for (size_t t = 0; t < tokens.size(); ++t) {
+                s.eval(std::span<const int32_t>(&tokens[t], 1), false);
+                double max_ref = 0.0, max_err = 0.0;
+                ASSERT_EQ(ref[t].size(), size_t(n_vocab));
+                for (int32_t i = 0; i < n_vocab; ++i) {
+                    max_ref = std::max(max_ref, std::abs(ref[t][size_t(i)]));
+                    max_err = std::max(max_err, std::abs(double(s.logits()[i]) - ref[t][size_t(i)]));
+                }
+                worst = std::max(worst, max_err / max_ref);
+                EXPECT_LE(max_err / max_ref, tol) << name << " decode position " << t;
+            }
+            std::printf("%s decode: max |error| / max |logit| = %.2e (tolerance %.0e)\n", name.c_str(), worst, tol);
+            continue;
+        }
+        s.eval(tokens, true);
+        double max_ref = 0.0, max_err = 0.0;
+        for (size_t t = 0; t < tokens.size(); ++t) {
+            ASSERT_EQ(ref[t].size(), size_t(n_vocab));
+            for (int32_t i = 0; i < n_vocab; ++i) {
+                const double r = ref[t][size_t(i)];
+                max_ref = std::max(max_ref, std::abs(r));
+                max_err = std::max(max_err, std::abs(double(s.logits()[t * size_t(n_vocab) + size_t(i)]) - r));
+            }
+        }
+        std::printf("%s prefill: max |error| / max |logit| = %.2e (tolerance %.0e)\n", name.c_str(), max_err / max_ref,
+                    tol);
+        EXPECT_LE(max_err / max_ref, tol) << name << ": max error " << max_err << " against max |logit| " << max_ref;
+    }
 }
 
 bool numpy_available() {
@@ -103,6 +162,214 @@ INSTANTIATE_TEST_SUITE_P(
                       ref_case{"q8_0", ggml_type::q8_0, 96, 160, 2e-3f, false, 10000.0f, 1.0f},
                       ref_case{"q4_0", ggml_type::q4_0, 96, 160, 2e-3f, false, 10000.0f, 1.0f}),
     [](const auto & info) { return std::string(info.param.name); });
+
+struct arch_case {
+    const char * name;
+    const char * config;  // config.json
+    const char * dtype;   // f32, f16, bf16: every tensor of the checkpoint
+    int shards;           // 1: model.safetensors; more: model-0000i-of-0000N.safetensors + index
+    bool gguf;            // also written as GGUF (llama.cpp's layout) and checked
+    const char * arch;    // expected hparams().arch
+};
+
+void PrintTo(const arch_case & c, std::ostream * os) { *os << c.name; }
+
+class architectures : public ::testing::TestWithParam<arch_case> {};
+
+TEST_P(architectures, checkpoint_logits_match_float64_numpy) {
+    if (!numpy_available()) GTEST_SKIP() << "/usr/bin/python3 with numpy (Debian python3-numpy) not found";
+    const arch_case & c = GetParam();
+    test::temp_dir dir;
+    const std::string ckpt = dir.file("ckpt"), gguf = dir.file("m.gguf");
+    // Writes the checkpoint (and the GGUF); prints nothing.
+    run_script("arch_ref.py", fmt::format("write {} '{}' {} 11 {}{}", ckpt, c.config, c.dtype, c.shards,
+                                          c.gguf ? " " + gguf : std::string()));
+    const std::vector<int32_t> tokens = {1, 17, 300, 42, 42, 259, 5, 123};
+    const auto ref = run_script("arch_ref.py", "logits " + ckpt + " " + token_list(tokens));
+    const double tol = std::string(c.dtype) == "f32" ? 1e-4 : 2e-3;
+
+    auto m = model::load(ckpt);
+    EXPECT_EQ(m->format(), "hf");
+    EXPECT_EQ(m->hp().arch, c.arch);
+    EXPECT_FALSE(m->has_tokenizer());
+    EXPECT_THROW(m->tokenizer(), error);
+    expect_logits_match(*m, tokens, ref, tol, std::string(c.name) + " (folder)");
+    if (m->hp().position == position_kind::learned) {
+        // OPT has learned 64 positions: a longer context is a usage error; 64 tokens run.
+        thread_pool pool(1);
+        try {
+            session s(*m, session_params{65, ggml_type::f32, 8}, pool);
+            ADD_FAILURE() << "no error for a context past the learned positions";
+        } catch (const error & e) {
+            EXPECT_EQ(e.code(), exit_code::usage);
+            EXPECT_NE(std::string(e.what()).find("64 positions"), std::string::npos) << e.what();
+        }
+        session s(*m, session_params{64, ggml_type::f32, 8}, pool);
+        s.eval(std::vector<int32_t>(64, 7));
+        EXPECT_EQ(s.n_past(), 64);
+    }
+    if (c.gguf) {
+        auto g = model::load(gguf);
+        EXPECT_EQ(g->format(), "gguf");
+        EXPECT_EQ(g->hp().arch, c.arch);
+        EXPECT_EQ(g->n_params(), m->n_params());
+        expect_logits_match(*g, tokens, ref, tol, std::string(c.name) + " (GGUF)");
+    }
+}
+
+#define LLAMA_DIMS                                                                                              \
+    R"("vocab_size": 301, "hidden_size": 80, "intermediate_size": 99, "num_hidden_layers": 2, )"               \
+    R"("num_attention_heads": 8, "num_key_value_heads": 2, "max_position_embeddings": 64, "rms_norm_eps": 1e-5)"
+#define OPT_DIMS                                                                                                \
+    R"("model_type": "opt", "vocab_size": 301, "hidden_size": 80, "ffn_dim": 99, "num_hidden_layers": 2, )"    \
+    R"("num_attention_heads": 8, "max_position_embeddings": 64, "activation_function": "relu")"
+
+INSTANTIATE_TEST_SUITE_P(
+    checkpoints, architectures,
+    ::testing::Values(
+        arch_case{"llama", R"({"model_type": "llama", "architectures": ["LlamaForCausalLM"], )" LLAMA_DIMS
+                           R"(, "rope_theta": 10000.0, "hidden_act": "silu", "tie_word_embeddings": false})",
+                  "f32", 1, true, "llama"},
+        // LongChat: linear RoPE scaling (transformers' pre-4.43 spelling "type"), tied output.
+        arch_case{"longchat_linear_rope", R"({"model_type": "llama", )" LLAMA_DIMS
+                                          R"(, "rope_scaling": {"type": "linear", "factor": 4.0}, )"
+                                          R"("tie_word_embeddings": true})",
+                  "bf16", 1, true, "llama"},
+        // Llama 3.1: original context 16 so that the 8 head frequencies fall in all three bands.
+        arch_case{"llama3_rope", R"({"model_type": "llama", )" LLAMA_DIMS R"(, "rope_theta": 500000.0, )"
+                                 R"("rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, )"
+                                 R"("high_freq_factor": 4.0, "original_max_position_embeddings": 16}})",
+                  "f32", 1, true, "llama"},
+        // Mistral-like GQA, head_dim 16 != 96 / 8, sharded, f16.
+        arch_case{"mistral_gqa", R"({"model_type": "mistral", "architectures": ["MistralForCausalLM"], )"
+                                 R"("vocab_size": 301, "hidden_size": 96, "intermediate_size": 160, )"
+                                 R"("num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2, )"
+                                 R"("head_dim": 16, "max_position_embeddings": 64, "rms_norm_eps": 1e-5, )"
+                                 R"("rope_theta": 1000000.0, "sliding_window": 4096})",
+                  "f16", 2, true, "llama"},
+        arch_case{"qwen2", R"({"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], )" LLAMA_DIMS
+                           R"(, "rope_theta": 1000000.0, "tie_word_embeddings": true, "use_sliding_window": false})",
+                  "f32", 1, true, "qwen2"},
+        arch_case{"qwen2_bf16_shards", R"({"model_type": "qwen2", )" LLAMA_DIMS R"(, "tie_word_embeddings": false})",
+                  "bf16", 3, false, "qwen2"},
+        arch_case{"qwen", R"({"model_type": "qwen", "architectures": ["QWenLMHeadModel"], "vocab_size": 301, )"
+                          R"("hidden_size": 80, "intermediate_size": 198, "num_hidden_layers": 2, )"
+                          R"("num_attention_heads": 8, "kv_channels": 10, "seq_length": 64, )"
+                          R"("max_position_embeddings": 64, "layer_norm_epsilon": 1e-6, "rotary_emb_base": 10000, )"
+                          R"("rotary_pct": 1.0, "no_bias": true, "use_dynamic_ntk": true, "use_logn_attn": true})",
+                  "f32", 1, true, "qwen"},
+        arch_case{"opt", "{" OPT_DIMS R"(, "do_layer_norm_before": true, "word_embed_proj_dim": 80})", "f32", 1,
+                  false, "opt"},
+        arch_case{"opt_f16", "{" OPT_DIMS R"(})", "f16", 2, false, "opt"},
+        // opt-350m's shape: post-norm blocks, no final LayerNorm, embeddings of width 48 projected.
+        arch_case{"opt_350m_like", "{" OPT_DIMS R"(, "do_layer_norm_before": false, "word_embed_proj_dim": 48})",
+                  "f32", 1, false, "opt"}),
+    [](const auto & info) { return std::string(info.param.name); });
+
+// A checkpoint folder written from C++: config.json and one safetensors file of f32 tensors.
+struct tiny_folder {
+    test::temp_dir dir;
+    std::vector<std::vector<float>> data;
+    std::vector<safetensors_entry> entries;
+
+    void add(const std::string & name, std::vector<int64_t> shape) {
+        int64_t n = 1;
+        for (int64_t d : shape) n *= d;
+        data.emplace_back(size_t(n), 0.5f);
+        entries.push_back({name, ggml_type::f32, std::move(shape), data.back().data(), uint64_t(n) * 4});
+    }
+    std::string write(const std::string & config) {
+        std::ofstream(dir.file("config.json")) << config;
+        const std::vector<uint8_t> bytes = safetensors_serialize(entries);
+        std::ofstream(dir.file("model.safetensors"), std::ios::binary)
+            .write(reinterpret_cast<const char *>(bytes.data()), std::streamsize(bytes.size()));
+        return dir.path.string();
+    }
+};
+
+// The message of the hill::error that loading `path` throws ("" when it loads).
+std::string load_error(const std::string & path, exit_code expected = exit_code::bad_input) {
+    try {
+        model::load(path);
+    } catch (const error & e) {
+        EXPECT_EQ(e.code(), expected) << e.what();
+        return e.what();
+    }
+    ADD_FAILURE() << path << " loaded";
+    return "";
+}
+
+#define EXPECT_MENTIONS(msg, text) EXPECT_NE((msg).find(text), std::string::npos) << (msg)
+
+constexpr const char * k_llama_cfg =
+    R"({"model_type": "llama", "vocab_size": 8, "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1, )"
+    R"("num_attention_heads": 2, "max_position_embeddings": 16)";
+
+TEST(architectures, unsupported_architecture_names_the_field_and_the_supported_values) {
+    tiny_folder f;
+    f.add("gpt_neox.embed_in.weight", {8, 8});
+    const std::string msg = load_error(f.write(R"({"model_type": "gpt_neox", "architectures": ["GPTNeoXForCausalLM"]})"));
+    EXPECT_MENTIONS(msg, "gpt_neox");
+    EXPECT_MENTIONS(msg, "model_type");
+    EXPECT_MENTIONS(msg, "llama");
+    EXPECT_MENTIONS(msg, "opt");
+}
+
+TEST(architectures, unsupported_config_values_name_the_key_and_the_supported_values) {
+    const std::pair<const char *, std::vector<const char *>> cases[] = {
+        {R"(, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})", {"rope_scaling", "yarn", "linear, llama3"}},
+        {R"(, "hidden_act": "gelu"})", {"hidden_act", "gelu", "silu"}},
+        {R"(, "mlp_bias": true})", {"mlp_bias"}},
+        {R"(, "num_key_value_heads": 3})", {"key/value head count 3"}},
+    };
+    for (const auto & [extra, words] : cases) {
+        tiny_folder f;
+        f.add("model.embed_tokens.weight", {8, 8});
+        const std::string msg = load_error(f.write(std::string(k_llama_cfg) + extra));
+        for (const char * w : words) EXPECT_MENTIONS(msg, w);
+    }
+    tiny_folder f;
+    f.add("model.decoder.embed_tokens.weight", {8, 8});
+    const std::string msg = load_error(f.write(
+        R"({"model_type": "opt", "vocab_size": 8, "hidden_size": 8, "ffn_dim": 8, "num_hidden_layers": 1, )"
+        R"("num_attention_heads": 2, "max_position_embeddings": 16, "activation_function": "gelu"})"));
+    EXPECT_MENTIONS(msg, "activation_function");
+    EXPECT_MENTIONS(msg, "relu");
+}
+
+TEST(architectures, missing_and_misshapen_tensors_are_named) {
+    {
+        tiny_folder f;
+        f.add("model.embed_tokens.weight", {8, 8});
+        const std::string msg = load_error(f.write(std::string(k_llama_cfg) + "}"));
+        EXPECT_MENTIONS(msg, "output_norm.weight");
+        EXPECT_MENTIONS(msg, "missing");
+    }
+    {
+        tiny_folder f;
+        f.add("model.embed_tokens.weight", {8, 7});
+        const std::string msg = load_error(f.write(std::string(k_llama_cfg) + "}"));
+        EXPECT_MENTIONS(msg, "model.embed_tokens.weight");
+        EXPECT_MENTIONS(msg, "[8, 7]");
+        EXPECT_MENTIONS(msg, "expected [8, 8]");
+    }
+}
+
+TEST(architectures, gguf_architecture_outside_gguf_is_rejected_naming_the_supported_ones) {
+    test::temp_dir dir;
+    gguf_writer w;
+    w.set_string("general.architecture", "opt");
+    w.write(dir.file("opt.gguf"));
+    const std::string msg = load_error(dir.file("opt.gguf"));
+    EXPECT_MENTIONS(msg, "'opt'");
+    EXPECT_MENTIONS(msg, "llama, qwen2, qwen");
+}
+
+TEST(architectures, a_folder_that_is_not_a_checkpoint_is_a_usage_error) {
+    test::temp_dir dir;
+    const std::string msg = load_error(dir.path.string(), exit_code::usage);
+    EXPECT_MENTIONS(msg, "config.json");
+}
 
 }  // namespace
 }  // namespace hill

@@ -17,5 +17,6 @@ command_fn add_tokenize(CLI::App & app);
 command_fn add_make_model(CLI::App & app);
 command_fn add_perplexity(CLI::App & app);
 command_fn add_demo(CLI::App & app);
+command_fn add_convert(CLI::App & app);
 
 }  // namespace hill::cli

@@ -1,6 +1,6 @@
 // HillInfer public API, one umbrella header.
 //
-//   auto m = hill::model::load("model.gguf");                       // or (checkpoint.bin, tokenizer.bin)
+//   auto m = hill::model::load("model.gguf");  // or a Hugging Face checkpoint folder, or (checkpoint.bin, tokenizer.bin)
 //   hill::thread_pool pool(hill::physical_core_count());
 //   hill::session s(*m, {.n_ctx = 4096}, pool);
 //   s.eval(m->tokenizer().encode("Once upon a time", true));        // prefill

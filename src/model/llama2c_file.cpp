@@ -60,6 +60,7 @@ std::unique_ptr<model> load_llama2c(const std::string & path, const std::string 
     hp.n_head = int32_t(nh);
     hp.n_head_kv = int32_t(nkv);
     hp.head_dim = int32_t(hs);
+    hp.n_embd_word = int32_t(dim);
     hp.rms_eps = 1e-5f;
     hp.rope_freq_base = 10000.0f;
     hp.rope_freq_scale = 1.0f;

@@ -1,8 +1,11 @@
 #include "model/model.h"
 
 #include "core/error.h"
+#include "model/hf_checkpoint.h"
+#include "model/model_loader.h"
 
 #include <cstring>
+#include <filesystem>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -12,7 +15,32 @@ uint64_t hparams::kv_bytes_per_token(ggml_type kv_type) const {
     return 2ull * uint64_t(n_layer) * uint64_t(n_embd_kv()) * ggml_block_bytes(kv_type);
 }
 
+std::vector<double> hparams::rope_inv_freq() const {
+    HILL_ASSERT(head_dim > 0 && head_dim % 2 == 0);
+    HILL_ASSERT(rope_freq_factors.empty() || int64_t(rope_freq_factors.size()) == head_dim / 2);
+    std::vector<double> f(size_t(head_dim / 2));
+    hill::rope_inv_freq(head_dim, rope_freq_base, rope_freq_scale,
+                  rope_freq_factors.empty() ? nullptr : rope_freq_factors.data(), f.data());
+    return f;
+}
+
+const tokenizer & model::tokenizer() const {
+    if (!tokenizer_) {
+        fail_input("'{}' has no tokenizer (no tokenizer.json, vocab.json + merges.txt or encoder.json + vocab.bpe in "
+                   "the folder): it can only be run on token ids; copy the tokenizer files of the model into it",
+                   path_);
+    }
+    return *tokenizer_;
+}
+
 std::unique_ptr<model> model::load(const std::string & path, const std::string & tokenizer_path) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) {
+        if (!tokenizer_path.empty()) {
+            fail_usage("--tokenizer is for llama2.c checkpoints; '{}' is a checkpoint folder and brings its own", path);
+        }
+        return model_loader::load_hf(path);  // a folder that is not a checkpoint: a usage error naming what is missing
+    }
     require_regular_file(path, "model file");
     char magic[4] = {0, 0, 0, 0};
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -24,7 +52,7 @@ std::unique_ptr<model> model::load(const std::string & path, const std::string &
     }
     if (std::memcmp(magic, "GGUF", 4) == 0) {
         if (!tokenizer_path.empty()) fail_usage("--tokenizer is for llama2.c checkpoints; '{}' is GGUF and has its own", path);
-        return load_gguf_llama(path);
+        return model_loader::load_gguf(path);
     }
     if (tokenizer_path.empty()) {
         fail_usage("'{}' is not GGUF, so it is read as a llama2.c checkpoint, which needs --tokenizer FILE "
@@ -35,37 +63,53 @@ std::unique_ptr<model> model::load(const std::string & path, const std::string &
 
 namespace {
 uint64_t n_elems(const weight_view & w) { return uint64_t(w.n_rows) * uint64_t(w.n_cols); }
+
+size_t n_vectors(const layer_weights & l) {
+    size_t n = 0;
+    for (const std::vector<float> * v : {&l.attn_norm, &l.attn_norm_b, &l.bq, &l.bk, &l.bv, &l.bo, &l.ffn_norm,
+                                         &l.ffn_norm_b, &l.ffn_up_b, &l.ffn_down_b}) {
+        n += v->size();
+    }
+    return n;
+}
+
+// The matrices read per decode step: every block's, the projections and the output (not the
+// embedding tables, of which one row is read). Empty views (absent weights) count 0.
+template <class F>
+void for_each_step_matrix(const std::vector<layer_weights> & layers, const weight_view & proj_in,
+                          const weight_view & proj_out, F && f) {
+    for (const auto & l : layers) {
+        for (const weight_view * w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) f(*w);
+    }
+    f(proj_in);
+    f(proj_out);
+}
 }  // namespace
 
 uint64_t model::n_params() const {
-    uint64_t n = n_elems(token_embd_) + output_norm_.size();
+    uint64_t n = n_elems(token_embd_) + n_elems(pos_embd_) + output_norm_.size() + output_norm_b_.size();
     if (!output_tied_) n += n_elems(output_);
-    for (const auto & l : layers_) {
-        n += l.attn_norm.size() + l.ffn_norm.size();
-        for (const weight_view * w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) n += n_elems(*w);
-    }
+    for (const auto & l : layers_) n += n_vectors(l);
+    for_each_step_matrix(layers_, proj_in_, proj_out_, [&](const weight_view & w) { n += n_elems(w); });
     return n;
 }
 
 uint64_t model::weight_bytes_per_token() const {
     uint64_t n = uint64_t(output_.n_rows) * output_.row_bytes();
-    for (const auto & l : layers_) {
-        for (const weight_view * w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) {
-            n += uint64_t(w->n_rows) * w->row_bytes();
-        }
-    }
+    for_each_step_matrix(layers_, proj_in_, proj_out_,
+                         [&](const weight_view & w) { n += uint64_t(w.n_rows) * w.row_bytes(); });
     return n;
 }
 
 std::map<ggml_type, uint64_t> model::params_by_type() const {
     std::map<ggml_type, uint64_t> m = vector_params_;
-    m[token_embd_.type] += n_elems(token_embd_);
-    if (!output_tied_) m[output_.type] += n_elems(output_);
-    for (const auto & l : layers_) {
-        for (const weight_view * w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) {
-            m[w->type] += n_elems(*w);
-        }
-    }
+    const auto add = [&](const weight_view & w) {
+        if (n_elems(w) != 0) m[w.type] += n_elems(w);
+    };
+    add(token_embd_);
+    add(pos_embd_);
+    if (!output_tied_) add(output_);
+    for_each_step_matrix(layers_, proj_in_, proj_out_, add);
     return m;
 }
 

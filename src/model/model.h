@@ -1,11 +1,22 @@
-// A loaded Llama-architecture model: hyperparameters, weight views into the mapped file, and its
-// tokenizer. Weights are never copied (norm vectors, which are tiny, are converted to f32).
+// A loaded model: hyperparameters, weight views into the mapped file(s), and its tokenizer. Weights
+// are never copied (norm vectors and biases, which are tiny, are converted to f32).
 //
-// Sources: GGUF (architecture `llama`, tensor names as llama.cpp writes them) and llama2.c legacy
-// checkpoints (`.bin`, 7×int32 header then f32 arrays; see model/llama2c_file.cpp).
+// Architectures (hparams::arch; see docs/models.md "Architectures"):
+//   llama  RMSNorm, RoPE, GQA, SwiGLU; also Mistral, LongChat (linear RoPE scaling) and Llama 3
+//          (`rope_scaling` type llama3: per-pair frequency factors)
+//   qwen2  llama with Q/K/V biases
+//   qwen   Qwen-1: llama with a fused QKV projection with bias, MHA
+//   opt    learned positions, LayerNorm (pre- or post-norm), ReLU MLP, biases everywhere, optional
+//          projection between the word embedding width and the hidden size
+// Sources: GGUF (llama, qwen2, qwen as llama.cpp writes them; model/gguf_model.cpp), Hugging Face
+// checkpoint folders (all four; model/hf_model.cpp) and llama2.c legacy checkpoints (`.bin`,
+// 7×int32 header then f32 arrays; model/llama2c_file.cpp). The per-architecture files
+// (model/arch_*.cpp) read the hyperparameters and find the weights under their GGUF names in either
+// container (model/model_loader.h).
 #pragma once
 
 #include "compute/matmul.h"
+#include "compute/ops.h"
 #include "model/gguf_file.h"
 #include "tokenizer/tokenizer.h"
 
@@ -18,8 +29,16 @@
 
 namespace hill {
 
+// Normalization: RMSNorm (weight only) or LayerNorm (weight and bias).
+enum class norm_kind { rms, layer };
+// Where position enters: RoPE on Q and K (in either pair layout, compute/ops.h), or learned absolute
+// position embeddings added to the token embedding (OPT).
+enum class position_kind { rope, learned };
+// Feed-forward: SwiGLU (gate, up, down; no biases) or ReLU MLP (up = fc1, down = fc2, with biases).
+enum class ffn_kind { swiglu, relu };
+
 struct hparams {
-    std::string arch = "llama";
+    std::string arch = "llama";   // llama, qwen2, qwen, opt
     int32_t n_vocab = 0;
     int32_t n_ctx_train = 0;      // trained context length (tokens)
     int32_t n_embd = 0;
@@ -27,45 +46,81 @@ struct hparams {
     int32_t n_layer = 0;
     int32_t n_head = 0;
     int32_t n_head_kv = 0;
-    int32_t head_dim = 0;         // n_embd / n_head
-    float rms_eps = 1e-5f;
+    int32_t head_dim = 0;         // usually n_embd / n_head (HF `head_dim` may say otherwise)
+    int32_t n_embd_word = 0;      // width of the token embedding and the output matrix: n_embd, or
+                                  // OPT's word_embed_proj_dim (projected in and out of n_embd)
+    float rms_eps = 1e-5f;        // epsilon of the norms (RMSNorm or LayerNorm)
+    norm_kind norm = norm_kind::rms;
+    bool norm_before = true;      // pre-norm blocks (x + f(norm(x))); false: OPT-350m's post-norm
+                                  // (norm(x + f(x))), which also has no final norm
+    ffn_kind ffn = ffn_kind::swiglu;
+    position_kind position = position_kind::rope;
+    rope_layout rope_pairs = rope_layout::adjacent_pairs;  // how Q/K rows are laid out for RoPE
     float rope_freq_base = 10000.0f;
     float rope_freq_scale = 1.0f; // linear RoPE scaling: position multiplier (1 / factor)
+    std::vector<float> rope_freq_factors;  // f32 [head_dim/2] pair i's frequency is divided by; empty: all 1
+                                           // (Llama 3 `rope_scaling`, GGUF `rope_freqs.weight`)
 
     int64_t n_embd_q() const { return int64_t(n_head) * head_dim; }
     int64_t n_embd_kv() const { return int64_t(n_head_kv) * head_dim; }
     // K and V of one token over all layers, in bytes, for a KV cache of element type `kv_type`.
     uint64_t kv_bytes_per_token(ggml_type kv_type) const;
+    // f64 [head_dim/2]: RoPE angle per position of each pair (compute/ops.h rope_inv_freq).
+    std::vector<double> rope_inv_freq() const;
 };
 
+// One block. Optional vectors are empty when the architecture has none; `ffn_gate` is empty
+// (n_rows 0) for the ReLU MLP.
 struct layer_weights {
-    std::vector<float> attn_norm;  // f32 [n_embd]
-    weight_view wq;                // [n_head * head_dim, n_embd]
-    weight_view wk;                // [n_head_kv * head_dim, n_embd]
-    weight_view wv;                // [n_head_kv * head_dim, n_embd]
-    weight_view wo;                // [n_embd, n_head * head_dim]
-    std::vector<float> ffn_norm;   // f32 [n_embd]
-    weight_view ffn_gate;          // [n_ff, n_embd]
-    weight_view ffn_up;            // [n_ff, n_embd]
-    weight_view ffn_down;          // [n_embd, n_ff]
+    std::vector<float> attn_norm;    // f32 [n_embd]
+    std::vector<float> attn_norm_b;  // f32 [n_embd] (LayerNorm)
+    weight_view wq;                  // [n_head * head_dim, n_embd]
+    weight_view wk;                  // [n_head_kv * head_dim, n_embd]
+    weight_view wv;                  // [n_head_kv * head_dim, n_embd]
+    weight_view wo;                  // [n_embd, n_head * head_dim]
+    std::vector<float> bq;           // f32 [n_head * head_dim] (qwen2, qwen, opt)
+    std::vector<float> bk;           // f32 [n_head_kv * head_dim]
+    std::vector<float> bv;           // f32 [n_head_kv * head_dim]
+    std::vector<float> bo;           // f32 [n_embd] (opt)
+    std::vector<float> ffn_norm;     // f32 [n_embd]
+    std::vector<float> ffn_norm_b;   // f32 [n_embd] (LayerNorm)
+    weight_view ffn_gate;            // [n_ff, n_embd] (SwiGLU)
+    weight_view ffn_up;              // [n_ff, n_embd]
+    weight_view ffn_down;            // [n_embd, n_ff]
+    std::vector<float> ffn_up_b;     // f32 [n_ff] (opt)
+    std::vector<float> ffn_down_b;   // f32 [n_embd] (opt)
 };
 
 class model {
 public:
-    // Loads a GGUF file, or a llama2.c checkpoint (anything not starting with the GGUF magic),
-    // which needs `tokenizer_path` (a llama2.c tokenizer.bin). Errors: hill::error naming the
-    // file and what is wrong (missing tensor, wrong shape or type, unsupported architecture,
-    // size not matching the header); exit_code::usage for a missing file or a directory.
+    // Loads a Hugging Face checkpoint folder (config.json + safetensors), a GGUF file, or a
+    // llama2.c checkpoint (anything not starting with the GGUF magic), which needs
+    // `tokenizer_path` (a llama2.c tokenizer.bin). Errors: hill::error naming the file and what is
+    // wrong (missing tensor, wrong shape or type, unsupported architecture or dtype with the
+    // supported values, size not matching the header); exit_code::usage for a missing file or a
+    // folder that is not a checkpoint.
     static std::unique_ptr<model> load(const std::string & path, const std::string & tokenizer_path = "");
 
     const hparams & hp() const { return hp_; }
-    const hill::tokenizer & tokenizer() const { return *tokenizer_; }
+    // The tokenizer. A checkpoint folder without tokenizer files (tokenizer.json, vocab.json +
+    // merges.txt, encoder.json + vocab.bpe) has none and runs on token ids only: then this throws
+    // hill::error(bad_input) naming the folder. Its vocabulary may be smaller than hp().n_vocab
+    // (embedding rows padded, as Qwen's are).
+    const hill::tokenizer & tokenizer() const;
+    bool has_tokenizer() const { return tokenizer_ != nullptr; }
     const std::string & path() const { return path_; }
-    const std::string & format() const { return format_; }  // "gguf" or "llama2.c"
+    const std::string & format() const { return format_; }  // "gguf", "hf" or "llama2.c"
 
-    const weight_view & token_embd() const { return token_embd_; }  // [n_vocab, n_embd]
-    const std::vector<float> & output_norm() const { return output_norm_; }  // f32 [n_embd]
-    const weight_view & output() const { return output_; }  // [n_vocab, n_embd]; = token_embd when tied
+    const weight_view & token_embd() const { return token_embd_; }  // [n_vocab, n_embd_word]
+    // Learned absolute positions (opt): row p is position p's embedding (OPT's offset of 2 already
+    // applied); empty otherwise. [n_ctx_train, n_embd]
+    const weight_view & pos_embd() const { return pos_embd_; }
+    // Projections between the word embedding width and n_embd (opt-350m); empty when equal.
+    const weight_view & proj_in() const { return proj_in_; }    // [n_embd, n_embd_word]
+    const weight_view & proj_out() const { return proj_out_; }  // [n_embd_word, n_embd]
+    const std::vector<float> & output_norm() const { return output_norm_; }  // f32 [n_embd]; empty: none
+    const std::vector<float> & output_norm_b() const { return output_norm_b_; }  // f32 [n_embd] (LayerNorm)
+    const weight_view & output() const { return output_; }  // [n_vocab, n_embd_word]; = token_embd when tied
     bool output_tied() const { return output_tied_; }
     const std::vector<layer_weights> & layers() const { return layers_; }
 
@@ -77,7 +132,7 @@ public:
     std::map<ggml_type, uint64_t> params_by_type() const;
 
 private:
-    friend std::unique_ptr<model> load_gguf_llama(const std::string &);
+    friend struct model_loader;
     friend std::unique_ptr<model> load_llama2c(const std::string &, const std::string &);
     model() = default;
 
@@ -86,17 +141,22 @@ private:
     hparams hp_;
     std::unique_ptr<gguf_file> gguf_;      // owns the mapping the views point into (GGUF)
     std::optional<mapped_file> bin_;       // ... (llama2.c)
+    std::shared_ptr<const void> hf_;       // ... (the hf_checkpoint, type-erased to keep its header out)
     std::unique_ptr<hill::tokenizer> tokenizer_;
     weight_view token_embd_;
+    weight_view pos_embd_;
+    weight_view proj_in_;
+    weight_view proj_out_;
     std::vector<float> output_norm_;
+    std::vector<float> output_norm_b_;
     weight_view output_;
     bool output_tied_ = false;
     std::vector<layer_weights> layers_;
     std::map<ggml_type, uint64_t> vector_params_;  // norm vectors by their stored type
 };
 
-// Format-specific loaders behind model::load (model/llama_gguf.cpp, model/llama2c_file.cpp).
-std::unique_ptr<model> load_gguf_llama(const std::string & path);
+// The llama2.c loader behind model::load (model/llama2c_file.cpp); GGUF and checkpoint folders go
+// through model_loader (model/model_loader.h).
 std::unique_ptr<model> load_llama2c(const std::string & path, const std::string & tokenizer_path);
 
 }  // namespace hill

@@ -1,0 +1,86 @@
+// The Qwen family: `qwen2` (Qwen1.5, Qwen2, Qwen2.5: llama with Q/K/V biases) and `qwen` (Qwen-1: the
+// same block with one fused QKV projection with bias, MHA). Both rotate-half RoPE, in GGUF too
+// (llama.cpp's NEOX type: its converter does not permute their Q/K rows).
+//
+// Qwen-1 specifics: its MLP is c_proj(w1(x) * silu(w2(x))), so w2 is the gate and w1 the up
+// projection (hf_names.h); config.json's intermediate_size, and GGUF's qwen.feed_forward_length as
+// llama.cpp writes it, are twice the width of each of them. Its dynamic NTK RoPE and log-n
+// attention scaling act only beyond `seq_length` tokens and are not applied (docs/models.md).
+#include "core/error.h"
+#include "model/hf_checkpoint.h"
+#include "model/model_loader.h"
+
+namespace hill {
+
+void qwen2_hparams_gguf(const gguf_file & f, hparams & hp) {
+    gguf_llama_like_hparams(f, "qwen2", hp);
+    hp.rope_pairs = rope_layout::rotate_half;
+}
+
+// Qwen2Config: LlamaConfig's keys. use_sliding_window is not applied (docs/models.md).
+void qwen2_hparams_hf(const hf_checkpoint & c, hparams & hp) {
+    hp.arch = "qwen2";
+    hf_llama_like_hparams(c, hp);
+    hp.rope_pairs = rope_layout::rotate_half;
+}
+
+void qwen2_weights(const tensor_source & src, model & m) {
+    model_loader::llama_family_weights(src, m, /*qkv_bias=*/true, /*fused_qkv=*/false);
+}
+
+void qwen_hparams_gguf(const gguf_file & f, hparams & hp) {
+    gguf_llama_like_hparams(f, "qwen", hp);
+    if (hp.n_ff % 2 != 0) {
+        fail_input("'{}': qwen.feed_forward_length {} is odd; it holds twice the width of the w1/w2 projections",
+                   f.name(), hp.n_ff);
+    }
+    hp.n_ff /= 2;
+    hp.rope_pairs = rope_layout::rotate_half;
+}
+
+// QWenConfig (the checkpoint's own configuration_qwen.py): hidden_size, intermediate_size (2 ×
+// n_ff), num_hidden_layers, num_attention_heads, kv_channels, layer_norm_epsilon, rotary_emb_base,
+// rotary_pct (1.0 only), seq_length (trained context), vocab_size, no_bias (true only).
+void qwen_hparams_hf(const hf_checkpoint & c, hparams & hp) {
+    const std::string cfg = c.config_path();
+    const auto int_in = [&](const char * key, int64_t lo, int64_t hi) {
+        const int64_t v = c.config_int(key);
+        if (v < lo || v > hi) fail_input("'{}': {} is {}, expected {}..{}", cfg, key, v, lo, hi);
+        return int32_t(v);
+    };
+    hp.arch = "qwen";
+    hp.n_vocab = int_in("vocab_size", 1, INT32_MAX);
+    hp.n_embd = int_in("hidden_size", 1, 1 << 20);
+    const int32_t inter = int_in("intermediate_size", 2, 1 << 23);
+    if (inter % 2 != 0) fail_input("'{}': intermediate_size {} is odd; Qwen-1's is twice the w1/w2 width", cfg, inter);
+    hp.n_ff = inter / 2;
+    hp.n_layer = int_in("num_hidden_layers", 1, 4096);
+    hp.n_head = int_in("num_attention_heads", 1, 4096);
+    hp.n_head_kv = hp.n_head;
+    if (hp.n_embd % hp.n_head != 0) {
+        fail_input("'{}': hidden_size {} is not a multiple of num_attention_heads {}", cfg, hp.n_embd, hp.n_head);
+    }
+    hp.head_dim = hp.n_embd / hp.n_head;
+    if (auto kvc = c.config_int_opt("kv_channels"); kvc && *kvc != hp.head_dim) {
+        fail_input("'{}': kv_channels is {}; supported: hidden_size / num_attention_heads = {}", cfg, *kvc,
+                   hp.head_dim);
+    }
+    if (auto pct = c.config_float_opt("rotary_pct"); pct && *pct != 1.0) {
+        fail_input("'{}': rotary_pct is {}; supported: 1.0 (RoPE on the whole head)", cfg, *pct);
+    }
+    if (!c.config_bool_opt("no_bias").value_or(true)) {
+        fail_input("'{}': no_bias is false; supported: true (biases on c_attn only)", cfg);
+    }
+    const auto ctx =
+        c.config_int_opt("seq_length") ? c.config_int_opt("seq_length") : c.config_int_opt("max_position_embeddings");
+    hp.n_ctx_train = ctx ? int32_t(std::clamp<int64_t>(*ctx, 1, int64_t(1) << 30)) : 2048;
+    hp.rms_eps = float(c.config_float_opt("layer_norm_epsilon").value_or(1e-6));
+    hp.rope_freq_base = float(c.config_float_opt("rotary_emb_base").value_or(10000.0));
+    hp.rope_pairs = rope_layout::rotate_half;
+}
+
+void qwen_weights(const tensor_source & src, model & m) {
+    model_loader::llama_family_weights(src, m, /*qkv_bias=*/true, /*fused_qkv=*/true);
+}
+
+}  // namespace hill

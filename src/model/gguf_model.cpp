@@ -1,0 +1,64 @@
+// A model from a GGUF file: `general.architecture` picks the architecture (llama, qwen2, qwen), which
+// reads its `<arch>.*` metadata; the tokenizer comes from the file's `tokenizer.ggml.*` metadata and
+// fixes the vocabulary size; weights are views of the tensors under llama.cpp's names. A
+// `rope_freqs.weight` tensor (Llama 3.1, f32 [head_dim/2]) divides each RoPE pair's frequency.
+#include "core/error.h"
+#include "model/model_loader.h"
+
+#include <fmt/format.h>
+
+namespace hill {
+
+namespace {
+
+class gguf_source final : public tensor_source {
+public:
+    explicit gguf_source(const gguf_file & f) : f_(f) {}
+
+    std::optional<tensor_ref> find(const std::string & gguf_name) const override {
+        const gguf_tensor_info * t = f_.find_tensor(gguf_name);
+        if (t == nullptr) return std::nullopt;
+        tensor_ref r{t->type, {}, t->data};
+        for (int i = t->n_dims - 1; i >= 0; --i) r.shape.push_back(t->ne[i]);
+        return r;
+    }
+    std::string describe(const std::string & gguf_name) const override { return fmt::format("'{}'", gguf_name); }
+    const std::string & name() const override { return f_.name(); }
+
+private:
+    const gguf_file & f_;
+};
+
+}  // namespace
+
+std::unique_ptr<model> model_loader::load_gguf(const std::string & path) {
+    auto gguf = gguf_file::open(path);
+    const gguf_file & f = *gguf;
+    const std::string arch = f.get_string("general.architecture").value_or("");
+    if (arch.empty()) fail_input("'{}': metadata key 'general.architecture' is missing", path);
+    const architecture_loader * a = find(arch);
+    if (a == nullptr || a->hparams_from_gguf == nullptr) {
+        fail_input(
+            "'{}': general.architecture is '{}'; supported in GGUF: {} (opt: from a Hugging Face checkpoint "
+            "folder)",
+            path, arch, supported(true));
+    }
+
+    std::unique_ptr<model> m(new model());
+    m->path_ = path;
+    m->format_ = "gguf";
+    hparams & hp = m->hp_;
+    a->hparams_from_gguf(f, hp);
+    m->tokenizer_ = load_tokenizer(f);
+    hp.n_vocab = m->tokenizer_->vocab().n_vocab();
+    const gguf_source src(f);
+    if (hp.head_dim > 0 && hp.head_dim % 2 == 0) {
+        hp.rope_freq_factors = vector_opt(src, *m, "rope_freqs.weight", hp.head_dim / 2);
+    }
+    check_hparams(hp, path);
+    a->weights(src, *m);
+    m->gguf_ = std::move(gguf);
+    return m;
+}
+
+}  // namespace hill

@@ -1,0 +1,108 @@
+// What the model loaders share (internal to src/model): a tensor source that finds weights by their
+// GGUF name in either container, typed helpers that check shapes, and the per-architecture entry
+// points.
+//
+// Flow: model::load picks the container (gguf_model.cpp: a GGUF file; hf_model.cpp: a Hugging Face
+// checkpoint folder), which reads the architecture name, lets that architecture read its
+// hyperparameters (from GGUF metadata or from config.json) and then its weights through a
+// tensor_source. The architecture code (arch_llama.cpp, arch_qwen.cpp, arch_opt.cpp) never sees the
+// container: a folder's tensors are renamed to GGUF names by model/hf_names.h, the one place for
+// that mapping.
+#pragma once
+
+#include "model/model.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hill {
+
+class hf_checkpoint;
+
+// A stored tensor: element type, shape outermost first (as safetensors writes it; GGUF's ne
+// reversed), data in the mapping.
+struct tensor_ref {
+    ggml_type type = ggml_type::f32;
+    std::vector<int64_t> shape;
+    const void * data = nullptr;
+};
+
+class tensor_source {
+public:
+    virtual ~tensor_source() = default;
+    // The tensor called `gguf_name` in GGUF terms; nullopt when the container has none.
+    virtual std::optional<tensor_ref> find(const std::string & gguf_name) const = 0;
+    // The tensor's name in messages: the GGUF name, or "HF name (GGUF name)".
+    virtual std::string describe(const std::string & gguf_name) const = 0;
+    // The file or folder, for messages.
+    virtual const std::string & name() const = 0;
+};
+
+// How an architecture reads one container. A null hparams_from_gguf: GGUF does not define the
+// architecture (opt).
+struct architecture_loader {
+    const char * name;  // GGUF general.architecture
+    void (*hparams_from_gguf)(const gguf_file & f, hparams & hp);
+    void (*hparams_from_hf)(const hf_checkpoint & c, hparams & hp);
+    void (*weights)(const tensor_source & src, model & m);
+};
+
+// The loaders, a friend of model: they fill its private parts.
+struct model_loader {
+    static std::unique_ptr<model> load_gguf(const std::string & path);
+    static std::unique_ptr<model> load_hf(const std::string & dir);
+
+    // The architecture called `arch`, or nullptr. supported(): "llama, qwen2, qwen, opt".
+    static const architecture_loader * find(const std::string & arch);
+    static std::string supported(bool gguf_only);
+
+    // --- weights, by GGUF name; vectors add their element count by stored type to params_by_type() ---
+    // Required matrix [rows, cols] of any supported type.
+    static weight_view matrix(const tensor_source & src, model & m, const std::string & name, int64_t rows,
+                              int64_t cols);
+    static std::optional<weight_view> matrix_opt(const tensor_source & src, model & m, const std::string & name,
+                                                 int64_t rows, int64_t cols);
+    // Required vector of n elements (a float type), converted to f32.
+    static std::vector<float> vector_f32(const tensor_source & src, model & m, const std::string & name, int64_t n);
+    // Empty when absent.
+    static std::vector<float> vector_opt(const tensor_source & src, model & m, const std::string & name, int64_t n);
+
+    // The llama-family blocks (llama, qwen2, qwen): token embedding, norms, attention, SwiGLU, output
+    // (tied when absent). qkv_bias: q/k/v biases required; fused_qkv: one attn_qkv matrix and bias
+    // (qwen) split into views of its q, k and v rows.
+    static void llama_family_weights(const tensor_source & src, model & m, bool qkv_bias, bool fused_qkv);
+    static void opt_model_weights(const tensor_source & src, model & m);
+
+    // Checks that hold for every architecture (positive sizes, GQA divisibility, even head_dim for
+    // RoPE, factors' length); `where` names the file. Sets n_embd_word to n_embd when 0.
+    static void check_hparams(hparams & hp, const std::string & where);
+};
+
+// The per-architecture hyperparameter readers (arch_*.cpp) and weight loaders.
+void llama_hparams_gguf(const gguf_file & f, hparams & hp);
+void llama_hparams_hf(const hf_checkpoint & c, hparams & hp);
+void llama_weights(const tensor_source & src, model & m);
+void qwen2_hparams_gguf(const gguf_file & f, hparams & hp);
+void qwen2_hparams_hf(const hf_checkpoint & c, hparams & hp);
+void qwen2_weights(const tensor_source & src, model & m);
+void qwen_hparams_gguf(const gguf_file & f, hparams & hp);
+void qwen_hparams_hf(const hf_checkpoint & c, hparams & hp);
+void qwen_weights(const tensor_source & src, model & m);
+void opt_hparams_hf(const hf_checkpoint & c, hparams & hp);
+void opt_weights(const tensor_source & src, model & m);
+
+// GGUF metadata `key`, required, an integer in [lo, hi].
+int32_t gguf_required_int(const gguf_file & f, const std::string & key, int64_t lo, int64_t hi);
+// The `<arch>.*` keys llama.cpp writes for every llama-like architecture: context_length,
+// embedding_length, feed_forward_length, block_count, attention.head_count[_kv],
+// attention.key_length, rope.dimension_count, attention.layer_norm_rms_epsilon, rope.freq_base,
+// rope.scaling.{type,factor} (none, linear).
+void gguf_llama_like_hparams(const gguf_file & f, const std::string & arch, hparams & hp);
+// The config.json keys of transformers' LlamaConfig and its relatives: hidden_size,
+// intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim,
+// max_position_embeddings, rms_norm_eps, rope_theta, rope_scaling (none/default, linear, llama3),
+// hidden_act (silu).
+void hf_llama_like_hparams(const hf_checkpoint & c, hparams & hp);
+
+}  // namespace hill

@@ -1,0 +1,383 @@
+// `hillinfer convert` (model/hf_convert.h): tiny random checkpoints written here (safetensors +
+// config.json + a tiny byte-level BPE tokenizer.json), converted to GGUF; the GGUF's tensors,
+// metadata and tokenizer are checked, and the logits of the folder and of the converted file agree.
+#include "core/error.h"
+#include "core/fp16.h"
+#include "core/thread_pool.h"
+#include "engine/session.h"
+#include "model/gguf_file.h"
+#include "model/hf_convert.h"
+#include "model/hf_names.h"
+#include "model/model.h"
+#include "model/safetensors_file.h"
+#include "test_util.h"
+#include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <random>
+
+namespace hill {
+namespace {
+
+using json = nlohmann::json;
+
+void write_text(const std::string & path, const std::string & s) {
+    std::ofstream f(path, std::ios::binary);
+    f << s;
+    ASSERT_TRUE(f.good()) << path;
+}
+
+// A tiny byte-level BPE: the 256 byte pieces, merges "h e", "l l", "he ll", "hell o", and the
+// special token "<|endoftext|>" (id 260). 261 tokens.
+void write_bpe_tokenizer(const test::temp_dir & dir) {
+    json vocab = json::object();
+    for (int b = 0; b < 256; ++b) vocab[bpe_byte_to_piece(uint8_t(b))] = b;
+    const std::vector<std::pair<std::string, std::string>> merges = {{"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}};
+    json jm = json::array();
+    int id = 256;
+    for (const auto & [a, b] : merges) {
+        vocab[a + b] = id++;
+        jm.push_back(a + " " + b);
+    }
+    const json tok = {
+        {"version", "1.0"},
+        {"added_tokens", json::array({{{"id", 260}, {"content", "<|endoftext|>"}, {"special", true}}})},
+        {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+        {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", jm}}},
+    };
+    write_text(dir.file("tokenizer.json"), tok.dump());
+    write_text(dir.file("tokenizer_config.json"),
+               json{{"bos_token", "<|endoftext|>"}, {"eos_token", "<|endoftext|>"}}.dump());
+}
+
+struct tiny_dims {
+    int64_t n_vocab = 264, n_embd = 64, n_ff = 96, n_layer = 2, n_head = 4, n_head_kv = 2;
+};
+
+// Random llama-family checkpoint (llama or qwen2) with f32 (or `type`) weights; `extra` is merged
+// into config.json.
+void write_llama_checkpoint(const test::temp_dir & dir, const std::string & arch, const json & extra = json::object(),
+                            ggml_type type = ggml_type::f32, uint32_t seed = 7) {
+    const tiny_dims d;
+    const int64_t hd = d.n_embd / d.n_head;
+    std::mt19937 rng(seed);
+    std::vector<std::vector<uint8_t>> store;
+    std::vector<safetensors_entry> es;
+    const auto add = [&](const std::string & name, std::vector<int64_t> shape, float scale, float offset = 0.0f) {
+        int64_t n = 1;
+        for (int64_t s : shape) n *= s;
+        const std::vector<float> v = test::random_floats(rng, size_t(n), offset - scale, offset + scale);
+        const ggml_type t = shape.size() == 1 ? ggml_type::f32 : type;
+        std::vector<uint8_t> bytes(size_t(n) * ggml_block_bytes(t));
+        for (int64_t i = 0; i < n; ++i) {
+            if (t == ggml_type::f32) std::memcpy(bytes.data() + 4 * i, &v[size_t(i)], 4);
+            if (t == ggml_type::f16) { const f16_bits h = fp32_to_fp16(v[size_t(i)]); std::memcpy(bytes.data() + 2 * i, &h, 2); }
+            if (t == ggml_type::bf16) { const bf16_bits h = fp32_to_bf16(v[size_t(i)]); std::memcpy(bytes.data() + 2 * i, &h, 2); }
+        }
+        store.push_back(std::move(bytes));
+        es.push_back({name, t, shape, store.back().data(), store.back().size()});
+    };
+    add("model.embed_tokens.weight", {d.n_vocab, d.n_embd}, 0.5f);
+    for (int64_t il = 0; il < d.n_layer; ++il) {
+        const std::string p = "model.layers." + std::to_string(il) + ".";
+        add(p + "input_layernorm.weight", {d.n_embd}, 0.1f, 1.0f);
+        add(p + "self_attn.q_proj.weight", {d.n_head * hd, d.n_embd}, 0.25f);
+        add(p + "self_attn.k_proj.weight", {d.n_head_kv * hd, d.n_embd}, 0.25f);
+        add(p + "self_attn.v_proj.weight", {d.n_head_kv * hd, d.n_embd}, 0.25f);
+        if (arch == "qwen2") {
+            add(p + "self_attn.q_proj.bias", {d.n_head * hd}, 0.1f);
+            add(p + "self_attn.k_proj.bias", {d.n_head_kv * hd}, 0.1f);
+            add(p + "self_attn.v_proj.bias", {d.n_head_kv * hd}, 0.1f);
+        }
+        add(p + "self_attn.o_proj.weight", {d.n_embd, d.n_head * hd}, 0.25f);
+        add(p + "post_attention_layernorm.weight", {d.n_embd}, 0.1f, 1.0f);
+        add(p + "mlp.gate_proj.weight", {d.n_ff, d.n_embd}, 0.25f);
+        add(p + "mlp.up_proj.weight", {d.n_ff, d.n_embd}, 0.25f);
+        add(p + "mlp.down_proj.weight", {d.n_embd, d.n_ff}, 0.25f);
+        add(p + "self_attn.rotary_emb.inv_freq", {hd / 2}, 0.1f);  // a buffer convert drops
+    }
+    add("model.norm.weight", {d.n_embd}, 0.1f, 1.0f);
+    add("lm_head.weight", {d.n_vocab, d.n_embd}, 0.5f);
+    const std::vector<uint8_t> img = safetensors_serialize(es, {{"format", "pt"}});
+    std::ofstream f(dir.file("model.safetensors"), std::ios::binary);
+    f.write(reinterpret_cast<const char *>(img.data()), std::streamsize(img.size()));
+    ASSERT_TRUE(f.good());
+
+    json config = {
+        {"architectures", json::array({arch == "llama" ? "LlamaForCausalLM" : "Qwen2ForCausalLM"})},
+        {"model_type", arch},
+        {"vocab_size", d.n_vocab},
+        {"hidden_size", d.n_embd},
+        {"intermediate_size", d.n_ff},
+        {"num_hidden_layers", d.n_layer},
+        {"num_attention_heads", d.n_head},
+        {"num_key_value_heads", d.n_head_kv},
+        {"max_position_embeddings", 512},
+        {"rms_norm_eps", 1e-5},
+        {"rope_theta", 10000.0},
+        {"hidden_act", "silu"},
+        {"tie_word_embeddings", false},
+    };
+    config.update(extra);
+    write_text(dir.file("config.json"), config.dump(2));
+}
+
+// Logits f32 [n_tokens, n_vocab] of `m` for `tokens`.
+std::vector<float> logits_of(const model & m, const std::vector<int32_t> & tokens) {
+    thread_pool pool(1);
+    session s(m, session_params{64, ggml_type::f32, 64, 8192}, pool);
+    s.eval(tokens, true);
+    return std::vector<float>(s.logits(), s.logits() + tokens.size() * size_t(m.hp().n_vocab));
+}
+
+// Max |a - b| relative to max |a|.
+double rel_diff(const std::vector<float> & a, const std::vector<float> & b) {
+    EXPECT_EQ(a.size(), b.size());
+    double d = 0.0, m = 0.0;
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+        d = std::max(d, double(std::fabs(a[i] - b[i])));
+        m = std::max(m, double(std::fabs(a[i])));
+    }
+    return m > 0.0 ? d / m : d;
+}
+
+const std::vector<int32_t> k_tokens = {260, 104, 101, 108, 108, 111, 32, 119, 111, 114, 108, 100, 256, 257, 3, 200};
+
+TEST(convert, llama_f32_tensors_metadata_tokenizer_and_logits) {
+    test::temp_dir dir;
+    write_llama_checkpoint(dir, "llama");
+    write_bpe_tokenizer(dir);
+    const std::string out = dir.file("out.gguf");
+    const convert_result r = convert_hf_to_gguf(dir.path.string(), out, {});
+    EXPECT_EQ(r.arch, "llama");
+    EXPECT_EQ(r.type, ggml_type::f32);
+    EXPECT_EQ(r.n_permuted, 4);  // q and k of 2 layers
+    EXPECT_EQ(r.tokenizer_model, "gpt2");
+    EXPECT_TRUE(r.warnings.empty());
+
+    const auto g = gguf_file::open(out);
+    EXPECT_EQ(g->get_string("general.architecture"), "llama");
+    EXPECT_EQ(g->get_uint("general.file_type"), 0u);
+    EXPECT_EQ(g->get_uint("llama.block_count"), 2u);
+    EXPECT_EQ(g->get_uint("llama.embedding_length"), 64u);
+    EXPECT_EQ(g->get_uint("llama.feed_forward_length"), 96u);
+    EXPECT_EQ(g->get_uint("llama.attention.head_count"), 4u);
+    EXPECT_EQ(g->get_uint("llama.attention.head_count_kv"), 2u);
+    EXPECT_EQ(g->get_uint("llama.context_length"), 512u);
+    EXPECT_EQ(g->get_uint("llama.rope.dimension_count"), 16u);
+    EXPECT_NEAR(*g->get_float("llama.attention.layer_norm_rms_epsilon"), 1e-5, 1e-9);
+    EXPECT_EQ(g->find("llama.rope.scaling.type"), nullptr);
+    // 1 + 2 × 9 + 2 tensors; the inv_freq buffers are dropped.
+    EXPECT_EQ(g->tensors().size(), 21u);
+    for (const char * n : {"token_embd.weight", "output_norm.weight", "output.weight", "blk.1.attn_q.weight",
+                           "blk.1.ffn_gate.weight", "blk.0.attn_norm.weight", "blk.0.ffn_norm.weight"}) {
+        EXPECT_NE(g->find_tensor(n), nullptr) << n;
+    }
+    const gguf_tensor_info * te = g->find_tensor("token_embd.weight");
+    EXPECT_EQ(te->ne[0], 64);
+    EXPECT_EQ(te->ne[1], 264);
+
+    // q rows permuted from rotate-half to adjacent pairs; v unchanged.
+    const auto src = safetensors_file::open(dir.file("model.safetensors"));
+    const safetensors_tensor * hq = src->find("model.layers.1.self_attn.q_proj.weight");
+    const gguf_tensor_info * gq = g->find_tensor("blk.1.attn_q.weight");
+    ASSERT_NE(gq, nullptr);
+    for (int64_t row = 0; row < 64; ++row) {
+        const int64_t from = rotate_half_source_row(row, 16);
+        EXPECT_EQ(std::memcmp(gq->data + row * 64 * 4, static_cast<const uint8_t *>(hq->data) + from * 64 * 4, 64 * 4), 0)
+            << row;
+    }
+    const safetensors_tensor * hv = src->find("model.layers.1.self_attn.v_proj.weight");
+    EXPECT_EQ(std::memcmp(g->find_tensor("blk.1.attn_v.weight")->data, hv->data, hv->size_bytes), 0);
+
+    // Tokenizer keys, and the same ids from the GGUF tokenizer as from the folder's.
+    EXPECT_EQ(g->get_string("tokenizer.ggml.model"), "gpt2");
+    EXPECT_EQ(g->get_string("tokenizer.ggml.pre"), "gpt-2");
+    EXPECT_EQ(g->get_string_array("tokenizer.ggml.tokens")->size(), 264u);  // padded to vocab_size
+    EXPECT_EQ(g->get_string_array("tokenizer.ggml.tokens")->at(263), "[PAD263]");
+    EXPECT_EQ(g->get_int_array("tokenizer.ggml.token_type")->at(263), 5);
+    EXPECT_EQ(g->get_string_array("tokenizer.ggml.merges")->at(2), "he ll");
+    EXPECT_EQ(g->get_int_array("tokenizer.ggml.token_type")->at(260), 3);
+    EXPECT_EQ(g->get_uint("tokenizer.ggml.bos_token_id"), 260u);
+    const auto tg = load_tokenizer(*g);
+    const auto tf = load_tokenizer_folder(dir.path.string());
+    for (const char * text : {"hello world", "hello, hello!\n  shell <|endoftext|> héllo"}) {
+        EXPECT_EQ(tg->encode(text, true), tf->encode(text, true)) << text;
+        EXPECT_EQ(tg->encode_with_special(text, false), tf->encode_with_special(text, false)) << text;
+    }
+    EXPECT_EQ(tg->encode("hello", false), (std::vector<int32_t>{259}));
+
+    // The folder and the converted file compute the same logits.
+    const auto mf = model::load(dir.path.string());
+    const auto mg = model::load(out);
+    EXPECT_EQ(mg->format(), "gguf");
+    EXPECT_LT(rel_diff(logits_of(*mf, k_tokens), logits_of(*mg, k_tokens)), 1e-4);
+}
+
+TEST(convert, q8_0_bf16_f16_types) {
+    test::temp_dir dir;
+    write_llama_checkpoint(dir, "llama", json::object(), ggml_type::bf16);
+    write_bpe_tokenizer(dir);
+    const auto mf = model::load(dir.path.string());
+    const std::vector<float> ref = logits_of(*mf, k_tokens);
+    struct want {
+        std::optional<ggml_type> type;
+        ggml_type expect;
+        uint32_t file_type;
+        double tol;
+    };
+    for (const want & w : {want{std::nullopt, ggml_type::bf16, 32, 1e-4}, want{ggml_type::f16, ggml_type::f16, 1, 2e-2},
+                           want{ggml_type::f32, ggml_type::f32, 0, 1e-4}, want{ggml_type::q8_0, ggml_type::q8_0, 7, 5e-2}}) {
+        SCOPED_TRACE(ggml_type_name(w.expect));
+        const std::string out = dir.file("out.gguf");
+        const convert_result r = convert_hf_to_gguf(dir.path.string(), out, {w.type});
+        EXPECT_EQ(r.type, w.expect);
+        EXPECT_EQ(r.n_fallback_f16, 0);
+        EXPECT_EQ(r.tokenizer_model, "gpt2");
+        const auto g = gguf_file::open(out);
+        EXPECT_EQ(g->get_uint("general.file_type"), w.file_type);
+        EXPECT_EQ(g->find_tensor("blk.0.ffn_down.weight")->type, w.expect);
+        EXPECT_EQ(g->find_tensor("token_embd.weight")->type, w.expect);
+        EXPECT_EQ(g->find_tensor("blk.0.attn_norm.weight")->type, ggml_type::f32);
+        if (w.expect == ggml_type::q8_0) {
+            EXPECT_EQ(g->get_uint("general.quantization_version"), 2u);
+        }
+        const auto mg = model::load(out);
+        EXPECT_LT(rel_diff(ref, logits_of(*mg, k_tokens)), w.tol);
+    }
+}
+
+TEST(convert, qwen2_biases_not_permuted) {
+    test::temp_dir dir;
+    write_llama_checkpoint(dir, "qwen2");
+    write_bpe_tokenizer(dir);
+    const std::string out = dir.file("out.gguf");
+    const convert_result r = convert_hf_to_gguf(dir.path.string(), out, {});
+    EXPECT_EQ(r.arch, "qwen2");
+    EXPECT_EQ(r.n_permuted, 0);
+    const auto g = gguf_file::open(out);
+    EXPECT_EQ(g->get_string("general.architecture"), "qwen2");
+    EXPECT_EQ(g->get_uint("qwen2.block_count"), 2u);
+    ASSERT_NE(g->find_tensor("blk.1.attn_k.bias"), nullptr);
+    const auto src = safetensors_file::open(dir.file("model.safetensors"));
+    const safetensors_tensor * hq = src->find("model.layers.0.self_attn.q_proj.weight");
+    EXPECT_EQ(std::memcmp(g->find_tensor("blk.0.attn_q.weight")->data, hq->data, hq->size_bytes), 0);
+    const auto mf = model::load(dir.path.string());
+    const auto mg = model::load(out);
+    EXPECT_LT(rel_diff(logits_of(*mf, k_tokens), logits_of(*mg, k_tokens)), 1e-4);
+}
+
+TEST(convert, rope_scaling_linear_and_llama3) {
+    test::temp_dir dir;
+    write_llama_checkpoint(dir, "llama", {{"rope_scaling", {{"type", "linear"}, {"factor", 4.0}}}});
+    write_bpe_tokenizer(dir);
+    convert_hf_to_gguf(dir.path.string(), dir.file("lin.gguf"), {});
+    const auto g = gguf_file::open(dir.file("lin.gguf"));
+    EXPECT_EQ(g->get_string("llama.rope.scaling.type"), "linear");
+    EXPECT_NEAR(*g->get_float("llama.rope.scaling.factor"), 4.0, 1e-6);
+    EXPECT_LT(rel_diff(logits_of(*model::load(dir.path.string()), k_tokens),
+                       logits_of(*model::load(dir.file("lin.gguf")), k_tokens)),
+              1e-4);
+
+    test::temp_dir dir3;
+    write_llama_checkpoint(dir3, "llama",
+                           {{"rope_theta", 500000.0},
+                            {"rope_scaling",
+                             {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                              {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}}}});
+    write_bpe_tokenizer(dir3);
+    const convert_result r = convert_hf_to_gguf(dir3.path.string(), dir3.file("l3.gguf"), {});
+    const auto g3 = gguf_file::open(dir3.file("l3.gguf"));
+    const gguf_tensor_info * rf = g3->find_tensor("rope_freqs.weight");
+    ASSERT_NE(rf, nullptr);
+    EXPECT_EQ(rf->ne[0], 8);
+    EXPECT_EQ(r.n_tensors, 22);
+    EXPECT_LT(rel_diff(logits_of(*model::load(dir3.path.string()), k_tokens),
+                       logits_of(*model::load(dir3.file("l3.gguf")), k_tokens)),
+              1e-4);
+}
+
+TEST(convert, sentencepiece_style_tokenizer_json) {
+    // Llama-2 style: BPE with byte_fallback, "▁" for space, Prepend normalizer, <unk> <s> </s>.
+    test::temp_dir dir;
+    write_llama_checkpoint(dir, "llama");
+    const std::string sp = "\xe2\x96\x81";
+    json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
+    for (int b = 0; b < 128; ++b) vocab[fmt::format("<0x{:02X}>", b)] = 3 + b;  // ASCII: enough here
+    int id = 131;
+    for (const std::string & p : std::vector<std::string>{sp, "h", "e", "l", "o", "w", "r", "d"}) vocab[p] = id++;
+    const std::vector<std::pair<std::string, std::string>> merges = {
+        {"h", "e"}, {"l", "l"}, {sp, "he"}, {sp + "he", "ll"}, {sp + "hell", "o"}};
+    json jm = json::array();
+    for (const auto & [a, b] : merges) {
+        vocab[a + b] = id++;
+        jm.push_back(a + " " + b);
+    }
+    const json tok = {
+        {"added_tokens", json::array({{{"id", 0}, {"content", "<unk>"}, {"special", true}},
+                                      {{"id", 1}, {"content", "<s>"}, {"special", true}},
+                                      {{"id", 2}, {"content", "</s>"}, {"special", true}}})},
+        {"normalizer",
+         {{"type", "Sequence"},
+          {"normalizers", json::array({{{"type", "Prepend"}, {"prepend", sp}},
+                                       {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", sp}}})}}},
+        {"pre_tokenizer", nullptr},
+        {"model", {{"type", "BPE"}, {"byte_fallback", true}, {"unk_token", "<unk>"}, {"vocab", vocab}, {"merges", jm}}},
+    };
+    write_text(dir.file("tokenizer.json"), tok.dump());
+    write_text(dir.file("tokenizer_config.json"), json{{"bos_token", "<s>"}, {"add_bos_token", true}}.dump());
+    // The folder's model cannot load this tokenizer (byte-level only), but convert can write it.
+    const convert_result r = convert_hf_to_gguf(dir.path.string(), dir.file("spm.gguf"), {});
+    EXPECT_EQ(r.tokenizer_model, "llama");
+    const auto g = gguf_file::open(dir.file("spm.gguf"));
+    EXPECT_EQ(g->get_string("tokenizer.ggml.model"), "llama");
+    EXPECT_EQ(g->get_uint("tokenizer.ggml.bos_token_id"), 1u);
+    EXPECT_EQ(g->get_uint("tokenizer.ggml.eos_token_id"), 2u);
+    EXPECT_EQ(g->get_uint("tokenizer.ggml.unknown_token_id"), 0u);
+    EXPECT_EQ(g->get_bool("tokenizer.ggml.add_space_prefix"), true);
+    const std::vector<int64_t> types = *g->get_int_array("tokenizer.ggml.token_type");
+    EXPECT_EQ(types[0], 3);  // <unk> is also a special added token
+    EXPECT_EQ(types[3], 6);  // <0x00>
+    EXPECT_EQ(types[131], 1);
+    EXPECT_EQ(types[263], 5);  // padding up to vocab_size
+    const auto t = load_tokenizer(*g);
+    const int32_t hello = vocab[sp + "hello"].get<int32_t>();
+    EXPECT_EQ(t->encode("hello", true), (std::vector<int32_t>{1, hello}));
+    // "hello wo": ▁hello ▁ w o; a byte outside the vocab falls back to <0xXX>.
+    const std::vector<int32_t> ids = t->encode("hello w!", false);
+    EXPECT_EQ(ids, (std::vector<int32_t>{hello, vocab[sp].get<int32_t>(), vocab["w"].get<int32_t>(), 3 + '!'}));
+}
+
+TEST(convert, errors) {
+    test::temp_dir dir;
+    EXPECT_THROW(convert_hf_to_gguf(dir.path.string(), dir.file("x.gguf"), {}), error);  // no config.json
+    write_llama_checkpoint(dir, "llama", {{"model_type", "gpt_neox"}, {"architectures", json::array({"GPTNeoX"})}});
+    try {
+        convert_hf_to_gguf(dir.path.string(), dir.file("x.gguf"), {});
+        ADD_FAILURE();
+    } catch (const error & e) {
+        EXPECT_NE(std::string(e.what()).find("gpt_neox"), std::string::npos) << e.what();
+    }
+    write_llama_checkpoint(dir, "llama");
+    EXPECT_THROW(convert_hf_to_gguf(dir.path.string(), dir.file("no/such/dir/x.gguf"), {}), error);
+    // No tokenizer files: written without tokenizer keys, with a warning.
+    const convert_result r = convert_hf_to_gguf(dir.path.string(), dir.file("x.gguf"), {});
+    ASSERT_EQ(r.warnings.size(), 1u);
+    EXPECT_NE(r.warnings[0].find("no tokenizer"), std::string::npos) << r.warnings[0];
+    EXPECT_EQ(r.tokenizer_model, "");
+    EXPECT_EQ(gguf_file::open(dir.file("x.gguf"))->find("tokenizer.ggml.model"), nullptr);
+    // A tokenizer larger than vocab_size.
+    write_llama_checkpoint(dir, "llama", {{"vocab_size", 100}});
+    write_bpe_tokenizer(dir);
+    EXPECT_THROW(convert_hf_to_gguf(dir.path.string(), dir.file("x.gguf"), {}), error);
+}
+
+}  // namespace
+}  // namespace hill
