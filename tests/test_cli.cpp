@@ -153,13 +153,57 @@ TEST_F(cli, demo_retrieves_the_passkey_and_says_when_not) {
     }
 }
 
+TEST_F(cli, storage_emulator_gives_the_same_tokens_and_reports_its_link) {
+    // A context of 600 tokens with 16 hot per layer: most of the KV in written cold pages.
+    const std::string m1k = dir->file("m1k.gguf");
+    write_random_model(m1k, random_model_params{.n_vocab = 300, .n_embd = 64, .n_ff = 96, .n_layer = 2, .n_head = 4,
+                                                .n_head_kv = 2, .n_ctx = 1024});
+    std::string long_prompt;
+    for (int i = 0; i < 25; ++i) long_prompt += "a prompt of many words ";  // about 530 tokens
+    std::ofstream(dir->file("long.txt")) << long_prompt;
+    const std::string base = "generate -m " + m1k + " -f " + dir->file("long.txt") + " -n 30 -c 1024 --kv-host-budget 4K "
+                             "--kv-dir " + dir->file("kv") + " --policy hillinfer --alpha 0.2 ";
+    const std::string g = base + "--seed 3 --json ";
+    const result plain = run(g + "--query-precision int8", " 2>/dev/null");
+    const result emu = run(g + "--storage emulator --score-block 4", " 2>/dev/null");  // int8 query by default
+    ASSERT_EQ(plain.code, 0) << plain.out;
+    ASSERT_EQ(emu.code, 0) << emu.out;
+    auto ids = [](const std::string & out) { return out.substr(out.find("\"ids\":["), out.find(']', out.find("\"ids\":[")) - out.find("\"ids\":[")); };
+    EXPECT_EQ(ids(plain.out), ids(emu.out));
+    EXPECT_NE(emu.out.find("\"storage\":\"emulator\""), std::string::npos) << emu.out;
+    const size_t at = emu.out.find("\"link_score_bytes_per_token\":");
+    ASSERT_NE(at, std::string::npos) << emu.out;
+    const double per_token = std::stod(emu.out.substr(emu.out.find(':', at) + 1));
+    EXPECT_GT(per_token, 6.0) << emu.out;   // 6-byte tuples, blocks of 4 tokens (8-byte headers), the query
+    EXPECT_LT(per_token, 32.0) << emu.out;  // against the plain SSD's 64-byte key row (2 KV heads × 16 × f16)
+    const result text = run(base + "--storage emulator --csd-profile smartssd");
+    EXPECT_EQ(text.code, 0) << text.out;
+    EXPECT_NE(text.out.find("storage: emulator, profile smartssd (read 3.2 GB/s, score 16 GB/s, link 3.5 GB/s)"),
+              std::string::npos) << text.out;
+    EXPECT_NE(text.out.find("B per token (a plain SSD moves the key row: 64 B per token)"), std::string::npos) << text.out;
+
+    std::ofstream(dir->file("bad-profile.json")) << "{\"link_gbps\": -3}";
+    const std::string h = "generate -m " + model() + " -p hi -n 2 --policy hillinfer ";
+    for (const auto & [args, code] : std::vector<std::pair<std::string, int>>{
+             {h + "--storage smart", 2},
+             {h + "--csd-profile /nonexistent/profile.json", 2},
+             {h + "--storage emulator --score-precision fp16", 2},
+             {h + "--storage emulator --query-precision fp32", 2},
+             {h + "--score-block 0", 2},
+             {h + "--csd-profile " + dir->file("bad-profile.json"), 1}}) {
+        const result r = run(args);
+        EXPECT_EQ(r.code, code) << args << "\n" << r.out;
+        EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
+    }
+}
+
 TEST_F(cli, missing_file_and_directory_exit_2) {
     result r = run("info -m /nonexistent/model.gguf");
     EXPECT_EQ(r.code, 2) << r.out;
     EXPECT_NE(r.out.find("/nonexistent/model.gguf"), std::string::npos) << r.out;
-    r = run("info -m " + dir->path.string());
+    r = run("info -m " + dir->path.string());  // a folder that is not a Hugging Face checkpoint
     EXPECT_EQ(r.code, 2) << r.out;
-    EXPECT_NE(r.out.find("is a directory"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("config.json is missing"), std::string::npos) << r.out;
     r = run("generate -m " + model() + " -f /nonexistent/prompt.txt");
     EXPECT_EQ(r.code, 2) << r.out;
 }

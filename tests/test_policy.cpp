@@ -145,8 +145,9 @@ TEST(selection_policy, sparse_attention_equals_attention_over_the_reference_set)
             p.score = score_params{.key = score_precision::fp16, .aggregate = agg, .granularity = g};
             auto policy = make_policy(p, shape, 1, n, pool);
             auto dev = make_cpu_device_tier(pool, 1, 4 * 16, 4);
+            auto storage = csd::make_device(csd::storage_params{}, kv, shape, pool);
             std::vector<float> out(4 * 16);
-            policy->attend(0, q.data(), kv, *dev, out.data());
+            policy->attend(0, q.data(), kv, *storage, *dev, out.data());
 
             const int n_sets = g == select_granularity::layer ? 1 : 2;
             const int64_t n_top = int64_t(std::ceil(0.05 * double(n)));

@@ -19,10 +19,13 @@
 #include "score/host_scorer.h"
 #include "score/score_config.h"
 #include "score/selector.h"
+#include "kernel_test_util.h"
 #include "test_util.h"
 
 namespace hill {
 namespace {
+
+using test::mode_guard;
 
 using test::fresh_seed;
 using test::random_floats;
@@ -30,18 +33,6 @@ using test::random_floats;
 inline size_t sz(int64_t v) {
     return static_cast<size_t>(v);
 }
-
-// Restores the kernel mode a test started with.
-struct mode_guard {
-    kernel_mode saved = kernel_mode_get();
-    ~mode_guard() { kernel_mode_set(saved); }
-};
-
-// A generator `rng` from a fresh seed, which every failure of the test declaring it prints.
-#define HILL_FRESH_RNG(rng)                             \
-    const uint32_t rng##_seed = fresh_seed();           \
-    SCOPED_TRACE("seed " + std::to_string(rng##_seed)); \
-    std::mt19937 rng(rng##_seed)
 
 constexpr double f32_eps = 0x1p-24;  // unit roundoff of f32
 

@@ -47,6 +47,12 @@ inline uint32_t fresh_seed() { return std::random_device{}(); }
 
 }  // namespace hill::test
 
+// A generator `rng` from a fresh seed, which every failure of the test declaring it prints.
+#define HILL_FRESH_RNG(rng)                                 \
+    const uint32_t rng##_seed = ::hill::test::fresh_seed(); \
+    SCOPED_TRACE("seed " + std::to_string(rng##_seed));     \
+    std::mt19937 rng(rng##_seed)
+
 // Skips the current test with a clear message when the shared data file `rel` is absent.
 #define HILL_REQUIRE_DATA(var, rel)                                                              \
     const std::string var = ::hill::test::data_path(rel);                                        \

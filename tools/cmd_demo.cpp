@@ -50,7 +50,7 @@ int run_demo(const demo_opts & o) {
     if (o.depth != -1.0 && !(o.depth >= 0.0 && o.depth <= 1.0)) fail_usage("--depth must be in [0, 1], got {}", o.depth);
     if (o.seed < -1) fail_usage("--seed must be >= 0 (or -1: random), got {}", o.seed);
     const int n_threads = o.threads.resolve();
-    const policy_params pol = o.policy.resolve();
+    const policy_params pol = o.policy.resolve(o.kv.storage_kind());
     o.kv.type();
     const uint64_t seed = o.seed >= 0 ? uint64_t(o.seed) : std::random_device{}();
     std::mt19937_64 rng(seed);
@@ -92,7 +92,7 @@ int run_demo(const demo_opts & o) {
             {"prompt_tokens", ids.size()}, {"depth", depth}, {"seed", seed}, {"n_ctx", o.n_ctx},
             {"prefill_s", double(t1 - t0) / 1e6}, {"prefill_tokens_per_s", prefill_tps},
             {"decode_s", double(t2 - t1) / 1e6}, {"decode_steps", n_steps}, {"peak_rss_bytes", peak_rss_bytes()},
-            {"kv", kv_json(s.kv())}, {"policy", policy_json(s.policy(), pol)},
+            {"kv", kv_json(s.kv())}, {"storage", storage_json(s.storage(), s.kv())}, {"policy", policy_json(s.policy(), pol)},
         };
         fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     } else {
@@ -101,7 +101,7 @@ int run_demo(const demo_opts & o) {
     fmt::print(stderr, "prompt: {} tokens, prefill {:.1f} tokens/s ({:.1f} s) | answer: {} decode steps in {:.2f} s | "
                "peak RSS {} | threads {}\n{}{}", ids.size(), prefill_tps, double(t1 - t0) / 1e6, n_steps,
                double(t2 - t1) / 1e6, format_bytes(peak_rss_bytes()), n_threads, policy_summary(s.policy(), pol),
-               kv_summary(s.kv()));
+               kv_summary(s.kv()) + storage_summary(s.storage(), s.kv()));
     return a.correct ? 0 : int(exit_code::check_failed);
 }
 

@@ -45,7 +45,7 @@ int run_generate(const generate_opts & o) {
     sp.seed = o.seed >= 0 ? uint64_t(o.seed) : std::random_device{}();
     validate(sp);
     const int n_threads = o.threads.resolve();
-    const policy_params pol = o.policy.resolve();
+    const policy_params pol = o.policy.resolve(o.kv.storage_kind());
     const std::string prompt = o.prompt.read();
     if (o.prompt_cache_opt->count() > 0 && o.prompt_cache.empty()) fail_usage("--prompt-cache needs a file name");
     if (o.prompt_cache_fallback && o.prompt_cache.empty()) fail_usage("--prompt-cache-fallback needs --prompt-cache FILE");
@@ -146,7 +146,7 @@ int run_generate(const generate_opts & o) {
             {"seed", sp.seed}, {"prefill_s", double(t_prefill) / 1e6}, {"prefill_tokens_per_s", prefill_tps},
             {"decode_s", double(t_decode) / 1e6}, {"decode_steps", n_decode},
             {"decode_tokens_per_s", n_decode > 0 ? nlohmann::json(decode_tps) : nlohmann::json(nullptr)},
-            {"peak_rss_bytes", rss}, {"kv", kv_json(s.kv())}, {"policy", policy_json(s.policy(), pol)},
+            {"peak_rss_bytes", rss}, {"kv", kv_json(s.kv())}, {"storage", storage_json(s.storage(), s.kv())}, {"policy", policy_json(s.policy(), pol)},
         };
         fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     }
@@ -156,7 +156,7 @@ int run_generate(const generate_opts & o) {
                n_cached > 0 ? fmt::format(" ({} from the prompt cache)", n_cached) : std::string(), prefill_tps, out_ids.size(), stop,
                n_decode > 0 ? fmt::format("{:.1f} tokens/s", decode_tps) : std::string("n/a (no decode step)"),
                format_bytes(rss), n_threads, sp.seed);
-    fmt::print(stderr, "{}{}", policy_summary(s.policy(), pol), kv_summary(s.kv()));
+    fmt::print(stderr, "{}{}", policy_summary(s.policy(), pol), kv_summary(s.kv()) + storage_summary(s.storage(), s.kv()));
     return stop == "interrupted" ? int(exit_code::interrupted) : 0;
 }
 

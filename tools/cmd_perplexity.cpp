@@ -31,7 +31,7 @@ int run_perplexity(const perplexity_opts & o) {
     if (o.n_chunks < 0) fail_usage("--chunks must be >= 0 (0: all), got {}", o.n_chunks);
     o.kv.type();  // a bad --cache-type fails before the model is loaded
     const int n_threads = o.threads.resolve();
-    const policy_params pol = o.policy.resolve();
+    const policy_params pol = o.policy.resolve(o.kv.storage_kind());
     const std::string text = o.text.read();
     auto m = o.model.load();
     const hparams & hp = m->hp();
@@ -70,7 +70,7 @@ int run_perplexity(const perplexity_opts & o) {
         nlohmann::json j = {
             {"model", m->path()}, {"perplexity", r.perplexity}, {"tokens", r.n_tokens}, {"windows", r.n_windows}, {"n_ctx", n_ctx},
             {"stop", stop}, {"seconds", secs}, {"tokens_per_s", double(r.n_tokens) / std::max(secs, 1e-9)},
-            {"peak_rss_bytes", peak_rss_bytes()}, {"kv", kv_json(s.kv())}, {"policy", policy_json(s.policy(), pol)},
+            {"peak_rss_bytes", peak_rss_bytes()}, {"kv", kv_json(s.kv())}, {"storage", storage_json(s.storage(), s.kv())}, {"policy", policy_json(s.policy(), pol)},
         };
         fmt::print("{}\n", j.dump());
     } else {
@@ -80,7 +80,7 @@ int run_perplexity(const perplexity_opts & o) {
     }
     fmt::print(stderr, "{} tokens in {:.1f} s ({:.0f} tokens/s), peak RSS {}\n{}{}", r.n_tokens, secs,
                double(r.n_tokens) / std::max(secs, 1e-9), format_bytes(peak_rss_bytes()), policy_summary(s.policy(), pol),
-               kv_summary(s.kv()));
+               kv_summary(s.kv()) + storage_summary(s.storage(), s.kv()));
     return stop == "interrupted" ? int(exit_code::interrupted) : 0;
 }
 

@@ -16,7 +16,9 @@
 namespace hill::cli {
 
 void model_opts::add(CLI::App & app) {
-    app.add_option("-m,--model", path, "model file: GGUF, or a llama2.c checkpoint (.bin) with --tokenizer")->required();
+    app.add_option("-m,--model", path,
+                   "model: GGUF file, Hugging Face checkpoint folder, or llama2.c checkpoint (.bin) with --tokenizer")
+        ->required();
     app.add_option("--tokenizer", tokenizer, "llama2.c tokenizer.bin (for llama2.c checkpoints)");
 }
 
@@ -102,6 +104,16 @@ void kv_opts::add(CLI::App & app) {
                    "hot KV pool in DRAM, bytes with K/M/G/T suffix (default: a quarter of physical memory)");
     dir_opt = app.add_option("--kv-dir", dir, "cold KV pool directory (default: $XDG_CACHE_HOME/hillinfer/kv or "
                              "~/.cache/hillinfer/kv)");
+    app.add_option("--storage", storage, "device holding the cold pool: plain (the host reads and scores its keys) or "
+                   "emulator (a software SmartSSD scores them near the data)")->capture_default_str();
+    app.add_option("--csd-profile", csd_profile, "storage device speed caps: none, smartssd (the paper's device) or a "
+                   "JSON file")->capture_default_str();
+    app.add_option("--score-block", score_block, "tokens per score block the storage device streams back")
+        ->capture_default_str();
+}
+
+csd::storage_kind kv_opts::storage_kind() const {
+    return csd::parse_storage(storage);
 }
 
 ggml_type kv_opts::type() const {
@@ -111,8 +123,13 @@ ggml_type kv_opts::type() const {
 }
 
 session_params kv_opts::session(int32_t n_ctx, const policy_params & p) const {
-    return session_params{.n_ctx = n_ctx, .kv_type = type(), .kv_host_budget = budget_bytes(), .kv_dir = resolved_dir(),
-                          .policy = p};
+    if (score_block < 1) fail_usage("--score-block must be at least 1, got {}", score_block);
+    session_params sp{.n_ctx = n_ctx, .kv_type = type(), .kv_host_budget = budget_bytes(), .kv_dir = resolved_dir(),
+                      .policy = p};
+    sp.storage.kind = storage_kind();
+    sp.storage.profile = csd::load_device_profile(csd_profile);
+    sp.storage.block_tokens = score_block;
+    return sp;
 }
 
 uint64_t kv_opts::budget_bytes() const {
@@ -162,18 +179,19 @@ void policy_opts::add(CLI::App & app) {
     app.add_option("--window", p.n_window, "last tokens always attended (hillinfer, streaming)")->capture_default_str();
     app.add_option("--score-precision", key_precision, "hillinfer: keys cast to fp16, int8 or int4 for scoring")
         ->capture_default_str();
-    app.add_option("--query-precision", query_precision, "hillinfer: query in fp32 or int8 for scoring")
-        ->capture_default_str();
+    query_opt = app.add_option("--query-precision", query_precision, "hillinfer: query in fp32 or int8 for scoring "
+                               "(default with --storage emulator: int8)")->capture_default_str();
     app.add_option("--select", select, "hillinfer: one token set per layer, or per kv_head")->capture_default_str();
     app.add_option("--aggregate", aggregate, "hillinfer: sum or max of the query heads' scores")->capture_default_str();
     app.add_flag("--diag", p.diag, "measure attention recall and selection overlap per layer (slower)");
 }
 
-policy_params policy_opts::resolve() const {
+policy_params policy_opts::resolve(csd::storage_kind storage) const {
     policy_params r = p;
     r.kind = parse_policy(policy);
     r.score.key = parse_score_precision(key_precision);
     r.score.query = parse_query_precision(query_precision);
+    if (storage == csd::storage_kind::emulator && query_opt->count() == 0) r.score.query = query_precision::int8;
     r.score.granularity = parse_select_granularity(select);
     r.score.aggregate = parse_score_aggregate(aggregate);
     validate(r);
@@ -222,10 +240,11 @@ std::string policy_summary(const attention_policy & pol, const policy_params & p
     const policy_stats & st = pol.stats();
     std::string out = fmt::format("policy: {}", describe(p));
     if (t.steps == 0) return out + "\n";
-    out += fmt::format("; attended {:.1f}% of the cached tokens, {:.1f}% of them hot; time: score {:.2f} s, select "
-                       "{:.2f} s, gather+attend {:.2f} s\n", 100.0 * ratio(double(t.attended), double(t.context)),
+    out += fmt::format("; attended {:.1f}% of the cached tokens, {:.1f}% of them hot; time: score {:.2f} s (host) + "
+                       "{:.2f} s (merging the device's blocks), select {:.2f} s, gather+attend {:.2f} s\n",
+                       100.0 * ratio(double(t.attended), double(t.context)),
                        100.0 * ratio(double(t.attended_hot), double(t.attended)), double(st.t_score_us) / 1e6,
-                       double(st.t_select_us) / 1e6, double(st.t_attend_us) / 1e6);
+                       double(st.t_drain_us) / 1e6, double(st.t_select_us) / 1e6, double(st.t_attend_us) / 1e6);
     if (p.diag && p.kind == policy_kind::full) {
         out += "diag: policy full attends to every token (recall 1)\n";
     } else if (p.diag) {
@@ -260,6 +279,7 @@ nlohmann::json policy_json(const attention_policy & pol, const policy_params & p
         j["aggregate"] = name(p.score.aggregate);
         j["select"] = name(p.score.granularity);
         j["score_s"] = double(st.t_score_us) / 1e6;
+        j["drain_s"] = double(st.t_drain_us) / 1e6;
         j["select_s"] = double(st.t_select_us) / 1e6;
     }
     if (p.diag && p.kind == policy_kind::full) j["recall"] = 1.0;
@@ -305,6 +325,48 @@ std::string kv_summary(const kv_store & kv) {
 nlohmann::json kv_json(const kv_store & kv) {
     return {{"hot_slots_per_layer", kv.hot_capacity()}, {"cold_share", kv_count(kv).cold_share()},
             {"cold_read_bytes", kv.stats().cold_read_bytes}, {"cold_write_bytes", kv.stats().cold_write_bytes}};
+}
+
+std::string storage_summary(const csd::device & d, const kv_store & kv) {
+    const csd::device_counters c = d.counters();
+    if (c.n_score_passes + c.n_read_passes == 0) return "";
+    std::string out = fmt::format("storage: {}, profile {}\n", name(d.kind()), csd::describe(d.profile()));
+    if (c.tokens_scored > 0) {
+        out += fmt::format("  scoring: {} cold tokens in {} passes, {} over the link = {:.2f} B per token (a plain SSD "
+                           "moves the key row: {} B per token), {} blocks\n", c.tokens_scored, c.n_score_passes,
+                           format_bytes(c.link_score_bytes), double(c.link_score_bytes) / double(c.tokens_scored),
+                           kv.layout().row_bytes(), c.score_blocks);
+    }
+    out += fmt::format("  selected KV: {} cold tokens, {} over the link; flash read {}; device time read {:.2f} s, "
+                       "kernel {:.2f} s, throttled {:.2f} s, back-pressure {:.2f} s; host waited {:.2f} s\n",
+                       c.tokens_read, format_bytes(c.link_kv_bytes), format_bytes(c.internal_read_bytes),
+                       double(c.t_read_us) / 1e6, double(c.t_kernel_us) / 1e6, double(c.t_throttle_us) / 1e6,
+                       double(c.t_backpressure_us) / 1e6, double(c.t_host_wait_us) / 1e6);
+    if (c.n_cancelled + c.n_errors > 0) out += fmt::format("  {} passes cancelled, {} failed\n", c.n_cancelled, c.n_errors);
+    return out;
+}
+
+nlohmann::json storage_json(const csd::device & d, const kv_store & kv) {
+    const csd::device_counters c = d.counters();
+    return {{"storage", std::string(name(d.kind()))},
+            {"profile", d.profile().name},
+            {"score_passes", c.n_score_passes},
+            {"read_passes", c.n_read_passes},
+            {"tokens_scored", c.tokens_scored},
+            {"tokens_read", c.tokens_read},
+            {"score_blocks", c.score_blocks},
+            {"link_score_bytes", c.link_score_bytes},
+            {"link_score_bytes_per_token", c.tokens_scored > 0 ? double(c.link_score_bytes) / double(c.tokens_scored) : 0.0},
+            {"key_row_bytes", kv.layout().row_bytes()},
+            {"link_kv_bytes", c.link_kv_bytes},
+            {"internal_read_bytes", c.internal_read_bytes},
+            {"read_s", double(c.t_read_us) / 1e6},
+            {"kernel_s", double(c.t_kernel_us) / 1e6},
+            {"throttle_s", double(c.t_throttle_us) / 1e6},
+            {"backpressure_s", double(c.t_backpressure_us) / 1e6},
+            {"host_wait_s", double(c.t_host_wait_us) / 1e6},
+            {"cancelled", c.n_cancelled},
+            {"errors", c.n_errors}};
 }
 
 void thread_opts::add(CLI::App & app) {

@@ -48,6 +48,9 @@ struct kv_opts {
     std::string cache_type = "f16";
     std::string host_budget;  // bytes with an optional K/M/G/T suffix (powers of 1024)
     std::string dir;
+    std::string storage = "plain";     // --storage plain|emulator
+    std::string csd_profile = "none";  // --csd-profile none|smartssd|FILE.json
+    int32_t score_block = 1024;        // --score-block: tokens per score block
     CLI::Option * budget_opt = nullptr;
     CLI::Option * dir_opt = nullptr;
     void add(CLI::App & app);
@@ -55,6 +58,7 @@ struct kv_opts {
     uint64_t budget_bytes() const;      // default: a quarter of physical memory
     bool budget_given() const { return budget_opt->count() > 0; }
     std::string resolved_dir() const;   // default: cache_dir() + "/kv"
+    csd::storage_kind storage_kind() const;  // parse_storage (exit_code::usage on a bad name)
     // The session's parameters for a context of n_ctx tokens under policy p.
     session_params session(int32_t n_ctx, const policy_params & p) const;
 };
@@ -65,13 +69,21 @@ struct policy_opts {
     std::string policy = "full";
     policy_params p;
     std::string key_precision, query_precision, select, aggregate;  // defaults: score_params{}
+    CLI::Option * query_opt = nullptr;
     void add(CLI::App & app);
-    policy_params resolve() const;  // parses and validates (exit_code::usage on bad values)
+    // Parses and validates (exit_code::usage on bad values). With the emulator as storage, the query
+    // precision defaults to int8 (the device's integer kernel needs it).
+    policy_params resolve(csd::storage_kind storage) const;
 };
 
 // The policy's run summary: lines for stderr, and the same as JSON (attended share, hot share of the
 // attended tokens, time per stage; with --diag attention recall and selection overlap per layer).
 std::string policy_summary(const attention_policy & pol, const policy_params & p);
+
+// The storage device's run summary (what crossed its link per cold token scored, against the key row
+// a plain SSD moves) and the same as JSON; "" when the device did nothing.
+std::string storage_summary(const csd::device & d, const kv_store & kv);
+nlohmann::json storage_json(const csd::device & d, const kv_store & kv);
 nlohmann::json policy_json(const attention_policy & pol, const policy_params & p);
 
 // Prints the prefill progress to stderr (at most once a second) once the prompt has taken 2 s;

@@ -15,6 +15,10 @@ namespace {
 
 kv_store_params store_params(const model & m, const session_params & p) {
     if (p.n_ctx <= 0) fail_usage("context size must be > 0, got {}", p.n_ctx);
+    if (m.hp().position == position_kind::learned && p.n_ctx > m.hp().n_ctx_train) {
+        fail_usage("a context of {} tokens (-c) exceeds the {} positions this {} model has learned; use -c {} or less",
+                   p.n_ctx, m.hp().n_ctx_train, m.hp().arch, m.hp().n_ctx_train);
+    }
     if (p.kv_type != ggml_type::f16 && p.kv_type != ggml_type::f32) {
         fail_usage("KV cache type must be f16 or f32, got {}", ggml_type_name(p.kv_type));
     }
@@ -39,7 +43,9 @@ session::session(const hill::model & m, const session_params & p, thread_pool & 
       pool_(pool),
       kv_(kv_layout{m.hp().n_layer, m.hp().n_embd_kv(), p.kv_type}, store_params(m, p)),
       device_(make_cpu_device_tier(pool, std::min(p.n_segment, p.n_ctx), m.hp().n_embd_q(), m.hp().n_head)),
+      storage_(csd::make_device(p.storage, kv_, attn_shape(), pool)),
       policy_(make_policy(p.policy, attn_shape(), m.hp().n_layer, p.n_ctx, pool)) {
+    if (p.policy.kind == policy_kind::hillinfer) csd::check_scoring(p.storage.kind, p.policy.score);
     const hparams & hp = m.hp();
     HILL_ASSERT(p.n_batch > 0 && p.n_segment > 0);
     const size_t nb = size_t(p.n_batch);
@@ -53,6 +59,8 @@ session::session(const hill::model & m, const session_params & p, thread_pool & 
     up_.resize(nb * size_t(hp.n_ff));
     kv_row_.resize(2 * kv_.layout().row_bytes());
     logits_.resize(size_t(hp.n_vocab));
+    if (hp.n_embd_word != hp.n_embd) embd_.resize(nb * size_t(hp.n_embd_word));
+    if (hp.position == position_kind::rope) rope_inv_freq_ = hp.rope_inv_freq();
 }
 
 attention_shape session::attn_shape() const {
@@ -61,6 +69,7 @@ attention_shape session::attn_shape() const {
 }
 
 void session::set_policy(const policy_params & p) {
+    if (p.kind == policy_kind::hillinfer) csd::check_scoring(params_.storage.kind, p.score);
     policy_ = make_policy(p, attn_shape(), model_.hp().n_layer, params_.n_ctx, pool_);
     params_.policy = p;
 }
@@ -112,45 +121,105 @@ void session::eval(std::span<const int32_t> tokens, bool logits_all,
     }
 }
 
+void session::norm_rows(const std::vector<float> & w, const std::vector<float> & b, const float * x, float * y,
+                        int64_t n) const {
+    const hparams & hp = model_.hp();
+    const int64_t n_embd = hp.n_embd;
+    for (int64_t t = 0; t < n; ++t) {
+        if (hp.norm == norm_kind::rms) {
+            rmsnorm(x + t * n_embd, w.data(), y + t * n_embd, n_embd, hp.rms_eps);
+        } else {
+            layernorm(x + t * n_embd, w.data(), b.data(), y + t * n_embd, n_embd, hp.rms_eps);
+        }
+    }
+}
+
+void session::linear(const weight_view & w, const std::vector<float> & b, const float * x, int64_t n, float * y) {
+    gemm(w, x, n, y, pool_);
+    if (!b.empty()) add_bias_rows(y, b.data(), n, w.n_rows);
+}
+
+void session::embed(const int32_t * tokens, int64_t n, int64_t p0, float * x) {
+    const hparams & hp = model_.hp();
+    const weight_view & e = model_.token_embd();
+    if (model_.proj_in().n_rows == 0) {
+        for (int64_t t = 0; t < n; ++t) dequantize_row(e.type, e.row(tokens[t]), x + t * hp.n_embd, hp.n_embd);
+    } else {
+        // OPT-350m: word embeddings of width n_embd_word, projected to n_embd, n_batch tokens at a time.
+        for (int64_t t0 = 0; t0 < n; t0 += params_.n_batch) {
+            const int64_t nc = std::min<int64_t>(params_.n_batch, n - t0);
+            for (int64_t t = 0; t < nc; ++t) {
+                dequantize_row(e.type, e.row(tokens[t0 + t]), embd_.data() + t * hp.n_embd_word, hp.n_embd_word);
+            }
+            gemm(model_.proj_in(), embd_.data(), nc, x + t0 * hp.n_embd, pool_);
+        }
+    }
+    if (hp.position == position_kind::learned) {
+        const weight_view & pe = model_.pos_embd();
+        for (int64_t t = 0; t < n; ++t) {
+            dequantize_row(pe.type, pe.row(p0 + t), xn_.data(), hp.n_embd);
+            add_inplace(x + t * hp.n_embd, xn_.data(), hp.n_embd);
+        }
+    }
+}
+
 void session::qkv(const layer_weights & l, const float * x, int64_t n, int64_t p0) {
     const hparams & hp = model_.hp();
-    const int64_t n_embd = hp.n_embd, n_q = hp.n_embd_q(), n_kv = hp.n_embd_kv();
-    for (int64_t t = 0; t < n; ++t) {
-        rmsnorm(x + t * n_embd, l.attn_norm.data(), xn_.data() + t * n_embd, n_embd, hp.rms_eps);
+    const int64_t n_q = hp.n_embd_q(), n_kv = hp.n_embd_kv();
+    // Pre-norm blocks project the normed input; post-norm ones (OPT-350m) the residual stream itself.
+    const float * in = x;
+    if (hp.norm_before) {
+        norm_rows(l.attn_norm, l.attn_norm_b, x, xn_.data(), n);
+        in = xn_.data();
     }
-    gemm(l.wq, xn_.data(), n, q_.data(), pool_);
-    gemm(l.wk, xn_.data(), n, k_.data(), pool_);
-    gemm(l.wv, xn_.data(), n, v_.data(), pool_);
+    linear(l.wq, l.bq, in, n, q_.data());
+    linear(l.wk, l.bk, in, n, k_.data());
+    linear(l.wv, l.bv, in, n, v_.data());
+    if (hp.position != position_kind::rope) return;
     for (int64_t t = 0; t < n; ++t) {
-        rope(q_.data() + t * n_q, hp.n_head, hp.head_dim, p0 + t, hp.rope_freq_base, hp.rope_freq_scale);
-        rope(k_.data() + t * n_kv, hp.n_head_kv, hp.head_dim, p0 + t, hp.rope_freq_base, hp.rope_freq_scale);
+        rope(q_.data() + t * n_q, hp.n_head, hp.head_dim, p0 + t, rope_inv_freq_.data(), hp.rope_pairs);
+        rope(k_.data() + t * n_kv, hp.n_head_kv, hp.head_dim, p0 + t, rope_inv_freq_.data(), hp.rope_pairs);
     }
 }
 
 void session::finish_block(const layer_weights & l, float * x, int64_t n, const float * attn) {
     const hparams & hp = model_.hp();
     const int64_t n_embd = hp.n_embd;
-    gemm(l.wo, attn, n, xn_.data(), pool_);
+    linear(l.wo, l.bo, attn, n, xn_.data());
     add_inplace(x, xn_.data(), n * n_embd);
-    for (int64_t t = 0; t < n; ++t) {
-        rmsnorm(x + t * n_embd, l.ffn_norm.data(), xn_.data() + t * n_embd, n_embd, hp.rms_eps);
+    if (!hp.norm_before) norm_rows(l.attn_norm, l.attn_norm_b, x, x, n);
+    const float * in = x;
+    if (hp.norm_before) {
+        norm_rows(l.ffn_norm, l.ffn_norm_b, x, xn_.data(), n);
+        in = xn_.data();
     }
-    gemm(l.ffn_gate, xn_.data(), n, gate_.data(), pool_);
-    gemm(l.ffn_up, xn_.data(), n, up_.data(), pool_);
-    swiglu(gate_.data(), up_.data(), n * hp.n_ff);
-    gemm(l.ffn_down, gate_.data(), n, xn_.data(), pool_);
+    if (hp.ffn == ffn_kind::swiglu) {
+        gemm(l.ffn_gate, in, n, gate_.data(), pool_);
+        gemm(l.ffn_up, in, n, up_.data(), pool_);
+        swiglu(gate_.data(), up_.data(), n * hp.n_ff);
+    } else {
+        linear(l.ffn_up, l.ffn_up_b, in, n, gate_.data());
+        relu(gate_.data(), n * hp.n_ff);
+    }
+    linear(l.ffn_down, l.ffn_down_b, gate_.data(), n, xn_.data());
     add_inplace(x, xn_.data(), n * n_embd);
+    if (!hp.norm_before) norm_rows(l.ffn_norm, l.ffn_norm_b, x, x, n);
 }
 
 void session::output(const float * x, int64_t n, float * logits_out) {
     const hparams & hp = model_.hp();
     for (int64_t t0 = 0; t0 < n; t0 += params_.n_batch) {
         const int64_t nc = std::min<int64_t>(params_.n_batch, n - t0);
-        for (int64_t t = 0; t < nc; ++t) {
-            rmsnorm(x + (t0 + t) * hp.n_embd, model_.output_norm().data(), xn_.data() + t * hp.n_embd, hp.n_embd,
-                    hp.rms_eps);
+        const float * in = x + t0 * hp.n_embd;
+        if (!model_.output_norm().empty()) {
+            norm_rows(model_.output_norm(), model_.output_norm_b(), in, xn_.data(), nc);
+            in = xn_.data();
         }
-        gemm(model_.output(), xn_.data(), nc, logits_out + t0 * hp.n_vocab, pool_);
+        if (model_.proj_out().n_rows != 0) {
+            gemm(model_.proj_out(), in, nc, embd_.data(), pool_);
+            in = embd_.data();
+        }
+        gemm(model_.output(), in, nc, logits_out + t0 * hp.n_vocab, pool_);
     }
 }
 
@@ -166,10 +235,7 @@ void session::prefill(const int32_t * tokens, int64_t n, bool logits_all, float 
     std::vector<float> x(size_t(n) * size_t(n_embd));
     std::vector<uint8_t> layer_k(size_t(n) * rb), layer_v(size_t(n) * rb);
     std::vector<float> qa(size_t(n) * size_t(n_q));
-    for (int64_t t = 0; t < n; ++t) {
-        const weight_view & e = model_.token_embd();
-        dequantize_row(e.type, e.row(tokens[t]), x.data() + t * n_embd, n_embd);
-    }
+    embed(tokens, n, p0, x.data());
     const attention_shape shape = attn_shape();
     for (int il = 0; il < hp.n_layer; ++il) {
         const layer_weights & l = model_.layers()[size_t(il)];
@@ -195,7 +261,7 @@ void session::prefill(const int32_t * tokens, int64_t n, bool logits_all, float 
             finish_block(l, x.data() + c0 * n_embd, nc, qa.data() + c0 * n_q);
             progress(int64_t(il) * n + c0 + nc);
         }
-        kv_.append(il, n, layer_k.data(), layer_v.data());
+        storage_->append(il, n, layer_k.data(), layer_v.data());
     }
     if (logits_all) {
         output(x.data(), n, logits_out);
@@ -209,15 +275,14 @@ void session::decode(int32_t token) {
     const hparams & hp = model_.hp();
     const int64_t n_kv = hp.n_embd_kv();
     const size_t rb = kv_.layout().row_bytes();
-    const weight_view & e = model_.token_embd();
-    dequantize_row(e.type, e.row(token), x_.data(), hp.n_embd);
+    embed(&token, 1, n_past_, x_.data());
     for (int il = 0; il < hp.n_layer; ++il) {
         const layer_weights & l = model_.layers()[size_t(il)];
         qkv(l, x_.data(), 1, n_past_);
         store_rows(k_.data(), params_.kv_type, n_kv, kv_row_.data());
         store_rows(v_.data(), params_.kv_type, n_kv, kv_row_.data() + rb);
-        kv_.append(il, 1, kv_row_.data(), kv_row_.data() + rb);
-        policy_->attend(il, q_.data(), kv_, *device_, attn_.data());
+        storage_->append(il, 1, kv_row_.data(), kv_row_.data() + rb);
+        policy_->attend(il, q_.data(), kv_, *storage_, *device_, attn_.data());
         finish_block(l, x_.data(), 1, attn_.data());
     }
     output(x_.data(), 1, logits_.data());

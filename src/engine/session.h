@@ -1,7 +1,10 @@
 // One sequence being run through a model: its KV cache (kv/kv_store.h: a hot pool in DRAM and, when
 // the host budget is smaller than the context, a cold pool on SSD), the activation buffers, and the
 // forward pass of the Llama block (RMSNorm -> attention with RoPE and GQA -> residual -> RMSNorm ->
-// SwiGLU FFN -> residual; Touvron et al. 2023).
+// SwiGLU FFN -> residual; Touvron et al. 2023) and of its relatives (model/model.h): Q/K/V biases
+// (qwen2, qwen), and OPT's learned positions, LayerNorm (pre- or post-norm), ReLU MLP with biases and
+// embedding projections. Biases and positions touch only the projections and the embeddings, so
+// prefill and decode share them (embed, qkv, finish_block, output) and attention is the same.
 //
 // Prefill is layer-major (DESIGN.md §3): every prompt token goes through layer il (in chunks of
 // n_batch tokens), then layer il's KV is appended to the store, before layer il+1 starts. A chunk
@@ -16,7 +19,9 @@
 //
 // Decode attends as the policy chooses (policy/attention_policy.h; `full`: densely to every
 // cached token wherever it lives, the hot tokens in place, the cold ones page batch by page batch).
-// Attention runs in the device tier (kv/device_tier.h), one online softmax over all segments.
+// Attention runs in the device tier (kv/device_tier.h), one online softmax over all segments. The
+// tokens in written cold pages are scored and read at decode through the storage device
+// (csd/device.h: plain SSD or the CSD emulator, `storage`); prefill reads them through the store.
 #pragma once
 
 #include "core/thread_pool.h"
@@ -44,13 +49,14 @@ struct session_params {
     uint64_t kv_host_budget = 0;        // hot pool bytes (all layers); 0: the whole context in RAM
     std::string kv_dir;                 // cold pool directory (needed when the budget is below the context)
     policy_params policy;               // decode attention policy; its n_sinks also stay hot in the store
+    csd::storage_params storage;        // the device that holds the cold pool (plain SSD or CSD emulator)
     io_fault_hook io_faults;            // tests: injected cold-pool I/O results
 };
 
 class session {
 public:
     // Errors: n_ctx <= 0 or kv_type not f16/f32 (exit_code::usage); KV store errors (budget,
-    // kv_dir, free space).
+    // kv_dir, free space); storage device errors (csd::make_device, csd::check_scoring).
     session(const hill::model & m, const session_params & p, thread_pool & pool);
 
     // Runs `tokens` at positions [n_past(), n_past() + n) and appends their K/V. When
@@ -71,8 +77,10 @@ public:
     // Replaces the decode attention policy (with fresh statistics); the KV and its placement stay as
     // they are (the store keeps hot the sinks it was built with). Policies act at decode, so one
     // prefill can be decoded under several policies (truncate back to the prompt in between).
+    // Errors: scoring parameters the storage device cannot run (csd::check_scoring).
     void set_policy(const policy_params & p);
     const device_tier & device() const { return *device_; }
+    const csd::device & storage() const { return *storage_; }
     // After tokens [0, n) were appended to every layer of kv() from outside (a prompt cache):
     // the session continues at position n. Asserts the store holds exactly n tokens per layer.
     void adopt_kv(int64_t n);
@@ -87,10 +95,20 @@ private:
     void decode(int32_t token);
     // x: f32 [n, n_embd] -> logits_out: f32 [n, n_vocab] (final norm + output matrix).
     void output(const float * x, int64_t n, float * logits_out);
-    // Q, K, V of n tokens at positions [p0, p0 + n) from x (normed into xn_), RoPE applied.
+    // x: f32 [n, n_embd] = the input embeddings of tokens at positions [p0, p0 + n): token embedding
+    // (projected to n_embd when the model has proj_in), plus the learned position embedding.
+    void embed(const int32_t * tokens, int64_t n, int64_t p0, float * x);
+    // Q, K, V (with biases) of n tokens at positions [p0, p0 + n) from x (normed into xn_ when the
+    // blocks are pre-norm), RoPE applied when the model uses it.
     void qkv(const layer_weights & l, const float * x, int64_t n, int64_t p0);
-    // x[n, n_embd] += attention output projection of attn f32 [n, n_embd_q], then the FFN block.
+    // x[n, n_embd] += attention output projection of attn f32 [n, n_embd_q], then the FFN block
+    // (post-norm models: each sum normed in place).
     void finish_block(const layer_weights & l, float * x, int64_t n, const float * attn);
+    // y[n, n_embd] = RMSNorm(x) · w or LayerNorm(x) · w + b, as the model's norm; y may alias x.
+    void norm_rows(const std::vector<float> & w, const std::vector<float> & b, const float * x, float * y,
+                   int64_t n) const;
+    // y[n, w.n_rows] = x[n, w.n_cols] · wᵀ (+ b when not empty).
+    void linear(const weight_view & w, const std::vector<float> & b, const float * x, int64_t n, float * y);
     attention_shape attn_shape() const;
 
     const hill::model & model_;
@@ -98,6 +116,7 @@ private:
     thread_pool & pool_;
     kv_store kv_;
     std::unique_ptr<device_tier> device_;  // where attention runs (CPU build: in place over host memory)
+    std::unique_ptr<csd::device> storage_;  // scores and reads the cold pages at decode
     std::unique_ptr<attention_policy> policy_;  // which tokens a decode step attends to
     int64_t n_past_ = 0;
 
@@ -112,6 +131,8 @@ private:
     std::vector<float> up_;      // f32 [n_batch, n_ff]
     std::vector<uint8_t> kv_row_;       // kv_type [2, n_head_kv * head_dim]: the decode token's K and V
     std::vector<float> logits_;  // f32 [1 or n, n_vocab]
+    std::vector<float> embd_;    // f32 [n_batch, n_embd_word]: word embeddings around proj_in / proj_out (opt-350m)
+    std::vector<double> rope_inv_freq_;  // f64 [head_dim/2]: RoPE angle per position of each pair
 };
 
 }  // namespace hill

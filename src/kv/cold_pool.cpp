@@ -237,6 +237,15 @@ size_t cold_pool::write_pages(std::span<const page_write> batch, std::span<page_
     return n_io_failed == 0 ? 0 : n;
 }
 
+uint64_t cold_pool::checksum(uint32_t page) const {
+    HILL_ASSERT(page < n_pages_ && state_[page] == state_written);
+    return checksum_[page];
+}
+
+uint64_t cold_pool::checksum_of(const void * data) const {
+    return XXH3_64bits(data, page_bytes_);
+}
+
 size_t cold_pool::read_pages(std::span<const page_read> batch, std::span<page_result> out) {
     HILL_ASSERT(out.size() == batch.size());
     const size_t n = batch.size();

@@ -126,6 +126,11 @@ public:
     const std::string & kv_dir() const { return kv_dir_; }
     const std::string & file_path(uint32_t page) const { return files_[page / pages_per_file_].path; }
     uint64_t file_offset(uint32_t page) const { return uint64_t(page % pages_per_file_) * page_bytes_; }
+    // XXH3-64 of the page's bytes at its last committed write (a written page; asserted), for a reader
+    // with its own file descriptors (the storage device emulator) to check what it reads.
+    uint64_t checksum(uint32_t page) const;
+    // XXH3-64 of page_bytes() bytes, as the pool computes it.
+    uint64_t checksum_of(const void * data) const;
     const io_queue & io() const { return io_; }
     io_queue & io() { return io_; }
 

@@ -223,31 +223,52 @@ void kv_store::read_token(int il, int64_t t, void * k_out, void * v_out) {
     std::memcpy(v_out, vb + size_t(i) * rb, rb);
 }
 
-void kv_store::for_each_segment(int il, const segment_fn & fn, kv_part part) {
+bool kv_store::on_disk(int il, int64_t t) const {
+    const layer_state & L = layers_[size_t(il)];
+    const token_loc loc = L.map[size_t(t)];
+    return loc.tier == kv_tier::cold && int64_t(loc.slot) < int64_t(L.groups.size()) * layout_.page_tokens();
+}
+
+cold_layer_view kv_store::cold_layer(int il) const {
+    const layer_state & L = layers_[size_t(il)];
+    const size_t n_slots = L.groups.size() * size_t(layout_.page_tokens());
+    return cold_layer_view{L.groups, std::span<const int64_t>(L.cold_token.data(), n_slots), layout_.page_tokens()};
+}
+
+void kv_store::for_each_segment(int il, const segment_fn & fn, kv_part part, kv_scope scope) {
     layer_state & L = layers_[size_t(il)];
     rows_.clear();
     tokens_.clear();
-    for (int64_t s = 0; s < L.hot_hwm; ++s) {
-        if (L.hot_token[size_t(s)] >= 0) {
-            rows_.push_back(int32_t(s));
-            tokens_.push_back(int32_t(L.hot_token[size_t(s)]));
+    if (scope != kv_scope::on_disk) {
+        for (int64_t s = 0; s < L.hot_hwm; ++s) {
+            if (L.hot_token[size_t(s)] >= 0) {
+                rows_.push_back(int32_t(s));
+                tokens_.push_back(int32_t(L.hot_token[size_t(s)]));
+            }
         }
     }
     cold_slots_.clear();
-    for (size_t s = 0; s < L.cold_token.size(); ++s) {
+    const size_t written = L.groups.size() * size_t(layout_.page_tokens());
+    const size_t s0 = scope == kv_scope::in_memory ? written : 0;
+    const size_t s1 = scope == kv_scope::on_disk ? written : L.cold_token.size();
+    for (size_t s = s0; s < s1; ++s) {
         if (L.cold_token[s] >= 0) cold_slots_.push_back(uint32_t(s));
     }
     visit(il, part, fn);
 }
 
-void kv_store::for_each_segment_of(int il, std::span<const int32_t> tokens, const segment_fn & fn, kv_part part) {
+void kv_store::for_each_segment_of(int il, std::span<const int32_t> tokens, const segment_fn & fn, kv_part part,
+                                   kv_scope scope) {
     layer_state & L = layers_[size_t(il)];
     rows_.clear();
     tokens_.clear();
     cold_slots_.clear();
+    const int64_t written = int64_t(L.groups.size()) * layout_.page_tokens();
     for (const int32_t t : tokens) {
         HILL_ASSERT(t >= 0 && t < L.n_tokens);
         const token_loc loc = L.map[size_t(t)];
+        const bool disk = loc.tier == kv_tier::cold && int64_t(loc.slot) < written;
+        if (scope == kv_scope::in_memory ? disk : scope == kv_scope::on_disk && !disk) continue;
         if (loc.tier == kv_tier::hot) {
             rows_.push_back(int32_t(loc.slot));
             tokens_.push_back(t);

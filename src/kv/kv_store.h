@@ -38,6 +38,20 @@ enum class kv_tier : uint8_t { none = 0, hot = 1, cold = 2 };
 // What a segment visit reads: K and V rows, or K rows only (scoring).
 enum class kv_part : uint8_t { k_and_v, k };
 
+// Which tokens a segment visit covers: all of them; those in host memory (the hot pool and the cold
+// group still being filled, which is written to the cold pool when full); or those in written cold
+// pages, which the storage device holds (csd/device.h scores and reads them).
+enum class kv_scope : uint8_t { all, in_memory, on_disk };
+
+// A layer's written cold pages as the storage device sees them (csd/device.h). Valid until the store
+// is next changed (append, move, truncate): the owner thread does not change it while a device works
+// on the layer.
+struct cold_layer_view {
+    std::span<const std::pair<uint32_t, uint32_t>> groups;  // [n_groups] (K page, V page) ids, in slot order
+    std::span<const int64_t> slot_token;  // [n_groups * page_tokens] token of each slot of those pages, -1: a hole
+    int64_t page_tokens = 0;              // tokens per page
+};
+
 struct token_loc {
     kv_tier tier = kv_tier::none;
     uint32_t slot = 0;  // hot: slot in the layer's hot arena; cold: slot in the layer's cold slot space
@@ -93,12 +107,19 @@ public:
     // (scoring needs no V). The pointers are valid during the call. Errors: cold read failures
     // (hill::error naming the page).
     using segment_fn = std::function<void(const kv_view & view, const int32_t * rows, const int32_t * tokens)>;
-    void for_each_segment(int il, const segment_fn & fn, kv_part part = kv_part::k_and_v);
+    // scope: only the tokens of that scope are visited.
+    void for_each_segment(int il, const segment_fn & fn, kv_part part = kv_part::k_and_v,
+                          kv_scope scope = kv_scope::all);
 
-    // for_each_segment over the given tokens of layer il only (each < n_tokens(il), no repeats):
-    // a gather. Cold pages that hold none of them are not read.
+    // for_each_segment over the given tokens of layer il only (each < n_tokens(il), no repeats) that
+    // are in `scope`: a gather. Cold pages that hold none of them are not read.
     void for_each_segment_of(int il, std::span<const int32_t> tokens, const segment_fn & fn,
-                             kv_part part = kv_part::k_and_v);
+                             kv_part part = kv_part::k_and_v, kv_scope scope = kv_scope::all);
+
+    // Whether token t of layer il is in a written cold page (kv_scope::on_disk).
+    bool on_disk(int il, int64_t t) const;
+    // The written cold pages of layer il (see cold_layer_view); empty without a cold pool.
+    cold_layer_view cold_layer(int il) const;
 
     // Rows of token t of layer il copied into k_out, v_out (row_bytes() each).
     void read_token(int il, int64_t t, void * k_out, void * v_out);

@@ -4,16 +4,20 @@
 //   full       dense attention over every token wherever it lives (the FlexGen-like baseline);
 //   streaming  the first S tokens (attention sinks) and the last W (recent window) only
 //              (StreamingLLM, Xiao et al. 2024);
-//   hillinfer  query-aware importance scoring of every cached token (score/host_scorer.h), the top
-//              ⌈α·N⌉ plus sinks and window (score/selector.h), exact attention over that set
-//              gathered from the tiers (HillInfer paper §4; DESIGN.md §3 steps 2-5). For now the
-//              host scores every tier; the storage device takes over the cold pool later.
+//   hillinfer  query-aware importance scoring of every cached token where it lives — the host
+//              scores the tokens in memory (score/host_scorer.h) while the storage device scores
+//              its cold pages (csd/device.h) and streams score blocks — merged into a running top
+//              ⌈α·N⌉, plus sinks and window (score/selector.h); exact attention over that set
+//              gathered from the tiers (HillInfer paper §4; DESIGN.md §3 steps 2-5).
+// Every policy reads the tokens in written cold pages through the storage device (plain or emulator),
+// and the rest from the KV store in place.
 // Prefill is dense for every policy (causal attention over the whole prompt); policies act at
 // decode steps.
 #pragma once
 
 #include "compute/attention.h"
 #include "core/thread_pool.h"
+#include "csd/device.h"
 #include "kv/device_tier.h"
 #include "kv/kv_store.h"
 #include "score/score_config.h"
@@ -56,7 +60,8 @@ struct policy_layer_stats {
 
 struct policy_stats {
     std::vector<policy_layer_stats> layers;  // [n_layer]
-    uint64_t t_score_us = 0;    // scoring the keys (hillinfer)
+    uint64_t t_score_us = 0;    // scoring the keys in memory on the host (hillinfer; with a plain SSD also its pages)
+    uint64_t t_drain_us = 0;    // merging the storage device's score blocks, waiting for them included (hillinfer)
     uint64_t t_select_us = 0;   // top-α selection (hillinfer)
     uint64_t t_attend_us = 0;   // gathering the KV and attending (every policy)
     uint64_t t_diag_us = 0;     // diag measurements
@@ -69,15 +74,37 @@ public:
 
     // One decode step of layer il: out f32 [n_head, head_dim] = attention of the query q f32
     // [n_head, head_dim] over the tokens the policy chooses among the n_tokens(il) tokens of kv
-    // (the step's own token included), run in dev. Updates the hit table of the chosen tokens.
-    // Errors: cold pool read failures (hill::error).
-    virtual void attend(int il, const float * q, kv_store & kv, device_tier & dev, float * out) = 0;
+    // (the step's own token included), run in dev; the tokens in written cold pages are scored and
+    // read by `storage`. Updates the hit table of the chosen tokens.
+    // Errors: cold pool read failures and storage device errors (hill::error); the device is left idle.
+    virtual void attend(int il, const float * q, kv_store & kv, csd::device & storage, device_tier & dev,
+                        float * out) = 0;
 
     const policy_stats & stats() const { return stats_; }
 
 protected:
     policy_stats stats_;
 };
+
+// Cancels the storage device's pass unless done() was called: a step that throws between a begin and
+// the end of its drain leaves the device idle.
+class device_pass_guard {
+public:
+    explicit device_pass_guard(csd::device & d) : d_(d) {}
+    ~device_pass_guard() {
+        if (armed_) d_.cancel();
+    }
+    device_pass_guard(const device_pass_guard &) = delete;
+    device_pass_guard & operator=(const device_pass_guard &) = delete;
+    void done() { armed_ = false; }
+
+private:
+    csd::device & d_;
+    bool armed_ = true;
+};
+
+// The tokens of layer il in written cold pages (the storage device's), in slot order, into out.
+void on_disk_tokens(const kv_store & kv, int il, std::vector<int32_t> & out);
 
 // s: the model's attention shape; n_ctx: the context capacity; pool: the threads that score.
 std::unique_ptr<attention_policy> make_policy(const policy_params & p, const attention_shape & s, int n_layer,

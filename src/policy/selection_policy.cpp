@@ -18,11 +18,13 @@ selection_policy::selection_policy(const policy_params & p, const attention_shap
     if (p.kind == policy_kind::hillinfer) {
         scorer_ = std::make_unique<host_scorer>(s, p.score, pool.n_threads());
         HILL_ASSERT(scorer_->n_group() == n_group_);
-        scores_.resize(size_t(n_group_) * size_t(n_ctx));
         seg_scores_.resize(size_t(n_group_) * size_t(n_ctx));
+        topk_.reserve(size_t(n_group_));
+        for (int g = 0; g < n_group_; ++g) topk_.emplace_back(n_top_for(p.alpha, n_ctx));
     }
     sel_.resize(size_t(n_group_));
     for (auto & v : sel_) v.reserve(size_t(n_ctx));
+    disk_.reserve(size_t(n_ctx));
     if (per_kv_head) {
         member_.assign(size_t(n_ctx), 0);
         union_.reserve(size_t(n_ctx));
@@ -34,25 +36,54 @@ selection_policy::selection_policy(const policy_params & p, const attention_shap
     }
 }
 
-void selection_policy::score(int il, const float * q, kv_store & kv) {
+void selection_policy::score_and_select(int il, const float * q, kv_store & kv, csd::device & storage,
+                                        int64_t n_top) {
+    const int64_t n = kv.n_tokens(il);
+    const auto [s_end, w_begin] = middle_of(n, params_.n_sinks, params_.n_window);
+    for (running_topk & t : topk_) t.begin(n_top);
+    int64_t t0 = time_us();
     scorer_->prepare_query(q);
+    device_pass_guard guard(storage);
+    storage.score_begin(il, *scorer_);
+    // The host's share, while the device works: the tokens in memory.
     kv.for_each_segment(il, [&](const kv_view & view, const int32_t * rows, const int32_t * tokens) {
         scorer_->score(view, rows, seg_scores_.data(), view.n_kv, pool_);
         for (int g = 0; g < n_group_; ++g) {
-            float * dst = scores_.data() + size_t(g) * size_t(n_ctx_);
             const float * src = seg_scores_.data() + size_t(g) * size_t(view.n_kv);
-            for (int64_t j = 0; j < view.n_kv; ++j) dst[tokens[j]] = src[j];
+            running_topk & top = topk_[size_t(g)];
+            for (int64_t j = 0; j < view.n_kv; ++j) {
+                if (tokens[j] >= s_end && tokens[j] < w_begin) top.push(round_score_f16(src[j]), tokens[j]);
+            }
         }
-    }, kv_part::k);
+    }, kv_part::k, kv_scope::in_memory);
+    int64_t t1 = time_us();
+    stats_.t_score_us += uint64_t(t1 - t0);
+    // The device's blocks, merged as they arrive.
+    storage.score_drain([&](const csd::score_block_view & block) {
+        HILL_ASSERT(block.n_group() == n_group_);
+        for (int64_t j = 0; j < block.n_tokens(); ++j) {
+            const auto t = int32_t(block.position(j));
+            if (t < s_end || t >= w_begin) continue;
+            for (int g = 0; g < n_group_; ++g) topk_[size_t(g)].push(block.score(j, g), t);
+        }
+    });
+    guard.done();
+    t0 = time_us();
+    stats_.t_drain_us += uint64_t(t0 - t1);
+    for (int g = 0; g < n_group_; ++g) {
+        std::vector<int32_t> & out = sel_[size_t(g)];
+        out.clear();
+        for (int64_t i = 0; i < s_end; ++i) out.push_back(int32_t(i));
+        topk_[size_t(g)].finish(out);
+        for (int64_t i = w_begin; i < n; ++i) out.push_back(int32_t(i));
+    }
+    stats_.t_select_us += uint64_t(time_us() - t0);
 }
 
-void selection_policy::gather_and_attend(int il, const float * q, kv_store & kv, device_tier & dev, float * out) {
-    dev.begin(shape_, q, 1);
-    if (n_group_ == 1) {
-        kv.for_each_segment_of(il, sel_[0], [&](const kv_view & view, const int32_t * rows, const int32_t *) {
-            dev.attend(view, rows);
-        });
-    } else {
+void selection_policy::gather_and_attend(int il, const float * q, kv_store & kv, csd::device & storage,
+                                         device_tier & dev, float * out) {
+    const std::vector<int32_t> * chosen = &sel_[0];
+    if (n_group_ > 1) {
         // One gather of the union; each KV head's query heads attend to the rows of their own set.
         union_.clear();
         for (int g = 0; g < n_group_; ++g) {
@@ -61,20 +92,37 @@ void selection_policy::gather_and_attend(int il, const float * q, kv_store & kv,
         for (int64_t t = 0; t < kv.n_tokens(il); ++t) {
             if (member_[size_t(t)] != 0) union_.push_back(int32_t(t));
         }
-        kv.for_each_segment_of(il, union_, [&](const kv_view & view, const int32_t * rows, const int32_t * tokens) {
-            for (int g = 0; g < n_group_; ++g) {
-                rows_g_.clear();
-                for (int64_t j = 0; j < view.n_kv; ++j) {
-                    if ((member_[size_t(tokens[j])] >> g) & 1) rows_g_.push_back(rows[j]);
-                }
-                kv_view part = view;
-                part.n_kv = int64_t(rows_g_.size());
-                dev.attend(part, rows_g_.data(), no_causal_mask, g);
+        chosen = &union_;
+    }
+    auto attend_segment = [&](const kv_view & view, const int32_t * rows, const int32_t * tokens) {
+        if (n_group_ == 1) {
+            dev.attend(view, rows);
+            return;
+        }
+        for (int g = 0; g < n_group_; ++g) {
+            rows_g_.clear();
+            for (int64_t j = 0; j < view.n_kv; ++j) {
+                if ((member_[size_t(tokens[j])] >> g) & 1) rows_g_.push_back(rows != nullptr ? rows[j] : int32_t(j));
             }
-        });
+            kv_view part = view;
+            part.n_kv = int64_t(rows_g_.size());
+            dev.attend(part, rows_g_.data(), no_causal_mask, g);
+        }
+    };
+    disk_.clear();
+    for (const int32_t t : *chosen) {
+        if (kv.on_disk(il, t)) disk_.push_back(t);
+    }
+    dev.begin(shape_, q, 1);
+    device_pass_guard guard(storage);
+    if (!disk_.empty()) storage.read_begin(il, disk_);  // the device reads while the host attends to its own
+    kv.for_each_segment_of(il, *chosen, attend_segment, kv_part::k_and_v, kv_scope::in_memory);
+    if (!disk_.empty()) storage.read_drain(attend_segment);
+    guard.done();
+    dev.end(out);
+    if (n_group_ > 1) {
         for (const int32_t t : union_) member_[size_t(t)] = 0;
     }
-    dev.end(out);
 }
 
 void selection_policy::measure(int il, const float * q, kv_store & kv) {
@@ -105,27 +153,26 @@ void selection_policy::measure(int il, const float * q, kv_store & kv) {
     prev.assign(now.begin(), now.end());
 }
 
-void selection_policy::attend(int il, const float * q, kv_store & kv, device_tier & dev, float * out) {
+void selection_policy::attend(int il, const float * q, kv_store & kv, csd::device & storage, device_tier & dev,
+                              float * out) {
     const int64_t n = kv.n_tokens(il);
-    int64_t t = time_us();
-    auto lap = [&t](uint64_t & acc) {
-        const int64_t now = time_us();
-        acc += uint64_t(now - t);
-        t = now;
-    };
     const bool scored = params_.kind == policy_kind::hillinfer;
     const int64_t n_top = scored ? n_top_for(params_.alpha, n) : 0;
-    if (scored) {
-        score(il, q, kv);
-        lap(stats_.t_score_us);
+    const auto [s_end, w_begin] = middle_of(n, params_.n_sinks, params_.n_window);
+    if (scored && n_top < w_begin - s_end) {
+        score_and_select(il, q, kv, storage, n_top);
+    } else {
+        // Nothing to rank: streaming, or ⌈α·N⌉ covers the whole middle.
+        const int64_t t0 = time_us();
+        for (int g = 0; g < n_group_; ++g) {
+            selector_.select(nullptr, n, n_top, params_.n_sinks, params_.n_window, sel_[size_t(g)]);
+        }
+        stats_.t_select_us += uint64_t(time_us() - t0);
     }
-    for (int g = 0; g < n_group_; ++g) {
-        selector_.select(scored ? scores_.data() + size_t(g) * size_t(n_ctx_) : nullptr, n, n_top, params_.n_sinks,
-                         params_.n_window, sel_[size_t(g)]);
-    }
-    lap(stats_.t_select_us);
-    gather_and_attend(il, q, kv, dev, out);
-    lap(stats_.t_attend_us);
+    const int64_t t0 = time_us();
+    gather_and_attend(il, q, kv, storage, dev, out);
+    const int64_t t1 = time_us();
+    stats_.t_attend_us += uint64_t(t1 - t0);
 
     const std::vector<int32_t> & chosen = n_group_ == 1 ? sel_[0] : union_;
     policy_layer_stats & L = stats_.layers[size_t(il)];
@@ -138,7 +185,7 @@ void selection_policy::attend(int il, const float * q, kv_store & kv, device_tie
     }
     if (params_.diag) {
         measure(il, q, kv);
-        lap(stats_.t_diag_us);
+        stats_.t_diag_us += uint64_t(time_us() - t1);
     }
 }
 

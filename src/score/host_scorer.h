@@ -65,6 +65,12 @@ public:
     // reuse it) and, for the int8 query, quantizes each head once (quantize_symmetric).
     void prepare_query(const float * q);
 
+    // The prepared INT8 query q̂ int8 [n_head, head_dim] and its scales f32 [n_head] (int8/int4 keys with
+    // an int8 query; else nullptr): what the storage device receives to score the cold pool.
+    const int8_t * query_i8() const { return q_i8_.empty() ? nullptr : q_i8_.data(); }
+    const float * query_scale() const { return q_scale_.empty() ? nullptr : q_scale_.data(); }
+    const attention_shape & shape() const { return shape_; }
+
     // scores[g · scores_stride + j] for g in [0, n_group()), j in [0, keys.n_kv): the score of token j,
     // whose key is row rows[j] of keys (rows == nullptr: row j). keys: f16 or f32 kv_view, only keys.k
     // is read: [.., n_head_kv, head_dim] rows keys.row_stride elements apart. scores_stride >= n_kv

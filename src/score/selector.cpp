@@ -10,14 +10,11 @@
 
 namespace hill {
 
-namespace {
-
-// The rank of token i with score x as one integer, higher = better, all distinct: the score mapped to
-// an unsigned integer of the same order (high 32 bits), then the index reversed (low 32 bits, so that
-// of two equal scores the lower index is greater). Floats map by their bit pattern: a negative one
-// flips all bits (larger magnitude = smaller), a positive one sets the sign bit (above every
-// negative). -0 becomes +0 first, and NaN maps to 0, below -inf (0x007fffff).
-inline uint64_t rank_key(float x, int64_t i) {
+// The score mapped to an unsigned integer of the same order (high 32 bits), then the index reversed
+// (low 32 bits, so that of two equal scores the lower index is greater). Floats map by their bit
+// pattern: a negative one flips all bits (larger magnitude = smaller), a positive one sets the sign bit
+// (above every negative). -0 becomes +0 first, and NaN maps to 0, below -inf (0x007fffff).
+uint64_t select_rank_key(float x, int64_t i) {
     uint32_t ord = 0;
     if (!std::isnan(x)) {
         const uint32_t u = f32_to_bits(x == 0.0f ? 0.0f : x);
@@ -26,7 +23,47 @@ inline uint64_t rank_key(float x, int64_t i) {
     return uint64_t(ord) << 32 | (uint32_t(0xffffffffu) - uint32_t(i));
 }
 
+namespace {
+
+inline int32_t token_of_key(uint64_t key) {
+    return int32_t(uint32_t(0xffffffffu) - uint32_t(key));
+}
+
 }  // namespace
+
+select_middle middle_of(int64_t n, int64_t n_sinks, int64_t n_window) {
+    const int64_t s_end = std::min(n_sinks, n);
+    return {s_end, std::max(s_end, n - n_window)};
+}
+
+running_topk::running_topk(int64_t k_max) {
+    HILL_ASSERT(k_max >= 0);
+    cand_.reserve(size_t(2 * k_max + 64));
+}
+
+void running_topk::begin(int64_t k) {
+    HILL_ASSERT(k >= 0);
+    k_ = k;
+    threshold_ = k == 0 ? ~uint64_t(0) : 0;  // k = 0: nothing is kept (every key is below ~0 but one)
+    cand_.clear();
+}
+
+void running_topk::cut() {
+    if (int64_t(cand_.size()) <= k_) return;
+    const auto nth = cand_.begin() + (k_ - 1);
+    std::nth_element(cand_.begin(), nth, cand_.end(), std::greater<>());
+    threshold_ = *nth;
+    cand_.resize(size_t(k_));
+}
+
+void running_topk::finish(std::vector<int32_t> & out) {
+    if (k_ == 0) return;
+    cut();
+    picked_.clear();
+    for (const uint64_t key : cand_) picked_.push_back(token_of_key(key));
+    std::sort(picked_.begin(), picked_.end());
+    out.insert(out.end(), picked_.begin(), picked_.end());
+}
 
 int64_t n_top_for(double alpha, int64_t n) {
     HILL_ASSERT(alpha > 0.0 && alpha <= 1.0 && n >= 0);
@@ -42,8 +79,7 @@ void token_selector::select(const float * scores, int64_t n, int64_t n_top, int6
                             std::vector<int32_t> & out) {
     HILL_ASSERT(n >= 0 && n <= std::numeric_limits<int32_t>::max());
     HILL_ASSERT(n_top >= 0 && n_sinks >= 0 && n_window >= 0);
-    const int64_t s_end = std::min(n_sinks, n);             // sinks: [0, s_end)
-    const int64_t w_begin = std::max(s_end, n - n_window);  // window: [w_begin, n)
+    const auto [s_end, w_begin] = middle_of(n, n_sinks, n_window);
     const int64_t n_mid = w_begin - s_end;
     out.clear();
     for (int64_t i = 0; i < s_end; ++i) out.push_back(int32_t(i));
@@ -52,7 +88,7 @@ void token_selector::select(const float * scores, int64_t n, int64_t n_top, int6
     } else if (n_top > 0) {
         HILL_ASSERT(scores != nullptr);
         keys_.resize(size_t(n_mid));
-        for (int64_t i = s_end; i < w_begin; ++i) keys_[size_t(i - s_end)] = rank_key(scores[i], i);
+        for (int64_t i = s_end; i < w_begin; ++i) keys_[size_t(i - s_end)] = select_rank_key(scores[i], i);
         // The n_top-th best key: the middle tokens ranked at least as high are exactly the n_top best
         // (keys are distinct), taken in index order by one more pass over the scores (nth_element
         // has permuted keys_).
@@ -60,7 +96,7 @@ void token_selector::select(const float * scores, int64_t n, int64_t n_top, int6
         std::nth_element(keys_.begin(), nth, keys_.end(), std::greater<>());
         const uint64_t threshold = *nth;
         for (int64_t i = s_end; i < w_begin; ++i) {
-            if (rank_key(scores[i], i) >= threshold) out.push_back(int32_t(i));
+            if (select_rank_key(scores[i], i) >= threshold) out.push_back(int32_t(i));
         }
     }
     for (int64_t i = w_begin; i < n; ++i) out.push_back(int32_t(i));
