@@ -1,7 +1,6 @@
 # KV cache tiers (DESIGN.md §3): the asynchronous I/O queue and the cold pool on SSD.
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)
-pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 
 hill_add_library(hill_kv
   kv/cold_pool.cpp

@@ -43,11 +43,7 @@ void qwen_hparams_gguf(const gguf_file & f, hparams & hp) {
 // rotary_pct (1.0 only), seq_length (trained context), vocab_size, no_bias (true only).
 void qwen_hparams_hf(const hf_checkpoint & c, hparams & hp) {
     const std::string cfg = c.config_path();
-    const auto int_in = [&](const char * key, int64_t lo, int64_t hi) {
-        const int64_t v = c.config_int(key);
-        if (v < lo || v > hi) fail_input("'{}': {} is {}, expected {}..{}", cfg, key, v, lo, hi);
-        return int32_t(v);
-    };
+    const auto int_in = [&](const char * key, int64_t lo, int64_t hi) { return c.config_int_in(key, lo, hi); };
     hp.arch = "qwen";
     hp.n_vocab = int_in("vocab_size", 1, INT32_MAX);
     hp.n_embd = int_in("hidden_size", 1, 1 << 20);

@@ -252,6 +252,13 @@ int64_t hf_checkpoint::config_int(std::string_view key) const {
     return *v;
 }
 
+int32_t hf_checkpoint::config_int_in(std::string_view key, int64_t lo, int64_t hi) const {
+    HILL_ASSERT(lo <= hi && lo >= INT32_MIN && hi <= INT32_MAX);
+    const int64_t v = config_int(key);
+    if (v < lo || v > hi) fail_input("'{}': {} is {}, expected {}..{}", config_path(), key, v, lo, hi);
+    return int32_t(v);
+}
+
 std::optional<double> hf_checkpoint::config_float_opt(std::string_view key) const {
     const nlohmann::json * v = lookup(key);
     if (v == nullptr) return std::nullopt;

@@ -67,6 +67,8 @@ public:
     // floats accept any JSON number.
     bool config_has(std::string_view key) const;
     int64_t config_int(std::string_view key) const;
+    // config_int within [lo, hi]; outside it, hill::error(bad_input) naming the file, key, value and range.
+    int32_t config_int_in(std::string_view key, int64_t lo, int64_t hi) const;
     std::optional<int64_t> config_int_opt(std::string_view key) const;
     double config_float(std::string_view key) const;
     std::optional<double> config_float_opt(std::string_view key) const;

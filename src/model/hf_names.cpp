@@ -43,22 +43,6 @@ constexpr name_rule llama_rules[] = {
     {"lm_head", "output", 1},
 };
 
-// Same names as llama (q/k/v carry biases); no permutation (NEOX RoPE).
-constexpr name_rule qwen2_rules[] = {
-    {"model.embed_tokens", "token_embd", 0},
-    {"model.layers.{}.input_layernorm", "blk.{}.attn_norm", 0},
-    {"model.layers.{}.self_attn.q_proj", "blk.{}.attn_q", 1},
-    {"model.layers.{}.self_attn.k_proj", "blk.{}.attn_k", 2},
-    {"model.layers.{}.self_attn.v_proj", "blk.{}.attn_v", 3},
-    {"model.layers.{}.self_attn.o_proj", "blk.{}.attn_output", 4},
-    {"model.layers.{}.post_attention_layernorm", "blk.{}.ffn_norm", 5},
-    {"model.layers.{}.mlp.gate_proj", "blk.{}.ffn_gate", 6},
-    {"model.layers.{}.mlp.up_proj", "blk.{}.ffn_up", 7},
-    {"model.layers.{}.mlp.down_proj", "blk.{}.ffn_down", 8},
-    {"model.norm", "output_norm", 0},
-    {"lm_head", "output", 1},
-};
-
 constexpr name_rule qwen_rules[] = {
     {"transformer.wte", "token_embd", 0},
     {"transformer.h.{}.ln_1", "blk.{}.attn_norm", 0},
@@ -93,11 +77,13 @@ constexpr name_rule opt_rules[] = {
 struct rule_set {
     const name_rule * begin;
     const name_rule * end;
+    bool permute_qk = true;  // false: the rules' q/k permutations do not apply
 };
 
 std::optional<rule_set> rules_for(std::string_view arch) {
     if (arch == "llama") return rule_set{std::begin(llama_rules), std::end(llama_rules)};
-    if (arch == "qwen2") return rule_set{std::begin(qwen2_rules), std::end(qwen2_rules)};
+    // qwen2: llama's names (its q/k/v also carry biases), without the permutation (NEOX RoPE in GGUF too).
+    if (arch == "qwen2") return rule_set{std::begin(llama_rules), std::end(llama_rules), false};
     if (arch == "qwen") return rule_set{std::begin(qwen_rules), std::end(qwen_rules)};
     if (arch == "opt") return rule_set{std::begin(opt_rules), std::end(opt_rules)};
     return std::nullopt;
@@ -106,6 +92,7 @@ std::optional<rule_set> rules_for(std::string_view arch) {
 // The result of matching one HF name.
 struct match {
     const name_rule * rule = nullptr;
+    hf_permutation perm = hf_permutation::none;  // the rule's, where its architecture permutes
     int64_t layer = -1;  // -1 for tensors outside the layers
     std::string suffix;  // ".weight" or ".bias"
 };
@@ -133,7 +120,7 @@ std::optional<match> match_name(std::string_view arch, std::string_view hf_name_
         const std::string_view pat = r->hf;
         const size_t hole = pat.find("{}");
         if (hole == std::string_view::npos) {
-            if (base == pat) return match{r, -1, suffix};
+            if (base == pat) return match{r, rules->permute_qk ? r->perm : hf_permutation::none, -1, suffix};
             continue;
         }
         const std::string_view head = pat.substr(0, hole), tail = pat.substr(hole + 2);
@@ -143,7 +130,7 @@ std::optional<match> match_name(std::string_view arch, std::string_view hf_name_
         int64_t il = -1;
         const auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), il);
         if (ec != std::errc() || p != digits.data() + digits.size() || il < 0) continue;
-        return match{r, il, suffix};
+        return match{r, rules->permute_qk ? r->perm : hf_permutation::none, il, suffix};
     }
     return std::nullopt;
 }
@@ -213,7 +200,7 @@ bool hf_tensor_ignored(std::string_view arch, std::string_view hf_name) {
 
 hf_permutation hf_tensor_permutation(std::string_view arch, std::string_view hf_name) {
     const std::optional<match> m = match_name(arch, hf_name);
-    return m ? m->rule->perm : hf_permutation::none;
+    return m ? m->perm : hf_permutation::none;
 }
 
 std::vector<hf_tensor_mapping> hf_tensor_map(const hf_checkpoint & ckpt, const std::string & arch) {
@@ -235,7 +222,7 @@ std::vector<hf_tensor_mapping> hf_tensor_map(const hf_checkpoint & ckpt, const s
             fail_input("{}: tensor '{}' is not part of architecture '{}' (unknown tensor name)", ckpt.dir(), name,
                        arch);
         }
-        hf_tensor_mapping t{name, gguf_name_of(*m), m->rule->perm};
+        hf_tensor_mapping t{name, gguf_name_of(*m), m->perm};
         const auto [it, inserted] = seen.emplace(t.gguf_name, name);
         if (!inserted) {
             fail_input("{}: tensors '{}' and '{}' both map to GGUF tensor '{}'", ckpt.dir(), it->second, name,

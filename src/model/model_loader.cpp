@@ -245,11 +245,7 @@ void gguf_llama_like_hparams(const gguf_file & f, const std::string & arch, hpar
 
 void hf_llama_like_hparams(const hf_checkpoint & c, hparams & hp) {
     const std::string cfg = c.config_path();
-    const auto int_in = [&](const char * key, int64_t lo, int64_t hi) {
-        const int64_t v = c.config_int(key);
-        if (v < lo || v > hi) fail_input("'{}': {} is {}, expected {}..{}", cfg, key, v, lo, hi);
-        return int32_t(v);
-    };
+    const auto int_in = [&](const char * key, int64_t lo, int64_t hi) { return c.config_int_in(key, lo, hi); };
     constexpr int64_t big = int64_t(1) << 30;
     hp.n_vocab = int_in("vocab_size", 1, INT32_MAX);
     hp.n_embd = int_in("hidden_size", 1, 1 << 20);

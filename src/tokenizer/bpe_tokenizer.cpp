@@ -1,6 +1,7 @@
 #include "tokenizer/bpe_tokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include <xxhash.h>
 #include <pcre2.h>
 
 #include <algorithm>
@@ -12,6 +13,11 @@
 namespace hill {
 
 namespace {
+
+// Hash of a piece's bytes for the open-addressing tables (XXH3-64).
+inline uint64_t hash_text(std::string_view s) {
+    return XXH3_64bits(s.data(), s.size());
+}
 
 // GPT-2's byte-to-unicode table: the 188 printable bytes '!'..'~', U+00A1..U+00AC, U+00AE..U+00FF
 // stand for themselves; the other 68 bytes, in increasing order, for U+0100, U+0101, ... so that
@@ -71,28 +77,6 @@ size_t utf8_len(std::string_view s, size_t i) {
         if ((uint8_t(s[i + k]) & 0xC0) != 0x80) return 0;
     }
     return n;
-}
-
-uint64_t mix64(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return x;
-}
-
-uint64_t hash_string(std::string_view s) {
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ s.size();
-    size_t i = 0;
-    for (; i + 8 <= s.size(); i += 8) {
-        uint64_t w;
-        std::memcpy(&w, s.data() + i, 8);
-        h = mix64(h ^ w);
-    }
-    uint64_t w = 0;
-    for (size_t k = 0; i + k < s.size(); ++k) w |= uint64_t(uint8_t(s[i + k])) << (8 * k);
-    return mix64(h ^ w);
 }
 
 // Smallest power of two >= 2 * n (load factor <= 1/2), at least 16.
@@ -205,7 +189,7 @@ bpe_tokenizer::bpe_tokenizer(bpe_config c)
     for (size_t id = 0; id < n_vocab; ++id) {
         if (v.kinds[id] != token_kind::normal || v.pieces[id].empty()) continue;
         if (find_piece(v.pieces[id]) >= 0) continue;
-        size_t h = hash_string(v.pieces[id]) & piece_mask;
+        size_t h = hash_text(v.pieces[id]) & piece_mask;
         while (piece_slots_[h] >= 0) h = (h + 1) & piece_mask;
         piece_slots_[h] = int32_t(id);
     }
@@ -235,7 +219,7 @@ bpe_tokenizer::bpe_tokenizer(bpe_config c)
                        where(), a, b, r, missing);
         }
         const uint64_t key = ((uint64_t(uint32_t(ia)) << 32) | uint32_t(ib)) + 1;
-        size_t h = mix64(key) & merge_mask;
+        size_t h = XXH3_64bits(&key, sizeof key) & merge_mask;
         while (merge_keys_[h] != 0 && merge_keys_[h] != key) h = (h + 1) & merge_mask;
         if (merge_keys_[h] == key) continue;  // a repeated merge keeps its first (lowest) rank
         merge_keys_[h] = key;
@@ -309,7 +293,7 @@ bpe_tokenizer::bpe_tokenizer(bpe_config c)
 
 int32_t bpe_tokenizer::find_piece(std::string_view piece) const {
     const size_t mask = piece_slots_.size() - 1;
-    for (size_t h = hash_string(piece) & mask;; h = (h + 1) & mask) {
+    for (size_t h = hash_text(piece) & mask;; h = (h + 1) & mask) {
         const int32_t id = piece_slots_[h];
         if (id < 0) return -1;
         if (vocab_.pieces[size_t(id)] == piece) return id;
@@ -319,7 +303,7 @@ int32_t bpe_tokenizer::find_piece(std::string_view piece) const {
 int64_t bpe_tokenizer::find_merge(int32_t left, int32_t right) const {
     const uint64_t key = ((uint64_t(uint32_t(left)) << 32) | uint32_t(right)) + 1;
     const size_t mask = merge_keys_.size() - 1;
-    for (size_t h = mix64(key) & mask;; h = (h + 1) & mask) {
+    for (size_t h = XXH3_64bits(&key, sizeof key) & mask;; h = (h + 1) & mask) {
         if (merge_keys_[h] == key) return int64_t(merge_vals_[h]);
         if (merge_keys_[h] == 0) return -1;
     }

@@ -1,5 +1,6 @@
 #include "tokenizer/spm_tokenizer.h"
 
+#include <xxhash.h>
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -11,6 +12,11 @@
 namespace hill {
 
 namespace {
+
+// Hash of a piece's bytes for the open-addressing tables (XXH3-64).
+inline uint64_t hash_text(std::string_view s) {
+    return XXH3_64bits(s.data(), s.size());
+}
 
 constexpr std::string_view k_space_marker = "\xE2\x96\x81";   // U+2581, SentencePiece's escaped space
 constexpr std::string_view k_unk_surface = " \xE2\x81\x87 ";  // " U+2047 ", SentencePiece's default
@@ -51,30 +57,6 @@ uint32_t pack_char(std::string_view c) {
     uint32_t v = 0;
     for (size_t k = 0; k < c.size(); ++k) v |= uint32_t(uint8_t(c[k])) << (8 * k);
     return v;
-}
-
-uint64_t mix64(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return x;
-}
-
-// A fast hash of a short string (pieces are a few bytes): 8 bytes at a time, then the tail.
-uint64_t hash_bytes(std::string_view s) {
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ s.size();
-    size_t i = 0;
-    for (; i + 8 <= s.size(); i += 8) {
-        uint64_t w;
-        std::memcpy(&w, s.data() + i, 8);
-        h = (h ^ w) * 0xff51afd7ed558ccdull;
-        h ^= h >> 32;
-    }
-    uint64_t w = 0;
-    for (size_t k = 0; i + k < s.size(); ++k) w |= uint64_t(uint8_t(s[i + k])) << (8 * k);
-    return mix64(h ^ w);
 }
 
 int hex_digit(char c) {
@@ -202,7 +184,7 @@ spm_tokenizer::spm_tokenizer(hill::vocab v) : vocab_(std::move(v)) {
             piece_keys_[id].clear();
             continue;
         }
-        const uint64_t h = hash_bytes(key);
+        const uint64_t h = hash_text(key);
         size_t k = size_t(h) & piece_mask;
         while (piece_slots_[k].id >= 0) k = (k + 1) & piece_mask;
         piece_slots_[k] = {uint32_t(h >> 32), id};
@@ -222,7 +204,7 @@ spm_tokenizer::spm_tokenizer(hill::vocab v) : vocab_(std::move(v)) {
     pair_slots_.assign(std::bit_ceil(std::max<size_t>(16, 2 * pairs.size())), 0);
     const size_t pair_mask = pair_slots_.size() - 1;
     for (const uint64_t key : pairs) {
-        size_t k = size_t(mix64(key)) & pair_mask;
+        size_t k = size_t(XXH3_64bits(&key, sizeof key)) & pair_mask;
         while (pair_slots_[k] != 0) k = (k + 1) & pair_mask;
         pair_slots_[k] = key;
     }
@@ -230,7 +212,7 @@ spm_tokenizer::spm_tokenizer(hill::vocab v) : vocab_(std::move(v)) {
 
 int32_t spm_tokenizer::find_piece(std::string_view s) const {
     if (s.size() > max_key_size_) return -1;
-    const uint64_t h = hash_bytes(s);
+    const uint64_t h = hash_text(s);
     const uint32_t tag = uint32_t(h >> 32);
     const size_t mask = piece_slots_.size() - 1;
     for (size_t k = size_t(h) & mask;; k = (k + 1) & mask) {
@@ -243,7 +225,7 @@ int32_t spm_tokenizer::find_piece(std::string_view s) const {
 bool spm_tokenizer::has_char_pair(uint64_t key) const {
     key += 1;
     const size_t mask = pair_slots_.size() - 1;
-    for (size_t k = size_t(mix64(key)) & mask;; k = (k + 1) & mask) {
+    for (size_t k = size_t(XXH3_64bits(&key, sizeof key)) & mask;; k = (k + 1) & mask) {
         if (pair_slots_[k] == key) return true;
         if (pair_slots_[k] == 0) return false;
     }
