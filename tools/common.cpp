@@ -337,9 +337,10 @@ std::string storage_summary(const csd::device & d, const kv_store & kv) {
                            format_bytes(c.link_score_bytes), double(c.link_score_bytes) / double(c.tokens_scored),
                            kv.layout().row_bytes(), c.score_blocks);
     }
-    out += fmt::format("  selected KV: {} cold tokens, {} over the link; flash read {}; device time read {:.2f} s, "
-                       "kernel {:.2f} s, throttled {:.2f} s, back-pressure {:.2f} s; host waited {:.2f} s\n",
+    out += fmt::format("  selected KV: {} cold tokens, {} over the link; flash read {}, written {}; device time read "
+                       "{:.2f} s, kernel {:.2f} s, throttled {:.2f} s, back-pressure {:.2f} s; host waited {:.2f} s\n",
                        c.tokens_read, format_bytes(c.link_kv_bytes), format_bytes(c.internal_read_bytes),
+                       format_bytes(c.internal_write_bytes),
                        double(c.t_read_us) / 1e6, double(c.t_kernel_us) / 1e6, double(c.t_throttle_us) / 1e6,
                        double(c.t_backpressure_us) / 1e6, double(c.t_host_wait_us) / 1e6);
     if (c.n_cancelled + c.n_errors > 0) out += fmt::format("  {} passes cancelled, {} failed\n", c.n_cancelled, c.n_errors);
@@ -360,6 +361,8 @@ nlohmann::json storage_json(const csd::device & d, const kv_store & kv) {
             {"key_row_bytes", kv.layout().row_bytes()},
             {"link_kv_bytes", c.link_kv_bytes},
             {"internal_read_bytes", c.internal_read_bytes},
+            {"internal_write_bytes", c.internal_write_bytes},
+            {"link_write_bytes", c.link_write_bytes},
             {"read_s", double(c.t_read_us) / 1e6},
             {"kernel_s", double(c.t_kernel_us) / 1e6},
             {"throttle_s", double(c.t_throttle_us) / 1e6},
