@@ -243,6 +243,33 @@ TEST(csd_device, emulator_scores_and_reads_what_the_plain_ssd_does) {
                                                  8 * ((want.size() + 255) / 256));
 }
 
+// Moves through the device: a promoted token leaves a hole in its cold page, which neither device
+// scores any more; the page read back and the demoted pages written are counted.
+TEST(csd_device, moves_leave_holes_that_are_not_scored) {
+    cold_store st(3000, 11);
+    thread_pool pool(1);
+    auto plain = csd::make_device(csd::storage_params{}, *st.kv, st.shape, pool);
+    auto emu = csd::make_device(csd::storage_params{.kind = csd::storage_kind::emulator}, *st.kv, st.shape, pool);
+    host_scorer hs(st.shape, score_params{.query = query_precision::int8}, 1);
+    std::vector<float> q(8 * 64, 0.5f);
+    hs.prepare_query(q.data());
+    const int32_t t = 100;
+    ASSERT_TRUE(st.kv->on_disk(0, t));
+    EXPECT_EQ(score_pass(*emu, hs, 0).count(t), 1u);
+    // Make room in the hot pool, then promote t through the emulator.
+    const int32_t hot_victim = int32_t(st.n - 1);
+    ASSERT_EQ(st.kv->where(0, hot_victim).tier, kv_tier::hot);
+    const uint64_t written0 = emu->counters().internal_write_bytes;
+    ASSERT_TRUE(emu->move(0, hot_victim, kv_tier::cold));
+    ASSERT_TRUE(emu->move(0, t, kv_tier::hot));
+    EXPECT_FALSE(st.kv->on_disk(0, t));
+    EXPECT_EQ(emu->counters().link_kv_bytes, 2 * st.layout.page_bytes());  // t's K and V pages read back
+    EXPECT_GE(emu->counters().internal_write_bytes, written0);
+    const auto a = score_pass(*plain, hs, 0), b = score_pass(*emu, hs, 0);
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(b.count(t), 0u);
+}
+
 // A slow host: the device fills the packets in flight and waits (back-pressure), and every block still
 // arrives once, in order of the pages.
 TEST(csd_device, a_slow_host_applies_back_pressure) {
