@@ -60,8 +60,9 @@ struct policy_layer_stats {
 
 struct policy_stats {
     std::vector<policy_layer_stats> layers;  // [n_layer]
-    uint64_t t_score_us = 0;    // scoring the keys in memory on the host (hillinfer; with a plain SSD also its pages)
-    uint64_t t_drain_us = 0;    // merging the storage device's score blocks, waiting for them included (hillinfer)
+    uint64_t t_score_us = 0;    // hillinfer: the host scoring the keys in memory (hot pool, open cold group)
+    uint64_t t_drain_us = 0;    // hillinfer: the storage device's share — waiting for its score blocks and merging
+                                // them (plain SSD: the host reading and scoring the cold pages, on this thread)
     uint64_t t_select_us = 0;   // top-α selection (hillinfer)
     uint64_t t_attend_us = 0;   // gathering the KV and attending (every policy)
     uint64_t t_diag_us = 0;     // diag measurements
