@@ -2,6 +2,7 @@
 // dense attention over the tiers equal to the all-in-RAM run.
 #include "core/error.h"
 #include "engine/session.h"
+#include "kv/cold_pool.h"
 #include "kv/kv_store.h"
 #include "model/synthetic_model.h"
 #include "test_util.h"
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <set>
 
 namespace hill {
@@ -134,6 +136,43 @@ TEST(kv_store, placement_moves_and_segments) {
         s.for_each_segment(il, [&](const kv_view & view, const int32_t *, const int32_t *) { n += view.n_kv; });
         EXPECT_EQ(n, 300);
     }
+}
+
+// Truncating and regrowing gives the cold pages back: a pool sized for n_ctx lasts any number of
+// rounds (it ran out on the second perplexity window before), and the tokens read back are the ones
+// appended last, wherever the truncation falls (inside a written page, at a page boundary, at 0).
+TEST(kv_store, truncate_and_regrow_reuses_the_cold_pool) {
+    test::temp_dir dir;
+    const kv_layout layout{2, 64, ggml_type::f32};  // 256-byte rows: 16 tokens per 4 KiB page
+    const int32_t n_ctx = 300;
+    kv_store kv(layout, kv_store_params{n_ctx, 40 * 2 * layout.token_layer_bytes(), 4, dir.file("kv")});
+    ASSERT_NE(kv.cold(), nullptr);
+    std::mt19937 rng(3);
+    std::vector<float> k[2], v[2];  // per layer: f32 [n_ctx, 64], what the store should hold
+    for (int il = 0; il < 2; ++il) {
+        k[il].resize(size_t(n_ctx) * 64);
+        v[il].resize(k[il].size());
+    }
+    for (const int64_t cut : {0, 150, 77, 288, 64, 0, 299, 5}) {
+        for (int il = 0; il < 2; ++il) {
+            const int64_t n0 = kv.n_tokens(il);
+            for (size_t i = size_t(n0) * 64; i < k[il].size(); ++i) {
+                k[il][i] = float(rng() % 1000);
+                v[il][i] = -float(rng() % 1000);
+            }
+            kv.append(il, n_ctx - n0, k[il].data() + n0 * 64, v[il].data() + n0 * 64);
+        }
+        for (int il = 0; il < 2; ++il) {
+            std::vector<float> ko(k[il].size()), vo(v[il].size());
+            kv.export_layer(il, ko.data(), vo.data());
+            ASSERT_EQ(ko, k[il]) << "cut " << cut << " layer " << il;
+            ASSERT_EQ(vo, v[il]) << "cut " << cut << " layer " << il;
+        }
+        kv.truncate(cut);
+        EXPECT_EQ(kv.n_tokens(0), cut);
+    }
+    kv.truncate(0);
+    EXPECT_EQ(kv.cold()->n_free(), kv.cold()->n_pages());  // everything back in the pool
 }
 
 TEST(kv_store, budget_errors) {

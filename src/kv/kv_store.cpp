@@ -150,7 +150,27 @@ void kv_store::truncate(int64_t n) {
             L.map[size_t(t)] = token_loc{};
         }
         L.n_tokens = std::min(L.n_tokens, n);
+        release_cold_tail(L);
     }
+}
+
+void kv_store::release_cold_tail(layer_state & L) {
+    if (!cold_) return;
+    // Slots are handed out in order, so the tokens just forgotten left holes at the end: drop them.
+    while (!L.cold_token.empty() && L.cold_token.back() < 0) L.cold_token.pop_back();
+    const int64_t pt = layout_.page_tokens();
+    const auto n_slots = int64_t(L.cold_token.size());
+    // The written groups wholly past the live slots go back to the pool. A written group that still
+    // holds live slots stays, padded with holes to its end, so that the next cold token opens a fresh
+    // group (reading the group back into the open buffer would need I/O, which may fail here).
+    const int64_t keep = (n_slots + pt - 1) / pt;
+    if (keep >= int64_t(L.groups.size())) return;  // the tail is in the open group, in RAM
+    for (size_t g = size_t(keep); g < L.groups.size(); ++g) {
+        cold_->free(L.groups[g].first);
+        cold_->free(L.groups[g].second);
+    }
+    L.groups.resize(size_t(keep));
+    L.cold_token.resize(size_t(keep * pt), -1);
 }
 
 namespace {

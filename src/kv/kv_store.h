@@ -96,7 +96,10 @@ public:
     // Moves token t of layer il to tier `to`; false when `to` is full (hot) or absent (cold).
     bool move(int il, int64_t t, kv_tier to);
 
-    // Forgets tokens from position n on in every layer.
+    // Forgets tokens from position n on in every layer. Their hot slots are freed, and the cold pages
+    // past the last remaining cold token go back to the pool (a page that still holds remaining tokens
+    // stays, and the next cold token starts a new page), so a sequence can be truncated and regrown
+    // any number of times. Never does I/O; never throws.
     void truncate(int64_t n);
 
     // Calls fn(view, rows, tokens) for segments that together cover tokens [0, n_tokens(il)) of
@@ -146,6 +149,8 @@ private:
     uint32_t take_hot_slot(layer_state & L);
     uint32_t put_cold(int il, int64_t t, const uint8_t * k, const uint8_t * v);
     void flush_open_group(int il);
+    // After a truncate: gives the cold pages of the forgotten tail back to the pool.
+    void release_cold_tail(layer_state & L);
     // Hands out the hot rows in rows_/tokens_ and the cold slots in cold_slots_ (ascending), as segments.
     void visit(int il, kv_part part, const segment_fn & fn);
 
