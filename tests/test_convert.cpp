@@ -1,11 +1,13 @@
-// `hillinfer convert` (model/hf_convert.h): tiny random checkpoints written here (safetensors +
-// config.json + a tiny byte-level BPE tokenizer.json), converted to GGUF; the GGUF's tensors,
-// metadata and tokenizer are checked, and the logits of the folder and of the converted file agree.
+// `hillinfer convert` (model/hf_convert.h): tiny random checkpoints (llama and qwen2 written here;
+// qwen and opt by tests/reference/arch_ref.py, the writer test_reference uses) with a tiny
+// byte-level BPE tokenizer.json, converted to GGUF; the GGUF's tensors, metadata and tokenizer are
+// checked, and the logits of the folder and of the converted file agree.
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/thread_pool.h"
 #include "engine/session.h"
 #include "model/gguf_file.h"
+#include "model/gguf_writer.h"
 #include "model/hf_convert.h"
 #include "model/hf_names.h"
 #include "model/model.h"
@@ -14,10 +16,12 @@
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -149,6 +153,56 @@ double rel_diff(const std::vector<float> & a, const std::vector<float> & b) {
 }
 
 const std::vector<int32_t> k_tokens = {260, 104, 101, 108, 108, 111, 32, 119, 111, 114, 108, 100, 256, 257, 3, 200};
+
+bool numpy_available() {
+    const std::string py = HILL_NUMPY_PYTHON;
+    return !py.empty() && py.find("NOTFOUND") == std::string::npos &&
+           std::system((py + " -c 'import numpy' 2>/dev/null").c_str()) == 0;
+}
+
+// A random checkpoint for `config` (transformers' names; `dtype` f32, f16 or bf16) written into
+// `dir` by tests/reference/arch_ref.py, plus the tiny BPE tokenizer.
+void write_reference_checkpoint(const test::temp_dir & dir, const json & config, const char * dtype) {
+    const std::string cmd = fmt::format("{} {}/tests/reference/arch_ref.py write '{}' '{}' {} 11", HILL_NUMPY_PYTHON,
+                                        HILL_SOURCE_DIR, dir.path.string(), config.dump(), dtype);
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    write_bpe_tokenizer(dir);
+}
+
+// Loads the folder and the GGUF file `gguf`, checks they describe the same model, and returns the
+// max relative difference of their logits on k_tokens (printed under `name`).
+double folder_vs_gguf(const test::temp_dir & dir, const std::string & gguf, const std::string & name) {
+    const auto mf = model::load(dir.path.string());
+    const auto mg = model::load(gguf);
+    EXPECT_EQ(mg->format(), "gguf");
+    EXPECT_EQ(mg->hp().arch, mf->hp().arch);
+    EXPECT_EQ(mg->hp().n_vocab, mf->hp().n_vocab);
+    EXPECT_EQ(mg->hp().n_embd_word, mf->hp().n_embd_word);
+    EXPECT_EQ(mg->hp().norm_before, mf->hp().norm_before);
+    EXPECT_EQ(mg->hp().n_ff, mf->hp().n_ff);
+    EXPECT_EQ(mg->hp().n_ctx_train, mf->hp().n_ctx_train);
+    EXPECT_EQ(mg->hp().rms_eps, mf->hp().rms_eps);
+    EXPECT_EQ(mg->n_params(), mf->n_params());
+    const double d = rel_diff(logits_of(*mf, k_tokens), logits_of(*mg, k_tokens));
+    std::printf("%s: folder vs GGUF max |diff| / max |logit| = %.2e\n", name.c_str(), d);
+    return d;
+}
+
+// Dimensions that are multiples of 32 so that Q8_0 covers every matrix; vocab_size holds the tiny
+// tokenizer (261 tokens); 64 positions hold logits_of's context.
+json opt_config(bool norm_before, int64_t word_embed_proj_dim) {
+    return {{"model_type", "opt"},
+            {"architectures", json::array({"OPTForCausalLM"})},
+            {"vocab_size", 264},
+            {"hidden_size", 64},
+            {"ffn_dim", 96},
+            {"num_hidden_layers", 2},
+            {"num_attention_heads", 4},
+            {"max_position_embeddings", 64},
+            {"activation_function", "relu"},
+            {"do_layer_norm_before", norm_before},
+            {"word_embed_proj_dim", word_embed_proj_dim}};
+}
 
 TEST(convert, llama_f32_tensors_metadata_tokenizer_and_logits) {
     test::temp_dir dir;
@@ -353,6 +407,135 @@ TEST(convert, sentencepiece_style_tokenizer_json) {
     // "hello wo": ▁hello ▁ w o; a byte outside the vocab falls back to <0xXX>.
     const std::vector<int32_t> ids = t->encode("hello w!", false);
     EXPECT_EQ(ids, (std::vector<int32_t>{hello, vocab[sp].get<int32_t>(), vocab["w"].get<int32_t>(), 3 + '!'}));
+}
+
+TEST(convert, opt_pre_norm) {
+    if (!numpy_available()) GTEST_SKIP() << "/usr/bin/python3 with numpy (Debian python3-numpy) not found";
+    test::temp_dir dir;
+    write_reference_checkpoint(dir, opt_config(true, 64), "f16");
+    const std::string out = dir.file("out.gguf");
+    const convert_result r = convert_hf_to_gguf(dir.path.string(), out, {});
+    EXPECT_EQ(r.arch, "opt");
+    EXPECT_EQ(r.type, ggml_type::f16);
+    EXPECT_EQ(r.n_permuted, 0);
+    EXPECT_EQ(r.tokenizer_model, "gpt2");
+    const auto g = gguf_file::open(out);
+    EXPECT_EQ(g->get_string("general.architecture"), "opt");
+    EXPECT_EQ(g->get_uint("opt.context_length"), 64u);
+    EXPECT_EQ(g->get_uint("opt.feed_forward_length"), 96u);
+    EXPECT_EQ(g->get_uint("opt.word_embedding_length"), 64u);
+    EXPECT_EQ(g->get_bool("opt.layer_norm_before"), true);
+    EXPECT_NEAR(*g->get_float("opt.attention.layer_norm_epsilon"), 1e-5, 1e-9);
+    const gguf_tensor_info * pos = g->find_tensor("position_embd.weight");
+    ASSERT_NE(pos, nullptr);
+    EXPECT_EQ(pos->ne[1], 66);  // max_position_embeddings + OPT's 2 reserved rows
+    EXPECT_NE(g->find_tensor("output_norm.bias"), nullptr);
+    EXPECT_EQ(g->find_tensor("token_embd_proj.weight"), nullptr);
+    EXPECT_EQ(g->find_tensor("output.weight"), nullptr);  // tied to token_embd
+    const auto mg = model::load(out);
+    EXPECT_EQ(mg->hp().position, position_kind::learned);
+    EXPECT_EQ(mg->hp().norm, norm_kind::layer);
+    EXPECT_EQ(mg->hp().ffn, ffn_kind::relu);
+    EXPECT_TRUE(mg->hp().norm_before);
+    EXPECT_LT(folder_vs_gguf(dir, out, "opt f16"), 1e-4);
+}
+
+// opt-350m's shape: post-norm blocks, no final LayerNorm, word embeddings narrower than hidden_size
+// with project_in / project_out.
+TEST(convert, opt_350m_like_post_norm_projected_embedding) {
+    if (!numpy_available()) GTEST_SKIP() << "/usr/bin/python3 with numpy (Debian python3-numpy) not found";
+    test::temp_dir dir;
+    write_reference_checkpoint(dir, opt_config(false, 32), "f32");
+    const std::string out = dir.file("out.gguf");
+    const convert_result r = convert_hf_to_gguf(dir.path.string(), out, {});
+    EXPECT_EQ(r.type, ggml_type::f32);
+    const auto g = gguf_file::open(out);
+    EXPECT_EQ(g->get_uint("opt.word_embedding_length"), 32u);
+    EXPECT_EQ(g->get_bool("opt.layer_norm_before"), false);
+    const gguf_tensor_info * proj_in = g->find_tensor("token_embd_proj.weight");
+    ASSERT_NE(proj_in, nullptr);
+    EXPECT_EQ(proj_in->ne[0], 32);
+    EXPECT_EQ(proj_in->ne[1], 64);
+    EXPECT_NE(g->find_tensor("output_proj.weight"), nullptr);
+    EXPECT_EQ(g->find_tensor("output_norm.weight"), nullptr);
+    EXPECT_EQ(g->find_tensor("token_embd.weight")->ne[0], 32);
+    const auto mg = model::load(out);
+    EXPECT_FALSE(mg->hp().norm_before);
+    EXPECT_EQ(mg->hp().n_embd_word, 32);
+    EXPECT_EQ(mg->proj_in().n_cols, 32);
+    EXPECT_EQ(mg->proj_out().n_rows, 32);
+    EXPECT_LT(folder_vs_gguf(dir, out, "opt 350m-like f32"), 1e-4);
+
+    const std::string q8 = dir.file("q8.gguf");
+    const convert_result rq = convert_hf_to_gguf(dir.path.string(), q8, {ggml_type::q8_0});
+    EXPECT_EQ(rq.n_fallback_f16, 0);
+    EXPECT_EQ(gguf_file::open(q8)->find_tensor("token_embd_proj.weight")->type, ggml_type::q8_0);
+    EXPECT_LT(folder_vs_gguf(dir, q8, "opt 350m-like q8_0"), 5e-2);
+}
+
+// Qwen-1: one fused c_attn (q, k, v rows) with bias, not permuted; feed_forward_length twice the
+// w1/w2 width.
+TEST(convert, qwen_fused_qkv) {
+    if (!numpy_available()) GTEST_SKIP() << "/usr/bin/python3 with numpy (Debian python3-numpy) not found";
+    test::temp_dir dir;
+    const json config = {{"model_type", "qwen"},       {"architectures", json::array({"QWenLMHeadModel"})},
+                         {"vocab_size", 264},          {"hidden_size", 64},
+                         {"intermediate_size", 192},   {"num_hidden_layers", 2},
+                         {"num_attention_heads", 4},   {"kv_channels", 16},
+                         {"seq_length", 64},           {"max_position_embeddings", 64},
+                         {"layer_norm_epsilon", 1e-6}, {"rotary_emb_base", 10000},
+                         {"rotary_pct", 1.0},          {"no_bias", true}};
+    write_reference_checkpoint(dir, config, "bf16");
+    const std::string out = dir.file("out.gguf");
+    const convert_result r = convert_hf_to_gguf(dir.path.string(), out, {});
+    EXPECT_EQ(r.arch, "qwen");
+    EXPECT_EQ(r.type, ggml_type::bf16);
+    EXPECT_EQ(r.n_permuted, 0);
+    const auto g = gguf_file::open(out);
+    EXPECT_EQ(g->get_string("general.architecture"), "qwen");
+    EXPECT_EQ(g->get_uint("qwen.feed_forward_length"), 192u);
+    const gguf_tensor_info * qkv = g->find_tensor("blk.1.attn_qkv.weight");
+    ASSERT_NE(qkv, nullptr);
+    EXPECT_EQ(qkv->ne[0], 64);
+    EXPECT_EQ(qkv->ne[1], 192);
+    EXPECT_NE(g->find_tensor("blk.1.attn_qkv.bias"), nullptr);
+    // Stored as in the checkpoint: c_attn's bytes unchanged.
+    const auto src = safetensors_file::open(dir.file("model.safetensors"));
+    const safetensors_tensor * hq = src->find("transformer.h.1.attn.c_attn.weight");
+    ASSERT_NE(hq, nullptr);
+    EXPECT_EQ(std::memcmp(qkv->data, hq->data, hq->size_bytes), 0);
+    EXPECT_LT(folder_vs_gguf(dir, out, "qwen bf16"), 1e-4);
+}
+
+// Every key convert writes for opt is required; the error names the missing one.
+TEST(convert, opt_gguf_missing_keys_are_named) {
+    const char * keys[] = {"opt.context_length",        "opt.embedding_length",     "opt.feed_forward_length",
+                           "opt.block_count",           "opt.attention.head_count", "opt.attention.layer_norm_epsilon",
+                           "opt.word_embedding_length", "opt.layer_norm_before"};
+    test::temp_dir dir;
+    for (const char * missing : keys) {
+        gguf_writer w;
+        w.set_string("general.architecture", "opt");
+        for (const char * k : keys) {
+            if (std::string(k) == missing) continue;
+            if (std::string(k) == "opt.attention.layer_norm_epsilon") {
+                w.set_f32(k, 1e-5f);
+            } else if (std::string(k) == "opt.layer_norm_before") {
+                w.set_bool(k, true);
+            } else {
+                w.set_u32(k, 8);
+            }
+        }
+        const std::string path = dir.file("opt.gguf");
+        w.write(path);
+        try {
+            model::load(path);
+            ADD_FAILURE() << "loaded without " << missing;
+        } catch (const error & e) {
+            EXPECT_EQ(e.code(), exit_code::bad_input) << e.what();
+            EXPECT_NE(std::string(e.what()).find(fmt::format("'{}'", missing)), std::string::npos) << e.what();
+        }
+    }
 }
 
 TEST(convert, errors) {

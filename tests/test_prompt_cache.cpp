@@ -1,7 +1,8 @@
 // --prompt-cache: save after prefill, load for a prompt that starts with the saved tokens, refuse
-// files of another model, KV type or a corrupt one.
+// files of another model, KV type or a corrupt one; the same for Hugging Face checkpoint folders.
 #include "core/error.h"
 #include "engine/prompt_cache.h"
+#include "model/safetensors_file.h"
 #include "model/synthetic_model.h"
 #include "test_util.h"
 
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 namespace hill {
 namespace {
@@ -115,6 +117,88 @@ TEST_F(prompt_cache_test, refuses_other_model_type_and_corrupt_files) {
     EXPECT_NE(refusal(dir.file("bad.cache"), s, prompt).find("token ids corrupt"), std::string::npos);
     write("not a cache at all, but long enough to hold a header of forty-eight bytes");
     EXPECT_NE(refusal(dir.file("bad.cache"), s, prompt).find("bad magic"), std::string::npos);
+}
+
+// A random llama checkpoint folder: config.json and model.safetensors (f32), weights from `seed`.
+void write_llama_folder(const std::filesystem::path & dir, uint32_t seed) {
+    constexpr int64_t n_vocab = 300, n_embd = 64, n_ff = 96, n_layer = 2, n_head = 4, n_head_kv = 2;
+    constexpr int64_t head_dim = n_embd / n_head;
+    std::filesystem::create_directories(dir);
+    std::mt19937 rng(seed);
+    std::vector<std::vector<float>> store;
+    std::vector<safetensors_entry> es;
+    const auto add = [&](const std::string & name, std::vector<int64_t> shape, float offset = 0.0f) {
+        int64_t n = 1;
+        for (int64_t d : shape) n *= d;
+        store.push_back(test::random_floats(rng, size_t(n), offset - 0.3f, offset + 0.3f));
+        es.push_back({name, ggml_type::f32, std::move(shape), store.back().data(), uint64_t(n) * 4});
+    };
+    add("model.embed_tokens.weight", {n_vocab, n_embd});
+    for (int64_t il = 0; il < n_layer; ++il) {
+        const std::string p = "model.layers." + std::to_string(il) + ".";
+        add(p + "input_layernorm.weight", {n_embd}, 1.0f);
+        add(p + "self_attn.q_proj.weight", {n_head * head_dim, n_embd});
+        add(p + "self_attn.k_proj.weight", {n_head_kv * head_dim, n_embd});
+        add(p + "self_attn.v_proj.weight", {n_head_kv * head_dim, n_embd});
+        add(p + "self_attn.o_proj.weight", {n_embd, n_head * head_dim});
+        add(p + "post_attention_layernorm.weight", {n_embd}, 1.0f);
+        add(p + "mlp.gate_proj.weight", {n_ff, n_embd});
+        add(p + "mlp.up_proj.weight", {n_ff, n_embd});
+        add(p + "mlp.down_proj.weight", {n_embd, n_ff});
+    }
+    add("model.norm.weight", {n_embd}, 1.0f);
+    add("lm_head.weight", {n_vocab, n_embd});
+    const std::vector<uint8_t> img = safetensors_serialize(es);
+    std::ofstream(dir / "model.safetensors", std::ios::binary)
+        .write(reinterpret_cast<const char *>(img.data()), std::streamsize(img.size()));
+    std::ofstream(dir / "config.json")
+        << R"({"model_type": "llama", "vocab_size": 300, "hidden_size": 64, "intermediate_size": 96, )"
+           R"("num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, )"
+           R"("max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0})";
+}
+
+TEST_F(prompt_cache_test, checkpoint_folder_saves_reloads_and_refuses_another_folder) {
+    const std::filesystem::path a = dir.path / "ckpt-a", b = dir.path / "ckpt-b", copy = dir.path / "ckpt-copy";
+    write_llama_folder(a, 1);
+    write_llama_folder(b, 2);  // the same config and shapes, other weights
+    std::filesystem::copy(a, copy);
+    const auto ma = model::load(a.string());
+    ASSERT_EQ(ma->format(), "hf");
+    const auto params_for = [&](const model & mod) {
+        return session_params{.n_ctx = 256, .kv_type = ggml_type::f32, .n_batch = 32,
+                              .kv_host_budget = mod.hp().kv_bytes_per_token(ggml_type::f32) * 40,
+                              .kv_dir = dir.file("kv")};
+    };
+    const std::string path = dir.file("folder.cache");
+    std::vector<int32_t> first(prompt.begin(), prompt.begin() + 100);
+    {
+        session s(*ma, params_for(*ma), pool);
+        s.eval(first);
+        save_prompt_cache(path, s, first);
+    }
+    // The same folder loaded again, and a copy of it elsewhere (the path is not part of the
+    // fingerprint): the cache loads, and continuing equals a full prefill.
+    session full(*ma, params_for(*ma), pool);
+    full.eval(prompt);
+    for (const std::filesystem::path & p : {a, copy}) {
+        SCOPED_TRACE(p.string());
+        const auto m2 = model::load(p.string());
+        session cached(*m2, params_for(*m2), pool);
+        ASSERT_EQ(load_prompt_cache(path, cached, prompt), 100);
+        cached.eval(std::span<const int32_t>(prompt).subspan(100));
+        double max_ref = 0.0, max_err = 0.0;
+        for (int32_t i = 0; i < m2->hp().n_vocab; ++i) {
+            max_ref = std::max(max_ref, std::abs(double(full.logits()[i])));
+            max_err = std::max(max_err, std::abs(double(cached.logits()[i]) - double(full.logits()[i])));
+        }
+        EXPECT_LE(max_err / max_ref, 1e-5);
+    }
+    // Another folder of the same shapes is refused, and so is the GGUF model of the fixture.
+    const auto mb = model::load(b.string());
+    session sb(*mb, params_for(*mb), pool);
+    EXPECT_NE(refusal(path, sb, prompt).find("another model"), std::string::npos);
+    session sg(*m, params(), pool);
+    EXPECT_NE(refusal(path, sg, prompt).find("another model"), std::string::npos);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
-// A model from a GGUF file: `general.architecture` picks the architecture (llama, qwen2, qwen), which
-// reads its `<arch>.*` metadata; the tokenizer comes from the file's `tokenizer.ggml.*` metadata and
-// fixes the vocabulary size; weights are views of the tensors under llama.cpp's names. A
-// `rope_freqs.weight` tensor (Llama 3.1, f32 [head_dim/2]) divides each RoPE pair's frequency.
+// A model from a GGUF file: `general.architecture` picks the architecture (llama, qwen2, qwen; opt as
+// `hillinfer convert` writes it), which reads its `<arch>.*` metadata; the tokenizer comes from the
+// file's `tokenizer.ggml.*` metadata and fixes the vocabulary size; weights are views of the tensors
+// under llama.cpp's names (opt: HillInfer's in the same style, hf_names.h). A `rope_freqs.weight`
+// tensor (Llama 3.1, f32 [head_dim/2]) divides each RoPE pair's frequency.
 #include "core/error.h"
 #include "model/model_loader.h"
 
@@ -38,10 +39,7 @@ std::unique_ptr<model> model_loader::load_gguf(const std::string & path) {
     if (arch.empty()) fail_input("'{}': metadata key 'general.architecture' is missing", path);
     const architecture_loader * a = find(arch);
     if (a == nullptr || a->hparams_from_gguf == nullptr) {
-        fail_input(
-            "'{}': general.architecture is '{}'; supported in GGUF: {} (opt: from a Hugging Face checkpoint "
-            "folder)",
-            path, arch, supported(true));
+        fail_input("'{}': general.architecture is '{}'; supported in GGUF: {}", path, arch, supported(true));
     }
 
     std::unique_ptr<model> m(new model());

@@ -1,14 +1,16 @@
 // Hugging Face checkpoint -> GGUF: architecture names, tensor names and the q/k row permutation.
 //
-// THE ONE PLACE for this mapping. Both the HF-folder loader (model::load on a checkpoint folder,
-// src/model/model.cpp and the per-architecture loaders) and `hillinfer convert`
-// (tools/cmd_convert.cpp) go through these functions, so that a folder and the GGUF converted
+// THE ONE PLACE for this mapping. Both the HF-folder loader (model::load on a checkpoint folder:
+// src/model/hf_model.cpp and the per-architecture loaders) and `hillinfer convert`
+// (src/model/hf_convert.cpp) go through these functions, so that a folder and the GGUF converted
 // from it load the same weights under the same names. Loaders: ask hf_gguf_tensor_name() for every
 // HF tensor (or hf_tensor_map() for the whole checkpoint) and look weights up by their GGUF name.
-// The tensors hf_tensor_permutation() marks are in rotate-half order: convert permutes them with
-// permute_rotate_half_to_pairs() before writing (GGUF `llama` holds adjacent pairs); the folder
-// loader (hf_model.cpp) instead keeps them as stored and runs RoPE in the rotate-half layout —
-// either way the same attention scores.
+//
+// Who permutes: only `convert`. The tensors hf_tensor_permutation() marks (llama q_proj / k_proj)
+// are in rotate-half order; convert permutes them with permute_rotate_half_to_pairs() before
+// writing, because a GGUF `llama` file holds adjacent pairs. The folder loader ignores the mark: it
+// uses the tensors as stored and sets hparams::rope_pairs = rope_layout::rotate_half, so RoPE
+// rotates (i, i + head_dim/2) — no copy of the weights, the same attention scores.
 //
 // Names follow llama.cpp's GGUF conventions (gguf-py tensor_mapping / constants):
 //   token_embd, position_embd, output_norm, output, rope_freqs;
@@ -21,7 +23,7 @@
 //     model.layers.N.input_layernorm -> blk.N.attn_norm, self_attn.{q,k,v}_proj -> attn_{q,k,v},
 //     self_attn.o_proj -> attn_output, post_attention_layernorm -> ffn_norm,
 //     mlp.gate_proj -> ffn_gate, mlp.up_proj -> ffn_up, mlp.down_proj -> ffn_down.
-//     q_proj / k_proj rows are permuted (see below).
+//     q_proj / k_proj are marked for the row permutation (see below; applied by convert only).
 //   qwen2 (Qwen2ForCausalLM): the llama names, plus the
 //     q/k/v biases (.bias). No permutation: llama.cpp runs qwen2 with NEOX (rotate-half) RoPE.
 //   qwen (QWenLMHeadModel, Qwen-1): transformer.wte -> token_embd, transformer.ln_f -> output_norm,
@@ -41,12 +43,12 @@
 // nullopt with hf_tensor_ignored() true; a name that is neither mapped nor ignored is an error for
 // the caller to report (hf_tensor_map() does).
 //
-// The q/k permutation (llama only). HF's Llama stores q_proj and k_proj for rotate-half RoPE: in
-// each head of head_dim rows, row i pairs with row i + head_dim/2. GGUF (and Meta's original
-// checkpoints) store adjacent pairs: rows 2j and 2j+1 form pair j. GGUF row 2j + r (r in {0, 1})
-// of a head is HF row r * head_dim/2 + j of the same head. q uses n_head heads, k n_head_kv heads;
-// the permutation is applied to rows (the outermost dimension), so it works on any element type
-// and on bias vectors (one element per row).
+// The q/k permutation (llama only; `convert` applies it, the folder loader does not). HF's Llama
+// stores q_proj and k_proj for rotate-half RoPE: in each head of head_dim rows, row i pairs with
+// row i + head_dim/2. GGUF (and Meta's original checkpoints) store adjacent pairs: rows 2j and
+// 2j+1 form pair j. GGUF row 2j + r (r in {0, 1}) of a head is HF row r * head_dim/2 + j of the
+// same head. q uses n_head heads, k n_head_kv heads; the permutation is applied to rows (the
+// outermost dimension), so it works on any element type and on bias vectors (one element per row).
 #pragma once
 
 #include <cstdint>
@@ -73,7 +75,8 @@ std::optional<std::string> hf_gguf_tensor_name(std::string_view arch, std::strin
 // True for tensors that hold no weights and are dropped (rotary inv_freq buffers, masks).
 bool hf_tensor_ignored(std::string_view arch, std::string_view hf_name);
 
-// Which row permutation an HF tensor needs before it is used as its GGUF counterpart.
+// Which row permutation an HF tensor needs to be written as its GGUF counterpart (convert); the
+// folder loader uses the tensor as stored with rotate-half RoPE instead.
 enum class hf_permutation { none, q, k };  // q: over n_head heads; k: over n_head_kv heads
 hf_permutation hf_tensor_permutation(std::string_view arch, std::string_view hf_name);
 

@@ -17,7 +17,7 @@ const architecture_loader k_architectures[] = {
     {"llama", llama_hparams_gguf, llama_hparams_hf, llama_weights},
     {"qwen2", qwen2_hparams_gguf, qwen2_hparams_hf, qwen2_weights},
     {"qwen", qwen_hparams_gguf, qwen_hparams_hf, qwen_weights},
-    {"opt", nullptr, opt_hparams_hf, opt_weights},
+    {"opt", opt_hparams_gguf, opt_hparams_hf, opt_weights},
 };
 
 std::string shape_str(const std::vector<int64_t> & shape) {

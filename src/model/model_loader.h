@@ -39,8 +39,8 @@ public:
     virtual const std::string & name() const = 0;
 };
 
-// How an architecture reads one container. A null hparams_from_gguf: GGUF does not define the
-// architecture (opt).
+// How an architecture reads one container. A null hparams_from_gguf: the architecture cannot be
+// read from GGUF (none at present; opt reads the keys `hillinfer convert` writes).
 struct architecture_loader {
     const char * name;  // GGUF general.architecture
     void (*hparams_from_gguf)(const gguf_file & f, hparams & hp);
@@ -53,7 +53,8 @@ struct model_loader {
     static std::unique_ptr<model> load_gguf(const std::string & path);
     static std::unique_ptr<model> load_hf(const std::string & dir);
 
-    // The architecture called `arch`, or nullptr. supported(): "llama, qwen2, qwen, opt".
+    // The architecture called `arch`, or nullptr. supported(): "llama, qwen2, qwen, opt"; with
+    // gguf_only, those with a GGUF reader (all four).
     static const architecture_loader * find(const std::string & arch);
     static std::string supported(bool gguf_only);
 
@@ -89,6 +90,10 @@ void qwen2_weights(const tensor_source & src, model & m);
 void qwen_hparams_gguf(const gguf_file & f, hparams & hp);
 void qwen_hparams_hf(const hf_checkpoint & c, hparams & hp);
 void qwen_weights(const tensor_source & src, model & m);
+// opt in GGUF: the keys hf_convert.cpp writes (opt.context_length, embedding_length,
+// feed_forward_length, block_count, attention.head_count, attention.layer_norm_epsilon,
+// word_embedding_length, layer_norm_before), each required; errors name the missing key.
+void opt_hparams_gguf(const gguf_file & f, hparams & hp);
 void opt_hparams_hf(const hf_checkpoint & c, hparams & hp);
 void opt_weights(const tensor_source & src, model & m);
 
