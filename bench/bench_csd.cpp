@@ -161,6 +161,13 @@ int main(int argc, char ** argv) {
     app.add_option("--json", json_path, "also write the results as JSON");
     CLI11_PARSE(app, argc, argv);
     try {
+        if (n_steps < 1) fail_usage("--steps must be at least 1, got {}", n_steps);
+        if (n_layer < 1) fail_usage("--layers must be at least 1, got {}", n_layer);
+        if (!(cold >= 0.0 && cold < 1.0)) fail_usage("--cold must be in [0, 1), got {}", cold);
+        if (!(alpha > 0.0 && alpha <= 1.0)) fail_usage("--alpha must be in (0, 1], got {}", alpha);
+        for (const int64_t n : ctxs) {
+            if (n < 1024 || n > (int64_t(1) << 30)) fail_usage("--ctx values must be in [1024, 2^30] tokens, got {}", n);
+        }
         if (n_threads <= 0) n_threads = physical_core_count();
         thread_pool pool(n_threads);
         const attention_shape shape{n_head, n_head_kv, head_dim, 1.0f / std::sqrt(float(head_dim))};

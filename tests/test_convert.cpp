@@ -18,6 +18,8 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -560,6 +562,30 @@ TEST(convert, errors) {
     write_llama_checkpoint(dir, "llama", {{"vocab_size", 100}});
     write_bpe_tokenizer(dir);
     EXPECT_THROW(convert_hf_to_gguf(dir.path.string(), dir.file("x.gguf"), {}), error);
+}
+
+// convert refuses what the engine could not run, and never writes over its own input.
+TEST(convert, refuses_broken_checkpoints_and_its_own_files_as_output) {
+    test::temp_dir dir;
+    write_llama_checkpoint(dir, "llama", {{"num_hidden_layers", 3}});  // the tensors are for 2 layers
+    try {
+        convert_hf_to_gguf(dir.path.string(), dir.file("x.gguf"), {});
+        ADD_FAILURE() << "converted";
+    } catch (const error & e) {
+        EXPECT_NE(std::string(e.what()).find("blk.2"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(std::filesystem::exists(dir.file("x.gguf")));
+    write_llama_checkpoint(dir, "llama");
+    for (const char * own : {"config.json", "model.safetensors"}) {
+        try {
+            convert_hf_to_gguf(dir.path.string(), dir.file(own), {});
+            ADD_FAILURE() << own;
+        } catch (const error & e) {
+            EXPECT_EQ(e.code(), exit_code::usage) << e.what();
+            EXPECT_NE(std::string(e.what()).find("own file"), std::string::npos) << e.what();
+        }
+    }
+    EXPECT_NO_THROW(model::load(dir.path.string()));  // untouched
 }
 
 }  // namespace

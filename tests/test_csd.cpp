@@ -406,25 +406,64 @@ TEST(device_profile, names_and_files) {
             EXPECT_NE(std::string(e.what()).find("p.json"), std::string::npos) << e.what();
         }
     }
-    try {
-        csd::load_device_profile("/nonexistent/profile.json");
-        FAIL();
-    } catch (const error & e) {
-        EXPECT_EQ(e.code(), exit_code::usage);
+    for (const std::string & p : {std::string("/nonexistent/profile.json"), dir.path.string()}) {
+        try {
+            csd::load_device_profile(p);
+            FAIL() << p;
+        } catch (const error & e) {
+            EXPECT_EQ(e.code(), exit_code::usage) << e.what();
+            EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+        }
+    }
+}
+
+// A stop request (Ctrl-C) abandons a slow pass within a few of the drain's 20 ms polls, on either
+// device, and the device serves the next pass.
+TEST(csd_device, a_stop_request_abandons_the_pass) {
+    cold_store st(20000, 13);  // 3.7 MiB of cold keys: about 2 s at 2 MB/s
+    thread_pool pool(1);
+    std::atomic<bool> stop{false};
+    for (const csd::storage_kind kind : {csd::storage_kind::emulator, csd::storage_kind::plain}) {
+        SCOPED_TRACE(std::string(name(kind)));
+        csd::storage_params sp{.kind = kind, .block_tokens = 16};
+        sp.profile.internal_read_bps = 2e6;  // 2 MB/s (after the bucket's 1 MiB burst)
+        sp.stop_requested = [&stop] { return stop.load(); };
+        auto d = csd::make_device(sp, *st.kv, st.shape, pool);
+        host_scorer hs(st.shape, score_params{.query = query_precision::int8}, 1);
+        std::vector<float> q(8 * 64, 0.5f);
+        hs.prepare_query(q.data());
+        stop = false;
+        std::thread ctrl_c([&stop] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            stop = true;
+        });
+        const auto t0 = std::chrono::steady_clock::now();
+        try {
+            score_pass(*d, hs, 0);
+            ADD_FAILURE() << "not interrupted";
+        } catch (const error & e) {
+            EXPECT_EQ(e.code(), exit_code::interrupted) << e.what();
+        }
+        ctrl_c.join();
+        EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+        stop = false;
+        d->read_begin(0, std::vector<int32_t>{int32_t(st.n / 2)});  // the device is ready again
+        int64_t rows = 0;
+        d->read_drain([&](const kv_view & v, const int32_t *, const int32_t *) { rows += v.n_kv; });
+        EXPECT_EQ(rows, 1);
     }
 }
 
 TEST(token_bucket, holds_its_rate) {
     csd::token_bucket b(100e6, 64 << 10);  // 100 MB/s
-    std::atomic<bool> never{false};
+    const auto never = [] { return false; };
     uint64_t waited = 0;
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < 50; ++i) b.take(200000, never, &waited);  // 10 MB: about 0.1 s
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_GE(s, (10e6 - (64 << 10)) / 100e6);  // never faster than the rate allows
     EXPECT_GT(waited, 0u);
-    std::atomic<bool> cancel{true};
-    EXPECT_FALSE(b.take(100000000, cancel, &waited));  // a cancelled wait gives up at once
+    EXPECT_FALSE(b.take(100000000, [] { return true; }, &waited));  // a cancelled wait gives up at once
 }
 
 // Decoding under the emulator equals decoding under the plain SSD, token for token and logit for logit,

@@ -129,7 +129,13 @@ int run_generate(const generate_opts & o) {
             stop = "context";
             break;
         }
-        s.eval(std::span<const int32_t>(&id, 1));
+        try {
+            s.eval(std::span<const int32_t>(&id, 1));
+        } catch (const error & e) {
+            if (e.code() != exit_code::interrupted) throw;
+            stop = "interrupted";  // Ctrl-C while the storage device worked: the step was rolled back
+            break;
+        }
         ++n_decode;
     }
     const int64_t t_decode = time_us() - t_decode0;

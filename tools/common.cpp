@@ -123,12 +123,12 @@ ggml_type kv_opts::type() const {
 }
 
 session_params kv_opts::session(int32_t n_ctx, const policy_params & p) const {
-    if (score_block < 1) fail_usage("--score-block must be at least 1, got {}", score_block);
     session_params sp{.n_ctx = n_ctx, .kv_type = type(), .kv_host_budget = budget_bytes(), .kv_dir = resolved_dir(),
                       .policy = p};
     sp.storage.kind = storage_kind();
     sp.storage.profile = csd::load_device_profile(csd_profile);
     sp.storage.block_tokens = score_block;
+    sp.storage.stop_requested = interrupted;  // Ctrl-C abandons a device pass in progress
     return sp;
 }
 
@@ -240,11 +240,14 @@ std::string policy_summary(const attention_policy & pol, const policy_params & p
     const policy_stats & st = pol.stats();
     std::string out = fmt::format("policy: {}", describe(p));
     if (t.steps == 0) return out + "\n";
-    out += fmt::format("; attended {:.1f}% of the cached tokens, {:.1f}% of them hot; time: score {:.2f} s (host) + "
-                       "{:.2f} s (merging the device's blocks), select {:.2f} s, gather+attend {:.2f} s\n",
+    out += fmt::format("; attended {:.1f}% of the cached tokens, {:.1f}% of them hot; time: ",
                        100.0 * ratio(double(t.attended), double(t.context)),
-                       100.0 * ratio(double(t.attended_hot), double(t.attended)), double(st.t_score_us) / 1e6,
-                       double(st.t_drain_us) / 1e6, double(st.t_select_us) / 1e6, double(st.t_attend_us) / 1e6);
+                       100.0 * ratio(double(t.attended_hot), double(t.attended)));
+    if (p.kind == policy_kind::hillinfer) {
+        out += fmt::format("score {:.2f} s on the host + {:.2f} s for the storage device's scores, select {:.2f} s, ",
+                           double(st.t_score_us) / 1e6, double(st.t_drain_us) / 1e6, double(st.t_select_us) / 1e6);
+    }
+    out += fmt::format("gather+attend {:.2f} s\n", double(st.t_attend_us) / 1e6);
     if (p.diag && p.kind == policy_kind::full) {
         out += "diag: policy full attends to every token (recall 1)\n";
     } else if (p.diag) {

@@ -51,6 +51,19 @@ public:
         return true;
     }
 
+    // pop() that gives up after `timeout`: 1 when an item was taken, 0 on timeout, -1 when stopped.
+    template <class Rep, class Period>
+    int pop_for(T & out, std::chrono::duration<Rep, Period> timeout) {
+        std::unique_lock lock(m_);
+        if (!not_empty_.wait_for(lock, timeout, [&] { return n_ > 0 || stopped_; })) return 0;
+        if (stopped_) return -1;
+        out = ring_[head_];
+        head_ = (head_ + 1) % ring_.size();
+        --n_;
+        not_full_.notify_one();
+        return 1;
+    }
+
     // Wakes every waiter; push and pop fail until restart().
     void stop() {
         std::lock_guard lock(m_);

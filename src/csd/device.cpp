@@ -54,7 +54,9 @@ void check_scoring(storage_kind k, const score_params & p) {
 
 std::unique_ptr<device> make_device(const storage_params & p, kv_store & kv, const attention_shape & s,
                                     thread_pool & pool) {
-    if (p.block_tokens <= 0) fail_usage("score blocks need at least 1 token, got {}", p.block_tokens);
+    if (p.block_tokens < 1 || p.block_tokens > max_block_tokens) {
+        fail_usage("--score-block must be in [1, {}] tokens, got {}", max_block_tokens, p.block_tokens);
+    }
     if (p.kind == storage_kind::plain) return std::make_unique<plain_ssd>(p, kv, s, pool);
     return std::make_unique<emulator>(p, kv, s);
 }

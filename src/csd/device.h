@@ -14,8 +14,9 @@
 // the KV store (kv/kv_store.h) places the KV and writes the cold pages, and the device counts what
 // its flash and link carried; prefill reads the tiers through the store.
 //
-// One pass at a time: begin, then drain (which returns when the pass is complete), or cancel(). A
-// device error (a failed or corrupt page read) fails the pass: drain throws hill::error naming the
+// One pass at a time: begin, then drain (which returns when the pass is complete), or cancel(). When
+// storage_params::stop_requested turns true during a drain, the pass is cancelled and the drain throws
+// exit_code::interrupted. A device error (a failed or corrupt page read) fails the pass: drain throws hill::error naming the
 // layer, page and file, and the device is ready for the next pass. The store must not change between
 // begin and the end of the drain (the owner thread is busy in the step).
 #pragma once
@@ -48,7 +49,13 @@ struct storage_params {
     device_profile profile;        // caps (device_profile.h); default: uncapped
     int32_t block_tokens = 1024;   // n: tokens per score block (6 KiB + 8 B at one score per token)
     io_fault_hook io_faults;       // tests: injected results of the emulator's own reads
+    // Polled while the host waits on the device (every 20 ms at most): true abandons the pass, and the
+    // drain throws hill::error(exit_code::interrupted). The CLI passes its Ctrl-C flag.
+    std::function<bool()> stop_requested;
 };
+
+// Largest score block: 65536 tuples (384 KiB at one score per token); the emulator keeps 8 in flight.
+constexpr int32_t max_block_tokens = 65536;
 
 // Counters of a device, summed over its passes. Link = the device's host interface.
 struct device_counters {
@@ -122,8 +129,9 @@ private:
 };
 
 // A plain SSD or the emulator over kv's cold pool. pool: the host threads (plain scores on them).
-// Errors: the emulator's kernel bounds (head_dim <= 256, n_head <= 128, n_head_kv <= 64;
-// exit_code::usage); the emulator cannot open the cold pool files (bad_input).
+// Errors: block_tokens outside [1, max_block_tokens], the emulator's kernel bounds (head_dim <= 256,
+// n_head <= 128, n_head_kv <= 64; exit_code::usage); the emulator cannot open the cold pool files
+// (bad_input).
 std::unique_ptr<device> make_device(const storage_params & p, kv_store & kv, const attention_shape & s,
                                     thread_pool & pool);
 

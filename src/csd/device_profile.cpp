@@ -1,8 +1,8 @@
 #include "csd/device_profile.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -31,6 +31,10 @@ device_profile load_device_profile(std::string_view name_or_path) {
     if (name_or_path == "none") return device_profile{};
     if (name_or_path == "smartssd") return smartssd_profile();
     const std::string path(name_or_path);
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) {
+        fail_usage("--csd-profile '{}' is a directory; expected none, smartssd, or a JSON file", path);
+    }
     std::ifstream in(path);
     if (!in) fail_usage("--csd-profile '{}': not none, smartssd, or a readable JSON file", path);
     nlohmann::json j;
@@ -74,28 +78,10 @@ std::string describe(const device_profile & p) {
 token_bucket::token_bucket(double rate_bps, double burst_bytes)
     : rate_(rate_bps), burst_(burst_bytes), tokens_(burst_bytes), last_(clock::now()) {}
 
-bool token_bucket::take(uint64_t n, const std::atomic<bool> & cancel, uint64_t * waited_us) {
-    if (rate_ <= 0.0) return true;
-    auto refill = [this] {
-        const clock::time_point now = clock::now();
-        tokens_ = std::min(burst_, tokens_ + std::chrono::duration<double>(now - last_).count() * rate_);
-        last_ = now;
-    };
-    refill();
-    tokens_ -= double(n);
-    if (tokens_ >= 0.0) return true;
-    const clock::time_point t0 = clock::now();
-    // Sleep until the debt is repaid, in slices of at most 2 ms so that a cancel is seen quickly.
-    while (tokens_ < 0.0) {
-        if (cancel.load(std::memory_order_relaxed)) break;
-        const double wait_s = std::min(-tokens_ / rate_, 0.002);
-        std::this_thread::sleep_for(std::chrono::duration<double>(wait_s));
-        refill();
-    }
-    if (waited_us != nullptr) {
-        *waited_us += uint64_t(std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - t0).count());
-    }
-    return tokens_ >= 0.0;
+void token_bucket::refill() {
+    const clock::time_point now = clock::now();
+    tokens_ = std::min(burst_, tokens_ + std::chrono::duration<double>(now - last_).count() * rate_);
+    last_ = now;
 }
 
 }  // namespace hill::csd

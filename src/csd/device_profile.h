@@ -11,11 +11,12 @@
 // (GB/s = 1e9 bytes per second; a missing key is uncapped).
 #pragma once
 
-#include <atomic>
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <thread>
 
 namespace hill::csd {
 
@@ -44,12 +45,28 @@ public:
     // to well under 1% over a decode step of milliseconds.
     explicit token_bucket(double rate_bps = 0.0, double burst_bytes = 1 << 20);
     double rate_bps() const { return rate_; }
-    // Takes n bytes' worth, waiting as needed; gives up early (returns false) when `cancel` becomes
-    // true. Adds the time waited to *waited_us.
-    bool take(uint64_t n, const std::atomic<bool> & cancel, uint64_t * waited_us);
+    // Takes n bytes' worth, waiting as needed; gives up early (returns false) when cancelled()
+    // returns true (polled every 2 ms at most while waiting). Adds the time waited to *waited_us.
+    template <class F>
+    bool take(uint64_t n, F && cancelled, uint64_t * waited_us) {
+        if (rate_ <= 0.0) return true;
+        refill();
+        tokens_ -= double(n);
+        if (tokens_ >= 0.0) return true;
+        const clock::time_point t0 = clock::now();
+        while (tokens_ < 0.0 && !cancelled()) {
+            std::this_thread::sleep_for(std::chrono::duration<double>(std::min(-tokens_ / rate_, 0.002)));
+            refill();
+        }
+        if (waited_us != nullptr) {
+            *waited_us += uint64_t(std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - t0).count());
+        }
+        return tokens_ >= 0.0;
+    }
 
 private:
     using clock = std::chrono::steady_clock;
+    void refill();
     double rate_;
     double burst_;
     double tokens_;       // may go negative: a take larger than the burst borrows, and later takes wait

@@ -203,8 +203,13 @@ void emulator::drain(const block_fn * on_block, const kv_store::segment_fn * on_
         for (;;) {
             int p = -1;
             const int64_t t0 = time_us();
-            const bool got = out_.pop(p);
-            HILL_ASSERT(got);  // only cancel() stops the queues, and it runs on this thread
+            int got;
+            while ((got = out_.pop_for(p, std::chrono::milliseconds(20))) == 0) {
+                if (params_.stop_requested && params_.stop_requested()) {
+                    throw error(exit_code::interrupted, "interrupted while the storage device was working");
+                }
+            }
+            HILL_ASSERT(got == 1);  // only cancel() stops the queues, and it runs on this thread
             ctr_->t_host_wait_us.fetch_add(uint64_t(us_since(t0)), std::memory_order_relaxed);
             packet & pk = packets_[size_t(p)];
             const packet_kind kind = pk.kind;
@@ -235,6 +240,7 @@ void emulator::drain(const block_fn * on_block, const kv_store::segment_fn * on_
 // ---- the device's threads ----
 
 void emulator::reader_main() {
+    const auto cancelled = [this] { return cancel_.load(std::memory_order_relaxed); };
     io_queue_params qp;
     qp.fault_hook = params_.io_faults;
     io_queue io(qp);  // the device's own ring
@@ -286,7 +292,7 @@ void emulator::reader_main() {
                 }
             }
             uint64_t throttled = 0;
-            if (!read_bucket_.take(uint64_t(reqs.size()) * page_bytes, cancel_, &throttled)) {
+            if (!read_bucket_.take(uint64_t(reqs.size()) * page_bytes, cancelled, &throttled)) {
                 stopped = true;
                 break;
             }
@@ -329,12 +335,15 @@ bool emulator::take_packet(int & p) {
 
 bool emulator::send_packet(int p, uint64_t link_bytes) {
     uint64_t throttled = 0;
-    if (!link_bucket_.take(link_bytes, cancel_, &throttled)) return false;
+    if (!link_bucket_.take(link_bytes, [this] { return cancel_.load(std::memory_order_relaxed); }, &throttled)) {
+        return false;
+    }
     ctr_->t_throttle_us.fetch_add(throttled, std::memory_order_relaxed);
     return out_.push(p);
 }
 
 void emulator::engine_main() {
+    const auto cancelled = [this] { return cancel_.load(std::memory_order_relaxed); };
     const int64_t pt = layout_.page_tokens();
     const uint64_t page_bytes = layout_.page_bytes();
     const size_t rb = layout_.row_bytes();
@@ -388,7 +397,7 @@ void emulator::engine_main() {
                 for (size_t i = 0; i < B.groups.size() && ok; ++i) {
                     const int64_t slot0 = int64_t(B.groups[i]) * pt;
                     if (job_kind_ == job_kind::score) {
-                        ok = score_bucket_.take(page_bytes, cancel_, &throttled);
+                        ok = score_bucket_.take(page_bytes, cancelled, &throttled);
                         if (!ok) break;
                         hill_csd_score(B.k.data() + i * page_bytes, layout_.n_embd_kv, pt, qbuf_.get(), kcfg_.n_head,
                                        kcfg_.n_head_kv, kcfg_.head_dim, hls::top_flags(kcfg_), scores.data());

@@ -20,10 +20,13 @@ plain_ssd::plain_ssd(const storage_params & p, kv_store & kv, const attention_sh
 }
 
 void plain_ssd::account(uint64_t before, uint64_t & link_bytes) {
+    const auto stop = [this] { return params_.stop_requested && params_.stop_requested(); };
     const uint64_t bytes = kv_.stats().cold_read_bytes - before;
     counters_.internal_read_bytes += bytes;
     link_bytes += bytes;
-    bucket_.take(bytes, never_cancel_, &counters_.t_throttle_us);
+    if (stop() || !bucket_.take(bytes, stop, &counters_.t_throttle_us)) {
+        throw error(exit_code::interrupted, "interrupted while the storage device was working");
+    }
 }
 
 void plain_ssd::score_begin(int il, host_scorer & scorer) {

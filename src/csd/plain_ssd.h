@@ -25,14 +25,14 @@ public:
 
 private:
     device_counters pass_counters() const override { return counters_; }
-    // Waits on the bucket for the cold bytes the store read since `before`, and counts them.
+    // Counts the cold bytes the store read since `before` and waits on the bucket for them. Errors:
+    // exit_code::interrupted when stop_requested() turns true.
     void account(uint64_t before, uint64_t & link_bytes);
 
     storage_params params_;
     attention_shape shape_;
     thread_pool & pool_;
     token_bucket bucket_;
-    std::atomic<bool> never_cancel_{false};
     device_counters counters_;
     int il_ = -1;
     host_scorer * scorer_ = nullptr;

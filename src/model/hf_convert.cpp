@@ -361,6 +361,23 @@ void write_tokenizer(gguf_writer & w, const hf_checkpoint & c, int64_t n_vocab, 
 convert_result convert_hf_to_gguf(const std::string & dir, const std::string & out, const convert_params & p) {
     const std::unique_ptr<hf_checkpoint> ckpt = hf_checkpoint::open(dir);
     const hf_checkpoint & c = *ckpt;
+    // Never write over what is being read: the output may not be one of the checkpoint's own files.
+    {
+        namespace fs = std::filesystem;
+        std::error_code ec;
+        const fs::path target = fs::weakly_canonical(out, ec);
+        std::vector<std::string> inputs = {c.config_path(), c.tokenizer_json_path(), c.tokenizer_config_path(),
+                                           (fs::path(c.dir()) / "model.safetensors.index.json").string()};
+        for (const auto & shard : c.shards()) inputs.push_back(shard->path());
+        for (const std::string & in : inputs) {
+            if (!in.empty() && fs::exists(in, ec) && fs::equivalent(in, target, ec)) {
+                fail_usage("convert: the output '{}' is the checkpoint's own file '{}'; choose another -o", out, in);
+            }
+        }
+    }
+    // The weights as the loader takes them (every tensor present with its shape): a folder the engine
+    // cannot run is refused before anything is written.
+    model_loader::load_hf(dir, /*with_tokenizer=*/false);
     convert_result r;
     r.arch = hf_architecture(c);
     const architecture_loader * a = model_loader::find(r.arch);

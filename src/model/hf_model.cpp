@@ -64,7 +64,7 @@ bool has_tokenizer_files(const std::string & dir) {
 
 }  // namespace
 
-std::unique_ptr<model> model_loader::load_hf(const std::string & dir) {
+std::unique_ptr<model> model_loader::load_hf(const std::string & dir, bool with_tokenizer) {
     std::shared_ptr<const hf_checkpoint> ckpt = hf_checkpoint::open(dir);
     const hf_checkpoint & c = *ckpt;
     const std::string arch = hf_architecture(c);
@@ -79,7 +79,7 @@ std::unique_ptr<model> model_loader::load_hf(const std::string & dir) {
     hparams & hp = m->hp_;
     a->hparams_from_hf(c, hp);
     check_hparams(hp, c.config_path());
-    if (has_tokenizer_files(dir)) {
+    if (with_tokenizer && has_tokenizer_files(dir)) {
         m->tokenizer_ = load_tokenizer_folder(dir);
         const int32_t n_tok = m->tokenizer_->vocab().n_vocab();
         if (n_tok > hp.n_vocab) {

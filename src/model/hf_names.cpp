@@ -174,7 +174,9 @@ std::string hf_architecture(const hf_checkpoint & ckpt) {
         if (it != by_model_type.end()) return it->second;
     }
     const std::optional<std::vector<std::string>> archs = ckpt.config_string_array_opt("architectures");
-    if (archs && !archs->empty()) {
+    // `architectures` decides only when model_type is absent: a model_type we do not know is another
+    // model, whatever class name it borrows.
+    if (!model_type && archs && !archs->empty()) {
         const auto it = by_class.find(archs->front());
         if (it != by_class.end()) return it->second;
     }

@@ -51,7 +51,8 @@ struct architecture_loader {
 // The loaders, a friend of model: they fill its private parts.
 struct model_loader {
     static std::unique_ptr<model> load_gguf(const std::string & path);
-    static std::unique_ptr<model> load_hf(const std::string & dir);
+    // with_tokenizer = false: the weights only (convert writes the tokenizer itself, and checks them first).
+    static std::unique_ptr<model> load_hf(const std::string & dir, bool with_tokenizer = true);
 
     // The architecture called `arch`, or nullptr. supported(): "llama, qwen2, qwen, opt"; with
     // gguf_only, those with a GGUF reader (all four).
