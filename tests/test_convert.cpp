@@ -558,6 +558,14 @@ TEST(convert, errors) {
     EXPECT_NE(r.warnings[0].find("no tokenizer"), std::string::npos) << r.warnings[0];
     EXPECT_EQ(r.tokenizer_model, "");
     EXPECT_EQ(gguf_file::open(dir.file("x.gguf"))->find("tokenizer.ggml.model"), nullptr);
+    {
+        // ... and it loads, to run on token ids, like the folder it came from.
+        const auto folder = model::load(dir.path.string());
+        const auto gguf = model::load(dir.file("x.gguf"));
+        EXPECT_FALSE(gguf->has_tokenizer());
+        EXPECT_EQ(gguf->hp().n_vocab, folder->hp().n_vocab);
+        EXPECT_THROW(gguf->tokenizer(), error);
+    }
     // A tokenizer larger than vocab_size.
     write_llama_checkpoint(dir, "llama", {{"vocab_size", 100}});
     write_bpe_tokenizer(dir);

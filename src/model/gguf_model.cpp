@@ -47,8 +47,19 @@ std::unique_ptr<model> model_loader::load_gguf(const std::string & path) {
     m->format_ = "gguf";
     hparams & hp = m->hp_;
     a->hparams_from_gguf(f, hp);
-    m->tokenizer_ = load_tokenizer(f);
-    hp.n_vocab = m->tokenizer_->vocab().n_vocab();
+    if (f.find("tokenizer.ggml.model") != nullptr) {
+        m->tokenizer_ = load_tokenizer(f);
+        hp.n_vocab = m->tokenizer_->vocab().n_vocab();
+    } else {
+        // No tokenizer (convert of a folder without one): the model runs on token ids, and its
+        // vocabulary size comes from {arch}.vocab_size, which convert writes.
+        const std::optional<uint64_t> n = f.get_uint(arch + ".vocab_size");
+        if (!n || *n == 0 || *n > uint64_t(INT32_MAX)) {
+            fail_input("'{}' has no tokenizer (metadata key tokenizer.ggml.model is missing) and no {}.vocab_size", path,
+                       arch);
+        }
+        hp.n_vocab = int32_t(*n);
+    }
     const gguf_source src(f);
     if (hp.head_dim > 0 && hp.head_dim % 2 == 0) {
         hp.rope_freq_factors = vector_opt(src, *m, "rope_freqs.weight", hp.head_dim / 2);

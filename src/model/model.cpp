@@ -26,6 +26,10 @@ std::vector<double> hparams::rope_inv_freq() const {
 
 const tokenizer & model::tokenizer() const {
     if (!tokenizer_) {
+        if (format_ == "gguf") {
+            fail_input("'{}' has no tokenizer (no tokenizer.ggml.* metadata): it can only be run on token ids; convert "
+                       "the checkpoint again with its tokenizer files in the folder", path_);
+        }
         fail_input("'{}' has no tokenizer (no tokenizer.json, vocab.json + merges.txt or encoder.json + vocab.bpe in "
                    "the folder): it can only be run on token ids; copy the tokenizer files of the model into it",
                    path_);
