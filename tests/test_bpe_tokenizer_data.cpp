@@ -18,6 +18,8 @@
 namespace hill {
 namespace {
 
+using test::round_trip_books;
+
 using test::vocab_case;
 
 #define LLAMACPP_DIR "tokenizers/llamacpp-vocab/"
@@ -195,44 +197,6 @@ TEST(bpe_tokenizer_data, llama3_json_matches_llama_cpp) {
     EXPECT_EQ(t->encode("Hello world", true), (std::vector<int32_t>{128000, 9906, 1917}));
     EXPECT_EQ(t->encode("Hello world", false), (std::vector<int32_t>{9906, 1917}));
     EXPECT_EQ(t->encode_with_special("<|begin_of_text|>Hi", false), (std::vector<int32_t>{128000, 13347}));
-}
-
-// CPU time of the calling thread, seconds: steadier than wall time on a shared machine.
-double thread_cpu_s() {
-    timespec ts{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
-
-// Round trip of every book, with the encode throughput (single thread, per CPU second).
-void round_trip_books(const tokenizer & t, const char * name) {
-    const std::string dir = test::data_dir() + "/text/gutenberg";
-    std::vector<std::string> books;
-    for (const auto & e : std::filesystem::directory_iterator(dir)) {
-        if (e.path().extension() == ".txt") books.push_back(e.path().string());
-    }
-    std::sort(books.begin(), books.end());
-    ASSERT_FALSE(books.empty()) << dir;
-    double total_bytes = 0, total_s = 0;
-    for (const auto & path : books) {
-        const std::string text = test::read_all(path);
-        const double t0 = thread_cpu_s();
-        const auto ids = t.encode(text, false);
-        const double t1 = thread_cpu_s();
-        const std::string back = t.decode(ids);
-        const double t2 = thread_cpu_s();
-        const std::string file = std::filesystem::path(path).filename().string();
-        EXPECT_TRUE(back == text) << name << ": round trip of " << file << " differs (" << back.size() << " vs "
-                                  << text.size() << " bytes)";
-        std::printf("[ %s ] %-36s %8.2f MB %9zu tokens (%.2f B/token)  encode %6.2f MB/s  decode %7.1f MB/s\n", name,
-                    file.c_str(), text.size() / 1e6, ids.size(), double(text.size()) / double(ids.size()),
-                    text.size() / 1e6 / (t1 - t0), text.size() / 1e6 / (t2 - t1));
-        total_bytes += double(text.size());
-        total_s += t1 - t0;
-    }
-    std::printf("[ %s ] all books: %.2f MB, encode %.2f s, %.2f MB/s (one thread, CPU time)\n", name, total_bytes / 1e6,
-                total_s, total_bytes / 1e6 / total_s);
-    ::testing::Test::RecordProperty(std::string(name) + "_encode_MBps", std::to_string(total_bytes / 1e6 / total_s));
 }
 
 TEST(bpe_tokenizer_data, books_round_trip_gpt2) {

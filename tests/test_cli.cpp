@@ -1,5 +1,6 @@
 // The CLI as a user runs it: exit codes and messages for bad input, and the main paths.
 #include "model/synthetic_model.h"
+#include "cli_test_util.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -12,21 +13,10 @@
 namespace hill {
 namespace {
 
-struct result {
-    int code;
-    std::string out;  // stdout + stderr
-};
+using result = test::cli_result;
 
-// Runs the CLI with `args`; `redirect` says where its output goes (default: both streams captured).
 result run(const std::string & args, const std::string & redirect = " 2>&1") {
-    const std::string cmd = std::string(HILL_CLI_PATH) + " " + args + redirect;
-    FILE * p = ::popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-    const int st = ::pclose(p);
-    return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
+    return test::run_cli(args, redirect);
 }
 
 class cli : public ::testing::Test {

@@ -2,6 +2,8 @@
 // Hugging Face checkpoint folders of each architecture, tokenizer-only folders.
 #include "model/safetensors_file.h"
 #include "model/synthetic_model.h"
+#include "hf_test_util.h"
+#include "cli_test_util.h"
 #include "test_util.h"
 #include "tokenizer/bpe_tokenizer.h"
 
@@ -17,32 +19,18 @@
 namespace hill {
 namespace {
 
+using test::write_bpe_tokenizer;
+using test::write_text;
+
 using json = nlohmann::json;
 
-struct result {
-    int code;
-    std::string out;  // stdout, then stderr when captured
-};
+using result = test::cli_result;
 
-// Runs the CLI with `args`; `redirect` says where its output goes (default: both streams captured).
 result run(const std::string & args, const std::string & redirect = " 2>&1") {
-    const std::string cmd = std::string(HILL_CLI_PATH) + " " + args + redirect;
-    FILE * p = ::popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-    const int st = ::pclose(p);
-    return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
+    return test::run_cli(args, redirect);
 }
 
 #define EXPECT_MENTIONS(out, text) EXPECT_NE((out).find(text), std::string::npos) << (out)
-
-void write_text(const std::filesystem::path & path, const std::string & s) {
-    std::ofstream f(path, std::ios::binary);
-    f << s;
-    ASSERT_TRUE(f.good()) << path;
-}
 
 // The weights of an HF checkpoint of `config` (llama, qwen2 or opt), all 0.01, in model.safetensors,
 // and config.json: enough for `info` (shapes only) and for loading.
@@ -122,28 +110,6 @@ void write_checkpoint(const std::filesystem::path & dir, const json & cfg) {
 // A tiny byte-level BPE tokenizer.json: the 256 byte pieces, merges "h e", "l l", "he ll",
 // "hell o", and the special token "<|endoftext|>" (260), which doubles as BOS and EOS: no BOS is
 // added.
-void write_bpe_tokenizer(const std::filesystem::path & dir) {
-    json vocab = json::object();
-    for (int b = 0; b < 256; ++b) vocab[bpe_byte_to_piece(uint8_t(b))] = b;
-    const std::vector<std::pair<std::string, std::string>> merges = {
-        {"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}};
-    json jm = json::array();
-    int id = 256;
-    for (const auto & [a, b] : merges) {
-        vocab[a + b] = id++;
-        jm.push_back(a + " " + b);
-    }
-    const json tok = {
-        {"version", "1.0"},
-        {"added_tokens", json::array({{{"id", 260}, {"content", "<|endoftext|>"}, {"special", true}}})},
-        {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
-        {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", jm}}},
-    };
-    write_text(dir / "tokenizer.json", tok.dump());
-    write_text(dir / "tokenizer_config.json",
-               json{{"bos_token", "<|endoftext|>"}, {"eos_token", "<|endoftext|>"}}.dump());
-}
-
 const json k_llama = {
     {"model_type", "llama"}, {"vocab_size", 264}, {"hidden_size", 64}, {"intermediate_size", 96},
     {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},

@@ -12,6 +12,7 @@
 #include "model/hf_names.h"
 #include "model/model.h"
 #include "model/safetensors_file.h"
+#include "hf_test_util.h"
 #include "test_util.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -32,36 +33,10 @@
 namespace hill {
 namespace {
 
+using test::write_bpe_tokenizer;
+using test::write_text;
+
 using json = nlohmann::json;
-
-void write_text(const std::string & path, const std::string & s) {
-    std::ofstream f(path, std::ios::binary);
-    f << s;
-    ASSERT_TRUE(f.good()) << path;
-}
-
-// A tiny byte-level BPE: the 256 byte pieces, merges "h e", "l l", "he ll", "hell o", and the
-// special token "<|endoftext|>" (id 260). 261 tokens.
-void write_bpe_tokenizer(const test::temp_dir & dir) {
-    json vocab = json::object();
-    for (int b = 0; b < 256; ++b) vocab[bpe_byte_to_piece(uint8_t(b))] = b;
-    const std::vector<std::pair<std::string, std::string>> merges = {{"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}};
-    json jm = json::array();
-    int id = 256;
-    for (const auto & [a, b] : merges) {
-        vocab[a + b] = id++;
-        jm.push_back(a + " " + b);
-    }
-    const json tok = {
-        {"version", "1.0"},
-        {"added_tokens", json::array({{{"id", 260}, {"content", "<|endoftext|>"}, {"special", true}}})},
-        {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
-        {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", jm}}},
-    };
-    write_text(dir.file("tokenizer.json"), tok.dump());
-    write_text(dir.file("tokenizer_config.json"),
-               json{{"bos_token", "<|endoftext|>"}, {"eos_token", "<|endoftext|>"}}.dump());
-}
 
 struct tiny_dims {
     int64_t n_vocab = 264, n_embd = 64, n_ff = 96, n_layer = 2, n_head = 4, n_head_kv = 2;
@@ -168,7 +143,7 @@ void write_reference_checkpoint(const test::temp_dir & dir, const json & config,
     const std::string cmd = fmt::format("{} {}/tests/reference/arch_ref.py write '{}' '{}' {} 11", HILL_NUMPY_PYTHON,
                                         HILL_SOURCE_DIR, dir.path.string(), config.dump(), dtype);
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-    write_bpe_tokenizer(dir);
+    write_bpe_tokenizer(dir.path);
 }
 
 // Loads the folder and the GGUF file `gguf`, checks they describe the same model, and returns the
@@ -209,7 +184,7 @@ json opt_config(bool norm_before, int64_t word_embed_proj_dim) {
 TEST(convert, llama_f32_tensors_metadata_tokenizer_and_logits) {
     test::temp_dir dir;
     write_llama_checkpoint(dir, "llama");
-    write_bpe_tokenizer(dir);
+    write_bpe_tokenizer(dir.path);
     const std::string out = dir.file("out.gguf");
     const convert_result r = convert_hf_to_gguf(dir.path.string(), out, {});
     EXPECT_EQ(r.arch, "llama");
@@ -280,7 +255,7 @@ TEST(convert, llama_f32_tensors_metadata_tokenizer_and_logits) {
 TEST(convert, q8_0_bf16_f16_types) {
     test::temp_dir dir;
     write_llama_checkpoint(dir, "llama", json::object(), ggml_type::bf16);
-    write_bpe_tokenizer(dir);
+    write_bpe_tokenizer(dir.path);
     const auto mf = model::load(dir.path.string());
     const std::vector<float> ref = logits_of(*mf, k_tokens);
     struct want {
@@ -313,7 +288,7 @@ TEST(convert, q8_0_bf16_f16_types) {
 TEST(convert, qwen2_biases_not_permuted) {
     test::temp_dir dir;
     write_llama_checkpoint(dir, "qwen2");
-    write_bpe_tokenizer(dir);
+    write_bpe_tokenizer(dir.path);
     const std::string out = dir.file("out.gguf");
     const convert_result r = convert_hf_to_gguf(dir.path.string(), out, {});
     EXPECT_EQ(r.arch, "qwen2");
@@ -333,7 +308,7 @@ TEST(convert, qwen2_biases_not_permuted) {
 TEST(convert, rope_scaling_linear_and_llama3) {
     test::temp_dir dir;
     write_llama_checkpoint(dir, "llama", {{"rope_scaling", {{"type", "linear"}, {"factor", 4.0}}}});
-    write_bpe_tokenizer(dir);
+    write_bpe_tokenizer(dir.path);
     convert_hf_to_gguf(dir.path.string(), dir.file("lin.gguf"), {});
     const auto g = gguf_file::open(dir.file("lin.gguf"));
     EXPECT_EQ(g->get_string("llama.rope.scaling.type"), "linear");
@@ -348,7 +323,7 @@ TEST(convert, rope_scaling_linear_and_llama3) {
                             {"rope_scaling",
                              {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
                               {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}}}});
-    write_bpe_tokenizer(dir3);
+    write_bpe_tokenizer(dir3.path);
     const convert_result r = convert_hf_to_gguf(dir3.path.string(), dir3.file("l3.gguf"), {});
     const auto g3 = gguf_file::open(dir3.file("l3.gguf"));
     const gguf_tensor_info * rf = g3->find_tensor("rope_freqs.weight");
@@ -568,7 +543,7 @@ TEST(convert, errors) {
     }
     // A tokenizer larger than vocab_size.
     write_llama_checkpoint(dir, "llama", {{"vocab_size", 100}});
-    write_bpe_tokenizer(dir);
+    write_bpe_tokenizer(dir.path);
     EXPECT_THROW(convert_hf_to_gguf(dir.path.string(), dir.file("x.gguf"), {}), error);
 }
 

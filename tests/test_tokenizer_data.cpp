@@ -18,6 +18,8 @@
 namespace hill {
 namespace {
 
+using test::round_trip_books;
+
 using test::read_all;
 using test::read_case;
 using test::vocab_case;
@@ -146,46 +148,6 @@ TEST(tokenizer_data, book_snippets_match_slow_reference) {
             ASSERT_EQ(t->encode(x, false), reference_encode(t->vocab(), x)) << "snippet '" << x << "'";
         }
     }
-}
-
-// CPU time of the calling thread, seconds: steadier than wall time on a shared machine.
-double thread_cpu_s() {
-    timespec ts{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
-
-// Round trip of every book, with the encode throughput (single thread, per CPU second).
-void round_trip_books(const tokenizer & t, const char * name) {
-    const std::string dir = test::data_dir() + "/text/gutenberg";
-    std::vector<std::string> books;
-    for (const auto & e : std::filesystem::directory_iterator(dir)) {
-        if (e.path().extension() == ".txt") books.push_back(e.path().string());
-    }
-    std::sort(books.begin(), books.end());
-    ASSERT_FALSE(books.empty()) << dir;
-    double total_bytes = 0, total_s = 0;
-    for (const auto & path : books) {
-        const std::string text = read_all(path);
-        const double t0 = thread_cpu_s();
-        const auto ids = t.encode(text, false);
-        const double t1 = thread_cpu_s();
-        const std::string back = t.decode(ids);
-        const double t2 = thread_cpu_s();
-        const double enc_s = t1 - t0;
-        const double dec_s = t2 - t1;
-        const std::string file = std::filesystem::path(path).filename().string();
-        EXPECT_TRUE(back == text) << name << ": round trip of " << file << " differs (" << back.size() << " vs "
-                                  << text.size() << " bytes)";
-        std::printf("[ %s ] %-36s %8.2f MB %9zu tokens (%.2f B/token)  encode %7.2f MB/s  decode %8.1f MB/s\n", name,
-                    file.c_str(), text.size() / 1e6, ids.size(), double(text.size()) / double(ids.size()),
-                    text.size() / 1e6 / enc_s, text.size() / 1e6 / dec_s);
-        total_bytes += double(text.size());
-        total_s += enc_s;
-    }
-    std::printf("[ %s ] all books: %.2f MB, encode throughput %.2f MB/s (one thread, CPU time)\n", name,
-                total_bytes / 1e6, total_bytes / 1e6 / total_s);
-    ::testing::Test::RecordProperty(std::string(name) + "_encode_MBps", std::to_string(total_bytes / 1e6 / total_s));
 }
 
 TEST(tokenizer_data, books_round_trip_llama_spm) {
