@@ -560,6 +560,18 @@ TEST(hf_names, llama_names) {
     EXPECT_EQ(hf_gguf_tensor_name("mistral", "lm_head.weight"), std::nullopt) << "arch is the GGUF name";
 }
 
+TEST(hf_names, gguf_names_map_back_to_hugging_face_names) {
+    EXPECT_EQ(hf_tensor_name_of("llama", "blk.3.attn_q.weight"), "model.layers.3.self_attn.q_proj.weight");
+    EXPECT_EQ(hf_tensor_name_of("qwen2", "blk.0.attn_k.bias"), "model.layers.0.self_attn.k_proj.bias");
+    EXPECT_EQ(hf_tensor_name_of("qwen2", "output_norm.weight"), "model.norm.weight");
+    EXPECT_EQ(hf_tensor_name_of("qwen", "blk.12.attn_qkv.weight"), "transformer.h.12.attn.c_attn.weight");
+    EXPECT_EQ(hf_tensor_name_of("llama", "rope_freqs.weight"), std::nullopt);  // GGUF only
+    EXPECT_EQ(hf_tensor_name_of("falcon", "blk.0.attn_q.weight"), std::nullopt);
+    for (const std::string hf : {"model.layers.7.mlp.down_proj.weight", "model.embed_tokens.weight", "lm_head.weight"}) {
+        EXPECT_EQ(hf_tensor_name_of("llama", *hf_gguf_tensor_name("llama", hf)), hf);  // a round trip
+    }
+}
+
 TEST(hf_names, qwen2_qwen_opt_names) {
     EXPECT_EQ(hf_gguf_tensor_name("qwen2", "model.layers.1.self_attn.k_proj.bias"), "blk.1.attn_k.bias");
     EXPECT_EQ(hf_tensor_permutation("qwen2", "model.layers.1.self_attn.k_proj.weight"), hf_permutation::none);

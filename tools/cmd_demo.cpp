@@ -67,13 +67,13 @@ int run_demo(const demo_opts & o) {
         // A quarter of the prompt's KV: at least 75% of it goes to the cold pool.
         sp.kv_host_budget = m->hp().kv_bytes_per_token(sp.kv_type) * uint64_t(prompt.n_tokens) / 4;
     }
+    thread_pool pool(n_threads);
+    session s(*m, sp, pool);  // checks the KV and storage parameters before the banner
     if (!o.json) {
         fmt::print(stderr, "passkey demo: a {}-token prompt ({}), the key at depth {:.0f}%, hot KV budget {}, seed {}\n",
                    prompt.n_tokens, haystack.empty() ? "generated haystack" : o.haystack_file, 100.0 * depth,
                    format_bytes(sp.kv_host_budget), seed);
     }
-    thread_pool pool(n_threads);
-    session s(*m, sp, pool);
     const std::vector<int32_t> ids = m->tokenizer().encode(prompt.text, true);
     // All but the prompt's last token are prefilled (dense); the last token and the answer are decode
     // steps, so every digit is predicted by attention under the policy.

@@ -29,7 +29,7 @@ namespace {
 
 class hf_source final : public tensor_source {
 public:
-    hf_source(const hf_checkpoint & c, const std::string & arch) : c_(c) {
+    hf_source(const hf_checkpoint & c, const std::string & arch) : c_(c), arch_(arch) {
         for (const hf_tensor_mapping & t : hf_tensor_map(c, arch)) by_gguf_[t.gguf_name] = t.hf_name;
     }
 
@@ -42,14 +42,17 @@ public:
     }
     std::string describe(const std::string & gguf_name) const override {
         const auto it = by_gguf_.find(gguf_name);
-        if (it == by_gguf_.end())
-            return fmt::format("'{}' (GGUF name; docs/models.md lists the Hugging Face names)", gguf_name);
+        if (it == by_gguf_.end()) {
+            const std::optional<std::string> hf = hf_tensor_name_of(arch_, gguf_name);
+            return hf ? fmt::format("'{}' ({})", *hf, gguf_name) : fmt::format("'{}'", gguf_name);
+        }
         return fmt::format("'{}' ({})", it->second, gguf_name);
     }
     const std::string & name() const override { return c_.dir(); }
 
 private:
     const hf_checkpoint & c_;
+    std::string arch_;
     std::map<std::string, std::string> by_gguf_;  // GGUF name -> HF name
 };
 

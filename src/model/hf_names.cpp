@@ -102,6 +102,29 @@ std::string normalize(std::string_view arch, std::string_view hf_name) {
     return std::string(hf_name);
 }
 
+// `name` against a rule pattern whose "{}" stands for a layer index: the index (-1 for a pattern
+// without one), or nullopt when it does not match. "01" is not a layer index.
+std::optional<int64_t> match_pattern(std::string_view pat, std::string_view name) {
+    const size_t hole = pat.find("{}");
+    if (hole == std::string_view::npos) return name == pat ? std::optional<int64_t>(-1) : std::nullopt;
+    const std::string_view head = pat.substr(0, hole), tail = pat.substr(hole + 2);
+    if (!name.starts_with(head) || !name.ends_with(tail) || name.size() <= head.size() + tail.size()) return std::nullopt;
+    const std::string_view digits = name.substr(head.size(), name.size() - head.size() - tail.size());
+    if (digits.size() > 1 && digits[0] == '0') return std::nullopt;
+    int64_t il = -1;
+    const auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), il);
+    if (ec != std::errc() || p != digits.data() + digits.size() || il < 0) return std::nullopt;
+    return il;
+}
+
+// A rule pattern with its "{}" replaced by layer il (il < 0: a pattern without one).
+std::string fill_pattern(std::string_view pat, int64_t il) {
+    std::string out(pat);
+    const size_t hole = out.find("{}");
+    if (hole != std::string::npos) out.replace(hole, 2, std::to_string(il));
+    return out;
+}
+
 std::optional<match> match_name(std::string_view arch, std::string_view hf_name_in) {
     const std::optional<rule_set> rules = rules_for(arch);
     if (!rules) return std::nullopt;
@@ -117,29 +140,15 @@ std::optional<match> match_name(std::string_view arch, std::string_view hf_name_
     }
     if (suffix.empty()) return std::nullopt;
     for (const name_rule * r = rules->begin; r != rules->end; ++r) {
-        const std::string_view pat = r->hf;
-        const size_t hole = pat.find("{}");
-        if (hole == std::string_view::npos) {
-            if (base == pat) return match{r, rules->permute_qk ? r->perm : hf_permutation::none, -1, suffix};
-            continue;
+        if (const std::optional<int64_t> il = match_pattern(r->hf, base)) {
+            return match{r, rules->permute_qk ? r->perm : hf_permutation::none, *il, suffix};
         }
-        const std::string_view head = pat.substr(0, hole), tail = pat.substr(hole + 2);
-        if (!base.starts_with(head) || !base.ends_with(tail) || base.size() <= head.size() + tail.size()) continue;
-        const std::string_view digits = base.substr(head.size(), base.size() - head.size() - tail.size());
-        if (digits.size() > 1 && digits[0] == '0') continue;  // "01" is not a layer index
-        int64_t il = -1;
-        const auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), il);
-        if (ec != std::errc() || p != digits.data() + digits.size() || il < 0) continue;
-        return match{r, rules->permute_qk ? r->perm : hf_permutation::none, il, suffix};
     }
     return std::nullopt;
 }
 
 std::string gguf_name_of(const match & m) {
-    std::string out = m.rule->gguf;
-    const size_t hole = out.find("{}");
-    if (hole != std::string::npos) out.replace(hole, 2, std::to_string(m.layer));
-    return out + m.suffix;
+    return fill_pattern(m.rule->gguf, m.layer) + m.suffix;
 }
 
 // Group of a rule: before the layers, a layer tensor, after the layers. The rule tables list the
@@ -184,6 +193,19 @@ std::string hf_architecture(const hf_checkpoint & ckpt) {
                model_type ? "\"" + *model_type + "\"" : std::string("absent"),
                archs ? fmt::format("[\"{}\"]", fmt::join(*archs, "\", \"")) : std::string("absent"),
                hf_supported_architectures());
+}
+
+std::optional<std::string> hf_tensor_name_of(std::string_view arch, std::string_view gguf_name) {
+    const std::optional<rule_set> rules = rules_for(arch);
+    if (!rules) return std::nullopt;
+    for (const char * suffix : {".weight", ".bias"}) {
+        if (!gguf_name.ends_with(suffix)) continue;
+        const std::string_view base = gguf_name.substr(0, gguf_name.size() - std::strlen(suffix));
+        for (const name_rule * r = rules->begin; r != rules->end; ++r) {
+            if (const std::optional<int64_t> il = match_pattern(r->gguf, base)) return fill_pattern(r->hf, *il) + suffix;
+        }
+    }
+    return std::nullopt;
 }
 
 std::optional<std::string> hf_gguf_tensor_name(std::string_view arch, std::string_view hf_name) {

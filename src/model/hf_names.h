@@ -72,6 +72,10 @@ std::string_view hf_supported_architectures();
 // GGUF tensor name of an HF tensor for GGUF architecture `arch`; nullopt when the name is not
 // part of that architecture (or is ignored: see hf_tensor_ignored).
 std::optional<std::string> hf_gguf_tensor_name(std::string_view arch, std::string_view hf_name);
+// The inverse: the Hugging Face name (with the "model."-style prefix the rules use) that maps to
+// `gguf_name` under `arch`, or nullopt (a GGUF-only tensor such as rope_freqs.weight). For messages
+// about a tensor the checkpoint lacks.
+std::optional<std::string> hf_tensor_name_of(std::string_view arch, std::string_view gguf_name);
 // True for tensors that hold no weights and are dropped (rotary inv_freq buffers, masks).
 bool hf_tensor_ignored(std::string_view arch, std::string_view hf_name);
 
