@@ -22,16 +22,7 @@ namespace {
 
 using ids_t = std::vector<int32_t>;
 
-std::string error_of(const std::function<void()> & f) {
-    try {
-        f();
-    } catch (const error & e) {
-        EXPECT_EQ(e.code(), exit_code::bad_input) << e.what();
-        return e.what();
-    }
-    ADD_FAILURE() << "no hill::error thrown";
-    return "";
-}
+using test::error_of;
 
 #define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << (msg)
 

@@ -24,19 +24,7 @@ using test::vocab_case;
 
 #define LLAMACPP_DIR "tokenizers/llamacpp-vocab/"
 
-// Encodes every string of `c`; every one must give the expected ids and decode back. Returns the
-// number of strings that match.
-size_t expect_matches(const tokenizer & t, const vocab_case & c, const char * what) {
-    size_t n_ok = 0;
-    for (size_t i = 0; i < c.inputs.size() && i < c.expected.size(); ++i) {
-        const auto ids = t.encode(c.inputs[i], false);
-        EXPECT_EQ(ids, c.expected[i]) << what << ": string " << i << " '" << c.inputs[i] << "'";
-        EXPECT_EQ(t.decode(ids), c.inputs[i]) << what << ": string " << i;
-        n_ok += ids == c.expected[i];
-    }
-    std::printf("[ %s ] %zu/%zu strings match llama.cpp's expected ids\n", what, n_ok, c.inputs.size());
-    return n_ok;
-}
+using test::expect_matches;
 
 vocab_case gpt2_case() {
     return test::read_case(test::data_path(LLAMACPP_DIR "ggml-vocab-gpt-2.gguf.inp"),

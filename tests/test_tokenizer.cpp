@@ -396,16 +396,7 @@ std::vector<std::pair<std::string, float>> llama2c_tokens() {
     return t;
 }
 
-std::string error_of(const std::function<void()> & f) {
-    try {
-        f();
-    } catch (const error & e) {
-        EXPECT_EQ(e.code(), exit_code::bad_input) << e.what();
-        return e.what();
-    }
-    ADD_FAILURE() << "expected hill::error";
-    return "";
-}
+using test::error_of;
 
 TEST(llama2c_tokenizer, loads_and_normalises) {
     test::temp_dir dir;

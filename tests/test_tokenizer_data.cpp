@@ -24,16 +24,7 @@ using test::read_all;
 using test::read_case;
 using test::vocab_case;
 
-void expect_matches(const tokenizer & t, const vocab_case & c, const char * what) {
-    size_t n_ok = 0;
-    for (size_t i = 0; i < c.inputs.size() && i < c.expected.size(); ++i) {
-        const auto ids = t.encode(c.inputs[i], false);
-        EXPECT_EQ(ids, c.expected[i]) << what << ": string " << i << " '" << c.inputs[i] << "'";
-        EXPECT_EQ(t.decode(ids), c.inputs[i]) << what << ": string " << i;
-        n_ok += ids == c.expected[i];
-    }
-    std::printf("[ %s ] %zu/%zu strings match llama.cpp\n", what, n_ok, c.inputs.size());
-}
+using test::expect_matches;
 
 #define LLAMACPP_DIR "tokenizers/llamacpp-vocab/"
 

@@ -1,11 +1,16 @@
 // Shared helpers for the test suites.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdlib>
+#include <functional>
 #include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
+
+#include "core/error.h"
 
 namespace hill::test {
 
@@ -44,6 +49,19 @@ inline std::vector<float> random_floats(std::mt19937 & rng, size_t n, float lo =
 }
 
 inline uint32_t fresh_seed() { return std::random_device{}(); }
+
+// The message of the hill::error that f throws, which must be exit_code::bad_input; "" (and a
+// failure) when it throws none.
+inline std::string error_of(const std::function<void()> & f) {
+    try {
+        f();
+    } catch (const error & e) {
+        EXPECT_EQ(e.code(), exit_code::bad_input) << e.what();
+        return e.what();
+    }
+    ADD_FAILURE() << "no hill::error thrown";
+    return "";
+}
 
 }  // namespace hill::test
 

@@ -75,6 +75,20 @@ inline vocab_case read_case(const std::string & inp, const std::string & out) {
     return c;
 }
 
+// Encodes every string of `c`; every one must give the expected ids and decode back. Returns the
+// number of strings that match.
+inline size_t expect_matches(const tokenizer & t, const vocab_case & c, const char * what) {
+    size_t n_ok = 0;
+    for (size_t i = 0; i < c.inputs.size() && i < c.expected.size(); ++i) {
+        const auto ids = t.encode(c.inputs[i], false);
+        EXPECT_EQ(ids, c.expected[i]) << what << ": string " << i << " '" << c.inputs[i] << "'";
+        EXPECT_EQ(t.decode(ids), c.inputs[i]) << what << ": string " << i;
+        n_ok += ids == c.expected[i];
+    }
+    std::printf("[ %s ] %zu/%zu strings match llama.cpp's expected ids\n", what, n_ok, c.inputs.size());
+    return n_ok;
+}
+
 // CPU time of the calling thread, seconds: steadier than wall time on a shared machine.
 inline double thread_cpu_s() {
     timespec ts{};

@@ -27,13 +27,7 @@ void opt_hparams_hf(const hf_checkpoint & c, hparams & hp) {
     hp.n_vocab = int_in("vocab_size", 1, INT32_MAX);
     hp.n_embd = int_in("hidden_size", 1, 1 << 20);
     hp.n_ff = int_in("ffn_dim", 1, 1 << 22);
-    hp.n_layer = int_in("num_hidden_layers", 1, 4096);
-    hp.n_head = int_in("num_attention_heads", 1, 4096);
-    hp.n_head_kv = hp.n_head;
-    if (hp.n_embd % hp.n_head != 0) {
-        fail_input("'{}': hidden_size {} is not a multiple of num_attention_heads {}", cfg, hp.n_embd, hp.n_head);
-    }
-    hp.head_dim = hp.n_embd / hp.n_head;
+    hf_layer_hparams(c, hp);
     hp.n_ctx_train = int_in("max_position_embeddings", 1, 1 << 24);
     hp.n_embd_word = c.config_int_opt("word_embed_proj_dim") ? int_in("word_embed_proj_dim", 1, 1 << 20) : hp.n_embd;
     hp.norm = norm_kind::layer;

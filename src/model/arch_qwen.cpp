@@ -50,13 +50,7 @@ void qwen_hparams_hf(const hf_checkpoint & c, hparams & hp) {
     const int32_t inter = int_in("intermediate_size", 2, 1 << 23);
     if (inter % 2 != 0) fail_input("'{}': intermediate_size {} is odd; Qwen-1's is twice the w1/w2 width", cfg, inter);
     hp.n_ff = inter / 2;
-    hp.n_layer = int_in("num_hidden_layers", 1, 4096);
-    hp.n_head = int_in("num_attention_heads", 1, 4096);
-    hp.n_head_kv = hp.n_head;
-    if (hp.n_embd % hp.n_head != 0) {
-        fail_input("'{}': hidden_size {} is not a multiple of num_attention_heads {}", cfg, hp.n_embd, hp.n_head);
-    }
-    hp.head_dim = hp.n_embd / hp.n_head;
+    hf_layer_hparams(c, hp);
     if (auto kvc = c.config_int_opt("kv_channels"); kvc && *kvc != hp.head_dim) {
         fail_input("'{}': kv_channels is {}; supported: hidden_size / num_attention_heads = {}", cfg, *kvc,
                    hp.head_dim);

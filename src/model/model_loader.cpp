@@ -243,6 +243,22 @@ void gguf_llama_like_hparams(const gguf_file & f, const std::string & arch, hpar
     hp.rope_freq_scale = float(1.0 / factor);
 }
 
+void hf_layer_hparams(const hf_checkpoint & c, hparams & hp) {
+    const auto int_in = [&](const char * key, int64_t lo, int64_t hi) { return c.config_int_in(key, lo, hi); };
+    hp.n_layer = int_in("num_hidden_layers", 1, 4096);
+    hp.n_head = int_in("num_attention_heads", 1, 4096);
+    hp.n_head_kv = c.config_int_opt("num_key_value_heads") ? int_in("num_key_value_heads", 1, 4096) : hp.n_head;
+    if (c.config_int_opt("head_dim")) {
+        hp.head_dim = int_in("head_dim", 1, 1 << 16);
+        return;
+    }
+    if (hp.n_embd % hp.n_head != 0) {
+        fail_input("'{}': hidden_size {} is not a multiple of num_attention_heads {}", c.config_path(), hp.n_embd,
+                   hp.n_head);
+    }
+    hp.head_dim = hp.n_embd / hp.n_head;
+}
+
 void hf_llama_like_hparams(const hf_checkpoint & c, hparams & hp) {
     const std::string cfg = c.config_path();
     const auto int_in = [&](const char * key, int64_t lo, int64_t hi) { return c.config_int_in(key, lo, hi); };
@@ -250,17 +266,7 @@ void hf_llama_like_hparams(const hf_checkpoint & c, hparams & hp) {
     hp.n_vocab = int_in("vocab_size", 1, INT32_MAX);
     hp.n_embd = int_in("hidden_size", 1, 1 << 20);
     hp.n_ff = int_in("intermediate_size", 1, 1 << 22);
-    hp.n_layer = int_in("num_hidden_layers", 1, 4096);
-    hp.n_head = int_in("num_attention_heads", 1, 4096);
-    hp.n_head_kv = c.config_int_opt("num_key_value_heads") ? int_in("num_key_value_heads", 1, 4096) : hp.n_head;
-    if (c.config_int_opt("head_dim")) {
-        hp.head_dim = int_in("head_dim", 1, 1 << 16);
-    } else {
-        if (hp.n_embd % hp.n_head != 0) {
-            fail_input("'{}': hidden_size {} is not a multiple of num_attention_heads {}", cfg, hp.n_embd, hp.n_head);
-        }
-        hp.head_dim = hp.n_embd / hp.n_head;
-    }
+    hf_layer_hparams(c, hp);
     hp.n_ctx_train = c.config_int_opt("max_position_embeddings") ? int_in("max_position_embeddings", 1, big) : 2048;
     hp.rms_eps = float(c.config_float_opt("rms_norm_eps").value_or(1e-6));
     hp.rope_freq_base = float(c.config_float_opt("rope_theta").value_or(10000.0));

@@ -109,6 +109,9 @@ void gguf_llama_like_hparams(const gguf_file & f, const std::string & arch, hpar
 // intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim,
 // max_position_embeddings, rms_norm_eps, rope_theta, rope_scaling (none/default, linear, llama3),
 // hidden_act (silu).
+// num_hidden_layers, num_attention_heads, num_key_value_heads (default: MHA) and head_dim (default:
+// hidden_size / num_attention_heads, which must divide) from config.json; hp.n_embd must be set.
+void hf_layer_hparams(const hf_checkpoint & c, hparams & hp);
 void hf_llama_like_hparams(const hf_checkpoint & c, hparams & hp);
 
 }  // namespace hill
