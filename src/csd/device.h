@@ -103,6 +103,8 @@ public:
 
     // Starts reading the K and V of `tokens` of layer il (each on disk, no repeats; copied).
     virtual void read_begin(int il, std::span<const int32_t> tokens) = 0;
+    // Starts reading the K and V of every token of layer il in written cold pages (dense attention).
+    virtual void read_all_begin(int il) = 0;
     // Calls fn(view, rows, tokens) (as kv_store::for_each_segment) for batches that together cover the
     // tokens once each, on this thread, as they arrive.
     virtual void read_drain(const kv_store::segment_fn & fn) = 0;

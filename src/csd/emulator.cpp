@@ -189,6 +189,16 @@ void emulator::read_begin(int il, std::span<const int32_t> tokens) {
     start_pass(job_kind::read, il);
 }
 
+void emulator::read_all_begin(int il) {
+    job_slots_.clear();
+    const std::span<const int64_t> slot_token = kv_.cold_layer(il).slot_token;
+    for (size_t slot = 0; slot < slot_token.size(); ++slot) {
+        if (slot_token[slot] >= 0) job_slots_.push_back(uint32_t(slot));  // ascending already
+    }
+    ctr_->n_read_passes.fetch_add(1, std::memory_order_relaxed);
+    start_pass(job_kind::read, il);
+}
+
 void emulator::score_drain(const block_fn & on_block) {
     drain(&on_block, nullptr);
 }

@@ -42,6 +42,7 @@ public:
     void score_begin(int il, host_scorer & scorer) override;
     void score_drain(const block_fn & on_block) override;
     void read_begin(int il, std::span<const int32_t> tokens) override;
+    void read_all_begin(int il) override;
     void read_drain(const kv_store::segment_fn & fn) override;
     void cancel() override;
 

@@ -73,28 +73,42 @@ void plain_ssd::score_drain(const block_fn & on_block) {
 void plain_ssd::read_begin(int il, std::span<const int32_t> tokens) {
     il_ = il;
     tokens_.assign(tokens.begin(), tokens.end());
+    read_pending_ = true;
+    read_all_ = false;
+}
+
+void plain_ssd::read_all_begin(int il) {
+    il_ = il;
+    read_pending_ = true;
+    read_all_ = true;
 }
 
 void plain_ssd::read_drain(const kv_store::segment_fn & fn) {
+    HILL_ASSERT(read_pending_);
+    read_pending_ = false;
     ++counters_.n_read_passes;
     uint64_t before = kv_.stats().cold_read_bytes;
     int64_t t0 = time_us();
-    kv_.for_each_segment_of(il_, tokens_, [&](const kv_view & view, const int32_t * rows, const int32_t * tokens) {
+    const kv_store::segment_fn batch = [&](const kv_view & view, const int32_t * rows, const int32_t * tokens) {
         counters_.t_read_us += uint64_t(time_us() - t0);
         account(before, counters_.link_kv_bytes);
         counters_.tokens_read += uint64_t(view.n_kv);
         fn(view, rows, tokens);
         before = kv_.stats().cold_read_bytes;
         t0 = time_us();
-    }, kv_part::k_and_v, kv_scope::on_disk);
-    tokens_.clear();
+    };
+    if (read_all_) {
+        kv_.for_each_segment(il_, batch, kv_part::k_and_v, kv_scope::on_disk);
+    } else {
+        kv_.for_each_segment_of(il_, tokens_, batch, kv_part::k_and_v, kv_scope::on_disk);
+    }
 }
 
 void plain_ssd::cancel() {
     // Nothing runs between begin and drain: forget the pass.
-    if (scorer_ != nullptr || !tokens_.empty()) ++counters_.n_cancelled;
+    if (scorer_ != nullptr || read_pending_) ++counters_.n_cancelled;
     scorer_ = nullptr;
-    tokens_.clear();
+    read_pending_ = false;
 }
 
 }  // namespace hill::csd

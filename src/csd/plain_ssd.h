@@ -19,6 +19,7 @@ public:
     void score_begin(int il, host_scorer & scorer) override;
     void score_drain(const block_fn & on_block) override;
     void read_begin(int il, std::span<const int32_t> tokens) override;
+    void read_all_begin(int il) override;
     void read_drain(const kv_store::segment_fn & fn) override;
     void cancel() override;
 
@@ -37,6 +38,8 @@ private:
     int il_ = -1;
     host_scorer * scorer_ = nullptr;
     std::vector<int32_t> tokens_;      // the read pass's tokens
+    bool read_pending_ = false;        // a read pass is begun and not drained
+    bool read_all_ = false;            // ... of every token on disk (tokens_ unused)
     std::vector<float> seg_scores_;    // f32 [n_group, n]: one segment's scores
     std::vector<uint8_t> block_;       // one score block
 };

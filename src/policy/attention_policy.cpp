@@ -28,13 +28,6 @@ void validate(const policy_params & p) {
     if (p.n_window < 0) fail_usage("--window must be >= 0, got {}", p.n_window);
 }
 
-void on_disk_tokens(const kv_store & kv, int il, std::vector<int32_t> & out) {
-    out.clear();
-    for (const int64_t t : kv.cold_layer(il).slot_token) {
-        if (t >= 0) out.push_back(int32_t(t));
-    }
-}
-
 namespace {
 
 // Dense attention over every token, segment by segment across the tiers.
@@ -48,11 +41,11 @@ public:
         const int64_t t0 = time_us();
         dev.begin(shape_, q, 1);
         auto attend_segment = [&](const kv_view & view, const int32_t * rows, const int32_t *) { dev.attend(view, rows); };
-        on_disk_tokens(kv, il, disk_);
+        const bool on_disk = !kv.cold_layer(il).groups.empty();
         device_pass_guard guard(storage);
-        if (!disk_.empty()) storage.read_begin(il, disk_);
+        if (on_disk) storage.read_all_begin(il);  // the device reads its pages while the host attends to its own
         kv.for_each_segment(il, attend_segment, kv_part::k_and_v, kv_scope::in_memory);
-        if (!disk_.empty()) storage.read_drain(attend_segment);
+        if (on_disk) storage.read_drain(attend_segment);
         guard.done();
         dev.end(out);
         policy_layer_stats & L = stats_.layers[size_t(il)];
@@ -66,7 +59,6 @@ public:
 
 private:
     attention_shape shape_;
-    std::vector<int32_t> disk_;  // this step's tokens in written cold pages
 };
 
 }  // namespace

@@ -104,9 +104,6 @@ private:
     bool armed_ = true;
 };
 
-// The tokens of layer il in written cold pages (the storage device's), in slot order, into out.
-void on_disk_tokens(const kv_store & kv, int il, std::vector<int32_t> & out);
-
 // s: the model's attention shape; n_ctx: the context capacity; pool: the threads that score.
 std::unique_ptr<attention_policy> make_policy(const policy_params & p, const attention_shape & s, int n_layer,
                                               int64_t n_ctx, thread_pool & pool);
