@@ -10,8 +10,11 @@
 //   post-norm (350m): x = LN1(x + out_proj(attn(x)));  x = LN2(x + fc2(relu(fc1(x))));  no final LN
 //   logits = embed_tokens · (project_out(x))  (lm_head tied to embed_tokens unless stored)
 // Every linear layer has a bias; LayerNorm eps is 1e-5 (torch's default; OPT's config has no key;
-// GGUF: opt.attention.layer_norm_epsilon, as convert writes it).
+// GGUF: opt.attention.layer_norm_epsilon, as convert writes it). The forward pass of that block
+// (model/forward.h) is at the end of this file.
+#include "compute/ops.h"
 #include "core/error.h"
+#include "model/forward.h"
 #include "model/gguf_file.h"
 #include "model/hf_checkpoint.h"
 #include "model/model_loader.h"
@@ -135,6 +138,111 @@ void model_loader::opt_model_weights(const tensor_source & src, model & m) {
         l.ffn_down = matrix(src, m, p + "ffn_down.weight", n, hp.n_ff);
         l.ffn_down_b = vector_f32(src, m, p + "ffn_down.bias", n);
     }
+}
+
+namespace {
+
+// The block as the file comment writes it out; pre-norm (norm_before) or post-norm (opt-350m).
+class opt_forward final : public arch_forward {
+public:
+    opt_forward(const model & m, thread_pool & pool, int64_t n_rows_max)
+        : m_(m),
+          hp_(m.hp()),
+          pool_(pool),
+          n_rows_max_(n_rows_max),
+          xn_(size_t(n_rows_max) * size_t(hp_.n_embd)),
+          h_(size_t(n_rows_max) * size_t(hp_.n_ff)) {
+        // What opt_hparams_* and opt_model_weights give the model.
+        HILL_ASSERT(hp_.norm == norm_kind::layer && hp_.ffn == ffn_kind::relu &&
+                    hp_.position == position_kind::learned && m.pos_embd().n_rows > 0);
+        if (m.proj_in().n_rows != 0 || m.proj_out().n_rows != 0) {
+            word_.resize(size_t(n_rows_max) * size_t(hp_.n_embd_word));
+        }
+    }
+
+    void embed(const int32_t * tokens, const int32_t * pos, int64_t n, float * x) override {
+        HILL_ASSERT(n <= n_rows_max_);
+        const int64_t n_embd = hp_.n_embd;
+        const weight_view & e = m_.token_embd();
+        if (m_.proj_in().n_rows == 0) {
+            for (int64_t t = 0; t < n; ++t) dequantize_row(e.type, e.row(tokens[t]), x + t * n_embd, n_embd);
+        } else {
+            // OPT-350m: word embeddings of width n_embd_word, projected to n_embd.
+            for (int64_t t = 0; t < n; ++t) {
+                dequantize_row(e.type, e.row(tokens[t]), word_.data() + t * hp_.n_embd_word, hp_.n_embd_word);
+            }
+            gemm(m_.proj_in(), word_.data(), n, x, pool_);
+        }
+        const weight_view & pe = m_.pos_embd();
+        for (int64_t t = 0; t < n; ++t) {
+            HILL_ASSERT(pos[t] >= 0 && pos[t] < pe.n_rows);
+            dequantize_row(pe.type, pe.row(pos[t]), xn_.data(), n_embd);
+            add_inplace(x + t * n_embd, xn_.data(), n_embd);
+        }
+    }
+
+    void attention_input(int il, const float * x, const int32_t * /*pos*/, int64_t n, float * q, float * k,
+                         float * v) override {
+        HILL_ASSERT(n <= n_rows_max_);
+        const layer_weights & l = m_.layers()[size_t(il)];
+        // Pre-norm blocks project the normed input; post-norm ones the residual stream itself.
+        const float * in = x;
+        if (hp_.norm_before) {
+            layernorm_rows(l.attn_norm, l.attn_norm_b, hp_.rms_eps, x, n, xn_.data());
+            in = xn_.data();
+        }
+        linear(l.wq, l.bq, in, n, q, pool_);
+        linear(l.wk, l.bk, in, n, k, pool_);
+        linear(l.wv, l.bv, in, n, v, pool_);
+    }
+
+    void attention_output(int il, float * x, const float * attn, int64_t n) override {
+        HILL_ASSERT(n <= n_rows_max_);
+        const layer_weights & l = m_.layers()[size_t(il)];
+        const int64_t n_embd = hp_.n_embd;
+        linear(l.wo, l.bo, attn, n, xn_.data(), pool_);
+        add_inplace(x, xn_.data(), n * n_embd);
+        if (!hp_.norm_before) layernorm_rows(l.attn_norm, l.attn_norm_b, hp_.rms_eps, x, n, x);
+        const float * in = x;
+        if (hp_.norm_before) {
+            layernorm_rows(l.ffn_norm, l.ffn_norm_b, hp_.rms_eps, x, n, xn_.data());
+            in = xn_.data();
+        }
+        linear(l.ffn_up, l.ffn_up_b, in, n, h_.data(), pool_);
+        relu(h_.data(), n * hp_.n_ff);
+        linear(l.ffn_down, l.ffn_down_b, h_.data(), n, xn_.data(), pool_);
+        add_inplace(x, xn_.data(), n * n_embd);
+        if (!hp_.norm_before) layernorm_rows(l.ffn_norm, l.ffn_norm_b, hp_.rms_eps, x, n, x);
+    }
+
+    void logits(const float * x, int64_t n, float * out) override {
+        HILL_ASSERT(n <= n_rows_max_);
+        const float * in = x;
+        if (!m_.output_norm().empty()) {
+            layernorm_rows(m_.output_norm(), m_.output_norm_b(), hp_.rms_eps, x, n, xn_.data());
+            in = xn_.data();
+        }
+        if (m_.proj_out().n_rows != 0) {
+            gemm(m_.proj_out(), in, n, word_.data(), pool_);
+            in = word_.data();
+        }
+        gemm(m_.output(), in, n, out, pool_);
+    }
+
+private:
+    const model & m_;
+    const hparams & hp_;
+    thread_pool & pool_;
+    int64_t n_rows_max_;
+    std::vector<float> xn_;    // f32 [n_rows_max, n_embd]: normed input, a projection's output, a position row
+    std::vector<float> h_;     // f32 [n_rows_max, n_ff]: the MLP's hidden layer
+    std::vector<float> word_;  // f32 [n_rows_max, n_embd_word]: word embeddings around proj_in / proj_out (opt-350m)
+};
+
+}  // namespace
+
+std::unique_ptr<arch_forward> make_opt_forward(const model & m, thread_pool & pool, int64_t n_rows_max) {
+    return std::make_unique<opt_forward>(m, pool, n_rows_max);
 }
 
 }  // namespace hill

@@ -6,6 +6,8 @@
 // projection (hf_names.h); config.json's intermediate_size, and GGUF's qwen.feed_forward_length as
 // llama.cpp writes it, are twice the width of each of them. Its dynamic NTK RoPE and log-n
 // attention scaling act only beyond `seq_length` tokens and are not applied (docs/models.md).
+//
+// Forward pass: the llama family's (arch_llama.cpp), biases included.
 #include "core/error.h"
 #include "model/hf_checkpoint.h"
 #include "model/model_loader.h"

@@ -14,11 +14,13 @@ hill_add_library(hill_hf
 )
 target_link_libraries(hill_hf PUBLIC hill_core nlohmann_json::nlohmann_json)
 
-# model_loader: GGUF files and checkpoint folders; arch_*: one file per architecture family.
+# model_loader: GGUF files and checkpoint folders; arch_*: one file per architecture family (its
+# loader and its forward pass); forward: the forward pass's interface and what its implementations share.
 hill_add_library(hill_model
   model/arch_llama.cpp
   model/arch_opt.cpp
   model/arch_qwen.cpp
+  model/forward.cpp
   model/gguf_model.cpp
   model/hf_model.cpp
   model/llama2c_file.cpp
