@@ -1,7 +1,6 @@
 #include "engine/session.h"
 
 #include "compute/attention.h"
-#include "compute/matmul.h"
 #include "compute/ops.h"
 #include "core/error.h"
 
@@ -48,19 +47,16 @@ session::session(const hill::model & m, const session_params & p, thread_pool & 
     if (p.policy.kind == policy_kind::hillinfer) csd::check_scoring(p.storage.kind, p.policy.score);
     const hparams & hp = m.hp();
     HILL_ASSERT(p.n_batch > 0 && p.n_segment > 0);
+    forward_ = make_forward(m, pool, p.n_batch);
     const size_t nb = size_t(p.n_batch);
     x_.resize(size_t(hp.n_embd));
-    xn_.resize(nb * size_t(hp.n_embd));
-    q_.resize(nb * size_t(hp.n_embd_q()));
+    q_.resize(size_t(hp.n_embd_q()));
     k_.resize(nb * size_t(hp.n_embd_kv()));
     v_.resize(nb * size_t(hp.n_embd_kv()));
     attn_.resize(size_t(hp.n_embd_q()));
-    gate_.resize(nb * size_t(hp.n_ff));
-    up_.resize(nb * size_t(hp.n_ff));
+    pos_.resize(nb);
     kv_row_.resize(2 * kv_.layout().row_bytes());
     logits_.resize(size_t(hp.n_vocab));
-    if (hp.n_embd_word != hp.n_embd) embd_.resize(nb * size_t(hp.n_embd_word));
-    if (hp.position == position_kind::rope) rope_inv_freq_ = hp.rope_inv_freq();
 }
 
 attention_shape session::attn_shape() const {
@@ -121,106 +117,10 @@ void session::eval(std::span<const int32_t> tokens, bool logits_all,
     }
 }
 
-void session::norm_rows(const std::vector<float> & w, const std::vector<float> & b, const float * x, float * y,
-                        int64_t n) const {
-    const hparams & hp = model_.hp();
-    const int64_t n_embd = hp.n_embd;
-    for (int64_t t = 0; t < n; ++t) {
-        if (hp.norm == norm_kind::rms) {
-            rmsnorm(x + t * n_embd, w.data(), y + t * n_embd, n_embd, hp.rms_eps);
-        } else {
-            layernorm(x + t * n_embd, w.data(), b.data(), y + t * n_embd, n_embd, hp.rms_eps);
-        }
-    }
-}
-
-void session::linear(const weight_view & w, const std::vector<float> & b, const float * x, int64_t n, float * y) {
-    gemm(w, x, n, y, pool_);
-    if (!b.empty()) add_bias_rows(y, b.data(), n, w.n_rows);
-}
-
-void session::embed(const int32_t * tokens, int64_t n, int64_t p0, float * x) {
-    const hparams & hp = model_.hp();
-    const weight_view & e = model_.token_embd();
-    if (model_.proj_in().n_rows == 0) {
-        for (int64_t t = 0; t < n; ++t) dequantize_row(e.type, e.row(tokens[t]), x + t * hp.n_embd, hp.n_embd);
-    } else {
-        // OPT-350m: word embeddings of width n_embd_word, projected to n_embd, n_batch tokens at a time.
-        for (int64_t t0 = 0; t0 < n; t0 += params_.n_batch) {
-            const int64_t nc = std::min<int64_t>(params_.n_batch, n - t0);
-            for (int64_t t = 0; t < nc; ++t) {
-                dequantize_row(e.type, e.row(tokens[t0 + t]), embd_.data() + t * hp.n_embd_word, hp.n_embd_word);
-            }
-            gemm(model_.proj_in(), embd_.data(), nc, x + t0 * hp.n_embd, pool_);
-        }
-    }
-    if (hp.position == position_kind::learned) {
-        const weight_view & pe = model_.pos_embd();
-        for (int64_t t = 0; t < n; ++t) {
-            dequantize_row(pe.type, pe.row(p0 + t), xn_.data(), hp.n_embd);
-            add_inplace(x + t * hp.n_embd, xn_.data(), hp.n_embd);
-        }
-    }
-}
-
-void session::qkv(const layer_weights & l, const float * x, int64_t n, int64_t p0) {
-    const hparams & hp = model_.hp();
-    const int64_t n_q = hp.n_embd_q(), n_kv = hp.n_embd_kv();
-    // Pre-norm blocks project the normed input; post-norm ones (OPT-350m) the residual stream itself.
-    const float * in = x;
-    if (hp.norm_before) {
-        norm_rows(l.attn_norm, l.attn_norm_b, x, xn_.data(), n);
-        in = xn_.data();
-    }
-    linear(l.wq, l.bq, in, n, q_.data());
-    linear(l.wk, l.bk, in, n, k_.data());
-    linear(l.wv, l.bv, in, n, v_.data());
-    if (hp.position != position_kind::rope) return;
-    for (int64_t t = 0; t < n; ++t) {
-        rope(q_.data() + t * n_q, hp.n_head, hp.head_dim, p0 + t, rope_inv_freq_.data(), hp.rope_pairs);
-        rope(k_.data() + t * n_kv, hp.n_head_kv, hp.head_dim, p0 + t, rope_inv_freq_.data(), hp.rope_pairs);
-    }
-}
-
-void session::finish_block(const layer_weights & l, float * x, int64_t n, const float * attn) {
-    const hparams & hp = model_.hp();
-    const int64_t n_embd = hp.n_embd;
-    linear(l.wo, l.bo, attn, n, xn_.data());
-    add_inplace(x, xn_.data(), n * n_embd);
-    if (!hp.norm_before) norm_rows(l.attn_norm, l.attn_norm_b, x, x, n);
-    const float * in = x;
-    if (hp.norm_before) {
-        norm_rows(l.ffn_norm, l.ffn_norm_b, x, xn_.data(), n);
-        in = xn_.data();
-    }
-    if (hp.ffn == ffn_kind::swiglu) {
-        gemm(l.ffn_gate, in, n, gate_.data(), pool_);
-        gemm(l.ffn_up, in, n, up_.data(), pool_);
-        swiglu(gate_.data(), up_.data(), n * hp.n_ff);
-    } else {
-        linear(l.ffn_up, l.ffn_up_b, in, n, gate_.data());
-        relu(gate_.data(), n * hp.n_ff);
-    }
-    linear(l.ffn_down, l.ffn_down_b, gate_.data(), n, xn_.data());
-    add_inplace(x, xn_.data(), n * n_embd);
-    if (!hp.norm_before) norm_rows(l.ffn_norm, l.ffn_norm_b, x, x, n);
-}
-
-void session::output(const float * x, int64_t n, float * logits_out) {
-    const hparams & hp = model_.hp();
-    for (int64_t t0 = 0; t0 < n; t0 += params_.n_batch) {
-        const int64_t nc = std::min<int64_t>(params_.n_batch, n - t0);
-        const float * in = x + t0 * hp.n_embd;
-        if (!model_.output_norm().empty()) {
-            norm_rows(model_.output_norm(), model_.output_norm_b(), in, xn_.data(), nc);
-            in = xn_.data();
-        }
-        if (model_.proj_out().n_rows != 0) {
-            gemm(model_.proj_out(), in, nc, embd_.data(), pool_);
-            in = embd_.data();
-        }
-        gemm(model_.output(), in, nc, logits_out + t0 * hp.n_vocab, pool_);
-    }
+const int32_t * session::positions(int64_t p0, int64_t n) {
+    HILL_ASSERT(n <= params_.n_batch && p0 + n <= params_.n_ctx);
+    for (int64_t t = 0; t < n; ++t) pos_[size_t(t)] = int32_t(p0 + t);
+    return pos_.data();
 }
 
 void session::prefill(const int32_t * tokens, int64_t n, bool logits_all, float * logits_out,
@@ -235,14 +135,17 @@ void session::prefill(const int32_t * tokens, int64_t n, bool logits_all, float 
     std::vector<float> x(size_t(n) * size_t(n_embd));
     std::vector<uint8_t> layer_k(size_t(n) * rb), layer_v(size_t(n) * rb);
     std::vector<float> qa(size_t(n) * size_t(n_q));
-    embed(tokens, n, p0, x.data());
+    const int64_t n_batch = params_.n_batch;
+    for (int64_t c0 = 0; c0 < n; c0 += n_batch) {
+        const int64_t nc = std::min<int64_t>(n_batch, n - c0);
+        forward_->embed(tokens + c0, positions(p0 + c0, nc), nc, x.data() + c0 * n_embd);
+    }
     const attention_shape shape = attn_shape();
     for (int il = 0; il < hp.n_layer; ++il) {
-        const layer_weights & l = model_.layers()[size_t(il)];
-        for (int64_t c0 = 0; c0 < n; c0 += params_.n_batch) {
-            const int64_t nc = std::min<int64_t>(params_.n_batch, n - c0);
-            qkv(l, x.data() + c0 * n_embd, nc, p0 + c0);
-            std::copy(q_.begin(), q_.begin() + nc * n_q, qa.begin() + c0 * n_q);
+        for (int64_t c0 = 0; c0 < n; c0 += n_batch) {
+            const int64_t nc = std::min<int64_t>(n_batch, n - c0);
+            forward_->attention_input(il, x.data() + c0 * n_embd, positions(p0 + c0, nc), nc, qa.data() + c0 * n_q,
+                                      k_.data(), v_.data());
             for (int64_t t = 0; t < nc; ++t) {
                 store_rows(k_.data() + t * n_kv, type, n_kv, layer_k.data() + size_t(c0 + t) * rb);
                 store_rows(v_.data() + t * n_kv, type, n_kv, layer_v.data() + size_t(c0 + t) * rb);
@@ -256,17 +159,18 @@ void session::prefill(const int32_t * tokens, int64_t n, bool logits_all, float 
         });
         device_->attend(kv_view{type, layer_k.data(), layer_v.data(), n, n_kv}, nullptr, 0);
         device_->end(qa.data());
-        for (int64_t c0 = 0; c0 < n; c0 += params_.n_batch) {
-            const int64_t nc = std::min<int64_t>(params_.n_batch, n - c0);
-            finish_block(l, x.data() + c0 * n_embd, nc, qa.data() + c0 * n_q);
+        for (int64_t c0 = 0; c0 < n; c0 += n_batch) {
+            const int64_t nc = std::min<int64_t>(n_batch, n - c0);
+            forward_->attention_output(il, x.data() + c0 * n_embd, qa.data() + c0 * n_q, nc);
             progress(int64_t(il) * n + c0 + nc);
         }
         storage_->append(il, n, layer_k.data(), layer_v.data());
     }
-    if (logits_all) {
-        output(x.data(), n, logits_out);
-    } else {
-        output(x.data() + (n - 1) * n_embd, 1, logits_out);
+    // Every token's logits, or the last one's.
+    const int64_t t0 = logits_all ? 0 : n - 1;
+    for (int64_t c0 = t0; c0 < n; c0 += n_batch) {
+        const int64_t nc = std::min<int64_t>(n_batch, n - c0);
+        forward_->logits(x.data() + c0 * n_embd, nc, logits_out + (c0 - t0) * hp.n_vocab);
     }
     n_past_ = p0 + n;
 }
@@ -275,17 +179,17 @@ void session::decode(int32_t token) {
     const hparams & hp = model_.hp();
     const int64_t n_kv = hp.n_embd_kv();
     const size_t rb = kv_.layout().row_bytes();
-    embed(&token, 1, n_past_, x_.data());
+    const int32_t * pos = positions(n_past_, 1);
+    forward_->embed(&token, pos, 1, x_.data());
     for (int il = 0; il < hp.n_layer; ++il) {
-        const layer_weights & l = model_.layers()[size_t(il)];
-        qkv(l, x_.data(), 1, n_past_);
+        forward_->attention_input(il, x_.data(), pos, 1, q_.data(), k_.data(), v_.data());
         store_rows(k_.data(), params_.kv_type, n_kv, kv_row_.data());
         store_rows(v_.data(), params_.kv_type, n_kv, kv_row_.data() + rb);
         storage_->append(il, 1, kv_row_.data(), kv_row_.data() + rb);
         policy_->attend(il, q_.data(), kv_, *storage_, *device_, attn_.data());
-        finish_block(l, x_.data(), 1, attn_.data());
+        forward_->attention_output(il, x_.data(), attn_.data(), 1);
     }
-    output(x_.data(), 1, logits_.data());
+    forward_->logits(x_.data(), 1, logits_.data());
     ++n_past_;
 }
 

@@ -1,10 +1,9 @@
 // One sequence being run through a model: its KV cache (kv/kv_store.h: a hot pool in DRAM and, when
-// the host budget is smaller than the context, a cold pool on SSD), the activation buffers, and the
-// forward pass of the Llama block (RMSNorm -> attention with RoPE and GQA -> residual -> RMSNorm ->
-// SwiGLU FFN -> residual; Touvron et al. 2023) and of its relatives (model/model.h): Q/K/V biases
-// (qwen2, qwen), and OPT's learned positions, LayerNorm (pre- or post-norm), ReLU MLP with biases and
-// embedding projections. Biases and positions touch only the projections and the embeddings, so
-// prefill and decode share them (embed, qkv, finish_block, output) and attention is the same.
+// the host budget is smaller than the context, a cold pool on SSD), its residual stream, and
+// attention. The forward pass around attention — embeddings, each block's norm, Q/K/V projections
+// and RoPE before attention, its output projection and FFN after, the logits — is the model
+// architecture's (model/forward.h); prefill and decode call the same pieces, at consecutive
+// positions for a prompt chunk and at n_past for a decoded token.
 //
 // Prefill is layer-major (DESIGN.md §3): every prompt token goes through layer il (in chunks of
 // n_batch tokens), then layer il's KV is appended to the store, before layer il+1 starts. A chunk
@@ -27,6 +26,7 @@
 #include "core/thread_pool.h"
 #include "kv/device_tier.h"
 #include "kv/kv_store.h"
+#include "model/forward.h"
 #include "model/model.h"
 #include "policy/attention_policy.h"
 
@@ -93,22 +93,8 @@ private:
     void prefill(const int32_t * tokens, int64_t n, bool logits_all, float * logits_out,
                  const std::function<void(int64_t)> & progress);
     void decode(int32_t token);
-    // x: f32 [n, n_embd] -> logits_out: f32 [n, n_vocab] (final norm + output matrix).
-    void output(const float * x, int64_t n, float * logits_out);
-    // x: f32 [n, n_embd] = the input embeddings of tokens at positions [p0, p0 + n): token embedding
-    // (projected to n_embd when the model has proj_in), plus the learned position embedding.
-    void embed(const int32_t * tokens, int64_t n, int64_t p0, float * x);
-    // Q, K, V (with biases) of n tokens at positions [p0, p0 + n) from x (normed into xn_ when the
-    // blocks are pre-norm), RoPE applied when the model uses it.
-    void qkv(const layer_weights & l, const float * x, int64_t n, int64_t p0);
-    // x[n, n_embd] += attention output projection of attn f32 [n, n_embd_q], then the FFN block
-    // (post-norm models: each sum normed in place).
-    void finish_block(const layer_weights & l, float * x, int64_t n, const float * attn);
-    // y[n, n_embd] = RMSNorm(x) · w or LayerNorm(x) · w + b, as the model's norm; y may alias x.
-    void norm_rows(const std::vector<float> & w, const std::vector<float> & b, const float * x, float * y,
-                   int64_t n) const;
-    // y[n, w.n_rows] = x[n, w.n_cols] · wᵀ (+ b when not empty).
-    void linear(const weight_view & w, const std::vector<float> & b, const float * x, int64_t n, float * y);
+    // pos_ [0, n) = p0, p0 + 1, ...: the positions of n <= n_batch consecutive tokens.
+    const int32_t * positions(int64_t p0, int64_t n);
     attention_shape attn_shape() const;
 
     const hill::model & model_;
@@ -120,19 +106,16 @@ private:
     std::unique_ptr<attention_policy> policy_;  // which tokens a decode step attends to
     int64_t n_past_ = 0;
 
-    // Activations for up to n_batch tokens.
+    std::unique_ptr<arch_forward> forward_;  // the model's forward pass around attention, n_batch rows per call
+
     std::vector<float> x_;       // f32 [n_embd]: the decode token's residual stream
-    std::vector<float> xn_;      // f32 [n_batch, n_embd] normed input
-    std::vector<float> q_;       // f32 [n_batch, n_head * head_dim]
+    std::vector<float> q_;       // f32 [n_head * head_dim]: the decode token's query
     std::vector<float> k_;       // f32 [n_batch, n_head_kv * head_dim]
     std::vector<float> v_;       // f32 [n_batch, n_head_kv * head_dim]
     std::vector<float> attn_;    // f32 [n_head * head_dim]: the decode token's attention output
-    std::vector<float> gate_;    // f32 [n_batch, n_ff]
-    std::vector<float> up_;      // f32 [n_batch, n_ff]
+    std::vector<int32_t> pos_;   // i32 [n_batch]: positions of a chunk's tokens
     std::vector<uint8_t> kv_row_;       // kv_type [2, n_head_kv * head_dim]: the decode token's K and V
     std::vector<float> logits_;  // f32 [1 or n, n_vocab]
-    std::vector<float> embd_;    // f32 [n_batch, n_embd_word]: word embeddings around proj_in / proj_out (opt-350m)
-    std::vector<double> rope_inv_freq_;  // f64 [head_dim/2]: RoPE angle per position of each pair
 };
 
 }  // namespace hill
