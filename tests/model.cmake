@@ -4,6 +4,8 @@ hill_add_test(test_gguf unit LIBS hill_gguf SOURCES test_gguf.cpp)
 hill_add_test(test_gguf_data model LIBS hill_gguf SOURCES test_gguf_data.cpp)
 # The passkey model is run by a session: hill_engine brings hill_model.
 hill_add_test(test_passkey_model unit LIBS hill_engine SOURCES test_passkey_model.cpp)
+# The forward pass around attention (model/forward.h): batch rows equal rows alone, every architecture.
+hill_add_test(test_forward unit LIBS hill_model SOURCES test_forward.cpp)
 
 # libFuzzer targets for the GGUF and safetensors readers (the latter parses its JSON header with
 # nlohmann-json, header-only, so the parser is instrumented too).
