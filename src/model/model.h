@@ -12,7 +12,8 @@
 // checkpoint folders (all four; model/hf_model.cpp) and llama2.c legacy checkpoints (`.bin`,
 // 7×int32 header then f32 arrays; model/llama2c_file.cpp). The per-architecture files
 // (model/arch_*.cpp) read the hyperparameters and find the weights under their GGUF names in either
-// container (model/model_loader.h).
+// container (model/model_loader.h), and hold the architecture's forward pass around attention
+// (model/forward.h: arch_llama.cpp for llama, qwen2 and qwen; arch_opt.cpp for opt).
 #pragma once
 
 #include "compute/matmul.h"
