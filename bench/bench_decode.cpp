@@ -92,7 +92,7 @@ int main(int argc, char ** argv) {
         std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
         for (int i = 0; i < n_prompt; ++i) prompt[size_t(i)] = 1 + (i * 7919) % (hp.n_vocab - 1);
         std::vector<double> prefill_tps, decode_tps;
-        session s(*m, session_params{n_prompt + n_gen + 1, ggml_type::f16}, pool);
+        session s(*m, context_params{n_prompt + n_gen + 1, ggml_type::f16}, pool);
         for (int r = 0; r < reps + 1; ++r) {  // the first repetition warms the page cache and is dropped
             s.truncate(0);
             int64_t t0 = time_us();

@@ -28,7 +28,7 @@ inline void check_retrieval(int32_t n_ctx) {
         const std::vector<int32_t> ids = m->tokenizer().encode(p.text, true);
         // A quarter of the prompt's KV in the hot pool: 75% cold.
         const int64_t n_head = int64_t(ids.size()) - 1;
-        session_params sp{.n_ctx = n_ctx, .kv_host_budget = m->hp().kv_bytes_per_token(ggml_type::f16) *
+        context_params sp{.n_ctx = n_ctx, .kv_host_budget = m->hp().kv_bytes_per_token(ggml_type::f16) *
                                                              uint64_t(n_head) / 4,
                           .kv_dir = dir.file("kv")};
         session s(*m, sp, pool);

@@ -1,6 +1,7 @@
-// cold_pool: both io backends, on the real disk (/var/tmp, O_DIRECT) and on tmpfs (/dev/shm):
-// round trips of random page sets, coalescing, injected faults (EIO, short reads, ENOSPC), corrupted
-// pages, bad kv directories, stale files of dead processes, free-space and preallocation failures.
+// cold_pool with its cold_writer and cold_reader: both io backends, on the real disk (/var/tmp, O_DIRECT)
+// and on tmpfs (/dev/shm): round trips of random page sets, coalescing, injected faults (EIO, short reads,
+// ENOSPC), corrupted pages, bad kv directories, stale files of dead processes, free-space and
+// preallocation failures.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <linux/magic.h>
@@ -22,6 +23,8 @@
 #include "core/aligned_buffer.h"
 #include "core/error.h"
 #include "kv/cold_pool.h"
+#include "kv/cold_reader.h"
+#include "kv/cold_writer.h"
 #include "kv_test_util.h"
 #include "test_util.h"
 
@@ -92,8 +95,13 @@ protected:
         p.page_bytes = page_bytes;
         p.n_pages = n_pages;
         p.max_file_bytes = 16 * page_bytes;  // several files even for small pools
-        p.io.force_sync = GetParam().force_sync;
         return p;
+    }
+    io_queue_params io(io_fault_hook hook = {}) const {
+        io_queue_params q;
+        q.force_sync = GetParam().force_sync;
+        q.fault_hook = std::move(hook);
+        return q;
     }
 
     void fill_random(uint8_t * p, size_t n) {
@@ -105,6 +113,7 @@ protected:
 
     // Allocates every page and writes random bytes to all of them; returns [n_pages * page_bytes].
     aligned_buffer fill_pool(cold_pool & pool) {
+        cold_writer w(pool, io());
         aligned_buffer truth(size_t(pool.n_pages()) * page_bytes);
         fill_random(truth.data(), truth.size());
         std::vector<page_write> wr;
@@ -114,7 +123,7 @@ protected:
             wr.push_back({p, truth.data() + size_t(p) * page_bytes});
         }
         std::vector<page_result> res(wr.size());
-        EXPECT_EQ(pool.write_pages(wr, res), 0u);
+        EXPECT_EQ(w.write_pages(wr, res), 0u);
         return truth;
     }
 
@@ -138,6 +147,8 @@ TEST_P(cold_pool_test, random_writes_then_reads_round_trip) {
             EXPECT_TRUE(pool.direct());
         }
         aligned_buffer truth = fill_pool(pool);
+        cold_writer writer(pool, io());
+        cold_reader reader(pool, io());
         for (int round = 0; round < 10; ++round) {
             std::vector<uint32_t> ids(pool.n_pages());
             std::iota(ids.begin(), ids.end(), 0u);
@@ -151,7 +162,7 @@ TEST_P(cold_pool_test, random_writes_then_reads_round_trip) {
                 std::memcpy(truth.data() + size_t(ids[i]) * page_bytes, wbuf.data() + i * page_bytes, page_bytes);
             }
             std::vector<page_result> wres(wr.size());
-            ASSERT_EQ(pool.write_pages(wr, wres), 0u);
+            ASSERT_EQ(writer.write_pages(wr, wres), 0u);
 
             const size_t n_read = 1 + rng_() % 80;  // duplicates allowed
             aligned_buffer rbuf(n_read * page_bytes);
@@ -159,7 +170,7 @@ TEST_P(cold_pool_test, random_writes_then_reads_round_trip) {
             for (size_t i = 0; i < n_read; ++i)
                 rd.push_back({uint32_t(rng_() % pool.n_pages()), rbuf.data() + i * page_bytes});
             std::vector<page_result> rres(rd.size());
-            ASSERT_EQ(pool.read_pages(rd, rres), 0u);
+            ASSERT_EQ(reader.read_pages(rd, rres), 0u);
             for (size_t i = 0; i < rd.size(); ++i) {
                 ASSERT_EQ(rres[i].status, page_status::ok);
                 ASSERT_EQ(std::memcmp(rd[i].buffer, truth.data() + size_t(rd[i].page) * page_bytes, page_bytes), 0)
@@ -177,10 +188,10 @@ TEST_P(cold_pool_test, sequential_pages_are_read_in_few_ops) {
     std::vector<page_read> rd;
     for (uint32_t p = 16; p < 32; ++p) rd.push_back({p, rbuf.data() + (p - 16) * page_bytes});  // one file
     std::vector<page_result> res(rd.size());
-    pool.io().reset_stats();
-    ASSERT_EQ(pool.read_pages(rd, res), 0u);
-    EXPECT_EQ(pool.io().stats().n_requests, 16u);
-    EXPECT_EQ(pool.io().stats().n_ops, 1u);
+    cold_reader reader(pool, io());
+    ASSERT_EQ(reader.read_pages(rd, res), 0u);
+    EXPECT_EQ(reader.io().stats().n_requests, 16u);
+    EXPECT_EQ(reader.io().stats().n_ops, 1u);
     EXPECT_EQ(std::memcmp(rbuf.data(), truth.data() + 16 * page_bytes, 16 * page_bytes), 0);
 }
 
@@ -195,20 +206,20 @@ TEST_P(cold_pool_test, alloc_free_and_unwritten_pages) {
     b.data()[0] = 1;
     page_read rd{1, b.data()};
     page_result r;
-    EXPECT_EQ(pool.read_pages({&rd, 1}, {&r, 1}), 1u);
+    cold_reader reader(pool, io());
+    EXPECT_EQ(reader.read_pages({&rd, 1}, {&r, 1}), 1u);
     EXPECT_EQ(r.status, page_status::unwritten);
     EXPECT_EQ(b.data()[0], 0) << "a page that is not ok has its buffer zeroed";
 }
 
 // EIO on one page's read: that page reports io_error (buffer zeroed); the others are correct.
 TEST_P(cold_pool_test, injected_eio_on_read) {
-    cold_pool_params p = params(32);
     uint64_t bad_offset = ~uint64_t(0);
-    p.io.fault_hook = [&](const io_issue & is, int64_t r) -> int64_t {
+    cold_pool pool(params(32));
+    cold_reader reader(pool, io([&](const io_issue & is, int64_t r) -> int64_t {
         if (is.op == io_op::read && is.offset <= bad_offset && bad_offset < is.offset + is.size_bytes) return -EIO;
         return r;
-    };
-    cold_pool pool(p);
+    }));
     aligned_buffer truth = fill_pool(pool);
     const uint32_t bad_page = 5;
     bad_offset = pool.file_offset(bad_page);  // file 0: pages 0..15
@@ -217,7 +228,7 @@ TEST_P(cold_pool_test, injected_eio_on_read) {
     std::vector<page_read> rd;
     for (uint32_t q = 0; q < 16; ++q) rd.push_back({q, rbuf.data() + q * page_bytes});
     std::vector<page_result> res(rd.size());
-    EXPECT_EQ(pool.read_pages(rd, res), 1u);
+    EXPECT_EQ(reader.read_pages(rd, res), 1u);
     for (uint32_t q = 0; q < 16; ++q) {
         if (q == bad_page) {
             EXPECT_EQ(res[q].status, page_status::io_error);
@@ -237,9 +248,8 @@ TEST_P(cold_pool_test, injected_eio_on_read) {
 
 // Short reads (half of what was asked, whole 4 KiB blocks, tail scribbled): correct data.
 TEST_P(cold_pool_test, injected_short_reads_give_correct_data) {
-    cold_pool_params p = params(32);
-    p.io.fault_hook = test::short_transfers(4096, false);
-    cold_pool pool(p);
+    cold_pool pool(params(32));
+    cold_reader reader(pool, io(test::short_transfers(4096, false)));
     aligned_buffer truth = fill_pool(pool);
     std::vector<uint32_t> ids(32);
     std::iota(ids.begin(), ids.end(), 0u);
@@ -248,9 +258,8 @@ TEST_P(cold_pool_test, injected_short_reads_give_correct_data) {
     std::vector<page_read> rd;
     for (size_t i = 0; i < 32; ++i) rd.push_back({ids[i], rbuf.data() + i * page_bytes});
     std::vector<page_result> res(rd.size());
-    pool.io().reset_stats();
-    ASSERT_EQ(pool.read_pages(rd, res), 0u);
-    EXPECT_GT(pool.io().stats().n_remainders, 0u);
+    ASSERT_EQ(reader.read_pages(rd, res), 0u);
+    EXPECT_GT(reader.io().stats().n_remainders, 0u);
     for (size_t i = 0; i < 32; ++i) {
         ASSERT_EQ(std::memcmp(rd[i].buffer, truth.data() + size_t(ids[i]) * page_bytes, page_bytes), 0) << ids[i];
     }
@@ -259,16 +268,16 @@ TEST_P(cold_pool_test, injected_short_reads_give_correct_data) {
 // ENOSPC on one page of a write batch: the whole batch fails cleanly (every page unwritten), the
 // pages written before are intact, and the pool keeps working.
 TEST_P(cold_pool_test, injected_enospc_fails_the_whole_write_batch) {
-    cold_pool_params p = params(32);
     bool inject = false;
-    p.io.fault_hook = [&](const io_issue & is, int64_t r) -> int64_t {
+    cold_pool pool(params(32));
+    cold_writer writer(pool, io([&](const io_issue & is, int64_t r) -> int64_t {
         if (inject && is.op == io_op::write && is.offset <= 3 * page_bytes &&
             3 * page_bytes < is.offset + is.size_bytes) {
             return -ENOSPC;
         }
         return r;
-    };
-    cold_pool pool(p);
+    }));
+    cold_reader reader(pool, io());
     aligned_buffer truth = fill_pool(pool);
     pool.free(20);
     pool.free(21);
@@ -279,7 +288,7 @@ TEST_P(cold_pool_test, injected_enospc_fails_the_whole_write_batch) {
     std::vector<page_write> wr{{3, fresh.data()}, {20, fresh.data() + page_bytes}, {21, fresh.data() + 2 * page_bytes}};
     std::vector<page_result> wres(wr.size());
     inject = true;
-    EXPECT_EQ(pool.write_pages(wr, wres), 3u);
+    EXPECT_EQ(writer.write_pages(wr, wres), 3u);
     EXPECT_EQ(wres[0].status, page_status::io_error);
     EXPECT_EQ(wres[0].io_result, -ENOSPC);
     EXPECT_EQ(wres[1].status, page_status::batch_failed);
@@ -292,7 +301,7 @@ TEST_P(cold_pool_test, injected_enospc_fails_the_whole_write_batch) {
                               {21, rbuf.data() + 2 * page_bytes},
                               {4, rbuf.data() + 3 * page_bytes}};
     std::vector<page_result> rres(rd.size());
-    EXPECT_EQ(pool.read_pages(rd, rres), 3u);
+    EXPECT_EQ(reader.read_pages(rd, rres), 3u);
     EXPECT_EQ(rres[0].status, page_status::unwritten);
     EXPECT_EQ(rres[1].status, page_status::unwritten);
     EXPECT_EQ(rres[2].status, page_status::unwritten);
@@ -300,8 +309,8 @@ TEST_P(cold_pool_test, injected_enospc_fails_the_whole_write_batch) {
     EXPECT_EQ(std::memcmp(rbuf.data() + 3 * page_bytes, truth.data() + 4 * page_bytes, page_bytes), 0);
 
     inject = false;
-    ASSERT_EQ(pool.write_pages(wr, wres), 0u);
-    ASSERT_EQ(pool.read_pages(rd, rres), 0u);
+    ASSERT_EQ(writer.write_pages(wr, wres), 0u);
+    ASSERT_EQ(reader.read_pages(rd, rres), 0u);
     EXPECT_EQ(std::memcmp(rbuf.data(), fresh.data(), 3 * page_bytes), 0);
 }
 
@@ -326,7 +335,8 @@ TEST_P(cold_pool_test, corrupted_page_is_a_checksum_mismatch) {
     std::vector<page_read> rd{
         {18, rbuf.data()}, {victim, rbuf.data() + page_bytes}, {20, rbuf.data() + 2 * page_bytes}};
     std::vector<page_result> res(rd.size());
-    EXPECT_EQ(pool.read_pages(rd, res), 1u);
+    cold_reader reader(pool, io());
+    EXPECT_EQ(reader.read_pages(rd, res), 1u);
     EXPECT_EQ(res[0].status, page_status::ok);
     EXPECT_EQ(res[2].status, page_status::ok);
     ASSERT_EQ(res[1].status, page_status::checksum_mismatch);
@@ -475,8 +485,10 @@ TEST(cold_pool_dir, works_where_o_direct_is_refused) {
     page_write pw{id, w.data()};
     page_read pr{id, r.data()};
     page_result res;
-    ASSERT_EQ(pool.write_pages({&pw, 1}, {&res, 1}), 0u);
-    ASSERT_EQ(pool.read_pages({&pr, 1}, {&res, 1}), 0u);
+    cold_writer writer(pool);
+    cold_reader reader(pool);
+    ASSERT_EQ(writer.write_pages({&pw, 1}, {&res, 1}), 0u);
+    ASSERT_EQ(reader.read_pages({&pr, 1}, {&res, 1}), 0u);
     EXPECT_EQ(std::memcmp(w.data(), r.data(), 4096), 0);
 }
 
@@ -491,8 +503,11 @@ TEST(cold_pool_threads, one_pool_per_thread) {
             p.kv_dir = dir.file("kv");
             p.page_bytes = 4096;
             p.n_pages = 32;
-            p.io.force_sync = t == 2;
             cold_pool pool(p);
+            io_queue_params q;
+            q.force_sync = t == 2;
+            cold_writer writer(pool, q);
+            cold_reader reader(pool, q);
             aligned_buffer w(32 * 4096), r(32 * 4096);
             for (size_t i = 0; i < w.size(); ++i) w.data()[i] = uint8_t(i * 7 + t);
             std::vector<page_write> wr;
@@ -503,7 +518,7 @@ TEST(cold_pool_threads, one_pool_per_thread) {
                 rd.push_back({id, r.data() + i * 4096});
             }
             std::vector<page_result> res(32);
-            if (pool.write_pages(wr, res) == 0 && pool.read_pages(rd, res) == 0 &&
+            if (writer.write_pages(wr, res) == 0 && reader.read_pages(rd, res) == 0 &&
                 std::memcmp(w.data(), r.data(), w.size()) == 0) {
                 ++n_ok;
             }

@@ -113,7 +113,7 @@ void write_llama_checkpoint(const test::temp_dir & dir, const std::string & arch
 // Logits f32 [n_tokens, n_vocab] of `m` for `tokens`.
 std::vector<float> logits_of(const model & m, const std::vector<int32_t> & tokens) {
     thread_pool pool(1);
-    session s(m, session_params{64, ggml_type::f32, 64, 8192}, pool);
+    session s(m, context_params{64, ggml_type::f32, 64, 8192}, pool);
     s.eval(tokens, true);
     return std::vector<float>(s.logits(), s.logits() + tokens.size() * size_t(m.hp().n_vocab));
 }

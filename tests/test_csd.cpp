@@ -488,7 +488,7 @@ TEST(csd_session, decoding_under_the_emulator_equals_the_plain_ssd) {
             std::vector<int32_t> ids[2];
             csd::device_counters c[2];
             for (int e = 0; e < 2; ++e) {
-                session_params sp{.n_ctx = 1024, .kv_host_budget = budget, .kv_dir = dir.file("kv"), .policy = pp};
+                context_params sp{.n_ctx = 1024, .kv_host_budget = budget, .kv_dir = dir.file("kv"), .policy = pp};
                 sp.storage.kind = e == 0 ? csd::storage_kind::plain : csd::storage_kind::emulator;
                 sp.storage.block_tokens = 50;
                 session s(*m, sp, pool);

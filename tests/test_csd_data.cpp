@@ -25,7 +25,7 @@ TEST(csd_data, emulator_equals_host_scoring_on_a_real_models_keys) {
     std::vector<int32_t> ids[2];
     std::vector<uint64_t> scored(2);
     for (int e = 0; e < 2; ++e) {
-        session_params sp{.n_ctx = 512, .kv_host_budget = budget, .kv_dir = dir.file("kv"), .policy = pp};
+        context_params sp{.n_ctx = 512, .kv_host_budget = budget, .kv_dir = dir.file("kv"), .policy = pp};
         sp.storage.kind = e == 0 ? csd::storage_kind::plain : csd::storage_kind::emulator;
         session s(*m, sp, pool);
         ids[e] = {m->tokenizer().vocab().bos};

@@ -31,7 +31,7 @@ golden read_golden(const std::string & path) {
 
 void check_model(const model & m, const golden & g, ggml_type kv_type, bool check_logits) {
     thread_pool pool(2);
-    session s(m, session_params{512, kv_type}, pool);
+    session s(m, context_params{512, kv_type}, pool);
     sampler greedy(sampler_params{.temperature = 0.0f}, m.hp().n_vocab);
     std::vector<int32_t> ids = {g.ids[0]};
     for (size_t step = 0; step + 1 < g.ids.size(); ++step) {
@@ -84,9 +84,9 @@ TEST(golden, stories260k_prefill_equals_decode) {
     const golden g = read_golden(ref);
     const std::vector<int32_t> prompt(g.ids.begin(), g.ids.begin() + 100);
     thread_pool pool(2);
-    session a(*m, session_params{512, ggml_type::f32, 64}, pool);
+    session a(*m, context_params{512, ggml_type::f32, 64}, pool);
     a.eval(prompt, true);
-    session b(*m, session_params{512, ggml_type::f32, 1}, pool);
+    session b(*m, context_params{512, ggml_type::f32, 1}, pool);
     const int32_t n_vocab = m->hp().n_vocab;
     for (size_t t = 0; t < prompt.size(); ++t) {
         b.eval(std::span<const int32_t>(&prompt[t], 1));
@@ -111,9 +111,9 @@ TEST(golden, stories260k_with_75_percent_of_the_kv_cold) {
     thread_pool pool(2);
     for (ggml_type type : {ggml_type::f32, ggml_type::f16}) {
         const uint64_t per_token = m->hp().kv_bytes_per_token(type);
-        session ram(*m, session_params{512, type}, pool);
+        session ram(*m, context_params{512, type}, pool);
         // 64 hot tokens per layer: after 256 steps, 75% of the KV is cold.
-        session tiered(*m, session_params{.n_ctx = 512, .kv_type = type, .kv_host_budget = per_token * 64,
+        session tiered(*m, context_params{.n_ctx = 512, .kv_type = type, .kv_host_budget = per_token * 64,
                                           .kv_dir = dir.file("kv")}, pool);
         std::vector<int32_t> ids = {g.ids[0]};
         double worst = 0.0;

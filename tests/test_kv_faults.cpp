@@ -27,9 +27,9 @@ protected:
         m = model::load(dir.file("m.gguf"));
         for (int i = 0; i < 300; ++i) prompt.push_back(1 + (i * 41) % 299);
     }
-    session_params params(io_fault_hook hook = {}) {
+    context_params params(io_fault_hook hook = {}) {
         // 32 hot tokens per layer (F16 rows of 64 bytes: 64-token pages): most of the prompt goes cold.
-        return session_params{.n_ctx = 400, .kv_host_budget = m->hp().kv_bytes_per_token(ggml_type::f16) * 32,
+        return context_params{.n_ctx = 400, .kv_host_budget = m->hp().kv_bytes_per_token(ggml_type::f16) * 32,
                               .kv_dir = dir.file("kv"), .io_faults = std::move(hook)};
     }
     // One decode step; the error message, or "" when it succeeded.
@@ -113,7 +113,7 @@ TEST_F(kv_faults, short_reads_are_finished) {
 TEST_F(kv_faults, unusable_kv_dir_is_a_clear_error) {
     const std::string file = dir.file("a-file");
     { std::ofstream(file) << "x"; }
-    session_params p = params();
+    context_params p = params();
     p.kv_dir = file + "/kv";  // under a regular file: fails even for root
     try {
         session s(*m, p, pool);

@@ -120,7 +120,7 @@ void write_gguf(const std::string & path, const weights & w, bool shared) {
 
 std::vector<float> logits_of(const model & m) {
     thread_pool pool(2);
-    session s(m, session_params{seq_len, ggml_type::f32}, pool);
+    session s(m, context_params{seq_len, ggml_type::f32}, pool);
     const std::vector<int32_t> tokens = {1, 259, 70, 3, 200, 259};
     s.eval(tokens, true);
     return std::vector<float>(s.logits(), s.logits() + tokens.size() * vocab);

@@ -101,7 +101,7 @@ TEST_F(passkey_model_test, retrieves_passkey_from_1k_haystack) {
     ASSERT_LT(tokens.size(), 1100u);
 
     thread_pool pool(2);
-    session s(*m, session_params{.n_ctx = 1200}, pool);
+    session s(*m, context_params{.n_ctx = 1200}, pool);
     s.eval(tokens);
     std::vector<int32_t> out;
     for (int i = 0; i < 6; ++i) {

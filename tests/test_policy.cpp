@@ -27,7 +27,7 @@ protected:
     }
     // budget_tokens: hot tokens per layer (0: everything in RAM).
     std::unique_ptr<session> make(const policy_params & p, ggml_type type, int64_t budget_tokens) {
-        session_params sp{.n_ctx = 300, .kv_type = type, .n_batch = 64, .policy = p};
+        context_params sp{.n_ctx = 300, .kv_type = type, .n_batch = 64, .policy = p};
         if (budget_tokens > 0) {
             sp.kv_host_budget = uint64_t(budget_tokens) * m->hp().kv_bytes_per_token(type);
             sp.kv_dir = dir.file("kv" + std::to_string(n_dirs++));

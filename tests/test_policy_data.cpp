@@ -15,7 +15,7 @@
 namespace hill {
 namespace {
 
-std::vector<int32_t> greedy(const model & m, const session_params & p, int n) {
+std::vector<int32_t> greedy(const model & m, const context_params & p, int n) {
     thread_pool pool(2);
     session s(m, p, pool);
     std::vector<int32_t> ids = {m.tokenizer().vocab().bos};
@@ -32,11 +32,11 @@ TEST(policy_data, greedy_hillinfer_at_alpha_1_equals_full) {
     HILL_REQUIRE_DATA(path, "models/gguf/stories260K.gguf");
     auto m = model::load(path);
     test::temp_dir dir;
-    const auto full = greedy(*m, session_params{.n_ctx = 512}, 300);
+    const auto full = greedy(*m, context_params{.n_ctx = 512}, 300);
     policy_params all{.kind = policy_kind::hillinfer, .alpha = 1.0};
     all.score.key = score_precision::int4;
     const uint64_t budget = 128 * m->hp().kv_bytes_per_token(ggml_type::f16);  // 75% of 512 tokens cold
-    const auto sparse = greedy(*m, session_params{.n_ctx = 512, .kv_host_budget = budget, .kv_dir = dir.file("kv"),
+    const auto sparse = greedy(*m, context_params{.n_ctx = 512, .kv_host_budget = budget, .kv_dir = dir.file("kv"),
                                                   .policy = all}, 300);
     EXPECT_EQ(full, sparse);
 }
@@ -48,7 +48,7 @@ struct ppl_run {
 
 ppl_run run(const model & m, const std::vector<int32_t> & ids, const policy_params & p) {
     thread_pool pool(2);
-    session s(m, session_params{.n_ctx = 512, .policy = p}, pool);
+    session s(m, context_params{.n_ctx = 512, .policy = p}, pool);
     const perplexity_result r = evaluate_perplexity(s, ids, m.tokenizer().vocab().bos, 6);
     EXPECT_EQ(r.n_tokens, 6 * 511);
     double recall = 0.0;

@@ -27,9 +27,9 @@ protected:
         m = model::load(dir.file("m1.gguf"));
         for (int i = 0; i < 120; ++i) prompt.push_back(1 + (i * 37) % 299);
     }
-    session_params params(ggml_type type = ggml_type::f32) const {
+    context_params params(ggml_type type = ggml_type::f32) const {
         // 40 hot tokens per layer: most of the KV is in the cold pool when saved and loaded.
-        return session_params{.n_ctx = 256, .kv_type = type, .n_batch = 32,
+        return context_params{.n_ctx = 256, .kv_type = type, .n_batch = 32,
                               .kv_host_budget = m->hp().kv_bytes_per_token(type) * 40, .kv_dir = dir.file("kv")};
     }
     test::temp_dir dir;
@@ -165,7 +165,7 @@ TEST_F(prompt_cache_test, checkpoint_folder_saves_reloads_and_refuses_another_fo
     const auto ma = model::load(a.string());
     ASSERT_EQ(ma->format(), "hf");
     const auto params_for = [&](const model & mod) {
-        return session_params{.n_ctx = 256, .kv_type = ggml_type::f32, .n_batch = 32,
+        return context_params{.n_ctx = 256, .kv_type = ggml_type::f32, .n_batch = 32,
                               .kv_host_budget = mod.hp().kv_bytes_per_token(ggml_type::f32) * 40,
                               .kv_dir = dir.file("kv")};
     };

@@ -76,7 +76,7 @@ void expect_logits_match(const model & m, const std::vector<int32_t> & tokens,
     const int32_t n_vocab = m.hp().n_vocab;
     thread_pool pool(2);
     for (int32_t n_batch : {8, 1}) {
-        session s(m, session_params{64, ggml_type::f32, n_batch}, pool);
+        session s(m, context_params{64, ggml_type::f32, n_batch}, pool);
         if (n_batch == 1) {
             double worst = 0.0;
             for (size_t t = 0; t < tokens.size(); ++t) {
@@ -135,7 +135,7 @@ TEST_P(reference, logits_match_float64_numpy) {
     thread_pool pool(2);
     // Whole prompt at once (gemm + prefill attention) and token by token (gemv + decode attention).
     for (int32_t n_batch : {8, 1}) {
-        session s(*m, session_params{64, ggml_type::f32, n_batch}, pool);
+        session s(*m, context_params{64, ggml_type::f32, n_batch}, pool);
         s.eval(tokens, true);
         double max_ref = 0.0, max_err = 0.0;
         for (size_t t = 0; t < tokens.size(); ++t) {
@@ -198,13 +198,13 @@ TEST_P(architectures, checkpoint_logits_match_float64_numpy) {
         // OPT has learned 64 positions: a longer context is a usage error; 64 tokens run.
         thread_pool pool(1);
         try {
-            session s(*m, session_params{65, ggml_type::f32, 8}, pool);
+            session s(*m, context_params{65, ggml_type::f32, 8}, pool);
             ADD_FAILURE() << "no error for a context past the learned positions";
         } catch (const error & e) {
             EXPECT_EQ(e.code(), exit_code::usage);
             EXPECT_NE(std::string(e.what()).find("64 positions"), std::string::npos) << e.what();
         }
-        session s(*m, session_params{64, ggml_type::f32, 8}, pool);
+        session s(*m, context_params{64, ggml_type::f32, 8}, pool);
         s.eval(std::vector<int32_t>(64, 7));
         EXPECT_EQ(s.n_past(), 64);
     }

@@ -21,7 +21,7 @@ protected:
     }
     std::vector<float> run(int n_threads, int32_t n_batch, ggml_type kv, int32_t n_segment = 8192) {
         thread_pool pool(n_threads);
-        session s(*m, session_params{128, kv, n_batch, n_segment}, pool);
+        session s(*m, context_params{128, kv, n_batch, n_segment}, pool);
         s.eval(tokens, true);
         return std::vector<float>(s.logits(), s.logits() + tokens.size() * 300);
     }
@@ -55,7 +55,7 @@ TEST_F(session_test, thread_counts_agree) {
 
 TEST_F(session_test, context_overflow_is_a_usage_error) {
     thread_pool pool(1);
-    session s(*m, session_params{40, ggml_type::f16}, pool);
+    session s(*m, context_params{40, ggml_type::f16}, pool);
     try {
         s.eval(tokens);
         FAIL() << "expected an error";
@@ -68,7 +68,7 @@ TEST_F(session_test, context_overflow_is_a_usage_error) {
 
 TEST_F(session_test, bad_token_id_is_refused) {
     thread_pool pool(1);
-    session s(*m, session_params{40, ggml_type::f16}, pool);
+    session s(*m, context_params{40, ggml_type::f16}, pool);
     const std::vector<int32_t> bad = {1, 300};
     EXPECT_THROW(s.eval(bad), error);
     EXPECT_EQ(s.n_past(), 0);
@@ -76,7 +76,7 @@ TEST_F(session_test, bad_token_id_is_refused) {
 
 TEST_F(session_test, truncate_then_eval_repeats_logits) {
     thread_pool pool(2);
-    session s(*m, session_params{128, ggml_type::f32, 16}, pool);
+    session s(*m, context_params{128, ggml_type::f32, 16}, pool);
     s.eval(tokens);
     const std::vector<float> first(s.logits(), s.logits() + 300);
     s.truncate(20);

@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/sys_info.h"
 #include "engine/passkey.h"
+#include "engine/run_report.h"
 #include "model/synthetic_model.h"
 
 #include <fmt/format.h>
@@ -62,7 +63,7 @@ int run_demo(const demo_opts & o) {
     // The prompt leaves room for the answer: 5 digits and a few tokens around them.
     const passkey_prompt prompt = make_passkey_prompt(
         m->tokenizer(), passkey_prompt_params{.n_tokens = o.n_ctx - 8, .depth = depth, .seed = seed, .haystack = haystack});
-    session_params sp = o.kv.session(o.n_ctx, pol);
+    context_params sp = o.kv.context(o.n_ctx, pol);
     if (!o.kv.budget_given()) {
         // A quarter of the prompt's KV: at least 75% of it goes to the cold pool.
         sp.kv_host_budget = m->hp().kv_bytes_per_token(sp.kv_type) * uint64_t(prompt.n_tokens) / 4;
@@ -92,16 +93,15 @@ int run_demo(const demo_opts & o) {
             {"prompt_tokens", ids.size()}, {"depth", depth}, {"seed", seed}, {"n_ctx", o.n_ctx},
             {"prefill_s", double(t1 - t0) / 1e6}, {"prefill_tokens_per_s", prefill_tps},
             {"decode_s", double(t2 - t1) / 1e6}, {"decode_steps", n_steps}, {"peak_rss_bytes", peak_rss_bytes()},
-            {"kv", kv_json(s.kv())}, {"storage", storage_json(s.storage(), s.kv())}, {"policy", policy_json(s.policy(), pol)},
+            {"kv", kv_json(s.ctx())}, {"storage", storage_json(s.ctx())}, {"policy", policy_json(s.ctx())},
         };
         fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     } else {
         fmt::print("passkey {} | answer '{}' | {}\n", prompt.passkey, a.text, a.correct ? "correct" : "WRONG");
     }
     fmt::print(stderr, "prompt: {} tokens, prefill {:.1f} tokens/s ({:.1f} s) | answer: {} decode steps in {:.2f} s | "
-               "peak RSS {} | threads {}\n{}{}", ids.size(), prefill_tps, double(t1 - t0) / 1e6, n_steps,
-               double(t2 - t1) / 1e6, format_bytes(peak_rss_bytes()), n_threads, policy_summary(s.policy(), pol),
-               kv_summary(s.kv()) + storage_summary(s.storage(), s.kv()));
+               "peak RSS {} | threads {}\n{}", ids.size(), prefill_tps, double(t1 - t0) / 1e6, n_steps,
+               double(t2 - t1) / 1e6, format_bytes(peak_rss_bytes()), n_threads, run_summary(s.ctx()));
     return a.correct ? 0 : int(exit_code::check_failed);
 }
 
@@ -110,7 +110,7 @@ int run_demo(const demo_opts & o) {
 command_fn add_demo(CLI::App & app) {
     auto o = std::make_shared<demo_opts>();
     auto * sub = app.add_subcommand("demo", "passkey retrieval over a long context with most of the KV cache on SSD");
-    o->policy.policy = "hillinfer";
+    o->policy.p.name = "hillinfer";
     o->policy.p.alpha = 0.1;
     o->kv.storage = "emulator";  // the main job shows near-data scoring of the cold pool
     sub->add_option("--ctx", o->n_ctx, "context size in tokens (the prompt fills it)")->capture_default_str();

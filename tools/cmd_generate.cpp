@@ -1,11 +1,14 @@
-// hillinfer generate: prefill a prompt, then sample tokens one by one, streaming the text.
+// hillinfer generate: prefill a prompt, then sample tokens one by one, streaming the text; or, with
+// --prompts FILE, many prompts decoded --parallel at a time with continuous batching.
 #include "commands.h"
 #include "common.h"
 #include "core/error.h"
 #include "core/sys_info.h"
 #include "core/log.h"
+#include "engine/batch_generator.h"
 #include "engine/prompt_cache.h"
 #include "engine/sampler.h"
+#include "engine/run_report.h"
 #include "engine/session.h"
 
 #include <fmt/format.h>
@@ -34,7 +37,132 @@ struct generate_opts {
     sampler_params sp;
     int64_t seed = -1;
     bool json = false;
+    std::string prompts_file;      // --prompts: JSON Lines of {"prompt": TEXT, "n_predict": N}
+    int32_t parallel = 0;          // --parallel: sequences at once (0: all prompts, up to 8)
+    CLI::Option * parallel_opt = nullptr;
 };
+
+// The prompts of a JSON Lines file: one object per non-empty line, "prompt" (string, required) and
+// "n_predict" (integer >= 0, default -n). Errors (usage): unreadable file, bad JSON or fields, naming
+// the line.
+std::vector<std::pair<std::string, int32_t>> read_prompts(const std::string & path, int32_t n_default) {
+    const std::string text = read_text_file(path, "prompts file");
+    std::vector<std::pair<std::string, int32_t>> out;
+    size_t line_no = 0, pos = 0;
+    while (pos <= text.size()) {
+        const size_t end = std::min(text.find('\n', pos), text.size());
+        const std::string line = text.substr(pos, end - pos);
+        pos = end + 1;
+        ++line_no;
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        nlohmann::json j;
+        try {
+            j = nlohmann::json::parse(line);
+        } catch (const nlohmann::json::exception & e) {
+            fail_usage("--prompts '{}', line {}: not JSON: {}", path, line_no, e.what());
+        }
+        if (!j.is_object()) fail_usage("--prompts '{}', line {}: expected a JSON object, got {}", path, line_no, j.type_name());
+        if (!j.contains("prompt") || !j["prompt"].is_string()) {
+            fail_usage("--prompts '{}', line {}: \"prompt\" must be a string", path, line_no);
+        }
+        int32_t n = n_default;
+        if (j.contains("n_predict")) {
+            const nlohmann::json & v = j["n_predict"];
+            if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX) {
+                fail_usage("--prompts '{}', line {}: \"n_predict\" must be an integer in [0, {}], got {}", path, line_no,
+                           INT32_MAX, v.dump());
+            }
+            n = v.get<int32_t>();
+        }
+        for (const auto & [key, value] : j.items()) {
+            if (key != "prompt" && key != "n_predict") fail_usage("--prompts '{}', line {}: unknown field \"{}\" (expected prompt, n_predict)", path, line_no, key);
+        }
+        out.emplace_back(j["prompt"].get<std::string>(), n);
+    }
+    if (out.empty()) fail_usage("--prompts '{}' holds no prompt", path);
+    return out;
+}
+
+// generate --prompts: continuous batching of every prompt of the file (engine/batch_generator.h).
+int run_generate_prompts(const generate_opts & o, const sampler_params & sp, int n_threads, const policy_params & pol) {
+    if (o.prompt.text_opt->count() + o.prompt.file_opt->count() > 0) fail_usage("--prompts replaces -p and -f: give one");
+    if (!o.prompt_cache.empty()) fail_usage("--prompt-cache takes one prompt, not --prompts");
+    if (o.parallel_opt->count() > 0 && (o.parallel < 1 || o.parallel > 256)) {
+        fail_usage("--parallel must be in [1, 256], got {}", o.parallel);
+    }
+    const auto prompts = read_prompts(o.prompts_file, o.n_predict);
+    auto m = o.model.load();
+    const hparams & hp = m->hp();
+    const tokenizer & tok = m->tokenizer();
+    const int32_t n_ctx = o.n_ctx > 0 ? o.n_ctx : hp.n_ctx_train;
+    std::vector<generation_request> reqs(prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        reqs[i].prompt = tok.encode(prompts[i].first, tok.vocab().add_bos);
+        if (reqs[i].prompt.empty()) fail_usage("prompt {} of '{}' is empty and the model has no BOS token", i + 1, o.prompts_file);
+        reqs[i].n_predict = prompts[i].second;
+        reqs[i].sampling = sp;
+        reqs[i].sampling.seed = sp.seed + i;  // one stream per prompt, whatever the batch
+    }
+    const int parallel = o.parallel > 0 ? o.parallel : int(std::min<size_t>(prompts.size(), 8));
+    thread_pool pool(n_threads);
+    context ctx(*m, o.kv.context(n_ctx, pol, parallel), pool);
+    batch_generator gen(ctx, parallel, tok.vocab().eos);
+    // Text (or JSON) of each prompt printed in input order as soon as it and every earlier one finished.
+    std::vector<generation_result> done(prompts.size());
+    std::vector<char> finished(prompts.size(), 0);
+    size_t next_out = 0;
+    const auto emit = [&] {
+        for (; next_out < prompts.size() && finished[next_out] != 0; ++next_out) {
+            const generation_result & r = done[next_out];
+            std::string text;
+            for (const int32_t id : r.ids) text += tok.token_to_piece(id);
+            if (o.json) {
+                nlohmann::json j = {{"index", next_out}, {"prompt_tokens", r.prompt_tokens}, {"generated_tokens", r.ids.size()},
+                                    {"ids", r.ids}, {"text", text}, {"stop", r.stop}, {"prefill_s", r.prefill_s},
+                                    {"decode_s", r.decode_s}, {"decode_steps", r.decode_steps}, {"max_batch", r.max_batch},
+                                    {"seed", reqs[next_out].sampling.seed}};
+                if (!r.error.empty()) j["error"] = r.error;
+                fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+            } else {
+                fmt::print("--- prompt {} ({} tokens, {} generated, stop {}{}) ---\n{}{}\n", next_out + 1, r.prompt_tokens,
+                           r.ids.size(), r.stop, r.error.empty() ? std::string() : ": " + r.error, prompts[next_out].first, text);
+            }
+            std::fflush(stdout);
+        }
+    };
+    batch_progress cb;
+    cb.on_done = [&](size_t i, const generation_result & r) {
+        done[i] = r;
+        finished[i] = 1;
+        emit();
+    };
+    cb.stop_requested = interrupted;
+    const int64_t t0 = time_us();
+    const std::vector<generation_result> results = gen.run(reqs, cb);
+    for (size_t i = 0; i < results.size(); ++i) {
+        if (finished[i] == 0) {
+            done[i] = results[i];
+            finished[i] = 1;
+        }
+    }
+    emit();
+    const double wall = double(time_us() - t0) / 1e6;
+    const batch_generator::totals & t = gen.last_totals();
+    int n_error = 0, n_interrupted = 0;
+    for (const generation_result & r : results) {
+        n_error += r.stop == "error" ? 1 : 0;
+        n_interrupted += r.stop == "interrupted" ? 1 : 0;
+    }
+    fmt::print(stderr, "prompts: {} ({} prompt tokens), parallel {}; prefill {:.1f} tokens/s; decode: {} tokens in {} steps "
+               "(largest batch {}), {:.1f} tokens/s aggregate; wall {:.1f} s | peak RSS {} | threads {}, seed {}{}\n",
+               results.size(), t.prompt_tokens, parallel, t.prefill_s > 0 ? double(t.prompt_tokens) / t.prefill_s : 0.0,
+               t.tokens, t.steps, t.max_batch, t.decode_s > 0 ? double(t.tokens) / t.decode_s : 0.0, wall,
+               format_bytes(peak_rss_bytes()), n_threads, sp.seed,
+               n_error > 0 ? fmt::format(" | {} failed", n_error) : std::string());
+    fmt::print(stderr, "{}", run_summary(ctx));
+    if (n_interrupted > 0) return int(exit_code::interrupted);
+    return n_error > 0 ? int(exit_code::bad_input) : 0;
+}
 
 int run_generate(const generate_opts & o) {
     if (o.n_predict < 0) fail_usage("-n must be >= 0, got {}", o.n_predict);
@@ -46,6 +174,7 @@ int run_generate(const generate_opts & o) {
     validate(sp);
     const int n_threads = o.threads.resolve();
     const policy_params pol = o.policy.resolve(o.kv.storage_kind());
+    if (!o.prompts_file.empty()) return run_generate_prompts(o, sp, n_threads, pol);
     const std::string prompt = o.prompt.read();
     if (o.prompt_cache_opt->count() > 0 && o.prompt_cache.empty()) fail_usage("--prompt-cache needs a file name");
     if (o.prompt_cache_fallback && o.prompt_cache.empty()) fail_usage("--prompt-cache-fallback needs --prompt-cache FILE");
@@ -70,7 +199,7 @@ int run_generate(const generate_opts & o) {
     }
 
     thread_pool pool(n_threads);
-    session s(*m, o.kv.session(n_ctx, pol), pool);
+    session s(*m, o.kv.context(n_ctx, pol), pool);
     sampler smp(sp, hp.n_vocab);
     for (int32_t id : prompt_ids) smp.accept(id);
 
@@ -152,7 +281,7 @@ int run_generate(const generate_opts & o) {
             {"seed", sp.seed}, {"prefill_s", double(t_prefill) / 1e6}, {"prefill_tokens_per_s", prefill_tps},
             {"decode_s", double(t_decode) / 1e6}, {"decode_steps", n_decode},
             {"decode_tokens_per_s", n_decode > 0 ? nlohmann::json(decode_tps) : nlohmann::json(nullptr)},
-            {"peak_rss_bytes", rss}, {"kv", kv_json(s.kv())}, {"storage", storage_json(s.storage(), s.kv())}, {"policy", policy_json(s.policy(), pol)},
+            {"peak_rss_bytes", rss}, {"kv", kv_json(s.ctx())}, {"storage", storage_json(s.ctx())}, {"policy", policy_json(s.ctx())},
         };
         fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     }
@@ -162,7 +291,7 @@ int run_generate(const generate_opts & o) {
                n_cached > 0 ? fmt::format(" ({} from the prompt cache)", n_cached) : std::string(), prefill_tps, out_ids.size(), stop,
                n_decode > 0 ? fmt::format("{:.1f} tokens/s", decode_tps) : std::string("n/a (no decode step)"),
                format_bytes(rss), n_threads, sp.seed);
-    fmt::print(stderr, "{}{}", policy_summary(s.policy(), pol), kv_summary(s.kv()) + storage_summary(s.storage(), s.kv()));
+    fmt::print(stderr, "{}", run_summary(s.ctx()));
     return stop == "interrupted" ? int(exit_code::interrupted) : 0;
 }
 
@@ -191,7 +320,12 @@ command_fn add_generate(CLI::App & app) {
     sub->add_flag("--prompt-cache-fallback", o->prompt_cache_fallback,
                   "when the prompt cache is refused (another model, corrupt), prefill in full and rewrite it");
     sub->add_option("--seed", o->seed, "random seed; -1: random (printed at the end)")->capture_default_str();
-    sub->add_flag("--json", o->json, "write one JSON object to stdout instead of streaming text");
+    sub->add_flag("--json", o->json, "write one JSON object to stdout instead of streaming text (--prompts: one "
+                  "per prompt, in input order)");
+    sub->add_option("--prompts", o->prompts_file, "JSON Lines file of prompts, one {\"prompt\": TEXT, \"n_predict\": N} "
+                    "per line (n_predict optional: -n); decoded --parallel at a time with continuous batching");
+    o->parallel_opt = sub->add_option("--parallel", o->parallel, "--prompts: sequences decoded together (default: all "
+                                      "prompts, up to 8)");
     return [o]() { return run_generate(*o); };
 }
 

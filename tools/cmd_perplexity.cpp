@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/sys_info.h"
 #include "engine/perplexity.h"
+#include "engine/run_report.h"
 
 #include <fmt/format.h>
 
@@ -41,7 +42,7 @@ int run_perplexity(const perplexity_opts & o) {
     if (bos < 0) fail_input("model '{}' has no BOS token to start the windows with", m->path());
     const std::vector<int32_t> ids = tok.encode(text, false);
     thread_pool pool(n_threads);
-    session s(*m, o.kv.session(n_ctx, pol), pool);
+    session s(*m, o.kv.context(n_ctx, pol), pool);
     const int64_t per_window = std::max<int64_t>(n_ctx - 1, 1);
     const int64_t n_windows = std::min<int64_t>(int64_t(ids.size()) / per_window, o.n_chunks > 0 ? o.n_chunks : INT64_MAX);
     if (!o.json && n_windows > 0) {
@@ -70,7 +71,7 @@ int run_perplexity(const perplexity_opts & o) {
         nlohmann::json j = {
             {"model", m->path()}, {"perplexity", r.perplexity}, {"tokens", r.n_tokens}, {"windows", r.n_windows}, {"n_ctx", n_ctx},
             {"stop", stop}, {"seconds", secs}, {"tokens_per_s", double(r.n_tokens) / std::max(secs, 1e-9)},
-            {"peak_rss_bytes", peak_rss_bytes()}, {"kv", kv_json(s.kv())}, {"storage", storage_json(s.storage(), s.kv())}, {"policy", policy_json(s.policy(), pol)},
+            {"peak_rss_bytes", peak_rss_bytes()}, {"kv", kv_json(s.ctx())}, {"storage", storage_json(s.ctx())}, {"policy", policy_json(s.ctx())},
         };
         fmt::print("{}\n", j.dump());
     } else {
@@ -78,9 +79,8 @@ int run_perplexity(const perplexity_opts & o) {
                    stop == "done" ? std::string()
                                   : fmt::format(" (interrupted: {} of {} windows complete)", r.n_windows, r.n_windows_total));
     }
-    fmt::print(stderr, "{} tokens in {:.1f} s ({:.0f} tokens/s), peak RSS {}\n{}{}", r.n_tokens, secs,
-               double(r.n_tokens) / std::max(secs, 1e-9), format_bytes(peak_rss_bytes()), policy_summary(s.policy(), pol),
-               kv_summary(s.kv()) + storage_summary(s.storage(), s.kv()));
+    fmt::print(stderr, "{} tokens in {:.1f} s ({:.0f} tokens/s), peak RSS {}\n{}", r.n_tokens, secs,
+               double(r.n_tokens) / std::max(secs, 1e-9), format_bytes(peak_rss_bytes()), run_summary(s.ctx()));
     return stop == "interrupted" ? int(exit_code::interrupted) : 0;
 }
 

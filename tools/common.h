@@ -4,7 +4,7 @@
 #include "core/thread_pool.h"
 #include "engine/session.h"
 #include "model/model.h"
-#include "policy/attention_policy.h"
+#include "policy/policy.h"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -59,32 +59,23 @@ struct kv_opts {
     bool budget_given() const { return budget_opt->count() > 0; }
     std::string resolved_dir() const;   // default: cache_dir() + "/kv"
     csd::storage_kind storage_kind() const;  // parse_storage (exit_code::usage on a bad name)
-    // The session's parameters for a context of n_ctx tokens under policy p.
-    session_params session(int32_t n_ctx, const policy_params & p) const;
+    // The context's parameters for n_seq sequences of n_ctx tokens under policy p.
+    context_params context(int32_t n_ctx, const policy_params & p, int32_t n_seq = 1) const;
 };
 
-// --policy full|hillinfer|streaming --alpha A --sinks S --window W --score-precision P
-// --query-precision P --select G --aggregate A --diag
+// --policy NAME --alpha A --sinks S --window W --score-precision P --query-precision P --select G
+// --aggregate A --placement fifo|hkm --migrate-budget BYTES --diag
 struct policy_opts {
-    std::string policy = "full";
     policy_params p;
     std::string key_precision, query_precision, select, aggregate;  // defaults: score_params{}
+    std::string placement;                                          // "": the policy's own
+    std::string migrate_budget;                                     // "": a sixteenth of the hot pool
     CLI::Option * query_opt = nullptr;
     void add(CLI::App & app);
     // Parses and validates (exit_code::usage on bad values). With the emulator as storage, the query
     // precision defaults to int8 (the device's integer kernel needs it).
     policy_params resolve(csd::storage_kind storage) const;
 };
-
-// The policy's run summary: lines for stderr, and the same as JSON (attended share, hot share of the
-// attended tokens, time per stage; with --diag attention recall and selection overlap per layer).
-std::string policy_summary(const attention_policy & pol, const policy_params & p);
-
-// The storage device's run summary (what crossed its link per cold token scored, against the key row
-// a plain SSD moves) and the same as JSON; "" when the device did nothing.
-std::string storage_summary(const csd::device & d, const kv_store & kv);
-nlohmann::json storage_json(const csd::device & d, const kv_store & kv);
-nlohmann::json policy_json(const attention_policy & pol, const policy_params & p);
 
 // Prints the prefill progress to stderr (at most once a second) once the prompt has taken 2 s;
 // throws exit_code::interrupted after Ctrl-C. Pass as session::eval's progress callback.
@@ -98,11 +89,6 @@ struct prefill_progress {
 // The cache directory of HillInfer: $XDG_CACHE_HOME/hillinfer, ~/.cache/hillinfer, or
 // /var/tmp/hillinfer without a home.
 std::string cache_dir();
-
-// The KV store's run summary: a line for stderr (empty when nothing went to the cold pool), and
-// JSON (hot slots per layer, cold share, bytes read from and written to the cold pool).
-std::string kv_summary(const kv_store & kv);
-nlohmann::json kv_json(const kv_store & kv);
 
 // SIGINT / SIGTERM: the first one sets a flag that long work polls, so that it stops cleanly
 // (destructors remove the cold-pool files, the summary is printed); a second one kills the process.

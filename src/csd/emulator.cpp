@@ -9,7 +9,6 @@
 #include "core/error.h"
 #include "core/sys_info.h"
 #include "csd/hls/score_top.h"
-#include "kv/cold_pool.h"
 #include "score/selector.h"
 
 namespace hill::csd {
@@ -32,8 +31,9 @@ struct emulator::atomic_counters {
     std::atomic<uint64_t> t_read_us{0}, t_kernel_us{0}, t_throttle_us{0}, t_backpressure_us{0}, t_host_wait_us{0};
 };
 
-emulator::emulator(const storage_params & p, kv_store & kv, const attention_shape & s)
-    : device(kv, p.profile), params_(p), shape_(s), layout_(kv.layout()),
+emulator::emulator(const storage_params & p, const cold_pool * pool, const kv_layout & layout,
+                   const attention_shape & s)
+    : device(p.profile), params_(p), shape_(s), layout_(layout), pool_(pool),
       filled_(n_page_batches), free_batches_(n_page_batches), out_(n_packets), free_packets_(n_packets),
       ctr_(std::make_unique<atomic_counters>()), read_bucket_(p.profile.internal_read_bps),
       score_bucket_(p.profile.score_bps), link_bucket_(p.profile.link_bps) {
@@ -45,13 +45,10 @@ emulator::emulator(const storage_params & p, kv_store & kv, const attention_shap
     HILL_ASSERT(p.block_tokens > 0);
     qbuf_ = std::make_unique<hls::query_buffer>();
     const uint64_t page_bytes = layout_.page_bytes();
-    if (const cold_pool * cold = kv.cold()) {
-        for (size_t f = 0; f < cold->n_files(); ++f) {
-            const std::string & path = cold->file_path(uint32_t(f * cold->pages_per_file()));
-            const io_open_result r = io_open_file(path, O_RDONLY, 0, cold->direct());
-            if (r.fd < 0) fail_input("storage device emulator: cannot open {}: {}", path, std::strerror(-r.fd));
-            fds_.push_back(r.fd);
-        }
+    if (pool != nullptr) {
+        io_queue_params qp;
+        qp.fault_hook = params_.io_faults;
+        reader_ = std::make_unique<cold_reader>(*pool, qp);  // the device's own ring and descriptors
     }
     batch_groups_ = std::max<int64_t>(1, int64_t((uint64_t(1) << 20) / page_bytes));
     batches_.resize(n_page_batches);
@@ -70,7 +67,7 @@ emulator::emulator(const storage_params & p, kv_store & kv, const attention_shap
     }
     for (int i = 0; i < n_page_batches; ++i) free_batches_.push(i);
     for (int i = 0; i < n_packets; ++i) free_packets_.push(i);
-    reader_ = std::thread([this] { reader_main(); });
+    reader_thread_ = std::thread([this] { reader_main(); });
     engine_ = std::thread([this] { engine_main(); });
 }
 
@@ -82,9 +79,8 @@ emulator::~emulator() {
     cancel_ = true;
     stop_all();
     ctl_cv_.notify_all();
-    reader_.join();
+    reader_thread_.join();
     engine_.join();
-    for (const int fd : fds_) ::close(fd);
 }
 
 void emulator::stop_all() {
@@ -123,10 +119,11 @@ void emulator::cancel() {
     ++gen_;
     ctl_cv_.notify_all();
     busy_ = false;
+    held_ = -1;
     ctr_->n_cancelled.fetch_add(1, std::memory_order_relaxed);
 }
 
-device_counters emulator::pass_counters() const {
+device_counters emulator::counters() const {
     const atomic_counters & c = *ctr_;
     auto ld = [](const std::atomic<uint64_t> & a) { return a.load(std::memory_order_relaxed); };
     device_counters d;
@@ -150,17 +147,19 @@ device_counters emulator::pass_counters() const {
 
 // ---- host side ----
 
-void emulator::start_pass(job_kind k, int il) {
-    HILL_ASSERT(!busy_);
+void emulator::start_pass(job_kind k, const device_pass & pass) {
+    HILL_ASSERT(!busy_ && reader_ != nullptr && pass.page_tokens == layout_.page_tokens());
     job_kind_ = k;
-    job_il_ = il;
-    job_layer_ = kv_.cold_layer(il);
+    job_il_ = pass.il;
+    job_groups_ = pass.groups;
+    job_positions_.assign(pass.positions.begin(), pass.positions.end());
     busy_ = true;
+    held_ = -1;
     const bool posted = jobs_.push(0);
     HILL_ASSERT(posted);
 }
 
-void emulator::score_begin(int il, host_scorer & scorer) {
+void emulator::score_begin(const device_pass & pass, host_scorer & scorer) {
     const score_params & sp = scorer.params();
     check_scoring(storage_kind::emulator, sp);
     HILL_ASSERT(scorer.query_i8() != nullptr);
@@ -175,105 +174,88 @@ void emulator::score_begin(int il, host_scorer & scorer) {
     hls::load_query(kcfg_, scorer.query_i8(), scorer.query_scale(), *qbuf_);
     ctr_->link_score_bytes.fetch_add(uint64_t(shape_.n_head) * uint64_t(shape_.head_dim + 4), std::memory_order_relaxed);
     ctr_->n_score_passes.fetch_add(1, std::memory_order_relaxed);
-    start_pass(job_kind::score, il);
+    start_pass(job_kind::score, pass);
 }
 
-void emulator::read_begin(int il, std::span<const int32_t> tokens) {
-    job_slots_.clear();
-    for (const int32_t t : tokens) {
-        HILL_ASSERT(kv_.on_disk(il, t));
-        job_slots_.push_back(kv_.where(il, t).slot);
-    }
-    std::sort(job_slots_.begin(), job_slots_.end());
+void emulator::read_begin(const device_pass & pass) {
     ctr_->n_read_passes.fetch_add(1, std::memory_order_relaxed);
-    start_pass(job_kind::read, il);
+    start_pass(job_kind::read, pass);
 }
 
-void emulator::read_all_begin(int il) {
-    job_slots_.clear();
-    const std::span<const int64_t> slot_token = kv_.cold_layer(il).slot_token;
-    for (size_t slot = 0; slot < slot_token.size(); ++slot) {
-        if (slot_token[slot] >= 0) job_slots_.push_back(uint32_t(slot));  // ascending already
-    }
-    ctr_->n_read_passes.fetch_add(1, std::memory_order_relaxed);
-    start_pass(job_kind::read, il);
-}
-
-void emulator::score_drain(const block_fn & on_block) {
-    drain(&on_block, nullptr);
-}
-
-void emulator::read_drain(const kv_store::segment_fn & fn) {
-    drain(nullptr, &fn);
-}
-
-void emulator::drain(const block_fn * on_block, const kv_store::segment_fn * on_kv) {
+int emulator::next_packet() {
     HILL_ASSERT(busy_);
+    if (held_ >= 0) {
+        free_packets_.push(held_);
+        held_ = -1;
+    }
     try {
-        for (;;) {
-            int p = -1;
-            const int64_t t0 = time_us();
-            int got;
-            while ((got = out_.pop_for(p, std::chrono::milliseconds(20))) == 0) {
-                if (params_.stop_requested && params_.stop_requested()) {
-                    throw error(exit_code::interrupted, "interrupted while the storage device was working");
-                }
-            }
-            HILL_ASSERT(got == 1);  // only cancel() stops the queues, and it runs on this thread
-            ctr_->t_host_wait_us.fetch_add(uint64_t(us_since(t0)), std::memory_order_relaxed);
-            packet & pk = packets_[size_t(p)];
-            const packet_kind kind = pk.kind;
-            if (kind == packet_kind::scores) {
-                HILL_ASSERT(on_block != nullptr);
-                (*on_block)(score_block_view(pk.block.data()));
-            } else if (kind == packet_kind::kv) {
-                HILL_ASSERT(on_kv != nullptr);
-                (*on_kv)(kv_view{layout_.type, pk.k.data(), pk.v.data(), pk.n, layout_.n_embd_kv}, nullptr,
-                         pk.tokens.data());
-            }
-            std::string error = kind == packet_kind::error ? std::move(pk.error) : std::string();
-            free_packets_.push(p);
-            if (kind == packet_kind::end) break;
-            if (kind == packet_kind::error) {
-                busy_ = false;
-                ctr_->n_errors.fetch_add(1, std::memory_order_relaxed);
-                fail_input("storage device emulator: layer {}: {}", job_il_, error);
+        int p = -1;
+        const int64_t t0 = time_us();
+        int got;
+        while ((got = out_.pop_for(p, std::chrono::milliseconds(20))) == 0) {
+            if (params_.stop_requested && params_.stop_requested()) {
+                throw error(exit_code::interrupted, "interrupted while the storage device was working");
             }
         }
+        HILL_ASSERT(got == 1);  // only cancel() stops the queues, and it runs on this thread
+        ctr_->t_host_wait_us.fetch_add(uint64_t(us_since(t0)), std::memory_order_relaxed);
+        packet & pk = packets_[size_t(p)];
+        if (pk.kind == packet_kind::end || pk.kind == packet_kind::error) {
+            std::string err = pk.kind == packet_kind::error ? std::move(pk.error) : std::string();
+            free_packets_.push(p);
+            busy_ = false;
+            if (!err.empty()) {
+                ctr_->n_errors.fetch_add(1, std::memory_order_relaxed);
+                fail_input("storage device emulator: layer {}: {}", job_il_, err);
+            }
+            return -1;
+        }
+        held_ = p;
+        return p;
     } catch (...) {
-        cancel();  // the host gave up on the pass (its own error, or the device's): leave the device idle
+        if (busy_) cancel();  // the host gave up on the pass: leave the device idle
         throw;
     }
-    busy_ = false;
+}
+
+const score_block_view * emulator::score_next() {
+    const int p = next_packet();
+    if (p < 0) return nullptr;
+    HILL_ASSERT(packets_[size_t(p)].kind == packet_kind::scores);
+    view_.emplace(packets_[size_t(p)].block.data());
+    return &*view_;
+}
+
+bool emulator::read_next(kv_batch & out) {
+    const int p = next_packet();
+    if (p < 0) return false;
+    packet & pk = packets_[size_t(p)];
+    HILL_ASSERT(pk.kind == packet_kind::kv);
+    out.view = kv_view{layout_.type, pk.k.data(), pk.v.data(), pk.n, layout_.n_embd_kv};
+    out.rows = nullptr;
+    out.positions = pk.tokens.data();
+    return true;
 }
 
 // ---- the device's threads ----
 
 void emulator::reader_main() {
     const auto cancelled = [this] { return cancel_.load(std::memory_order_relaxed); };
-    io_queue_params qp;
-    qp.fault_hook = params_.io_faults;
-    io_queue io(qp);  // the device's own ring
-    const cold_pool * cold = kv_.cold();
     std::vector<uint32_t> groups;
-    std::vector<io_request> reqs;
-    std::vector<io_completion> done;
+    std::vector<page_read> reads;
+    std::vector<page_result> results;
     for (;;) {
         int token = 0;
         if (!jobs_.pop(token)) {
             if (!park()) return;
             continue;
         }
-        // The groups to read: every written group (score), or those holding a wanted slot (read).
-        const int64_t pt = job_layer_.page_tokens;
+        // The groups that hold a wanted position, ascending.
+        const int64_t pt = layout_.page_tokens();
         groups.clear();
-        if (job_kind_ == job_kind::score) {
-            for (size_t g = 0; g < job_layer_.groups.size(); ++g) groups.push_back(uint32_t(g));
-        } else {
-            for (const uint32_t s : job_slots_) {
-                const auto g = uint32_t(int64_t(s) / pt);
-                if (groups.empty() || groups.back() != g) groups.push_back(g);
-            }
+        for (const int32_t t : job_positions_) {
+            const auto g = uint32_t(int64_t(t) / pt);
+            if (groups.empty() || groups.back() != g) groups.push_back(g);
         }
         const bool with_v = job_kind_ == job_kind::read;
         const uint64_t page_bytes = layout_.page_bytes();
@@ -291,38 +273,30 @@ void emulator::reader_main() {
             while (next < groups.size() && int64_t(B.groups.size()) < batch_groups_) B.groups.push_back(groups[next++]);
             B.last = next == groups.size();
             const int64_t t0 = time_us();
-            reqs.clear();
+            reads.clear();
             for (size_t i = 0; i < B.groups.size(); ++i) {
-                const auto & [kp, vp] = job_layer_.groups[B.groups[i]];
-                reqs.push_back({io_op::read, fds_[kp / cold->pages_per_file()], cold->file_offset(kp), page_bytes,
-                                B.k.data() + i * page_bytes, kp});
-                if (with_v) {
-                    reqs.push_back({io_op::read, fds_[vp / cold->pages_per_file()], cold->file_offset(vp), page_bytes,
-                                    B.v.data() + i * page_bytes, vp});
-                }
+                const auto & [kp, vp] = job_groups_[B.groups[i]];
+                reads.push_back({kp, B.k.data() + i * page_bytes});
+                if (with_v) reads.push_back({vp, B.v.data() + i * page_bytes});
             }
             uint64_t throttled = 0;
-            if (!read_bucket_.take(uint64_t(reqs.size()) * page_bytes, cancelled, &throttled)) {
+            if (!read_bucket_.take(uint64_t(reads.size()) * page_bytes, cancelled, &throttled)) {
                 stopped = true;
                 break;
             }
             ctr_->t_throttle_us.fetch_add(throttled, std::memory_order_relaxed);
             const int64_t t1 = time_us();
-            done.resize(reqs.size());
-            io.run(reqs, done);
-            for (size_t i = 0; i < reqs.size() && B.error.empty(); ++i) {
-                const auto page = uint32_t(reqs[i].user_data);
-                if (done[i].result < 0) {
-                    B.error = fmt::format("reading page {} ({} at offset {}) failed: {}", page, cold->file_path(page),
-                                          cold->file_offset(page), std::strerror(int(-done[i].result)));
-                } else if (cold->checksum_of(reqs[i].buffer) != cold->checksum(page)) {
-                    B.error = fmt::format("page {} ({} at offset {}) does not match its checksum: the bytes on disk "
-                                          "changed since they were written", page, cold->file_path(page),
-                                          cold->file_offset(page));
+            results.resize(reads.size());
+            if (reader_->read_pages(reads, results) != 0) {
+                for (const page_result & r : results) {
+                    if (r.status != page_status::ok) {
+                        B.error = pool_->describe(r);
+                        break;
+                    }
                 }
+                B.last = true;
             }
-            if (!B.error.empty()) B.last = true;
-            ctr_->internal_read_bytes.fetch_add(uint64_t(reqs.size()) * page_bytes, std::memory_order_relaxed);
+            ctr_->internal_read_bytes.fetch_add(uint64_t(reads.size()) * page_bytes, std::memory_order_relaxed);
             ctr_->t_read_us.fetch_add(uint64_t(time_us() - t1) + uint64_t(t1 - t0) - throttled, std::memory_order_relaxed);
             if (!filled_.push(b)) {
                 stopped = true;
@@ -363,7 +337,7 @@ void emulator::engine_main() {
         bool stopped = false;
         int cur = -1;                  // the packet being filled
         score_block_writer w;
-        size_t slot_i = 0;             // read: next of job_slots_
+        size_t pos_i = 0;              // next of job_positions_
         for (;;) {
             int b = 0;
             if (!filled_.pop(b)) {
@@ -405,7 +379,8 @@ void emulator::engine_main() {
                 const int64_t t0 = time_us();
                 uint64_t throttled = 0;
                 for (size_t i = 0; i < B.groups.size() && ok; ++i) {
-                    const int64_t slot0 = int64_t(B.groups[i]) * pt;
+                    const int64_t pos0 = int64_t(B.groups[i]) * pt;  // the group's first position
+                    const int64_t pos1 = pos0 + pt;
                     if (job_kind_ == job_kind::score) {
                         ok = score_bucket_.take(page_bytes, cancelled, &throttled);
                         if (!ok) break;
@@ -413,26 +388,25 @@ void emulator::engine_main() {
                                        kcfg_.n_head_kv, kcfg_.head_dim, hls::top_flags(kcfg_), scores.data());
                         const int n_group = kcfg_.n_group();
                         int64_t n_scored = 0;
-                        for (int64_t r = 0; r < pt && ok; ++r) {
-                            const int64_t token = job_layer_.slot_token[size_t(slot0 + r)];
-                            if (token < 0) continue;
+                        for (; pos_i < job_positions_.size() && job_positions_[pos_i] < pos1 && ok; ++pos_i) {
+                            const int64_t r = job_positions_[pos_i] - pos0;
                             ok = open(packet_kind::scores);
                             if (!ok) break;
                             for (int g = 0; g < n_group; ++g) tuple[g] = score_to_f16(scores[size_t(r * n_group + g)]);
-                            w.add(uint32_t(token), tuple);
+                            w.add(uint32_t(job_positions_[pos_i]), tuple);
                             ++n_scored;
                             if (w.n_tokens() == params_.block_tokens) ok = flush();
                         }
                         ctr_->tokens_scored.fetch_add(uint64_t(n_scored), std::memory_order_relaxed);
                     } else {
-                        for (; slot_i < job_slots_.size() && int64_t(job_slots_[slot_i]) < slot0 + pt && ok; ++slot_i) {
-                            const int64_t r = int64_t(job_slots_[slot_i]) - slot0;
+                        for (; pos_i < job_positions_.size() && job_positions_[pos_i] < pos1 && ok; ++pos_i) {
+                            const int64_t r = job_positions_[pos_i] - pos0;
                             ok = open(packet_kind::kv);
                             if (!ok) break;
                             packet & pk = packets_[size_t(cur)];
                             std::memcpy(pk.k.data() + size_t(pk.n) * rb, B.k.data() + i * page_bytes + size_t(r) * rb, rb);
                             std::memcpy(pk.v.data() + size_t(pk.n) * rb, B.v.data() + i * page_bytes + size_t(r) * rb, rb);
-                            pk.tokens.push_back(int32_t(job_layer_.slot_token[job_slots_[slot_i]]));
+                            pk.tokens.push_back(job_positions_[pos_i]);
                             if (++pk.n == kv_batch_tokens_) ok = flush();
                         }
                     }

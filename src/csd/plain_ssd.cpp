@@ -8,8 +8,9 @@
 
 namespace hill::csd {
 
-plain_ssd::plain_ssd(const storage_params & p, kv_store & kv, const attention_shape & s, thread_pool & pool)
-    : device(kv, p.profile), params_(p), shape_(s), pool_(pool) {
+plain_ssd::plain_ssd(const storage_params & p, const cold_pool * pool, const kv_layout & layout,
+                     const attention_shape & s, thread_pool & threads)
+    : device(p.profile), params_(p), threads_(threads) {
     const double caps[2] = {p.profile.internal_read_bps, p.profile.link_bps};
     double rate = 0.0;
     for (const double c : caps) {
@@ -17,98 +18,92 @@ plain_ssd::plain_ssd(const storage_params & p, kv_store & kv, const attention_sh
     }
     bucket_ = token_bucket(rate);
     block_.resize(score_block_bytes(p.block_tokens, std::max(1, s.n_head_kv)));
+    if (pool != nullptr) {
+        io_queue_params io;
+        io.fault_hook = p.io_faults;
+        reader_ = std::make_unique<cold_reader>(*pool, io);
+        gather_ = std::make_unique<cold_gather>(*reader_, layout);
+    }
 }
 
-void plain_ssd::account(uint64_t before, uint64_t & link_bytes) {
+bool plain_ssd::next_batch(kv_batch & out, uint64_t & link_bytes) {
     const auto stop = [this] { return params_.stop_requested && params_.stop_requested(); };
-    const uint64_t bytes = kv_.stats().cold_read_bytes - before;
+    const uint64_t before = gather_->read_bytes();
+    const int64_t t0 = time_us();
+    if (!gather_->next(out)) return false;
+    counters_.t_read_us += uint64_t(time_us() - t0);
+    const uint64_t bytes = gather_->read_bytes() - before;
     counters_.internal_read_bytes += bytes;
     link_bytes += bytes;
     if (stop() || !bucket_.take(bytes, stop, &counters_.t_throttle_us)) {
+        cancel();
         throw error(exit_code::interrupted, "interrupted while the storage device was working");
     }
+    return true;
 }
 
-void plain_ssd::score_begin(int il, host_scorer & scorer) {
-    il_ = il;
+void plain_ssd::score_begin(const device_pass & pass, host_scorer & scorer) {
+    HILL_ASSERT(gather_ != nullptr && scorer_ == nullptr && !reading_);
+    il_ = pass.il;
     scorer_ = &scorer;
+    gather_->begin(pass.groups, pass.positions, false);
+    batch_ = kv_batch{};
+    cursor_ = 0;
+    ++counters_.n_score_passes;
 }
 
-void plain_ssd::score_drain(const block_fn & on_block) {
+const score_block_view * plain_ssd::score_next() {
     HILL_ASSERT(scorer_ != nullptr);
     const int n_group = scorer_->n_group();
-    ++counters_.n_score_passes;
-    score_block_writer w(block_.data(), il_, n_group);
     HILL_ASSERT(n_group <= score_block_max_group);
-    f16_bits tuple[score_block_max_group];
-    auto flush = [&] {
-        if (w.n_tokens() == 0) return;
-        w.seal();
-        ++counters_.score_blocks;
-        on_block(score_block_view(block_.data()));
-        w.clear();
-    };
-    uint64_t before = kv_.stats().cold_read_bytes;
-    int64_t t0 = time_us();
-    kv_.for_each_segment(il_, [&](const kv_view & view, const int32_t * rows, const int32_t * tokens) {
-        const int64_t t1 = time_us();
-        counters_.t_read_us += uint64_t(t1 - t0);
-        account(before, counters_.link_score_bytes);
-        seg_scores_.resize(size_t(n_group) * size_t(view.n_kv));
-        scorer_->score(view, rows, seg_scores_.data(), view.n_kv, pool_);
-        for (int64_t j = 0; j < view.n_kv; ++j) {
-            for (int g = 0; g < n_group; ++g) tuple[g] = score_to_f16(seg_scores_[size_t(g) * size_t(view.n_kv) + size_t(j)]);
-            w.add(uint32_t(tokens[j]), tuple);
-            if (w.n_tokens() == params_.block_tokens) flush();
+    if (cursor_ == batch_.view.n_kv) {
+        if (!next_batch(batch_, counters_.link_score_bytes)) {
+            scorer_ = nullptr;
+            return nullptr;
         }
-        counters_.tokens_scored += uint64_t(view.n_kv);
-        t0 = time_us();
-        counters_.t_kernel_us += uint64_t(t0 - t1);
-        before = kv_.stats().cold_read_bytes;
-    }, kv_part::k, kv_scope::on_disk);
-    flush();
-    scorer_ = nullptr;
-}
-
-void plain_ssd::read_begin(int il, std::span<const int32_t> tokens) {
-    il_ = il;
-    tokens_.assign(tokens.begin(), tokens.end());
-    read_pending_ = true;
-    read_all_ = false;
-}
-
-void plain_ssd::read_all_begin(int il) {
-    il_ = il;
-    read_pending_ = true;
-    read_all_ = true;
-}
-
-void plain_ssd::read_drain(const kv_store::segment_fn & fn) {
-    HILL_ASSERT(read_pending_);
-    read_pending_ = false;
-    ++counters_.n_read_passes;
-    uint64_t before = kv_.stats().cold_read_bytes;
-    int64_t t0 = time_us();
-    const kv_store::segment_fn batch = [&](const kv_view & view, const int32_t * rows, const int32_t * tokens) {
-        counters_.t_read_us += uint64_t(time_us() - t0);
-        account(before, counters_.link_kv_bytes);
-        counters_.tokens_read += uint64_t(view.n_kv);
-        fn(view, rows, tokens);
-        before = kv_.stats().cold_read_bytes;
-        t0 = time_us();
-    };
-    if (read_all_) {
-        kv_.for_each_segment(il_, batch, kv_part::k_and_v, kv_scope::on_disk);
-    } else {
-        kv_.for_each_segment_of(il_, tokens_, batch, kv_part::k_and_v, kv_scope::on_disk);
+        const int64_t t0 = time_us();
+        seg_scores_.resize(size_t(n_group) * size_t(batch_.view.n_kv));
+        scorer_->score(batch_.view, batch_.rows, seg_scores_.data(), batch_.view.n_kv, threads_);
+        counters_.t_kernel_us += uint64_t(time_us() - t0);
+        counters_.tokens_scored += uint64_t(batch_.view.n_kv);
+        cursor_ = 0;
     }
+    score_block_writer w(block_.data(), il_, n_group);
+    f16_bits tuple[score_block_max_group];
+    const int64_t n = batch_.view.n_kv;
+    for (; cursor_ < n && w.n_tokens() < params_.block_tokens; ++cursor_) {
+        for (int g = 0; g < n_group; ++g) tuple[g] = score_to_f16(seg_scores_[size_t(g) * size_t(n) + size_t(cursor_)]);
+        w.add(uint32_t(batch_.positions[cursor_]), tuple);
+    }
+    w.seal();
+    ++counters_.score_blocks;
+    view_.emplace(block_.data());
+    return &*view_;
+}
+
+void plain_ssd::read_begin(const device_pass & pass) {
+    HILL_ASSERT(gather_ != nullptr && scorer_ == nullptr && !reading_);
+    il_ = pass.il;
+    gather_->begin(pass.groups, pass.positions, true);
+    reading_ = true;
+    ++counters_.n_read_passes;
+}
+
+bool plain_ssd::read_next(kv_batch & out) {
+    HILL_ASSERT(reading_);
+    if (!next_batch(out, counters_.link_kv_bytes)) {
+        reading_ = false;
+        return false;
+    }
+    counters_.tokens_read += uint64_t(out.view.n_kv);
+    return true;
 }
 
 void plain_ssd::cancel() {
-    // Nothing runs between begin and drain: forget the pass.
-    if (scorer_ != nullptr || read_pending_) ++counters_.n_cancelled;
+    // Nothing runs between the calls: forget the pass.
+    if (scorer_ != nullptr || reading_) ++counters_.n_cancelled;
     scorer_ = nullptr;
-    read_pending_ = false;
+    reading_ = false;
 }
 
 }  // namespace hill::csd

@@ -112,8 +112,8 @@ uint64_t header_checksum(const header & h, const int32_t * ids) {
 
 void save_prompt_cache(const std::string & path, session & s, std::span<const int32_t> tokens) {
     HILL_ASSERT(int64_t(tokens.size()) == s.n_past());
-    kv_store & kv = s.kv();
-    const kv_layout & layout = kv.layout();
+    context & ctx = s.ctx();
+    const kv_layout & layout = ctx.layout();
     header h{};
     std::memcpy(h.magic, k_magic, 8);
     h.version = k_version;
@@ -130,7 +130,7 @@ void save_prompt_cache(const std::string & path, session & s, std::span<const in
     const size_t bytes = tokens.size() * layout.row_bytes();
     std::vector<uint8_t> k(bytes), v(bytes);  // one layer at a time
     for (int il = 0; il < layout.n_layer; ++il) {
-        kv.export_layer(il, k.data(), v.data());
+        ctx.export_layer(0, il, k.data(), v.data());
         const uint64_t sums[2] = {XXH3_64bits(k.data(), bytes), XXH3_64bits(v.data(), bytes)};
         out.write(k.data(), bytes);
         out.write(v.data(), bytes);
@@ -142,7 +142,7 @@ void save_prompt_cache(const std::string & path, session & s, std::span<const in
 int64_t load_prompt_cache(const std::string & path, session & s, std::span<const int32_t> prompt) {
     HILL_ASSERT(s.n_past() == 0);
     const mapped_file file(path);
-    const kv_layout & layout = s.kv().layout();
+    const kv_layout & layout = s.ctx().layout();
     header h{};
     if (file.size() < sizeof(h)) {
         fail_input("prompt cache '{}' is {} bytes, shorter than its {}-byte header", path, file.size(), sizeof(h));
@@ -199,11 +199,12 @@ int64_t load_prompt_cache(const std::string & path, session & s, std::span<const
             fail_input("prompt cache '{}': the KV of layer {} is corrupt (checksum)", path, il);
         }
     }
+    std::vector<const void *> k(h.n_layer), v(h.n_layer);
     for (uint32_t il = 0; il < h.n_layer; ++il) {
-        const uint8_t * p = data + il * stride;
-        s.kv().append(int(il), n, p, p + bytes);
+        k[il] = data + il * stride;
+        v[il] = data + il * stride + bytes;
     }
-    s.adopt_kv(n);
+    s.ctx().import_kv(0, n, k, v);  // all or nothing
     return n;
 }
 

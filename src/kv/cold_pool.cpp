@@ -91,7 +91,7 @@ size_t cold_pool::remove_stale_files(const std::string & dir) {
 }
 
 cold_pool::cold_pool(const cold_pool_params & params)
-    : kv_dir_(params.kv_dir), page_bytes_(params.page_bytes), n_pages_(params.n_pages), io_(params.io) {
+    : kv_dir_(params.kv_dir), page_bytes_(params.page_bytes), n_pages_(params.n_pages) {
     if (page_bytes_ == 0 || page_bytes_ % page_align != 0) {
         fail_usage("cold pool: page size {} bytes is not a positive multiple of {} (O_DIRECT alignment)", page_bytes_,
                    page_align);
@@ -164,9 +164,8 @@ cold_pool::cold_pool(const cold_pool_params & params)
     state_.assign(n_pages_, state_free);
     free_.resize(n_pages_);
     for (uint32_t i = 0; i < n_pages_; ++i) free_[i] = n_pages_ - 1 - i;
-    log_debug("cold pool: {} pages of {} bytes in {} file(s) under '{}' ({}, {} backend)", n_pages_, page_bytes_,
-              files_.size(), kv_dir_, direct_ ? "O_DIRECT" : "page cache",
-              io_.backend() == io_backend::uring ? "io_uring" : "pread/pwrite");
+    log_debug("cold pool: {} pages of {} bytes in {} file(s) under '{}' ({})", n_pages_, page_bytes_, files_.size(),
+              kv_dir_, direct_ ? "O_DIRECT" : "page cache");
 }
 
 cold_pool::~cold_pool() {
@@ -201,40 +200,16 @@ void cold_pool::free(uint32_t page) {
     free_.push_back(page);
 }
 
-size_t cold_pool::write_pages(std::span<const page_write> batch, std::span<page_result> out) {
-    HILL_ASSERT(out.size() == batch.size());
-    const size_t n = batch.size();
-    reqs_.resize(n);
-    done_.resize(n);
-    new_sum_.resize(n);
-    for (size_t i = 0; i < n; ++i) {
-        const page_write & w = batch[i];
-        HILL_ASSERT(w.page < n_pages_ && (state_[w.page] & ~state_in_batch) != state_free);
-        HILL_ASSERT((state_[w.page] & state_in_batch) == 0);  // distinct pages in one batch
-        HILL_ASSERT(reinterpret_cast<uintptr_t>(w.data) % page_align == 0);
-        state_[w.page] |= state_in_batch;
-        new_sum_[i] = XXH3_64bits(w.data, page_bytes_);
-        reqs_[i] = {io_op::write, fd_of(w.page), file_offset(w.page), page_bytes_, const_cast<void *>(w.data), i};
-    }
-    for (const page_write & w : batch) state_[w.page] &= uint8_t(~state_in_batch);
+void cold_pool::mark_written(uint32_t page, uint64_t checksum) {
+    HILL_ASSERT(page < n_pages_ && state_[page] != state_free);
+    checksum_[page] = checksum;
+    state_[page] = state_written;
+}
 
-    const size_t n_io_failed = io_.run(reqs_, done_);
-    for (size_t i = 0; i < n; ++i) {
-        const uint32_t p = batch[i].page;
-        page_result & r = out[i];
-        r = {};
-        r.page = p;
-        r.io_result = done_[i].result;
-        if (n_io_failed == 0) {
-            checksum_[p] = new_sum_[i];
-            state_[p] = state_written;
-        } else {
-            r.status = done_[i].result < 0 ? page_status::io_error : page_status::batch_failed;
-            checksum_[p] = 0;
-            state_[p] = state_unwritten;
-        }
-    }
-    return n_io_failed == 0 ? 0 : n;
+void cold_pool::mark_unwritten(uint32_t page) {
+    HILL_ASSERT(page < n_pages_ && state_[page] != state_free);
+    checksum_[page] = 0;
+    state_[page] = state_unwritten;
 }
 
 uint64_t cold_pool::checksum(uint32_t page) const {
@@ -243,55 +218,11 @@ uint64_t cold_pool::checksum(uint32_t page) const {
 }
 
 uint64_t cold_pool::checksum_of(const void * data) const {
-    return XXH3_64bits(data, page_bytes_);
+    return page_checksum(data, page_bytes_);
 }
 
-size_t cold_pool::read_pages(std::span<const page_read> batch, std::span<page_result> out) {
-    HILL_ASSERT(out.size() == batch.size());
-    const size_t n = batch.size();
-    reqs_.clear();
-    req_of_.resize(n);
-    for (size_t i = 0; i < n; ++i) {
-        const page_read & rd = batch[i];
-        HILL_ASSERT(rd.page < n_pages_ && state_[rd.page] != state_free);
-        HILL_ASSERT(reinterpret_cast<uintptr_t>(rd.buffer) % page_align == 0);
-        if (state_[rd.page] != state_written) {
-            req_of_[i] = no_page;
-            continue;
-        }
-        req_of_[i] = uint32_t(reqs_.size());
-        reqs_.push_back({io_op::read, fd_of(rd.page), file_offset(rd.page), page_bytes_, rd.buffer, i});
-    }
-    done_.resize(reqs_.size());
-    io_.run(reqs_, done_);
-
-    size_t n_bad = 0;
-    for (size_t i = 0; i < n; ++i) {
-        const page_read & rd = batch[i];
-        page_result & r = out[i];
-        r = {};
-        r.page = rd.page;
-        if (req_of_[i] == no_page) {
-            r.status = page_status::unwritten;
-        } else {
-            r.io_result = done_[req_of_[i]].result;
-            if (r.io_result < 0) {
-                r.status = page_status::io_error;
-            } else {
-                const uint64_t actual = XXH3_64bits(rd.buffer, page_bytes_);
-                if (actual != checksum_[rd.page]) {
-                    r.status = page_status::checksum_mismatch;
-                    r.checksum_expected = checksum_[rd.page];
-                    r.checksum_actual = actual;
-                }
-            }
-        }
-        if (r.status != page_status::ok) {
-            std::memset(rd.buffer, 0, page_bytes_);
-            ++n_bad;
-        }
-    }
-    return n_bad;
+uint64_t page_checksum(const void * data, size_t n) {
+    return XXH3_64bits(data, n);
 }
 
 std::string cold_pool::describe(const page_result & r) const {

@@ -1,6 +1,8 @@
 // The cold pool (DESIGN.md §1, §3 step 4): fixed-size pages of KV bytes in preallocated files on
-// SSD, read and written in batches through an io_queue. It knows nothing of tokens or layers: the
-// KV store above it maps (layer, token) slots to page ids and decides what a page holds.
+// SSD. The pool owns the files, the page allocation and each page's committed checksum; the bytes
+// move through a cold_writer (kv/cold_writer.h, the owner thread's page writes) and cold_readers
+// (kv/cold_reader.h: the host's reads, and the storage device emulator's own). It knows nothing of
+// tokens or layers: the cold writer above it maps (sequence, layer, position) to page ids.
 //
 // Page layout on disk. Page p (0 <= p < n_pages) lives in file p / pages_per_file at byte offset
 // (p % pages_per_file) * page_bytes; pages_per_file = max_file_bytes / page_bytes (files of at most
@@ -17,9 +19,10 @@
 //
 // What is in memory per page: its XXH3-64 checksum (8 bytes) and a state byte (free / allocated and
 // unwritten / written), plus 4 bytes in the free list while the page is free. A page's checksum is
-// computed on write from the caller's bytes and checked on every read: a mismatch is reported as
-// page_status::checksum_mismatch (with page, file, offset, expected and actual checksum via
-// describe()) and the buffer is zeroed: bad bytes are never returned as data.
+// computed by the writer from the caller's bytes and committed here when the write succeeded; every
+// reader checks it: a mismatch is reported as page_status::checksum_mismatch (with page, file,
+// offset, expected and actual checksum via describe()) and the buffer is zeroed: bad bytes are never
+// returned as data.
 //
 // Files and locking. Files are named `hillinfer-cold-<pid>-<instance>-<index>.kv` and hold an
 // flock(LOCK_EX) for as long as the pool lives; the destructor removes them. At start, files of
@@ -29,8 +32,9 @@
 // may be between creating and locking it).
 //
 // Thread-safety: a cold_pool has one owner thread (the KV cache metadata thread, STYLE.md
-// "Concurrency"); its io_queue may use a kernel ring (io_uring), which is not shared. Other threads
-// (e.g. the CSD emulator) open their own pools or their own io_queue.
+// "Concurrency"), which allocates, frees and commits. A cold_reader on another thread (the storage
+// device emulator) only reads the checksums of written pages that the owner does not free or
+// rewrite while a pass is in flight (the owner does not change the cache during a device pass).
 #pragma once
 
 #include <cstdint>
@@ -48,7 +52,6 @@ struct cold_pool_params {
     uint32_t n_pages = 0;         // capacity, >= 1
     uint64_t max_file_bytes = uint64_t(1) << 30;  // pages per file = max(1, max_file_bytes / page_bytes)
     bool want_direct = true;                      // open the files with O_DIRECT when the file system allows it
-    io_queue_params io;                           // queue depth, coalescing, backend, fault hook
     io_open_hook open_hook;                       // tests: replaces ::open (e.g. to refuse O_DIRECT)
 };
 
@@ -80,6 +83,9 @@ struct page_write {
     const void * data = nullptr;  // page_bytes, 4096-aligned (asserted); unchanged during the call
 };
 
+// XXH3-64 of n bytes: the page checksum the writer computes and the readers check.
+uint64_t page_checksum(const void * data, size_t n);
+
 class cold_pool {
 public:
     static constexpr uint32_t no_page = 0xffffffffu;
@@ -102,17 +108,11 @@ public:
     // Returns an allocated page to the free list (asserted: allocated). Its content is forgotten.
     void free(uint32_t page);
 
-    // Writes a batch of pages (distinct ids, allocated: asserted). All or nothing: when every write
-    // succeeded the pages hold the new bytes and checksums; when any failed, every page of the batch
-    // is left `unwritten` (reads report so) and the results say which failed (io_error) and which
-    // were rolled back (batch_failed). Callers write to fresh pages and switch their maps only after
-    // success, so no half-written state is ever visible. out.size() == batch.size() (asserted).
-    // Returns the number of pages whose status is not ok (0: the batch is committed).
-    size_t write_pages(std::span<const page_write> batch, std::span<page_result> out);
-
-    // Reads a batch of pages (allocated: asserted; duplicates allowed) and checks their checksums.
-    // A page whose status is not ok has its buffer zeroed. Returns the number of such pages.
-    size_t read_pages(std::span<const page_read> batch, std::span<page_result> out);
+    // The writer's commit of a page (allocated: asserted) whose bytes with this XXH3-64 checksum are on
+    // disk now; mark_unwritten: its write failed (reads report page_status::unwritten).
+    void mark_written(uint32_t page, uint64_t checksum);
+    void mark_unwritten(uint32_t page);
+    bool is_written(uint32_t page) const { return page < n_pages_ && state_[page] == state_written; }
 
     // One line for a failed page: page id, file, offset, the status and (checksum) expected vs actual.
     std::string describe(const page_result & r) const;
@@ -125,14 +125,14 @@ public:
     bool direct() const { return direct_; }  // O_DIRECT in effect (false: the file system refused it)
     const std::string & kv_dir() const { return kv_dir_; }
     const std::string & file_path(uint32_t page) const { return files_[page / pages_per_file_].path; }
+    // The pool's read-write descriptor of the file holding `page` (the writer's).
+    int fd_of(uint32_t page) const { return files_[page / pages_per_file_].fd; }
     uint64_t file_offset(uint32_t page) const { return uint64_t(page % pages_per_file_) * page_bytes_; }
-    // XXH3-64 of the page's bytes at its last committed write (a written page; asserted), for a reader
-    // with its own file descriptors (the storage device emulator) to check what it reads.
+    // XXH3-64 of the page's bytes at its last committed write (a written page; asserted): what a
+    // reader checks.
     uint64_t checksum(uint32_t page) const;
     // XXH3-64 of page_bytes() bytes, as the pool computes it.
     uint64_t checksum_of(const void * data) const;
-    const io_queue & io() const { return io_; }
-    io_queue & io() { return io_; }
 
     // Removes the cold-pool files of dead processes from `dir` (see above). Returns how many were
     // removed. Called by the constructor; never throws (failures are logged).
@@ -147,10 +147,9 @@ private:
         std::string path;
         int fd = -1;
     };
-    enum : uint8_t { state_free = 0, state_unwritten = 1, state_written = 2, state_in_batch = 0x80 };
+    enum : uint8_t { state_free = 0, state_unwritten = 1, state_written = 2 };
 
     void remove_files();
-    int fd_of(uint32_t page) const { return files_[page / pages_per_file_].fd; }
 
     std::string kv_dir_;
     uint64_t page_bytes_ = 0;
@@ -161,13 +160,6 @@ private:
     std::vector<uint64_t> checksum_;  // per page: XXH3-64 of its bytes at the last committed write
     std::vector<uint8_t> state_;      // per page: state_free / state_unwritten / state_written
     std::vector<uint32_t> free_;      // free page ids, highest first (alloc pops the lowest)
-    io_queue io_;
-
-    // Per-batch scratch, kept to reuse its capacity.
-    std::vector<io_request> reqs_;
-    std::vector<io_completion> done_;
-    std::vector<uint32_t> req_of_;  // batch index -> request index, or no_page when not issued
-    std::vector<uint64_t> new_sum_;
 };
 
 }  // namespace hill

@@ -1,6 +1,11 @@
-# Attention policies (DESIGN.md §1-3): full, streaming, hillinfer.
+# Policies (DESIGN.md §1-3): read-only deciders of selection and placement, one file each, and the
+# registry (name -> factory).
 hill_add_library(hill_policy
-  policy/attention_policy.cpp
-  policy/selection_policy.cpp
+  policy/full.cpp
+  policy/hillinfer.cpp
+  policy/placement.cpp
+  policy/policy.cpp
+  policy/registry.cpp
+  policy/streaming.cpp
 )
-target_link_libraries(hill_policy PUBLIC hill_csd hill_score hill_kv hill_compute hill_core)
+target_link_libraries(hill_policy PUBLIC hill_score hill_kv hill_core)

@@ -1,0 +1,428 @@
+#include "engine/context.h"
+
+#include "core/error.h"
+#include "core/fp16.h"
+#include "core/sys_info.h"
+#include "kv/page_table.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace hill {
+
+namespace {
+
+// Rows of f32 values into the KV element type.
+void store_rows(const float * src, ggml_type type, int64_t n, void * dst) {
+    if (type == ggml_type::f32) {
+        std::memcpy(dst, src, size_t(n) * 4);
+    } else {
+        fp32_to_fp16_row(src, static_cast<uint16_t *>(dst), n);
+    }
+}
+
+}  // namespace
+
+struct context::layer_append {
+    cold_append app;
+    bool appended = false;
+    std::vector<int32_t> place;      // positions placed hot, in reservation order
+    std::vector<uint16_t> hits;      // their starting hit counts
+    std::vector<uint32_t> slots;     // their reserved slots
+};
+
+context::context(const hill::model & m, const context_params & p, thread_pool & pool)
+    : model_(m), params_(p), pool_(pool) {
+    const hparams & hp = m.hp();
+    if (p.n_ctx <= 0) fail_usage("context size must be > 0, got {}", p.n_ctx);
+    if (p.n_seq < 1) fail_usage("the number of sequences must be >= 1, got {}", p.n_seq);
+    if (hp.position == position_kind::learned && p.n_ctx > hp.n_ctx_train) {
+        fail_usage("a context of {} tokens (-c) exceeds the {} positions this {} model has learned; use -c {} or less",
+                   p.n_ctx, hp.n_ctx_train, hp.arch, hp.n_ctx_train);
+    }
+    if (p.kv_type != ggml_type::f16 && p.kv_type != ggml_type::f32) {
+        fail_usage("KV cache type must be f16 or f32, got {}", ggml_type_name(p.kv_type));
+    }
+    HILL_ASSERT(p.n_batch > 0 && p.n_segment > 0);
+    policy_ = make_policy(p.policy, hp.n_head_kv);
+    layout_ = kv_layout{hp.n_layer, hp.n_embd_kv(), p.kv_type};
+
+    // The hot pool: the budget's slots per layer, at most every token of every sequence.
+    const uint64_t per_slot = uint64_t(hp.n_layer) * layout_.token_layer_bytes();
+    const uint64_t all_tokens = uint64_t(p.n_seq) * uint64_t(p.n_ctx);
+    const uint64_t budget = p.kv_host_budget == 0 ? per_slot * all_tokens : p.kv_host_budget;
+    const int64_t hot_slots = int64_t(std::min<uint64_t>(budget / per_slot, all_tokens));
+    const bool cold = uint64_t(hot_slots) < all_tokens;
+    const std::string seqs = p.n_seq > 1 ? fmt::format(" for {} sequences", p.n_seq) : std::string();
+    if (cold && p.kv_dir.empty()) {
+        fail_usage("the KV cache of {} tokens{} needs {} but the host budget is {}; give a --kv-dir for the cold pool "
+                   "or raise --kv-host-budget", p.n_ctx, seqs, format_bytes(per_slot * all_tokens), format_bytes(budget));
+    }
+    const policy_params & pp = p.policy;
+    const int64_t per_seq_min = std::min<int64_t>(int64_t(pp.n_sinks) + pp.n_window + 1, p.n_ctx);
+    if (cold && hot_slots < int64_t(p.n_seq) * per_seq_min) {
+        fail_usage("--kv-host-budget {} holds {} tokens per layer; at least {} are needed{} (the {} sinks, the {}-token "
+                   "window and the new token of each sequence stay hot; {} per token)", format_bytes(budget), hot_slots,
+                   int64_t(p.n_seq) * per_seq_min, seqs, pp.n_sinks, pp.n_window, format_bytes(per_slot));
+    }
+    cells_ = std::make_unique<kv_cells>(kv_cells_params{hp.n_layer, p.n_seq, p.n_ctx, hot_slots});
+    hot_ = std::make_unique<hot_arena>(layout_, hot_slots, ordered_gather::window_tokens);
+    ordered_ = std::make_unique<ordered_gather>(*hot_);
+    io_queue_params io;
+    io.fault_hook = p.io_faults;
+    if (cold) {
+        // Every token of every sequence has its cold copy: whole groups of page_tokens rows.
+        const int64_t pt = layout_.page_tokens();
+        const uint64_t n_pages = uint64_t(p.n_seq) * uint64_t(hp.n_layer) * 2 * uint64_t((p.n_ctx + pt - 1) / pt);
+        if (n_pages >= cold_pool::no_page) fail_usage("a cold pool of {} pages is too large", n_pages);
+        cold_pool_params cp;
+        cp.kv_dir = p.kv_dir;
+        cp.page_bytes = layout_.page_bytes();
+        cp.n_pages = uint32_t(n_pages);
+        cold_ = std::make_unique<cold_pool>(cp);  // checks the free space before anything large is allocated
+        writer_ = std::make_unique<cold_writer>(*cold_, io);
+        logs_ = std::make_unique<cold_logs>(*writer_, layout_, p.n_seq, p.n_ctx);
+        reader_ = std::make_unique<cold_reader>(*cold_, io);
+        gather_ = std::make_unique<cold_gather>(*reader_, layout_);
+    }
+    forward_ = make_forward(m, pool, std::max<int64_t>(p.n_batch, p.n_seq));
+    storage_ = csd::make_device(p.storage, cold_.get(), layout_, attn_shape(), pool);
+    device_ = make_cpu_device_tier(pool, std::max<int64_t>(std::min(p.n_segment, p.n_ctx), p.n_seq), hp.n_embd_q(),
+                                   hp.n_head);
+    step_ = std::make_unique<decode_step>(m, *forward_, *cells_, *hot_, logs_.get(), reader_.get(), *storage_, *device_,
+                                          pool);
+    set_policy(p.policy);
+}
+
+context::~context() = default;
+
+attention_shape context::attn_shape() const {
+    const hparams & hp = model_.hp();
+    return attention_shape{hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f / std::sqrt(float(hp.head_dim))};
+}
+
+void context::set_policy(const policy_params & p) {
+    auto next = make_policy(p, model_.hp().n_head_kv);
+    step_->set_policy(*next, params_.storage.kind);  // checks the storage device can score as the policy asks
+    policy_ = std::move(next);
+    params_.policy = p;
+    step_->reset_stats();
+    importance_scorer_.reset();
+    if (policy_->wants_prefill_importance()) {
+        importance_scorer_ = std::make_unique<host_scorer>(attn_shape(), p.score, pool_.n_threads());
+    }
+}
+
+const kv_io_stats & context::io_stats() const {
+    io_stats_.cold_write_bytes = writer_ != nullptr ? writer_->write_bytes() : 0;
+    io_stats_.cold_read_bytes = reader_ != nullptr ? reader_->io().stats().bytes_read : 0;
+    return io_stats_;
+}
+
+int64_t context::n_cold_cells() const {
+    int64_t n = 0;
+    for (int seq = 0; seq < cells_->n_seq(); ++seq) {
+        for (int il = 0; il < cells_->n_layer(); ++il) {
+            for (const uint32_t s : cells_->hot_slots(seq, il)) n += s == kv_cells::no_slot ? 1 : 0;
+        }
+    }
+    return n;
+}
+
+template <class F>
+void context::for_each_stored(int seq, int il, bool with_v, F && fn) {
+    kv_page_table t;
+    const cold_log_view log = logs_ != nullptr ? logs_->log(seq, il) : cold_log_view{};
+    t.add(*cells_, logs_ != nullptr ? &log : nullptr, seq, il, {}, true);
+    kv_view hot = hot_->view(il);
+    if (!with_v) hot.v = nullptr;
+    if (!t.hot_pos.empty()) {
+        hot.n_kv = int64_t(t.hot_pos.size());
+        fn(hot, t.hot_slot.data(), t.hot_pos.data());
+    }
+    if (!t.open_pos.empty()) {
+        fn(kv_view{layout_.type, log.open_k, with_v ? log.open_v : nullptr, int64_t(t.open_pos.size()), layout_.n_embd_kv},
+           t.open_row.data(), t.open_pos.data());
+    }
+    if (!t.disk_pos.empty()) {
+        gather_->begin(log.groups, t.disk_pos, with_v);
+        kv_batch b;
+        while (gather_->next(b)) fn(b.view, b.rows, b.positions);
+    }
+}
+
+void context::prefill(int seq, std::span<const int32_t> tokens, bool logits_all, float * logits,
+                      const std::function<void(int64_t, int64_t)> & progress) {
+    const int64_t n = int64_t(tokens.size());
+    if (n == 0) return;
+    HILL_ASSERT(seq >= 0 && seq < params_.n_seq);
+    const int64_t n_past0 = n_past(seq);
+    if (n_past0 + n > params_.n_ctx) {
+        fail_usage("{} tokens after {} already in the context exceed the context size of {} tokens (-c)", n, n_past0,
+                   params_.n_ctx);
+    }
+    const int32_t n_vocab = model_.hp().n_vocab;
+    for (const int32_t t : tokens) {
+        if (t < 0 || t >= n_vocab) fail_input("token id {} is out of range [0, {})", t, n_vocab);
+    }
+    cold_logs::snapshot snap;
+    if (logs_ != nullptr) logs_->take_snapshot(seq, snap);
+    const int64_t n_layer = model_.hp().n_layer;
+    try {
+        for (int64_t s0 = 0; s0 < n; s0 += params_.n_segment) {
+            const int64_t ns = std::min<int64_t>(params_.n_segment, n - s0);
+            float * out = logits == nullptr ? nullptr : logits + (logits_all ? s0 * n_vocab : 0);
+            prefill_segment(seq, tokens.data() + s0, ns, logits_all, out, [&](int64_t done) {
+                if (progress) progress(s0 * n_layer + done, n * n_layer);
+            });
+        }
+    } catch (...) {
+        // Back to the sequence as it was: its later tokens forgotten, its cold log restored (no I/O).
+        cells_->truncate(seq, n_past0);
+        if (logs_ != nullptr) logs_->restore(snap);
+        throw;
+    }
+}
+
+void context::prefill_segment(int seq, const int32_t * tokens, int64_t n, bool logits_all, float * logits,
+                              const std::function<void(int64_t)> & progress) {
+    const hparams & hp = model_.hp();
+    const int64_t n_embd = hp.n_embd, n_kv = hp.n_embd_kv(), n_q = hp.n_embd_q();
+    const size_t rb = layout_.row_bytes();
+    const int64_t p0 = n_past(seq), nb = params_.n_batch;
+    // The segment's residual stream f32 [n, n_embd]; one layer's K and V of it, kv type [n, n_embd_kv];
+    // its queries and then (in place) their attention outputs, f32 [n, n_embd_q].
+    std::vector<float> x(size_t(n) * size_t(n_embd));
+    std::vector<uint8_t> layer_k(size_t(n) * rb), layer_v(size_t(n) * rb);
+    std::vector<float> qa(size_t(n) * size_t(n_q));
+    std::vector<float> kc(size_t(std::min(n, nb)) * size_t(n_kv)), vc(kc.size());
+    std::vector<int32_t> pos(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) pos[size_t(i)] = int32_t(p0 + i);
+    for (int64_t c0 = 0; c0 < n; c0 += nb) {
+        forward_->embed(tokens + c0, pos.data() + c0, std::min(nb, n - c0), x.data() + c0 * n_embd);
+    }
+    // Prefill importance (placement hkm): the importance scores of every token under the segment's last
+    // W queries (at least one), summed.
+    const bool measure = importance_scorer_ != nullptr;
+    const int64_t n_obs = std::clamp<int64_t>(params_.policy.n_window, 1, n);
+    std::vector<float> q_obs(measure ? size_t(n_obs) * size_t(n_q) : 0);
+    std::vector<float> importance(measure ? size_t(p0 + n) : 0);
+    std::vector<float> seg_scores;
+    // Room for this sequence's window and sinks and the next step's appends.
+    int64_t n_active = 0;
+    for (int s = 0; s < cells_->n_seq(); ++s) n_active += (cells_->n_tokens(s) > 0 || s == seq) ? 1 : 0;
+    step_->make_room(std::min<int64_t>(params_.policy.n_sinks + params_.policy.n_window, p0 + n) + n_active);
+
+    const attention_shape shape = attn_shape();
+    std::vector<layer_append> appends(size_t(hp.n_layer));
+    try {
+        for (int il = 0; il < hp.n_layer; ++il) {
+            for (int64_t c0 = 0; c0 < n; c0 += nb) {
+                const int64_t nc = std::min<int64_t>(nb, n - c0);
+                forward_->attention_input(il, x.data() + c0 * n_embd, pos.data() + c0, nc, qa.data() + c0 * n_q, kc.data(),
+                                          vc.data());
+                for (int64_t t = 0; t < nc; ++t) {
+                    store_rows(kc.data() + t * n_kv, layout_.type, n_kv, layer_k.data() + size_t(c0 + t) * rb);
+                    store_rows(vc.data() + t * n_kv, layout_.type, n_kv, layer_v.data() + size_t(c0 + t) * rb);
+                }
+            }
+            if (measure) std::copy(qa.end() - n_obs * n_q, qa.end(), q_obs.begin());
+            // Every query of the segment attends to the sequence's tokens already in the tiers (one pass
+            // over them), then causally to the segment's own KV.
+            device_->begin(shape, qa.data(), n);
+            if (p0 > 0) {
+                // In position order, window by window (kv/ordered_gather.h): the same result wherever the
+                // tokens live.
+                kv_page_table t;
+                const cold_log_view log = logs_ != nullptr ? logs_->log(seq, il) : cold_log_view{};
+                t.add(*cells_, logs_ != nullptr ? &log : nullptr, seq, il, {}, true);
+                if (!t.disk_pos.empty()) gather_->begin(log.groups, t.disk_pos, true);
+                ordered_->begin(il, t, 0, kv_view{layout_.type, log.open_k, log.open_v, log.n_open, layout_.n_embd_kv},
+                                [this](kv_batch & out) { return gather_->next(out); });
+                kv_batch w;
+                while (ordered_->next(w)) device_->attend(w.view, w.rows);
+            }
+            device_->attend(kv_view{layout_.type, layer_k.data(), layer_v.data(), n, n_kv}, nullptr, 0);
+            device_->end(qa.data());
+            if (measure) {
+                std::fill(importance.begin(), importance.end(), 0.0f);
+                const int n_group = importance_scorer_->n_group();
+                const auto add = [&](const kv_view & view, const int32_t * rows, const int32_t * positions) {
+                    seg_scores.resize(size_t(n_group) * size_t(view.n_kv));
+                    for (int64_t o = 0; o < n_obs; ++o) {
+                        importance_scorer_->prepare_query(q_obs.data() + o * n_q);
+                        importance_scorer_->score(view, rows, seg_scores.data(), view.n_kv, pool_);
+                        for (int g = 0; g < n_group; ++g) {
+                            for (int64_t j = 0; j < view.n_kv; ++j) {
+                                importance[size_t(positions[j])] += seg_scores[size_t(g) * size_t(view.n_kv) + size_t(j)];
+                            }
+                        }
+                    }
+                };
+                for_each_stored(seq, il, false, add);
+                add(kv_view{layout_.type, layer_k.data(), nullptr, n, n_kv}, nullptr, pos.data());
+            }
+            for (int64_t c0 = 0; c0 < n; c0 += nb) {
+                const int64_t nc = std::min<int64_t>(nb, n - c0);
+                forward_->attention_output(il, x.data() + c0 * n_embd, qa.data() + c0 * n_q, nc);
+                if (progress) progress(int64_t(il) * n + c0 + nc);
+            }
+            append_layer(seq, il, p0, n, layer_k.data(), layer_v.data(), measure ? importance.data() : nullptr,
+                         appends[size_t(il)]);
+        }
+        if (logits != nullptr) {
+            const int64_t r0 = logits_all ? 0 : n - 1;
+            for (int64_t c0 = r0; c0 < n; c0 += nb) {
+                const int64_t nc = std::min<int64_t>(nb, n - c0);
+                forward_->logits(x.data() + c0 * n_embd, nc, logits + (c0 - r0) * hp.n_vocab);
+            }
+        }
+    } catch (...) {
+        abandon(appends);
+        throw;
+    }
+    commit(seq, n, appends);
+}
+
+void context::append_layer(int seq, int il, int64_t p0, int64_t n, const uint8_t * k, const uint8_t * v,
+                           const float * importance, layer_append & out) {
+    const size_t rb = layout_.row_bytes();
+    if (logs_ != nullptr) {
+        logs_->prepare(seq, il, n, k, v, out.app);
+        out.appended = true;
+    }
+    int64_t n_active = 0;
+    for (int s = 0; s < cells_->n_seq(); ++s) n_active += (cells_->n_tokens(s) > 0 || s == seq) ? 1 : 0;
+    prefill_plan plan;
+    policy_->place_prefill(prefill_place_input{il, seq, p0, p0 + n, cells_.get(), importance, cells_->n_hot_free(il),
+                                               n_active}, plan);
+    // Evictions now: metadata only (the cold copies exist), so that their slots take the new hot set.
+    for (const int32_t t : plan.evict) cells_->drop_hot(seq, il, t);
+    io_stats_.prefill_evicted += plan.evict.size();
+    out.place = plan.place;
+    out.hits = plan.place_hits;
+    out.slots.resize(plan.place.size());
+    std::vector<int32_t> older;  // placed tokens from before the segment, read from the cold tier
+    for (size_t i = 0; i < plan.place.size(); ++i) {
+        const int32_t t = plan.place[i];
+        const uint32_t slot = cells_->peek_free(il, int64_t(i));
+        out.slots[i] = slot;
+        if (t >= p0) {
+            std::memcpy(hot_->k(il, slot), k + size_t(t - p0) * rb, rb);
+            std::memcpy(hot_->v(il, slot), v + size_t(t - p0) * rb, rb);
+        } else {
+            older.push_back(t);
+        }
+    }
+    if (older.empty()) return;
+    // Older tokens placed hot again: from the open group in RAM or from their pages.
+    std::sort(older.begin(), older.end());
+    kv_page_table tab;
+    const cold_log_view log = logs_->log(seq, il);
+    tab.add(*cells_, &log, seq, il, older, false);
+    std::vector<std::pair<int32_t, uint32_t>> slot_of;  // (position, slot), ascending
+    for (size_t i = 0; i < plan.place.size(); ++i) {
+        if (plan.place[i] < p0) slot_of.emplace_back(plan.place[i], out.slots[i]);
+    }
+    std::sort(slot_of.begin(), slot_of.end());
+    const auto copy_rows = [&](const kv_view & view, const int32_t * rows, const int32_t * positions, int64_t m) {
+        for (int64_t j = 0; j < m; ++j) {
+            const auto it = std::lower_bound(slot_of.begin(), slot_of.end(), std::make_pair(positions[j], uint32_t(0)));
+            HILL_ASSERT(it != slot_of.end() && it->first == positions[j]);
+            const uint32_t slot = it->second;
+            const int64_t r = rows != nullptr ? rows[j] : j;
+            std::memcpy(hot_->k(il, slot), static_cast<const uint8_t *>(view.k) + size_t(r) * rb, rb);
+            std::memcpy(hot_->v(il, slot), static_cast<const uint8_t *>(view.v) + size_t(r) * rb, rb);
+        }
+    };
+    copy_rows(kv_view{layout_.type, log.open_k, log.open_v, 0, layout_.n_embd_kv}, tab.open_row.data(),
+              tab.open_pos.data(), int64_t(tab.open_pos.size()));
+    if (!tab.disk_pos.empty()) {
+        gather_->begin(log.groups, tab.disk_pos, true);
+        kv_batch b;
+        while (gather_->next(b)) copy_rows(b.view, b.rows, b.positions, b.view.n_kv);
+    }
+}
+
+void context::commit(int seq, int64_t n, std::vector<layer_append> & layers) {
+    const int64_t p0 = n_past(seq);
+    cells_->grow(seq, n);
+    for (int il = 0; il < int(layers.size()); ++il) {
+        layer_append & L = layers[size_t(il)];
+        for (size_t i = 0; i < L.place.size(); ++i) {
+            const uint32_t s = cells_->take_hot(seq, il, L.place[i]);
+            HILL_ASSERT(s == L.slots[i]);
+            cells_->set_hits(seq, il, L.place[i], L.hits[i]);
+        }
+        io_stats_.prefill_placed_hot += L.place.size();
+        if (L.appended) {
+            logs_->apply(L.app);
+            L.appended = false;
+        }
+    }
+    (void)p0;
+}
+
+void context::abandon(std::vector<layer_append> & layers) {
+    for (layer_append & L : layers) {
+        if (L.appended) logs_->discard(L.app);
+        L.appended = false;
+    }
+}
+
+void context::decode(std::span<const int> seqs, std::span<const int32_t> tokens, float * logits) {
+    HILL_ASSERT(seqs.size() == tokens.size() && !seqs.empty());
+    const int32_t n_vocab = model_.hp().n_vocab;
+    for (size_t b = 0; b < seqs.size(); ++b) {
+        if (tokens[b] < 0 || tokens[b] >= n_vocab) fail_input("token id {} is out of range [0, {})", tokens[b], n_vocab);
+        if (n_past(seqs[b]) >= params_.n_ctx) {
+            fail_usage("1 token after {} already in the context exceeds the context size of {} tokens (-c)",
+                       n_past(seqs[b]), params_.n_ctx);
+        }
+    }
+    step_->make_room(int64_t(seqs.size()));  // nothing to do unless the capacity changed
+    step_->run(seqs, tokens, logits);
+}
+
+void context::truncate(int seq, int64_t n) {
+    HILL_ASSERT(n >= 0 && n <= n_past(seq));
+    if (logs_ != nullptr) logs_->truncate(seq, n, *reader_);  // may read, may fail: first
+    cells_->truncate(seq, n);
+}
+
+void context::export_layer(int seq, int il, void * k_out, void * v_out) {
+    const size_t rb = layout_.row_bytes();
+    auto * ko = static_cast<uint8_t *>(k_out);
+    auto * vo = static_cast<uint8_t *>(v_out);
+    for_each_stored(seq, il, true, [&](const kv_view & view, const int32_t * rows, const int32_t * positions) {
+        const auto * kb = static_cast<const uint8_t *>(view.k);
+        const auto * vb = static_cast<const uint8_t *>(view.v);
+        for (int64_t j = 0; j < view.n_kv; ++j) {
+            const int64_t r = rows != nullptr ? rows[j] : j;
+            std::memcpy(ko + size_t(positions[j]) * rb, kb + size_t(r) * rb, rb);
+            std::memcpy(vo + size_t(positions[j]) * rb, vb + size_t(r) * rb, rb);
+        }
+    });
+}
+
+void context::import_kv(int seq, int64_t n, std::span<const void * const> k, std::span<const void * const> v) {
+    HILL_ASSERT(n_past(seq) == 0 && n > 0 && n <= params_.n_ctx);
+    HILL_ASSERT(k.size() == size_t(layout_.n_layer) && v.size() == k.size());
+    int64_t n_active = 0;
+    for (int s = 0; s < cells_->n_seq(); ++s) n_active += (cells_->n_tokens(s) > 0 || s == seq) ? 1 : 0;
+    step_->make_room(std::min<int64_t>(params_.policy.n_sinks + params_.policy.n_window, n) + n_active);
+    std::vector<layer_append> appends(size_t(layout_.n_layer));
+    try {
+        for (int il = 0; il < layout_.n_layer; ++il) {
+            append_layer(seq, il, 0, n, static_cast<const uint8_t *>(k[size_t(il)]),
+                         static_cast<const uint8_t *>(v[size_t(il)]), nullptr, appends[size_t(il)]);
+        }
+    } catch (...) {
+        abandon(appends);
+        throw;
+    }
+    commit(seq, n, appends);
+}
+
+}  // namespace hill

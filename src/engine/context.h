@@ -1,0 +1,166 @@
+// A model's inference context for a batch of sequences over the tiered KV cache: the KV cells
+// (kv/kv_cells.h: metadata), the pools (kv/hot_arena.h: the hot pool in DRAM; kv/cold_pool.h with its
+// cold_writer, the cold logs and a host cold_reader: the cold pool on SSD, holding every token's KV), the storage
+// device that scores and reads the cold pages (csd/device.h), the device tier where attention runs
+// (kv/device_tier.h), the policy (policy/policy.h) and the decode step (sched/decode_step.h).
+//
+// Sequences are slots [0, n_seq): each has its own tokens in every tier, under one shared host budget.
+//   - prefill(seq, tokens): layer-major (DESIGN.md §3): all the tokens go through layer il in chunks of
+//     n_batch rows, attending to the sequence's tokens already in the tiers and causally to their own
+//     KV, then layer il's KV is written to the sequence's cold log and placed by the policy (hot: the
+//     sinks, the window and — under placement hkm — the tokens of highest prefill importance, the
+//     importance score of every token under the segment's last W queries), before layer il + 1.
+//     Prompts longer than n_segment are prefilled segment by segment, each attending to the ones before
+//     in the tiers. Peak memory is weights + budgets + one layer's KV of one segment + the segment's
+//     activations, whatever the prompt length.
+//   - decode(seqs, tokens): one decode step of a batch (sched/decode_step.h).
+// Failures: a decode step that fails changes nothing. A prefill that fails leaves the sequence at its
+// length before the call (its cold log as it was); tokens of the sequence that were hot before may
+// have left the hot pool (their KV is intact in the cold pool). A Ctrl-C (storage_params::stop_requested,
+// the progress callback) is such a failure, with exit_code::interrupted.
+//
+// Thread use: one owner thread calls every method; kernels run on the pool; the storage device emulator
+// has its own threads.
+#pragma once
+
+#include "core/thread_pool.h"
+#include "csd/device.h"
+#include "kv/cold_gather.h"
+#include "kv/cold_pool.h"
+#include "kv/cold_reader.h"
+#include "kv/cold_logs.h"
+#include "kv/cold_writer.h"
+#include "kv/device_tier.h"
+#include "kv/hot_arena.h"
+#include "kv/kv_cells.h"
+#include "kv/ordered_gather.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "policy/policy.h"
+#include "sched/decode_step.h"
+#include "score/host_scorer.h"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace hill {
+
+struct context_params {
+    int32_t n_ctx = 0;                  // KV capacity of each sequence in tokens (> 0)
+    ggml_type kv_type = ggml_type::f16; // f16 or f32
+    int32_t n_batch = 256;              // prompt tokens per forward chunk (activation memory)
+    int32_t n_segment = 8192;           // prompt tokens per layer-major pass; longer prompts go segment by segment
+    uint64_t kv_host_budget = 0;        // hot pool bytes (all layers, all sequences); 0: everything in RAM
+    std::string kv_dir;                 // cold pool directory (needed when the budget is below the KV of every sequence)
+    policy_params policy;               // decode attention policy and placement
+    csd::storage_params storage;        // the device that holds the cold pool (plain SSD or CSD emulator)
+    io_fault_hook io_faults;            // tests: injected cold-pool I/O results of the host's reads and writes
+    int32_t n_seq = 1;                  // sequences at once (>= 1)
+};
+
+// Bytes moved by the cache's own reads and writes (not the storage device's passes).
+struct kv_io_stats {
+    uint64_t cold_write_bytes = 0;      // cold-log pages written
+    uint64_t cold_read_bytes = 0;       // pages the host read: prefill over the tiers, truncation, prompt cache, diag
+    uint64_t prefill_placed_hot = 0;    // tokens placed hot after prefills (all layers)
+    uint64_t prefill_evicted = 0;       // hot tokens prefill placement evicted
+};
+
+class context {
+public:
+    // Errors: n_ctx <= 0, n_seq < 1, kv_type not f16/f32 (exit_code::usage); a budget that cannot hold
+    // the sinks, the window and one token per sequence and layer, or that needs a cold pool and no
+    // kv_dir (usage, with the bytes); cold pool errors (kv_dir, free space); storage device and policy
+    // errors (csd::make_device, csd::check_scoring, make_policy).
+    context(const model & m, const context_params & p, thread_pool & pool);
+    ~context();
+    context(const context &) = delete;
+    context & operator=(const context &) = delete;
+
+    const hill::model & model() const { return model_; }
+    const context_params & params() const { return params_; }
+    int n_seq() const { return params_.n_seq; }
+    int32_t n_ctx() const { return params_.n_ctx; }
+    int64_t n_past(int seq) const { return cells_->n_tokens(seq); }
+
+    // Runs `tokens` of sequence seq at positions [n_past(seq), n_past(seq) + n), layer-major. logits:
+    // f32 [n, n_vocab] when logits_all, else [n_vocab] for the last token (nullptr: none computed).
+    // progress(done, total) after each chunk of each layer (token-layers). Errors: n_past + n > n_ctx
+    // (usage, naming both), a token id out of range (bad_input), I/O errors; see the file comment.
+    void prefill(int seq, std::span<const int32_t> tokens, bool logits_all, float * logits,
+                 const std::function<void(int64_t, int64_t)> & progress = {});
+    // One decode step: tokens[b] appended to sequence seqs[b] (distinct, each with room); logits f32
+    // [B, n_vocab]. Errors: a token id out of range (bad_input), a full sequence (usage); I/O,
+    // device and interrupt errors (nothing changed).
+    void decode(std::span<const int> seqs, std::span<const int32_t> tokens, float * logits);
+    // Forgets tokens [n, n_past(seq)) of seq (n <= n_past). May read one cold page back per layer;
+    // on a read error (hill::error) the sequence is as it was.
+    void truncate(int seq, int64_t n);
+
+    // The KV of tokens [0, n_past(seq)) of layer il in position order: k_out, v_out kv type
+    // [n_past, n_embd_kv] each (hot rows copied, open rows copied, pages read). Errors: cold reads.
+    void export_layer(int seq, int il, void * k_out, void * v_out);
+    // Appends n tokens of externally computed KV (a prompt cache) to the empty sequence seq: k[il], v[il]
+    // kv type [n, n_embd_kv] for every layer. Placed as after a prefill without importance. All or
+    // nothing: on an error (a failed page write) the sequence stays empty.
+    void import_kv(int seq, int64_t n, std::span<const void * const> k, std::span<const void * const> v);
+
+    // Replaces the policy (fresh step statistics); the KV and its placement stay as they are. Errors: as
+    // make_policy; scoring the storage device cannot run.
+    void set_policy(const policy_params & p);
+    const hill::policy & policy() const { return *policy_; }
+
+    const kv_cells & cells() const { return *cells_; }
+    const kv_layout & layout() const { return layout_; }
+    const cold_pool * cold() const { return cold_.get(); }  // nullptr when everything fits the host budget
+    const cold_logs * logs() const { return logs_.get(); }
+    const csd::device & storage() const { return *storage_; }
+    const device_tier & device() const { return *device_; }
+    const step_stats & decode_stats() const { return step_->stats(); }
+    const kv_io_stats & io_stats() const;
+    // Tokens of every sequence, all layers, without a hot copy: read from the cold tier.
+    int64_t n_cold_cells() const;
+
+private:
+    struct layer_append;  // one layer's prepared KV append to a sequence (prefill and import)
+    void prefill_segment(int seq, const int32_t * tokens, int64_t n, bool logits_all, float * logits,
+                         const std::function<void(int64_t)> & progress);
+    // Writes layer il's rows k, v (kv type [n, n_embd_kv], positions [p0, p0 + n)) to seq's cold log
+    // and places the layer's hot set by the policy; prepared, to apply with commit().
+    void append_layer(int seq, int il, int64_t p0, int64_t n, const uint8_t * k, const uint8_t * v,
+                      const float * importance, layer_append & out);
+    void commit(int seq, int64_t n, std::vector<layer_append> & layers);
+    void abandon(std::vector<layer_append> & layers);
+    // Calls fn(view, rows, positions) for the sequence's tokens [0, n_past) of layer il: hot rows in
+    // place, open rows, then cold pages batch by batch (with_v: K and V; else K only).
+    template <class F>
+    void for_each_stored(int seq, int il, bool with_v, F && fn);
+    attention_shape attn_shape() const;
+
+    const hill::model & model_;
+    context_params params_;
+    thread_pool & pool_;
+    kv_layout layout_;
+    std::unique_ptr<arch_forward> forward_;
+    std::unique_ptr<kv_cells> cells_;
+    std::unique_ptr<hot_arena> hot_;
+    std::unique_ptr<cold_pool> cold_;
+    std::unique_ptr<cold_writer> writer_;
+    std::unique_ptr<cold_logs> logs_;
+    std::unique_ptr<cold_reader> reader_;
+    std::unique_ptr<cold_gather> gather_;
+    std::unique_ptr<ordered_gather> ordered_;  // prefill's attention over the tiers, in position order
+    std::unique_ptr<csd::device> storage_;
+    std::unique_ptr<device_tier> device_;
+    std::unique_ptr<hill::policy> policy_;
+    std::unique_ptr<decode_step> step_;
+    std::unique_ptr<host_scorer> importance_scorer_;  // prefill importance (placement hkm)
+    mutable kv_io_stats io_stats_;
+    uint64_t gather_read_base_ = 0;
+};
+
+}  // namespace hill

@@ -1,0 +1,216 @@
+#include "engine/run_report.h"
+
+#include "core/sys_info.h"
+#include "policy/placement.h"
+
+#include <fmt/format.h>
+
+namespace hill {
+
+namespace {
+
+double ratio(double a, double b) { return b > 0.0 ? a / b : 0.0; }
+
+std::string describe(const policy & pol) {
+    const policy_params & p = pol.params();
+    std::string s = fmt::format("{} (", pol.name());
+    if (pol.uses_scores()) {
+        s += fmt::format("alpha {}, sinks {}, window {}, scores {} keys / {} query, {} of heads, per {}, ", p.alpha,
+                         p.n_sinks, p.n_window, name(p.score.key), name(p.score.query), name(p.score.aggregate),
+                         name(p.score.granularity));
+    } else if (pol.name() != "full") {
+        s += fmt::format("sinks {}, window {}, ", p.n_sinks, p.n_window);
+    }
+    return s + fmt::format("placement {})", name(pol.placement()));
+}
+
+}  // namespace
+
+attended_totals totals(const step_stats & s) {
+    attended_totals t;
+    for (const step_layer_stats & L : s.layers) {
+        t.steps += L.n_steps;
+        t.context += L.n_context;
+        t.attended += L.n_attended;
+        t.hot += L.n_attended_hot;
+        t.open += L.n_attended_open;
+        t.disk += L.n_attended_disk;
+        t.recall += L.recall_sum;
+        t.overlap += L.overlap_sum;
+        t.n_overlap += L.n_overlap;
+    }
+    return t;
+}
+
+std::string policy_summary(const context & ctx) {
+    const policy & pol = ctx.policy();
+    const step_stats & st = ctx.decode_stats();
+    const attended_totals t = totals(st);
+    std::string out = fmt::format("policy: {}", describe(pol));
+    if (t.steps == 0) return out + "\n";
+    out += fmt::format("; attended {:.1f}% of the cached tokens: {:.1f}% hot, {:.1f}% from the cold tier ({:.1f}% its "
+                       "open groups in RAM, {:.1f}% SSD); time: forward {:.2f} s, ",
+                       100.0 * ratio(double(t.attended), double(t.context)), 100.0 * ratio(double(t.hot), double(t.attended)),
+                       100.0 * t.cold_share(), 100.0 * ratio(double(t.open), double(t.attended)),
+                       100.0 * ratio(double(t.disk), double(t.attended)), double(st.t_forward_us) / 1e6);
+    if (pol.uses_scores()) {
+        out += fmt::format("score {:.2f} s on the host + {:.2f} s for the storage device's scores, ",
+                           double(st.t_score_host_us) / 1e6, double(st.t_score_device_us) / 1e6);
+    }
+    out += fmt::format("select+place {:.2f} s, gather+attend {:.2f} s, cold writes {:.2f} s\n", double(st.t_select_us) / 1e6,
+                       double(st.t_attend_us) / 1e6, double(st.t_write_us) / 1e6);
+    if (pol.params().diag && !pol.uses_scores()) {
+        out += fmt::format("diag: policy {} attends by rule (recall over its set {:.4f})\n", pol.name(),
+                           ratio(t.recall, double(t.steps)));
+    } else if (pol.params().diag) {
+        out += fmt::format("diag: attention recall {:.4f}, overlap between steps {:.4f} (mean over layers and steps)\n",
+                           ratio(t.recall, double(t.steps)), ratio(t.overlap, double(t.n_overlap)));
+        for (size_t il = 0; il < st.layers.size(); ++il) {
+            const step_layer_stats & L = st.layers[il];
+            out += fmt::format("  layer {:2}: recall {:.4f}, overlap {:.4f}\n", il, ratio(L.recall_sum, double(L.n_steps)),
+                               ratio(L.overlap_sum, double(L.n_overlap)));
+        }
+    }
+    return out;
+}
+
+nlohmann::json policy_json(const context & ctx) {
+    const policy & pol = ctx.policy();
+    const policy_params & p = pol.params();
+    const step_stats & st = ctx.decode_stats();
+    const attended_totals t = totals(st);
+    nlohmann::json j = {
+        {"policy", std::string(pol.name())},
+        {"placement", std::string(name(pol.placement()))},
+        {"steps", st.n_steps},
+        {"failed_steps", st.n_failed},
+        {"attended_share", ratio(double(t.attended), double(t.context))},
+        {"attended_hot_share", ratio(double(t.hot), double(t.attended))},
+        {"attended_cold_share", t.cold_share()},
+        {"attended_open_share", ratio(double(t.open), double(t.attended))},
+        {"attended_disk_share", ratio(double(t.disk), double(t.attended))},
+        {"forward_s", double(st.t_forward_us) / 1e6},
+        {"select_s", double(st.t_select_us) / 1e6},
+        {"attend_s", double(st.t_attend_us) / 1e6},
+        {"write_s", double(st.t_write_us) / 1e6},
+    };
+    if (pol.name() != "full") {
+        j["sinks"] = p.n_sinks;
+        j["window"] = p.n_window;
+    }
+    if (pol.uses_scores()) {
+        j["alpha"] = p.alpha;
+        j["score_precision"] = name(p.score.key);
+        j["query_precision"] = name(p.score.query);
+        j["aggregate"] = name(p.score.aggregate);
+        j["select"] = name(p.score.granularity);
+        j["score_s"] = double(st.t_score_host_us) / 1e6;
+        j["score_device_s"] = double(st.t_score_device_us) / 1e6;
+    }
+    if (p.diag) {
+        j["recall"] = ratio(t.recall, double(t.steps));
+        j["overlap"] = ratio(t.overlap, double(t.n_overlap));
+        nlohmann::json layers = nlohmann::json::array();
+        for (const step_layer_stats & L : st.layers) {
+            layers.push_back({{"recall", ratio(L.recall_sum, double(L.n_steps))},
+                              {"overlap", ratio(L.overlap_sum, double(L.n_overlap))}});
+        }
+        j["layers"] = layers;
+    }
+    return j;
+}
+
+std::string kv_summary(const context & ctx) {
+    if (ctx.cold() == nullptr) return "";
+    const kv_io_stats & io = ctx.io_stats();
+    const step_stats & st = ctx.decode_stats();
+    const kv_cells & c = ctx.cells();
+    int64_t n_cells = 0;
+    for (int s = 0; s < c.n_seq(); ++s) n_cells += c.n_tokens(s) * c.n_layer();
+    const uint64_t moves = st.promotions + st.evictions;
+    return fmt::format("KV cache: {:.0f}% of the tokens only in the cold tier ({} hot slots per layer; the cold pool "
+                       "holds every token, the last, unfilled page of each layer in RAM); {} read by the host from and {} "
+                       "written to the cold pool\n"
+                       "migration: {} promotions, {} demotions, {} into the hot pool (copied from the step's gathers: no "
+                       "extra reads; a demotion writes nothing), ping-pong {:.1f}% ({} of {} moves undone within {} steps); "
+                       "prefill placed {} token-layers hot\n",
+                       100.0 * ratio(double(ctx.n_cold_cells()), double(n_cells)), c.hot_capacity(),
+                       format_bytes(io.cold_read_bytes), format_bytes(io.cold_write_bytes), st.promotions, st.evictions,
+                       format_bytes(st.promoted_bytes), 100.0 * ratio(double(st.pingpong), double(moves)), st.pingpong,
+                       moves, pingpong_steps, io.prefill_placed_hot);
+}
+
+nlohmann::json kv_json(const context & ctx) {
+    const kv_io_stats & io = ctx.io_stats();
+    const step_stats & st = ctx.decode_stats();
+    const kv_cells & c = ctx.cells();
+    int64_t n_cells = 0;
+    for (int s = 0; s < c.n_seq(); ++s) n_cells += c.n_tokens(s) * c.n_layer();
+    const uint64_t moves = st.promotions + st.evictions;
+    return {{"hot_slots_per_layer", c.hot_capacity()},
+            {"cold_pool", ctx.cold() != nullptr},
+            {"cold_share", ratio(double(ctx.n_cold_cells()), double(n_cells))},
+            {"cold_read_bytes", io.cold_read_bytes},
+            {"cold_write_bytes", io.cold_write_bytes},
+            {"promotions", st.promotions},
+            {"demotions", st.evictions},
+            {"migrated_bytes", st.promoted_bytes},
+            {"pingpong", st.pingpong},
+            {"pingpong_rate", ratio(double(st.pingpong), double(moves))},
+            {"prefill_placed_hot", io.prefill_placed_hot},
+            {"prefill_evicted", io.prefill_evicted}};
+}
+
+std::string storage_summary(const context & ctx) {
+    const csd::device & d = ctx.storage();
+    const csd::device_counters c = d.counters();
+    if (c.n_score_passes + c.n_read_passes == 0) return "";
+    std::string out = fmt::format("storage: {}, profile {}\n", name(d.kind()), csd::describe(d.profile()));
+    if (c.tokens_scored > 0) {
+        out += fmt::format("  scoring: {} cold tokens in {} passes, {} over the link = {:.2f} B per token (a plain SSD "
+                           "moves the key row: {} B per token), {} blocks\n", c.tokens_scored, c.n_score_passes,
+                           format_bytes(c.link_score_bytes), double(c.link_score_bytes) / double(c.tokens_scored),
+                           ctx.layout().row_bytes(), c.score_blocks);
+    }
+    out += fmt::format("  selected KV: {} cold tokens, {} over the link; flash read {}; device time read {:.2f} s, kernel "
+                       "{:.2f} s, throttled {:.2f} s, back-pressure {:.2f} s; host waited {:.2f} s\n",
+                       c.tokens_read, format_bytes(c.link_kv_bytes), format_bytes(c.internal_read_bytes),
+                       double(c.t_read_us) / 1e6, double(c.t_kernel_us) / 1e6, double(c.t_throttle_us) / 1e6,
+                       double(c.t_backpressure_us) / 1e6, double(c.t_host_wait_us) / 1e6);
+    if (c.n_cancelled + c.n_errors > 0) out += fmt::format("  {} passes cancelled, {} failed\n", c.n_cancelled, c.n_errors);
+    return out;
+}
+
+nlohmann::json storage_json(const context & ctx) {
+    const csd::device & d = ctx.storage();
+    const csd::device_counters c = d.counters();
+    return {{"storage", std::string(name(d.kind()))},
+            {"profile", d.profile().name},
+            {"score_passes", c.n_score_passes},
+            {"read_passes", c.n_read_passes},
+            {"tokens_scored", c.tokens_scored},
+            {"tokens_read", c.tokens_read},
+            {"score_blocks", c.score_blocks},
+            {"link_score_bytes", c.link_score_bytes},
+            {"link_score_bytes_per_token", c.tokens_scored > 0 ? double(c.link_score_bytes) / double(c.tokens_scored) : 0.0},
+            {"key_row_bytes", ctx.layout().row_bytes()},
+            {"link_kv_bytes", c.link_kv_bytes},
+            {"internal_read_bytes", c.internal_read_bytes},
+            {"read_s", double(c.t_read_us) / 1e6},
+            {"kernel_s", double(c.t_kernel_us) / 1e6},
+            {"throttle_s", double(c.t_throttle_us) / 1e6},
+            {"backpressure_s", double(c.t_backpressure_us) / 1e6},
+            {"host_wait_s", double(c.t_host_wait_us) / 1e6},
+            {"cancelled", c.n_cancelled},
+            {"errors", c.n_errors}};
+}
+
+std::string run_summary(const context & ctx) {
+    return policy_summary(ctx) + kv_summary(ctx) + storage_summary(ctx);
+}
+
+nlohmann::json run_json(const context & ctx) {
+    return {{"policy", policy_json(ctx)}, {"kv", kv_json(ctx)}, {"storage", storage_json(ctx)}};
+}
+
+}  // namespace hill

@@ -1,0 +1,55 @@
+#include "kv/cold_gather.h"
+
+#include "core/error.h"
+
+#include <algorithm>
+
+namespace hill {
+
+cold_gather::cold_gather(cold_reader & reader, const kv_layout & layout) : reader_(reader), layout_(layout) {
+    batch_groups_ = std::max<int64_t>(1, int64_t((size_t(8) << 20) / layout.page_bytes()));
+    staging_k_ = aligned_buffer(size_t(batch_groups_) * layout.page_bytes());
+    staging_v_ = aligned_buffer(size_t(batch_groups_) * layout.page_bytes());
+}
+
+void cold_gather::begin(std::span<const std::pair<uint32_t, uint32_t>> groups, std::span<const int32_t> positions,
+                        bool with_v) {
+    groups_.assign(groups.begin(), groups.end());
+    positions_.assign(positions.begin(), positions.end());
+    next_ = 0;
+    with_v_ = with_v;
+}
+
+bool cold_gather::next(kv_batch & out) {
+    if (next_ >= positions_.size()) return false;
+    const int64_t pt = layout_.page_tokens();
+    const size_t pb = layout_.page_bytes();
+    reads_.clear();
+    rows_.clear();
+    batch_pos_.clear();
+    int64_t n_groups = 0, last = -1;
+    for (; next_ < positions_.size(); ++next_) {
+        const int32_t t = positions_[next_];
+        const int64_t g = t / pt;
+        HILL_ASSERT(g < int64_t(groups_.size()) && g >= last);
+        if (g != last) {
+            if (n_groups == batch_groups_) break;
+            reads_.push_back({groups_[size_t(g)].first, staging_k_.data() + size_t(n_groups) * pb});
+            if (with_v_) reads_.push_back({groups_[size_t(g)].second, staging_v_.data() + size_t(n_groups) * pb});
+            last = g;
+            ++n_groups;
+        }
+        rows_.push_back(int32_t((n_groups - 1) * pt + t % pt));
+        batch_pos_.push_back(t);
+    }
+    results_.resize(reads_.size());
+    if (reader_.read_pages(reads_, results_) != 0) reader_.check(results_, "reading KV pages");
+    read_bytes_ += uint64_t(reads_.size()) * pb;
+    out.view = kv_view{layout_.type, staging_k_.data(), with_v_ ? staging_v_.data() : nullptr, int64_t(rows_.size()),
+                       layout_.n_embd_kv};
+    out.rows = rows_.data();
+    out.positions = batch_pos_.data();
+    return true;
+}
+
+}  // namespace hill

@@ -1,0 +1,62 @@
+// Host reads of chosen tokens from a cold log's written pages (kv/cold_logs.h) through a
+// cold_reader, one batch of groups at a time: what the plain SSD's passes, prefill over the tiers,
+// the prompt cache and the diagnostics read. Pages that hold none of the tokens are not read.
+//
+//   cold_gather g(reader, layout);
+//   g.begin(log.groups, positions, /*with_v=*/true);
+//   kv_batch b;
+//   while (g.next(b)) { ... b.view rows b.rows[j] hold position b.positions[j] ... }
+//
+// next() throws hill::error naming the page when a read fails or a checksum does not match; the
+// batch's pointers are valid until the next call.
+#pragma once
+
+#include "compute/attention.h"
+#include "core/aligned_buffer.h"
+#include "kv/cold_reader.h"
+#include "kv/cold_logs.h"
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace hill {
+
+// A batch of tokens in memory: position positions[j] is row rows[j] of view (rows == nullptr: row j),
+// j < view.n_kv. view.v is nullptr when only keys were read.
+struct kv_batch {
+    kv_view view;
+    const int32_t * rows = nullptr;
+    const int32_t * positions = nullptr;
+};
+
+class cold_gather {
+public:
+    // Batches of about 8 MiB of K pages (and as much V).
+    cold_gather(cold_reader & reader, const kv_layout & layout);
+
+    // Starts reading `positions` (ascending, each < groups.size() · page_tokens; copied) of a cold log
+    // whose written groups are `groups` (cold_log_view::groups; copied); K pages only unless with_v.
+    void begin(std::span<const std::pair<uint32_t, uint32_t>> groups, std::span<const int32_t> positions, bool with_v);
+    // The next batch; false when every position was handed out.
+    bool next(kv_batch & out);
+
+    // Bytes read from the pool since construction.
+    uint64_t read_bytes() const { return read_bytes_; }
+
+private:
+    cold_reader & reader_;
+    kv_layout layout_;
+    int64_t batch_groups_ = 1;
+    aligned_buffer staging_k_, staging_v_;  // layout type [batch_groups, page_tokens, n_embd_kv]
+    std::vector<std::pair<uint32_t, uint32_t>> groups_;  // the log's groups (copied at begin)
+    std::vector<int32_t> positions_;
+    size_t next_ = 0;
+    bool with_v_ = false;
+    uint64_t read_bytes_ = 0;
+    std::vector<int32_t> rows_, batch_pos_;
+    std::vector<page_read> reads_;
+    std::vector<page_result> results_;
+};
+
+}  // namespace hill

@@ -1,0 +1,118 @@
+// The cold tier's logs (kv/cold_pool.h): per (sequence, layer) a cold log — the K and V
+// rows of every token of the sequence in position order (DESIGN.md §3 "Scoring copy" / §5: the cold
+// pool holds the whole KV, the hot pool caches what is read often). Rows are gathered in groups of
+// page_tokens (kv_layout.h): a full group is written as one K page and one V page; the last, partial
+// group (the open group) stays in RAM until it fills. So position t lives in group t / page_tokens,
+// row t % page_tokens: a token's cold location needs no map, only the group's page ids.
+//
+// Every change is prepared, then applied (STYLE.md "prepare, then apply"): prepare() writes the
+// groups an append fills to fresh pages and stages the rest, changing nothing a reader sees;
+// apply() makes the append visible; discard() frees what a prepared append wrote. A failed write
+// leaves the log as it was (and the pool: its fresh pages are freed), so the caller's step fails
+// cleanly and can be retried once the fault is gone.
+//
+// Thread-safety: one owner thread (the cache's). Pages are written through a cold_writer
+// (kv/cold_writer.h) and read back (truncation) through a cold_reader.
+#pragma once
+
+#include "core/aligned_buffer.h"
+#include "kv/cold_pool.h"
+#include "kv/cold_writer.h"
+#include "kv/kv_layout.h"
+
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+namespace hill {
+
+class cold_reader;
+
+// One (sequence, layer)'s cold log as readers see it; valid until the writer next changes it.
+struct cold_log_view {
+    std::span<const std::pair<uint32_t, uint32_t>> groups;  // [n_groups] (K page, V page): positions [g·pt, (g+1)·pt)
+    const uint8_t * open_k = nullptr;  // layout type [page_tokens, n_embd_kv]: rows of positions [n_on_disk(), n_tokens())
+    const uint8_t * open_v = nullptr;
+    int64_t n_open = 0;                // rows of the open group
+    int64_t page_tokens = 0;
+    int64_t n_on_disk() const { return int64_t(groups.size()) * page_tokens; }
+    int64_t n_tokens() const { return n_on_disk() + n_open; }
+};
+
+// An append to one log, prepared and not applied yet.
+struct cold_append {
+    int seq = -1;
+    int il = -1;
+    int64_t n = 0;                                          // rows appended
+    std::vector<std::pair<uint32_t, uint32_t>> new_groups;  // written to fresh pages, committed in the pool
+    int64_t n_open_after = 0;                               // open rows after apply
+    bool staged_next = false;  // the open group after apply is the staging buffer (the current one filled)
+};
+
+class cold_logs {
+public:
+    // Logs for sequences [0, n_seq) of layout.n_layer layers each, up to n_ctx tokens per sequence, over
+    // writer's pool (it must hold n_seq · n_layer · 2 · ⌈n_ctx / page_tokens⌉ pages of layout.page_bytes()).
+    cold_logs(cold_writer & writer, const kv_layout & layout, int n_seq, int64_t n_ctx);
+
+    cold_log_view log(int seq, int il) const;
+    const kv_layout & layout() const { return layout_; }
+    const cold_pool & pool() const { return pool_; }
+
+    // Prepares the append of n rows k, v (layout type [n, n_embd_kv]) as positions [n_tokens, n_tokens + n)
+    // of log (seq, il): the groups the append fills are written to fresh pages now (one page write
+    // batch of about 8 MiB at a time), the rest is staged in RAM. At most one prepared append per log
+    // (asserted). Errors (hill::error, bad_input): a failed write, naming the page, file and cause
+    // ("No space left on device"); nothing is changed then (the fresh pages are freed).
+    void prepare(int seq, int il, int64_t n, const void * k, const void * v, cold_append & out);
+    // Makes a prepared append visible. Never fails.
+    void apply(const cold_append & a);
+    // Forgets a prepared append (frees its fresh pages). Never fails.
+    void discard(const cold_append & a);
+
+    // Forgets positions [n, ..) of sequence seq in every layer: groups wholly past n go back to the
+    // pool; when n falls inside a written group, that group's first n % page_tokens rows are read back
+    // into the open group (through `reader`) and its pages freed. All reads happen before anything
+    // changes: on a read error (hill::error naming the page) the logs are as they were.
+    void truncate(int seq, int64_t n, cold_reader & reader);
+
+    // Copies of every layer's open group of sequence seq, taken before an operation that may have to
+    // be undone (a prefill of several segments), and the undo: back to the logs as they were at the
+    // snapshot (groups written since are freed). Never does I/O.
+    struct snapshot {
+        int seq = -1;
+        std::vector<int64_t> n_groups, n_open;  // [n_layer]
+        std::vector<std::vector<uint8_t>> open_k, open_v;  // [n_layer] layout type [n_open, n_embd_kv]: the open rows
+    };
+    void take_snapshot(int seq, snapshot & s) const;
+    void restore(const snapshot & s);
+
+
+private:
+    struct log_state {
+        std::vector<std::pair<uint32_t, uint32_t>> groups;
+        aligned_buffer open_k, open_v;  // layout type [page_tokens, n_embd_kv]
+        aligned_buffer next_k, next_v;  // the open group after an append that fills the current one
+        int64_t n_open = 0;
+        bool pending = false;           // a prepared append is not applied yet
+    };
+    log_state & state(int seq, int il) { return logs_[size_t(seq) * size_t(layout_.n_layer) + size_t(il)]; }
+    const log_state & state(int seq, int il) const { return logs_[size_t(seq) * size_t(layout_.n_layer) + size_t(il)]; }
+    // Writes groups (K and V pages already filled in the buffers) to fresh pages, appended to out.
+    // Errors: as prepare; the pages of this call are freed then.
+    void write_groups(std::span<const uint8_t * const> k_pages, std::span<const uint8_t * const> v_pages,
+                      std::vector<std::pair<uint32_t, uint32_t>> & out);
+
+    cold_writer & writer_;
+    cold_pool & pool_;
+    kv_layout layout_;
+    int n_seq_;
+    std::vector<log_state> logs_;  // [n_seq, n_layer]
+    int64_t batch_groups_ = 1;      // groups per page write batch (about 8 MiB of K and as much V)
+    aligned_buffer staging_k_, staging_v_;  // layout type [batch_groups, page_tokens, n_embd_kv]
+    std::vector<page_write> writes_;        // per-batch scratch
+    std::vector<page_result> results_;
+};
+
+}  // namespace hill

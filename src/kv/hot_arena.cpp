@@ -1,0 +1,21 @@
+#include "kv/hot_arena.h"
+
+#include "core/error.h"
+
+namespace hill {
+
+hot_arena::hot_arena(const kv_layout & layout, int64_t n_slots, int64_t n_stage)
+    : layout_(layout), n_slots_(n_slots), n_stage_(n_stage) {
+    HILL_ASSERT(n_slots >= 0 && n_stage >= 0 && layout.n_layer > 0);
+    const int64_t rows = int64_t(layout.n_layer) * n_slots + n_stage;
+    HILL_ASSERT(rows < INT32_MAX);
+    k_ = std::make_unique_for_overwrite<uint8_t[]>(size_t(rows) * layout.row_bytes());
+    v_ = std::make_unique_for_overwrite<uint8_t[]>(size_t(rows) * layout.row_bytes());
+}
+
+kv_view hot_arena::view(int il) const {
+    const size_t off = size_t(int64_t(il) * n_slots_) * layout_.row_bytes();
+    return kv_view{layout_.type, k_.get() + off, v_.get() + off, n_slots_, layout_.n_embd_kv};
+}
+
+}  // namespace hill

@@ -1,0 +1,471 @@
+#include "sched/decode_step.h"
+
+#include "core/error.h"
+#include "core/fp16.h"
+#include "core/sys_info.h"
+#include "policy/placement.h"
+#include "score/selector.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace hill {
+
+namespace {
+
+// Rows of f32 values into the KV element type.
+void store_row(const float * src, ggml_type type, int64_t n, void * dst) {
+    if (type == ggml_type::f32) {
+        std::memcpy(dst, src, size_t(n) * 4);
+    } else {
+        fp32_to_fp16_row(src, static_cast<uint16_t *>(dst), n);
+    }
+}
+
+}  // namespace
+
+struct decode_step::prepared {
+    struct layer_prep {
+        std::vector<uint32_t> slot;                   // [B] the new tokens' reserved hot slots
+        std::vector<cold_append> append;              // [B] their prepared cold-log rows
+        std::vector<char> appended;                   // [B] append[b] is prepared (and not applied)
+        std::vector<std::vector<int32_t>> attended;   // [B] the union of the sets, ascending
+        std::vector<std::vector<int32_t>> counted;    // [B] the scored part: hit counts go up
+        placement_plan plan;
+    };
+    std::vector<layer_prep> layers;                   // [n_layer]
+    std::vector<place_seq> place;                     // scratch: the batch for the policy's place()
+    std::vector<std::pair<int32_t, uint32_t>> promo;  // scratch: one entry's promotions (position, index in plan), ascending
+    aligned_buffer promo_k, promo_v;                  // kv type [n_layer, max_promotions, n_embd_kv]: promoted rows
+    int64_t max_promotions = 0;                       // per layer and step
+    bool pending = false;
+};
+
+decode_step::decode_step(const model & m, arch_forward & forward, kv_cells & cells, hot_arena & hot,
+                         cold_logs * logs, cold_reader * reader, csd::device & device, device_tier & dev,
+                         thread_pool & pool)
+    : model_(m), forward_(forward), cells_(cells), hot_(hot), logs_(logs), reader_(reader), device_(device),
+      dev_(dev), pool_(pool), layout_(hot.layout()), n_seq_max_(cells.n_seq()), prep_(std::make_unique<prepared>()),
+      gather_(hot) {
+    const hparams & hp = m.hp();
+    shape_ = attention_shape{hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f / std::sqrt(float(hp.head_dim))};
+    const size_t nb = size_t(n_seq_max_);
+    x_.resize(nb * size_t(hp.n_embd));
+    q_.resize(nb * size_t(hp.n_embd_q()));
+    k_.resize(nb * size_t(hp.n_embd_kv()));
+    v_.resize(nb * size_t(hp.n_embd_kv()));
+    attn_.resize(nb * size_t(hp.n_embd_q()));
+    rows_.resize(nb * 2 * layout_.row_bytes());
+    const size_t n_ctx = size_t(cells.n_ctx());
+    scores_.resize(size_t(std::max(1, hp.n_head_kv)) * n_ctx);
+    seg_scores_.resize(size_t(std::max(1, hp.n_head_kv)) * n_ctx);
+    member_.assign(n_ctx, 0);
+    prep_->layers.resize(size_t(hp.n_layer));
+    for (auto & L : prep_->layers) {
+        L.slot.resize(nb);
+        L.append.resize(nb);
+        L.appended.assign(nb, 0);
+        L.attended.resize(nb);
+        L.counted.resize(nb);
+    }
+    stats_.layers.resize(size_t(hp.n_layer));
+}
+
+decode_step::~decode_step() = default;
+
+void decode_step::set_policy(const policy & pol, csd::storage_kind storage) {
+    const policy_params & p = pol.params();
+    if (pol.uses_scores()) csd::check_scoring(storage, p.score);
+    policy_ = &pol;
+    scorer_ = std::make_unique<host_scorer>(shape_, p.score, pool_.n_threads());
+    HILL_ASSERT(scorer_->n_group() == pol.n_group() || !pol.uses_scores());
+    // The per-step promotion budget, in tokens of one layer (policy_params::migrate_bytes).
+    const uint64_t per_token = uint64_t(layout_.n_layer) * layout_.token_layer_bytes();
+    const uint64_t budget = p.migrate_bytes > 0 ? p.migrate_bytes : uint64_t(cells_.hot_capacity()) * per_token / 16;
+    prep_->max_promotions = std::max<int64_t>(1, int64_t(budget / per_token));
+    const size_t rows = size_t(layout_.n_layer) * size_t(prep_->max_promotions);
+    prep_->promo_k = aligned_buffer(rows * layout_.row_bytes());
+    prep_->promo_v = aligned_buffer(rows * layout_.row_bytes());
+    sets_.assign(size_t(pol.n_group()), {});
+    for (auto & s : sets_) s.reserve(size_t(cells_.n_ctx()));
+    if (p.diag) {
+        recall_ = std::make_unique<attention_recall>(shape_, cells_.n_ctx());
+        if (reader_ != nullptr) diag_gather_ = std::make_unique<cold_gather>(*reader_, layout_);
+        prev_.assign(size_t(n_seq_max_) * size_t(cells_.n_layer()), {});
+    } else {
+        recall_.reset();
+        diag_gather_.reset();
+        prev_.clear();
+    }
+}
+
+void decode_step::reset_stats() {
+    stats_ = step_stats{};
+    stats_.layers.resize(size_t(cells_.n_layer()));
+}
+
+void decode_step::make_room(int64_t n) {
+    const policy_params & p = policy_->params();
+    struct victim {
+        uint16_t hits;
+        int32_t pos;
+        int seq;
+    };
+    std::vector<victim> v;
+    for (int il = 0; il < cells_.n_layer(); ++il) {
+        const int64_t need = n - cells_.n_hot_free(il);
+        if (need <= 0) continue;
+        v.clear();
+        for (int seq = 0; seq < cells_.n_seq(); ++seq) {
+            const int64_t nt = cells_.n_tokens(seq);
+            for (int64_t t = 0; t < nt; ++t) {
+                if (!cells_.is_hot(seq, il, t) || t < p.n_sinks || t >= nt - p.n_window) continue;
+                v.push_back({cells_.hits(seq, il, t), int32_t(t), seq});
+            }
+        }
+        const size_t k = std::min(v.size(), size_t(need));
+        std::partial_sort(v.begin(), v.begin() + ptrdiff_t(k), v.end(), [](const victim & a, const victim & b) {
+            if (a.hits != b.hits) return a.hits < b.hits;
+            return a.pos != b.pos ? a.pos < b.pos : a.seq < b.seq;
+        });
+        for (size_t i = 0; i < k; ++i) {
+            cells_.drop_hot(v[i].seq, il, v[i].pos);
+            cells_.set_last_move(v[i].seq, il, v[i].pos, step_, false);
+            ++stats_.evictions;
+        }
+    }
+}
+
+void decode_step::run(std::span<const int> seqs, std::span<const int32_t> tokens, float * logits) {
+    HILL_ASSERT(policy_ != nullptr && !prep_->pending);
+    const auto nb = int64_t(seqs.size());
+    HILL_ASSERT(nb >= 1 && nb <= n_seq_max_ && tokens.size() == seqs.size());
+    seqs_.assign(seqs.begin(), seqs.end());
+    pos_.resize(size_t(nb));
+    for (int64_t b = 0; b < nb; ++b) {
+        HILL_ASSERT(std::count(seqs.begin(), seqs.end(), seqs[size_t(b)]) == 1);
+        pos_[size_t(b)] = int32_t(cells_.n_tokens(seqs[size_t(b)]));
+        HILL_ASSERT(pos_[size_t(b)] < cells_.n_ctx());
+    }
+    for (int il = 0; il < cells_.n_layer(); ++il) HILL_ASSERT(cells_.n_hot_free(il) >= nb);
+    prepared & prep = *prep_;
+    prep.pending = true;
+    try {
+        int64_t t0 = time_us();
+        forward_.embed(tokens.data(), pos_.data(), nb, x_.data());
+        stats_.t_forward_us += uint64_t(time_us() - t0);
+        for (int il = 0; il < cells_.n_layer(); ++il) layer(il, prep);
+        t0 = time_us();
+        forward_.logits(x_.data(), nb, logits);
+        stats_.t_forward_us += uint64_t(time_us() - t0);
+    } catch (...) {
+        discard(prep);
+        ++stats_.n_failed;
+        throw;
+    }
+    apply(prep);
+}
+
+void decode_step::layer(int il, prepared & prep) {
+    const hparams & hp = model_.hp();
+    const auto nb = int64_t(seqs_.size());
+    const int64_t n_q = hp.n_embd_q(), n_kv = hp.n_embd_kv();
+    const size_t rb = layout_.row_bytes();
+    prepared::layer_prep & L = prep.layers[size_t(il)];
+    int64_t t0 = time_us();
+    forward_.attention_input(il, x_.data(), pos_.data(), nb, q_.data(), k_.data(), v_.data());
+    stats_.t_forward_us += uint64_t(time_us() - t0);
+
+    // 1. The new tokens: a reserved hot slot each (the window is hot), and their cold-log rows.
+    t0 = time_us();
+    for (int64_t b = 0; b < nb; ++b) {
+        uint8_t * kr = rows_.data() + size_t(2 * b) * rb;
+        uint8_t * vr = kr + rb;
+        store_row(k_.data() + b * n_kv, layout_.type, n_kv, kr);
+        store_row(v_.data() + b * n_kv, layout_.type, n_kv, vr);
+        const uint32_t slot = cells_.peek_free(il, b);  // free: nobody reads it before apply
+        std::memcpy(hot_.k(il, slot), kr, rb);
+        std::memcpy(hot_.v(il, slot), vr, rb);
+        L.slot[size_t(b)] = slot;
+        if (logs_ != nullptr) {
+            logs_->prepare(seqs_[size_t(b)], il, 1, kr, vr, L.append[size_t(b)]);
+            L.appended[size_t(b)] = 1;
+        }
+    }
+    stats_.t_write_us += uint64_t(time_us() - t0);
+
+    // 2-3. Per sequence: scores, selection.
+    prep.place.clear();
+    for (int64_t b = 0; b < nb; ++b) {
+        score_sequence(il, int(b), prep);
+        prep.place.push_back({seqs_[size_t(b)], pos_[size_t(b)] + 1, L.counted[size_t(b)]});
+    }
+    // Placement for the batch: promotions into the slots left after the appends.
+    t0 = time_us();
+    int64_t n_active = 0;
+    for (int s = 0; s < cells_.n_seq(); ++s) n_active += cells_.n_tokens(s) > 0 ? 1 : 0;
+    const int64_t max_prom = prep.max_promotions;
+    place_input in{il, step_, &cells_, prep.place, cells_.n_hot_free(il) - nb, std::max(n_active, nb), max_prom};
+    policy_->place(in, L.plan);
+    HILL_ASSERT(int64_t(L.plan.promote.size()) <= max_prom);
+    stats_.t_select_us += uint64_t(time_us() - t0);
+
+    // 4. Gather and attend, per sequence.
+    for (int64_t b = 0; b < nb; ++b) gather_and_attend(il, int(b), prep);
+
+    // 5. The rest of the block.
+    t0 = time_us();
+    forward_.attention_output(il, x_.data(), attn_.data(), nb);
+    stats_.t_forward_us += uint64_t(time_us() - t0);
+    (void)n_q;
+}
+
+void decode_step::score_sequence(int il, int b, prepared & prep) {
+    const int seq = seqs_[size_t(b)];
+    const int64_t n = pos_[size_t(b)] + 1;
+    const int n_group = policy_->n_group();
+    prepared::layer_prep & L = prep.layers[size_t(il)];
+    const float * scores = nullptr;
+    if (policy_->wants_scores(n)) {
+        const cold_log_view log = logs_ != nullptr ? logs_->log(seq, il) : cold_log_view{};
+        table_.clear();
+        table_.add(cells_, logs_ != nullptr ? &log : nullptr, seq, il, {}, true);
+        table_.add_hot(int32_t(n - 1), L.slot[size_t(b)]);
+        const std::span<const int32_t> disk = table_.disk_pos_of(0);
+        int64_t t0 = time_us();
+        scorer_->prepare_query(q_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim));
+        csd::device_pass_guard guard(device_);
+        if (!disk.empty()) device_.score_begin(csd::device_pass{il, log.page_tokens, log.groups, disk}, *scorer_);
+        // The host's share while the device works: the hot tokens, then the open group's.
+        const auto host_region = [&](const kv_view & view, std::span<const int32_t> rows, std::span<const int32_t> pos) {
+            if (rows.empty()) return;
+            kv_view v = view;
+            v.n_kv = int64_t(rows.size());
+            scorer_->score(v, rows.data(), seg_scores_.data(), v.n_kv, pool_);
+            for (int g = 0; g < n_group; ++g) {
+                const float * src = seg_scores_.data() + size_t(g) * rows.size();
+                float * dst = scores_.data() + size_t(g) * size_t(n);
+                for (size_t j = 0; j < rows.size(); ++j) dst[pos[j]] = round_score_f16(src[j]);
+            }
+        };
+        host_region(hot_.view(il), table_.hot_slot_of(0), table_.hot_pos_of(0));
+        if (logs_ != nullptr) {
+            host_region(kv_view{layout_.type, log.open_k, log.open_v, log.n_open, layout_.n_embd_kv},
+                        table_.open_row_of(0), table_.open_pos_of(0));
+        }
+        int64_t t1 = time_us();
+        stats_.t_score_host_us += uint64_t(t1 - t0);
+        // The device's blocks, merged as they arrive.
+        if (!disk.empty()) {
+            while (const csd::score_block_view * blk = device_.score_next()) {
+                HILL_ASSERT(blk->n_group() == n_group);
+                for (int64_t j = 0; j < blk->n_tokens(); ++j) {
+                    const uint32_t t = blk->position(j);
+                    HILL_ASSERT(int64_t(t) < n);
+                    for (int g = 0; g < n_group; ++g) scores_[size_t(g) * size_t(n) + t] = blk->score(j, g);
+                }
+            }
+        }
+        guard.done();
+        stats_.t_score_device_us += uint64_t(time_us() - t1);
+        scores = scores_.data();
+    }
+    const int64_t t0 = time_us();
+    policy_->select(select_input{n, scores}, sets_);
+    // The union of the sets (one set: itself), and its scored part.
+    std::vector<int32_t> & att = L.attended[size_t(b)];
+    if (n_group == 1) {
+        att.assign(sets_[0].begin(), sets_[0].end());
+    } else {
+        for (int g = 0; g < n_group; ++g) {
+            for (const int32_t t : sets_[size_t(g)]) member_[size_t(t)] |= uint64_t(1) << g;
+        }
+        att.clear();
+        for (int64_t t = 0; t < n; ++t) {
+            if (member_[size_t(t)] != 0) att.push_back(int32_t(t));
+        }
+    }
+    policy_->counted(att, n, L.counted[size_t(b)]);
+    stats_.t_select_us += uint64_t(time_us() - t0);
+    if (recall_ != nullptr) {
+        const int64_t t1 = time_us();
+        measure(il, b);
+        stats_.t_diag_us += uint64_t(time_us() - t1);
+    }
+}
+
+void decode_step::gather_and_attend(int il, int b, prepared & prep) {
+    const int seq = seqs_[size_t(b)];
+    const int64_t n = pos_[size_t(b)] + 1;
+    const int n_group = policy_->n_group();
+    prepared::layer_prep & L = prep.layers[size_t(il)];
+    const std::vector<int32_t> & att = L.attended[size_t(b)];
+    const size_t rb = layout_.row_bytes();
+    const int64_t t0 = time_us();
+    // This sequence's promotions: (position, index in the plan), ascending.
+    prep.promo.clear();
+    for (size_t i = 0; i < L.plan.promote.size(); ++i) {
+        if (L.plan.promote[i].first == seq) prep.promo.emplace_back(L.plan.promote[i].second, uint32_t(i));
+    }
+    std::sort(prep.promo.begin(), prep.promo.end());
+    // Attends a window; with a set per KV head, each head's query heads see their own set.
+    const auto attend = [&](const kv_batch & w) {
+        if (n_group == 1) {
+            dev_.attend(w.view, w.rows);
+            return;
+        }
+        for (int g = 0; g < n_group; ++g) {
+            rows_g_.clear();
+            for (int64_t j = 0; j < w.view.n_kv; ++j) {
+                if ((member_[size_t(w.positions[j])] >> g) & 1) rows_g_.push_back(w.rows[j]);
+            }
+            kv_view part = w.view;
+            part.n_kv = int64_t(rows_g_.size());
+            dev_.attend(part, rows_g_.data(), no_causal_mask, g);
+        }
+    };
+    // Promoted tokens' rows, copied from the window into the step's promotion rows (to their slots at apply).
+    const auto promote_rows = [&](const kv_batch & w) {
+        if (prep.promo.empty()) return;
+        for (int64_t j = 0; j < w.view.n_kv; ++j) {
+            const auto it = std::lower_bound(prep.promo.begin(), prep.promo.end(), std::make_pair(w.positions[j], uint32_t(0)));
+            if (it == prep.promo.end() || it->first != w.positions[j]) continue;
+            const size_t row = size_t(il) * size_t(prep.max_promotions) + it->second;
+            std::memcpy(prep.promo_k.data() + row * rb, static_cast<const uint8_t *>(w.view.k) + size_t(w.rows[j]) * rb, rb);
+            std::memcpy(prep.promo_v.data() + row * rb, static_cast<const uint8_t *>(w.view.v) + size_t(w.rows[j]) * rb, rb);
+        }
+    };
+
+    const cold_log_view log = logs_ != nullptr ? logs_->log(seq, il) : cold_log_view{};
+    table_.clear();
+    // The step's own token is the last position; it is not in the cells yet.
+    const bool own = !att.empty() && att.back() == n - 1;
+    table_.add(cells_, logs_ != nullptr ? &log : nullptr, seq, il,
+               std::span<const int32_t>(att.data(), att.size() - (own ? 1 : 0)), false);
+    if (own) table_.add_hot(int32_t(n - 1), L.slot[size_t(b)]);
+    const std::span<const int32_t> disk = table_.disk_pos_of(0);
+
+    // The selected tokens in position order, window by window (kv/ordered_gather.h): the hot ones in
+    // place, the others copied as the storage device delivers them.
+    dev_.begin(shape_, q_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim), 1);
+    csd::device_pass_guard guard(device_);
+    if (!disk.empty()) device_.read_begin(csd::device_pass{il, log.page_tokens, log.groups, disk});
+    gather_.begin(il, table_, 0, kv_view{layout_.type, log.open_k, log.open_v, log.n_open, layout_.n_embd_kv},
+                  [this](kv_batch & out) { return device_.read_next(out); });
+    kv_batch w;
+    while (gather_.next(w)) {
+        attend(w);
+        promote_rows(w);
+    }
+    if (!disk.empty()) {
+        kv_batch rest;
+        const bool more = device_.read_next(rest);  // the pass's end
+        HILL_ASSERT(!more);
+    }
+    guard.done();
+    dev_.end(attn_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim));
+    if (n_group > 1) {
+        for (const int32_t t : att) member_[size_t(t)] = 0;
+    }
+    stats_.t_attend_us += uint64_t(time_us() - t0);
+
+    step_layer_stats & S = stats_.layers[size_t(il)];
+    ++S.n_steps;
+    S.n_context += uint64_t(n);
+    S.n_attended += att.size();
+    S.n_attended_hot += table_.hot_pos.size();
+    S.n_attended_open += table_.open_pos.size();
+    S.n_attended_disk += disk.size();
+}
+
+void decode_step::measure(int il, int b) {
+    // Exact scores of every token (the scoring table of score_sequence, or a fresh one), then recall
+    // of the selection and its overlap with the previous step's.
+    const int seq = seqs_[size_t(b)];
+    const int64_t n = pos_[size_t(b)] + 1;
+    const prepared::layer_prep & L = prep_->layers[size_t(il)];
+    const cold_log_view log = logs_ != nullptr ? logs_->log(seq, il) : cold_log_view{};
+    kv_page_table all;
+    all.add(cells_, logs_ != nullptr ? &log : nullptr, seq, il, {}, true);
+    all.add_hot(int32_t(n - 1), L.slot[size_t(b)]);
+    recall_->begin(q_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim), n);
+    const kv_view hot = hot_.view(il);
+    recall_->add(kv_view{hot.type, hot.k, nullptr, int64_t(all.hot_pos.size()), hot.row_stride}, all.hot_slot.data(),
+                 all.hot_pos.data());
+    if (logs_ != nullptr) {
+        recall_->add(kv_view{layout_.type, log.open_k, nullptr, int64_t(all.open_pos.size()), layout_.n_embd_kv},
+                     all.open_row.data(), all.open_pos.data());
+        if (!all.disk_pos.empty()) {
+            diag_gather_->begin(log.groups, all.disk_pos, false);
+            kv_batch batch;
+            while (diag_gather_->next(batch)) recall_->add(batch.view, batch.rows, batch.positions);
+        }
+    }
+    step_layer_stats & S = stats_.layers[size_t(il)];
+    S.recall_sum += recall_->recall(sets_);
+    const std::vector<int32_t> & now = L.attended[size_t(b)];
+    std::vector<int32_t> & prev = prev_[size_t(seq) * size_t(cells_.n_layer()) + size_t(il)];
+    if (!prev.empty() && !now.empty()) {
+        std::vector<int32_t> common;
+        std::set_intersection(prev.begin(), prev.end(), now.begin(), now.end(), std::back_inserter(common));
+        S.overlap_sum += double(common.size()) / double(now.size());
+        ++S.n_overlap;
+    }
+    prev.assign(now.begin(), now.end());
+}
+
+void decode_step::apply(prepared & prep) {
+    const auto nb = int64_t(seqs_.size());
+    for (int64_t b = 0; b < nb; ++b) cells_.grow(seqs_[size_t(b)], 1);
+    for (int il = 0; il < cells_.n_layer(); ++il) {
+        prepared::layer_prep & L = prep.layers[size_t(il)];
+        // The appends take the slots they reserved (the top of the free list, untouched since).
+        for (int64_t b = 0; b < nb; ++b) {
+            const uint32_t s = cells_.take_hot(seqs_[size_t(b)], il, pos_[size_t(b)]);
+            HILL_ASSERT(s == L.slot[size_t(b)]);
+            if (L.appended[size_t(b)] != 0) {
+                logs_->apply(L.append[size_t(b)]);
+                L.appended[size_t(b)] = 0;
+            }
+        }
+        // Evictions, then promotions into the free slots: a promoted token may take an evicted one's slot.
+        for (const auto & [seq, t] : L.plan.evict) {
+            if (undoes_recent_move(cells_.last_move(seq, il, t), step_, false)) ++stats_.pingpong;
+            cells_.drop_hot(seq, il, t);
+            cells_.set_last_move(seq, il, t, step_, false);
+            ++stats_.evictions;
+        }
+        const size_t rb = layout_.row_bytes();
+        for (size_t i = 0; i < L.plan.promote.size(); ++i) {
+            const auto [seq, t] = L.plan.promote[i];
+            if (undoes_recent_move(cells_.last_move(seq, il, t), step_, true)) ++stats_.pingpong;
+            const uint32_t s = cells_.take_hot(seq, il, t);
+            const size_t row = size_t(il) * size_t(prep.max_promotions) + i;
+            std::memcpy(hot_.k(il, s), prep.promo_k.data() + row * rb, rb);
+            std::memcpy(hot_.v(il, s), prep.promo_v.data() + row * rb, rb);
+            cells_.set_last_move(seq, il, t, step_, true);
+            ++stats_.promotions;
+            stats_.promoted_bytes += layout_.token_layer_bytes();
+        }
+        for (int64_t b = 0; b < nb; ++b) cells_.update_hits(seqs_[size_t(b)], il, L.counted[size_t(b)]);
+    }
+    ++step_;
+    ++stats_.n_steps;
+    stats_.n_tokens += uint64_t(nb);
+    prep.pending = false;
+}
+
+void decode_step::discard(prepared & prep) {
+    for (prepared::layer_prep & L : prep.layers) {
+        for (size_t b = 0; b < L.appended.size(); ++b) {
+            if (L.appended[b] != 0) {
+                logs_->discard(L.append[b]);
+                L.appended[b] = 0;
+            }
+        }
+        L.plan.clear();
+    }
+    prep.pending = false;
+}
+
+}  // namespace hill

@@ -1,0 +1,157 @@
+// One decode step for a batch of sequences (DESIGN.md §3): every sequence contributes one token, the
+// weights are read once per layer for all of them (the architecture's forward pass over B rows), and
+// per layer il the step runs, in this order:
+//   1. the forward pass to Q, K, V of the B tokens; each token's K and V go into a reserved hot slot
+//      (the recent window is hot) and are prepared for its cold log (kv/cold_logs.h: a page write
+//      when its group fills);
+//   2. per sequence: a page table of where its tokens live (kv/page_table.h); when the policy wants
+//      scores, the query packet is broadcast — the host scorer scores the tokens in DRAM while the
+//      storage device scores those in written cold pages and streams score blocks — and the scores
+//      are merged into one f16-rounded score per token (HillInfer paper §4.2 "Hierarchical Importance
+//      Evaluation");
+//   3. the policy selects (policy/policy.h) and decides placement for the batch: promotions of
+//      selected cold tokens into free hot slots, evictions of stale hot ones;
+//   4. gather and attend in the device tier, in position order (kv/ordered_gather.h: the result does
+//      not depend on where a token lived nor on the batch): hot winners in place, open-group winners
+//      from RAM, the rest as the storage device reads them; promoted tokens' rows are copied from the
+//      gather into their reserved slots (a promotion reads nothing more);
+//   5. the rest of the block.
+// Then the logits of every row, and only then, when every read and write of every layer succeeded,
+// apply: the tokens join the KV cells, the cold logs take their rows, hit counts, promotions and
+// evictions change the cells. A step that fails (an I/O error, a device error, Ctrl-C) changes
+// nothing: reserved slots were never taken, prepared page writes are freed, the device is left idle;
+// the same step can run again once the fault is gone.
+//
+// Thread use: the step runs on the cells' owner thread; its kernels run on the pool; the storage
+// device works on its own threads during a pass.
+#pragma once
+
+#include "compute/attention.h"
+#include "core/thread_pool.h"
+#include "csd/device.h"
+#include "kv/cold_gather.h"
+#include "kv/cold_logs.h"
+#include "kv/device_tier.h"
+#include "kv/hot_arena.h"
+#include "kv/kv_cells.h"
+#include "kv/ordered_gather.h"
+#include "kv/page_table.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "policy/policy.h"
+#include "score/attention_recall.h"
+#include "score/host_scorer.h"
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace hill {
+
+// Per layer, summed over the sequences' steps.
+struct step_layer_stats {
+    uint64_t n_steps = 0;          // sequence-steps
+    uint64_t n_context = 0;        // Σ tokens of the sequence
+    uint64_t n_attended = 0;       // Σ tokens attended (kv_head granularity: the union of the sets)
+    uint64_t n_attended_hot = 0;   // of those, read from the hot pool
+    uint64_t n_attended_open = 0;  // read from a cold log's open group in RAM
+    uint64_t n_attended_disk = 0;  // read from SSD by the storage device
+    double recall_sum = 0.0;       // diag: Σ attention recall (score/attention_recall.h)
+    double overlap_sum = 0.0;      // diag: Σ |S_t ∩ S_t-1| / |S_t| over steps with a previous step
+    uint64_t n_overlap = 0;        // diag: steps counted in overlap_sum
+};
+
+struct step_stats {
+    std::vector<step_layer_stats> layers;  // [n_layer]
+    uint64_t n_steps = 0;           // batch steps that completed
+    uint64_t n_tokens = 0;          // tokens decoded (sequence-steps)
+    uint64_t n_failed = 0;          // steps that failed and changed nothing
+    uint64_t t_forward_us = 0;      // embeddings, projections, FFN, logits
+    uint64_t t_score_host_us = 0;   // the host scoring the tokens in DRAM
+    uint64_t t_score_device_us = 0; // waiting for and merging the storage device's score blocks (plain SSD: its
+                                    // reads and scoring, on this thread)
+    uint64_t t_select_us = 0;       // the policy's selection and placement
+    uint64_t t_attend_us = 0;       // gathering the selected KV and attending
+    uint64_t t_write_us = 0;        // cold-log page writes of the step's rows
+    uint64_t t_diag_us = 0;
+    uint64_t promotions = 0;        // cold → hot moves
+    uint64_t evictions = 0;         // hot → cold moves (no write: the cold copy exists)
+    uint64_t pingpong = 0;          // moves that undid a move of the same token within 8 steps
+    uint64_t promoted_bytes = 0;    // K and V bytes copied into the hot pool by promotions
+};
+
+class decode_step {
+public:
+    // The step over the cache's parts (all owned by the caller, engine/context.h). logs and reader
+    // are nullptr without a cold tier. n_threads: the pool's threads (scorer scratch).
+    decode_step(const model & m, arch_forward & forward, kv_cells & cells, hot_arena & hot, cold_logs * logs,
+                cold_reader * reader, csd::device & device, device_tier & dev, thread_pool & pool);
+    ~decode_step();
+
+    // The policy to decide with (owned by the caller; replaced between steps). Errors (usage): scoring
+    // parameters the storage device cannot run (csd::check_scoring).
+    void set_policy(const policy & pol, csd::storage_kind storage);
+
+    // One step: tokens[b] at position cells.n_tokens(seqs[b]) of sequence seqs[b] (distinct, each
+    // below the context); logits f32 [B, n_vocab]. Needs n_hot_free(il) >= B in every layer
+    // (make_room). Errors: I/O and device errors, exit_code::interrupted (hill::error); nothing changed.
+    void run(std::span<const int> seqs, std::span<const int32_t> tokens, float * logits);
+
+    // Evicts hot tokens outside sinks and windows (lowest hit count first, oldest first among equals)
+    // until every layer has n free hot slots, or no such token is left. Metadata only: every token keeps
+    // its cold copy. For admitting a sequence and after a capacity change.
+    void make_room(int64_t n);
+
+    const step_stats & stats() const { return stats_; }
+    void reset_stats();
+    uint32_t step_counter() const { return step_; }
+
+private:
+    struct prepared;  // what one step prepared, per layer
+    void layer(int il, prepared & prep);
+    void score_sequence(int il, int b, prepared & prep);
+    void gather_and_attend(int il, int b, prepared & prep);
+    void measure(int il, int b);
+    void apply(prepared & prep);
+    void discard(prepared & prep);
+
+    const model & model_;
+    arch_forward & forward_;
+    kv_cells & cells_;
+    hot_arena & hot_;
+    cold_logs * logs_;
+    cold_reader * reader_;
+    csd::device & device_;
+    device_tier & dev_;
+    thread_pool & pool_;
+    const policy * policy_ = nullptr;
+    attention_shape shape_;
+    kv_layout layout_;
+    int n_seq_max_;
+    uint32_t step_ = 0;
+    step_stats stats_;
+
+    std::unique_ptr<host_scorer> scorer_;
+    std::unique_ptr<attention_recall> recall_;     // diag
+    std::unique_ptr<cold_gather> diag_gather_;     // diag: host reads of cold keys
+    std::vector<std::vector<int32_t>> prev_;       // diag: [n_seq, n_layer] the previous step's union
+    std::unique_ptr<prepared> prep_;
+
+    // The batch, for the step in flight.
+    std::vector<int> seqs_;
+    std::vector<int32_t> pos_;                     // [B] the new tokens' positions
+    std::vector<float> x_;                         // f32 [B, n_embd] residual streams
+    std::vector<float> q_, k_, v_;                 // f32 [B, n_embd_q] / [B, n_embd_kv]
+    std::vector<float> attn_;                      // f32 [B, n_embd_q]
+    std::vector<uint8_t> rows_;                    // kv type [B, 2, n_embd_kv]: the new tokens' K and V
+    kv_page_table table_;                          // one sequence's tokens (scoring), then its selection
+    ordered_gather gather_;                        // the selection in position order
+    std::vector<float> scores_;                    // f32 [n_group, n_ctx]: merged scores by position
+    std::vector<float> seg_scores_;                // f32 [n_group, n_ctx]: one region's host scores
+    std::vector<std::vector<int32_t>> sets_;       // [n_group] selection of the sequence being processed
+    std::vector<uint64_t> member_;                 // u64 [n_ctx] kv_head: bit g set = in set g
+    std::vector<int32_t> rows_g_;                  // kv_head: one group's rows of a batch
+};
+
+}  // namespace hill

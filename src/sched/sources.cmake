@@ -1,0 +1,5 @@
+# The decode step of a batch of sequences (DESIGN.md §3): plan, score, select, gather, attend, apply.
+hill_add_library(hill_sched
+  sched/decode_step.cpp
+)
+target_link_libraries(hill_sched PUBLIC hill_policy hill_csd hill_model hill_score hill_kv hill_compute hill_core)

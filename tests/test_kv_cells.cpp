@@ -1,0 +1,340 @@
+// The KV cache's parts apart from a model: the KV cells (metadata: hot slots, free lists, capacity,
+// hit table), the cold logs over a real cold pool (prepare / apply / discard, page-write faults,
+// truncation inside a written group, snapshots), the page table's classification and the ordered
+// gather (position order, windows, staging rows).
+#include "core/aligned_buffer.h"
+#include "core/error.h"
+#include "kv/cold_gather.h"
+#include "kv/cold_logs.h"
+#include "kv/cold_reader.h"
+#include "kv/cold_writer.h"
+#include "kv/hot_arena.h"
+#include "kv/kv_cells.h"
+#include "kv/ordered_gather.h"
+#include "kv/page_table.h"
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+namespace hill {
+namespace {
+
+TEST(kv_cells, hot_slots_free_lists_and_capacity) {
+    kv_cells c(kv_cells_params{2, 2, 16, 5});
+    EXPECT_EQ(c.hot_capacity(), 5);
+    c.grow(0, 4);
+    c.grow(1, 3);
+    EXPECT_EQ(c.n_tokens(0), 4);
+    EXPECT_FALSE(c.is_hot(0, 0, 2));
+    // Reservations name the slots take_hot hands out, in order, without changing anything.
+    const uint32_t r0 = c.peek_free(1, 0), r1 = c.peek_free(1, 1);
+    EXPECT_EQ(c.n_hot_free(1), 5);
+    EXPECT_EQ(c.take_hot(0, 1, 3), r0);
+    EXPECT_EQ(c.take_hot(1, 1, 0), r1);
+    EXPECT_EQ(c.n_hot(1), 2);
+    EXPECT_EQ(c.n_hot(0), 0);  // layers are apart
+    EXPECT_EQ(c.hot_slot(0, 1, 3), r0);
+    // A lower capacity limits what can be taken; slots in use stay.
+    c.set_hot_capacity(2);
+    EXPECT_EQ(c.n_hot_free(1), 0);
+    EXPECT_EQ(c.n_hot_free(0), 2);
+    c.drop_hot(1, 1, 0);
+    EXPECT_EQ(c.n_hot_free(1), 1);
+    EXPECT_EQ(c.peek_free(1, 0), r1) << "the slot freed last is handed out first";
+    c.set_hot_capacity(5);
+    // Truncation frees the slots of the forgotten tokens.
+    c.take_hot(0, 0, 0);
+    c.take_hot(0, 0, 3);
+    c.truncate(0, 2);
+    EXPECT_EQ(c.n_tokens(0), 2);
+    EXPECT_EQ(c.n_hot(0), 1);
+    EXPECT_EQ(c.n_hot(1), 0);
+    c.grow(0, 2);
+    EXPECT_FALSE(c.is_hot(0, 0, 3)) << "a regrown token starts without a hot copy";
+    EXPECT_EQ(c.last_move(0, 0, 3), kv_cells::never_moved);
+}
+
+TEST(kv_cells, hit_table_is_a_moving_average_of_selections) {
+    EXPECT_EQ(kv_cells::hit_next(0, true), kv_cells::hit_increment);
+    EXPECT_EQ(kv_cells::hit_next(8, false), 7);
+    uint16_t h = 0;
+    for (int i = 0; i < 200; ++i) h = kv_cells::hit_next(h, true);
+    EXPECT_GE(h, 8 * kv_cells::hit_increment - 8);  // converges to 8 · increment, saturating below 65536
+    kv_cells c(kv_cells_params{1, 1, 8, 8});
+    c.grow(0, 6);
+    c.set_hits(0, 0, 1, 800);
+    const int32_t sel[] = {2, 4};
+    c.update_hits(0, 0, sel);
+    EXPECT_EQ(c.hits(0, 0, 1), 700);
+    EXPECT_EQ(c.hits(0, 0, 2), kv_cells::hit_increment);
+    EXPECT_EQ(c.hits(0, 0, 3), 0);
+    EXPECT_EQ(c.hits(0, 0, 4), kv_cells::hit_increment);
+}
+
+// A cold pool of f16 rows of 64 values (128 bytes: 32-token pages) under a temp dir, with its writer,
+// logs and reader; `fail_writes` turns every write into ENOSPC.
+struct cold_fixture {
+    test::temp_dir dir;
+    kv_layout layout{2, 64, ggml_type::f16};
+    std::atomic<bool> fail_writes{false};
+    std::unique_ptr<cold_pool> pool;
+    std::unique_ptr<cold_writer> writer;
+    std::unique_ptr<cold_logs> logs;
+    std::unique_ptr<cold_reader> reader;
+    int64_t n_ctx = 200;
+
+    cold_fixture() {
+        const int64_t pt = layout.page_tokens();
+        cold_pool_params cp;
+        cp.kv_dir = dir.file("kv");
+        cp.page_bytes = layout.page_bytes();
+        cp.n_pages = uint32_t(2 * layout.n_layer * 2 * ((n_ctx + pt - 1) / pt));
+        pool = std::make_unique<cold_pool>(cp);
+        io_queue_params io;
+        io.fault_hook = [this](const io_issue & is, int64_t r) { return fail_writes && is.op == io_op::write ? -ENOSPC : r; };
+        writer = std::make_unique<cold_writer>(*pool, io);
+        logs = std::make_unique<cold_logs>(*writer, layout, 2, n_ctx);
+        reader = std::make_unique<cold_reader>(*pool);
+    }
+    // Row bytes of token t of (seq, il), K (v = 0) or V (v = 1): a pattern that names them.
+    std::vector<uint8_t> rows(int seq, int il, int64_t t0, int64_t n, int v) const {
+        std::vector<uint8_t> out(size_t(n) * layout.row_bytes());
+        for (int64_t t = 0; t < n; ++t) {
+            for (size_t i = 0; i < layout.row_bytes(); ++i) {
+                out[size_t(t) * layout.row_bytes() + i] = uint8_t((t0 + t) * 7 + i * 3 + seq * 31 + il * 17 + v * 101);
+            }
+        }
+        return out;
+    }
+    void append(int seq, int il, int64_t n) {
+        const int64_t t0 = logs->log(seq, il).n_tokens();
+        const auto k = rows(seq, il, t0, n, 0), v = rows(seq, il, t0, n, 1);
+        cold_append a;
+        logs->prepare(seq, il, n, k.data(), v.data(), a);
+        logs->apply(a);
+    }
+    // Every row of (seq, il) read back (open group from RAM, the rest through a cold_gather) equals the pattern.
+    void check(int seq, int il) const {
+        const cold_log_view log = logs->log(seq, il);
+        const size_t rb = layout.row_bytes();
+        const auto k = rows(seq, il, 0, log.n_tokens(), 0), v = rows(seq, il, 0, log.n_tokens(), 1);
+        std::vector<int32_t> disk(size_t(log.n_on_disk()));
+        std::iota(disk.begin(), disk.end(), 0);
+        cold_gather g(*reader, layout);
+        g.begin(log.groups, disk, true);
+        kv_batch b;
+        int64_t seen = 0;
+        while (g.next(b)) {
+            for (int64_t j = 0; j < b.view.n_kv; ++j, ++seen) {
+                const int32_t t = b.positions[j];
+                ASSERT_EQ(std::memcmp(static_cast<const uint8_t *>(b.view.k) + size_t(b.rows[j]) * rb, k.data() + size_t(t) * rb, rb), 0) << t;
+                ASSERT_EQ(std::memcmp(static_cast<const uint8_t *>(b.view.v) + size_t(b.rows[j]) * rb, v.data() + size_t(t) * rb, rb), 0) << t;
+            }
+        }
+        EXPECT_EQ(seen, log.n_on_disk());
+        for (int64_t r = 0; r < log.n_open; ++r) {
+            const int64_t t = log.n_on_disk() + r;
+            ASSERT_EQ(std::memcmp(log.open_k + size_t(r) * rb, k.data() + size_t(t) * rb, rb), 0) << t;
+            ASSERT_EQ(std::memcmp(log.open_v + size_t(r) * rb, v.data() + size_t(t) * rb, rb), 0) << t;
+        }
+    }
+};
+
+TEST(cold_logs, appends_of_any_size_round_trip) {
+    cold_fixture f;
+    EXPECT_EQ(f.layout.page_tokens(), 32);
+    for (const int64_t n : {1, 5, 26, 1, 64, 31, 40}) {  // inside the open group, filling it, spanning groups
+        f.append(0, 0, n);
+        f.append(1, 1, n + 1);
+        f.check(0, 0);
+        f.check(1, 1);
+    }
+    EXPECT_EQ(f.logs->log(0, 0).n_tokens(), 168);
+    EXPECT_EQ(f.logs->log(0, 0).n_on_disk(), 160);
+    EXPECT_EQ(f.logs->log(0, 1).n_tokens(), 0) << "logs of other layers are apart";
+    EXPECT_EQ(f.writer->write_bytes(), uint64_t(5 + 5) * 2 * f.layout.page_bytes());
+}
+
+TEST(cold_logs, a_failed_write_changes_nothing_and_the_log_goes_on_once_space_returns) {
+    cold_fixture f;
+    f.append(0, 0, 20);
+    const uint32_t free_before = f.pool->n_free();
+    f.fail_writes = true;
+    const auto k = f.rows(0, 0, 20, 50, 0), v = f.rows(0, 0, 20, 50, 1);
+    cold_append a;
+    try {
+        f.logs->prepare(0, 0, 50, k.data(), v.data(), a);
+        FAIL() << "no error";
+    } catch (const error & e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("No space left on device"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("cold page"), std::string::npos) << msg;
+        EXPECT_NE(msg.find(f.pool->kv_dir()), std::string::npos) << msg;
+    }
+    EXPECT_EQ(f.pool->n_free(), free_before) << "the fresh pages went back";
+    EXPECT_EQ(f.logs->log(0, 0).n_tokens(), 20);
+    f.check(0, 0);
+    f.fail_writes = false;
+    f.append(0, 0, 50);
+    f.check(0, 0);
+    EXPECT_EQ(f.logs->log(0, 0).n_tokens(), 70);
+}
+
+TEST(cold_logs, discard_frees_what_prepare_wrote) {
+    cold_fixture f;
+    const uint32_t free_before = f.pool->n_free();
+    const auto k = f.rows(0, 0, 0, 70, 0), v = f.rows(0, 0, 0, 70, 1);
+    cold_append a;
+    f.logs->prepare(0, 0, 70, k.data(), v.data(), a);
+    EXPECT_EQ(f.logs->log(0, 0).n_tokens(), 0) << "nothing is visible before apply";
+    EXPECT_EQ(f.pool->n_free(), free_before - 4);
+    f.logs->discard(a);
+    EXPECT_EQ(f.pool->n_free(), free_before);
+    f.append(0, 0, 70);
+    f.check(0, 0);
+}
+
+TEST(cold_logs, truncate_inside_a_written_group_then_regrow) {
+    cold_fixture f;
+    f.append(0, 0, 100);
+    f.append(0, 1, 100);
+    for (const int64_t n : {99, 70, 64, 40, 0}) {  // inside the open group, inside a written group, at a boundary
+        f.logs->truncate(0, n, *f.reader);
+        EXPECT_EQ(f.logs->log(0, 0).n_tokens(), n);
+        f.check(0, 0);
+        f.check(0, 1);
+        f.append(0, 0, 100 - n);  // the same positions again: the same pattern
+        f.append(0, 1, 100 - n);
+        f.check(0, 0);
+        f.check(0, 1);
+    }
+    // Pages of forgotten groups went back: a full regrow fits the pool again and again.
+    EXPECT_EQ(f.pool->n_free(), f.pool->n_pages() - 2u * 2u * 3u);
+}
+
+TEST(cold_logs, a_failed_read_back_leaves_the_log_as_it_was) {
+    cold_fixture f;
+    f.append(0, 0, 100);
+    f.append(0, 1, 100);
+    std::atomic<bool> fail_reads{true};
+    io_queue_params io;
+    io.fault_hook = [&](const io_issue & is, int64_t r) { return fail_reads && is.op == io_op::read ? -EIO : r; };
+    cold_reader bad(*f.pool, io);
+    EXPECT_THROW(f.logs->truncate(0, 50, bad), error);
+    EXPECT_EQ(f.logs->log(0, 0).n_tokens(), 100);
+    f.check(0, 0);
+    f.check(0, 1);
+}
+
+TEST(cold_logs, restore_goes_back_to_the_snapshot) {
+    cold_fixture f;
+    f.append(0, 0, 45);
+    f.append(0, 1, 45);
+    cold_logs::snapshot s;
+    f.logs->take_snapshot(0, s);
+    const uint32_t free_before = f.pool->n_free();
+    const auto k = f.rows(9, 0, 45, 60, 0);  // other bytes than the pattern
+    for (int il = 0; il < 2; ++il) {
+        cold_append a;
+        f.logs->prepare(0, il, 60, k.data(), k.data(), a);
+        f.logs->apply(a);
+    }
+    f.logs->restore(s);
+    EXPECT_EQ(f.pool->n_free(), free_before);
+    EXPECT_EQ(f.logs->log(0, 0).n_tokens(), 45);
+    f.check(0, 0);
+    f.check(0, 1);
+    f.append(0, 0, 60);
+    f.check(0, 0);
+}
+
+TEST(page_table, splits_tokens_into_hot_open_and_disk) {
+    cold_fixture f;
+    kv_cells c(kv_cells_params{2, 2, int32_t(f.n_ctx), 8});
+    c.grow(1, 70);
+    f.append(1, 0, 70);  // positions [0, 64) on disk, [64, 70) in the open group
+    for (const int32_t t : {3, 40, 66, 69}) c.take_hot(1, 0, t);
+    const cold_log_view log = f.logs->log(1, 0);
+    kv_page_table t;
+    t.add(c, &log, 1, 0, {}, true);
+    const int32_t some[] = {2, 3, 64, 65, 66};
+    t.add(c, &log, 1, 0, some, false);
+    t.add_hot(70, 7);
+    ASSERT_EQ(t.n_batch(), 2);
+    EXPECT_EQ(std::vector<int32_t>(t.hot_pos_of(0).begin(), t.hot_pos_of(0).end()), (std::vector<int32_t>{3, 40, 66, 69}));
+    EXPECT_EQ(std::vector<int32_t>(t.open_pos_of(0).begin(), t.open_pos_of(0).end()), (std::vector<int32_t>{64, 65, 67, 68}));
+    EXPECT_EQ(t.open_row_of(0)[2], 3);  // position 67 is row 3 of the open group
+    EXPECT_EQ(t.disk_pos_of(0).size(), 62u);
+    EXPECT_EQ(std::vector<int32_t>(t.hot_pos_of(1).begin(), t.hot_pos_of(1).end()), (std::vector<int32_t>{3, 66, 70}));
+    EXPECT_EQ(t.hot_slot_of(1)[2], 7);
+    EXPECT_EQ(std::vector<int32_t>(t.open_pos_of(1).begin(), t.open_pos_of(1).end()), (std::vector<int32_t>{64, 65}));
+    EXPECT_EQ(std::vector<int32_t>(t.disk_pos_of(1).begin(), t.disk_pos_of(1).end()), (std::vector<int32_t>{2}));
+}
+
+TEST(ordered_gather, hands_out_every_token_in_position_order_from_one_view) {
+    const int64_t n = 9000;  // three windows
+    test::temp_dir dir;
+    const kv_layout layout{1, 64, ggml_type::f16};
+    const int64_t pt = layout.page_tokens();
+    cold_pool_params cp;
+    cp.kv_dir = dir.file("kv");
+    cp.page_bytes = layout.page_bytes();
+    cp.n_pages = uint32_t(2 * ((n + pt - 1) / pt));
+    cold_pool pool(cp);
+    cold_writer writer(pool);
+    cold_logs logs(writer, layout, 1, n);
+    cold_reader reader(pool);
+    std::mt19937 rng(5);
+    const size_t rb = layout.row_bytes();
+    std::vector<uint8_t> k(size_t(n) * rb), v(size_t(n) * rb);
+    for (auto & x : k) x = uint8_t(rng());
+    for (auto & x : v) x = uint8_t(rng());
+    cold_append a;
+    logs.prepare(0, 0, n, k.data(), v.data(), a);
+    logs.apply(a);
+    kv_cells c(kv_cells_params{1, 1, int32_t(n), 3000});
+    c.grow(0, n);
+    hot_arena arena(layout, 3000, ordered_gather::window_tokens);
+    for (int64_t t = 0; t < n; t += 3) {  // a third hot
+        const uint32_t s = c.take_hot(0, 0, t);
+        std::memcpy(arena.k(0, s), k.data() + size_t(t) * rb, rb);
+        std::memcpy(arena.v(0, s), v.data() + size_t(t) * rb, rb);
+    }
+    std::vector<int32_t> sel;
+    for (int64_t t = 0; t < n; ++t) {
+        if (rng() % 4 != 0) sel.push_back(int32_t(t));
+    }
+    const cold_log_view log = logs.log(0, 0);
+    kv_page_table table;
+    table.add(c, &log, 0, 0, sel, false);
+    cold_gather disk(reader, layout);
+    disk.begin(log.groups, table.disk_pos, true);
+    ordered_gather g(arena);
+    g.begin(0, table, 0, kv_view{layout.type, log.open_k, log.open_v, log.n_open, layout.n_embd_kv},
+            [&](kv_batch & out) { return disk.next(out); });
+    kv_batch w;
+    size_t i = 0;
+    int n_windows = 0;
+    while (g.next(w)) {
+        ++n_windows;
+        EXPECT_LE(w.view.n_kv, ordered_gather::window_tokens);
+        for (int64_t j = 0; j < w.view.n_kv; ++j, ++i) {
+            ASSERT_EQ(w.positions[j], sel[i]);
+            const auto * kr = static_cast<const uint8_t *>(w.view.k) + size_t(w.rows[j]) * rb;
+            const auto * vr = static_cast<const uint8_t *>(w.view.v) + size_t(w.rows[j]) * rb;
+            ASSERT_EQ(std::memcmp(kr, k.data() + size_t(sel[i]) * rb, rb), 0) << sel[i];
+            ASSERT_EQ(std::memcmp(vr, v.data() + size_t(sel[i]) * rb, rb), 0) << sel[i];
+        }
+    }
+    EXPECT_EQ(i, sel.size());
+    EXPECT_EQ(n_windows, int((sel.size() + 4095) / 4096));
+}
+
+}  // namespace
+}  // namespace hill
