@@ -128,7 +128,7 @@ cap_result measure_cap(const context & ctx, const std::string & which, double ca
     host_scorer hs(shape, score_params{score_precision::int8, query_precision::int8}, pool.n_threads());
     std::vector<float> q(size_t(hp.n_head * hp.head_dim), 0.5f);
     hs.prepare_query(q.data());
-    const cold_log_view log = ctx.writer()->log(0, 0);
+    const cold_log_view log = ctx.logs()->log(0, 0);
     std::vector<int32_t> all(size_t(log.n_on_disk()));
     for (size_t t = 0; t < all.size(); ++t) all[t] = int32_t(t);
     const csd::device_pass pass{0, log.page_tokens, log.groups, all};

@@ -17,10 +17,11 @@ public:
         : policy(p, p.score.granularity == select_granularity::kv_head ? n_head_kv : 1, placement_kind::hkm) {}
     std::string_view name() const override { return "hillinfer"; }
     bool uses_scores() const override { return true; }
-    // Scores are needed only when ⌈α·N⌉ leaves some of the middle out.
+    // Every token between the sinks and the window is scored, even when ⌈α·N⌉ takes them all: the step
+    // runs the same stages whatever α (so α = 1 is dense attention through the scoring path).
     bool wants_scores(int64_t n) const override {
         const auto [s_end, w_begin] = middle_of(n, params_.n_sinks, params_.n_window);
-        return n_top_for(params_.alpha, n) < w_begin - s_end;
+        return w_begin > s_end;
     }
     void select(const select_input & in, std::span<std::vector<int32_t>> sets) const override {
         const int64_t n_top = n_top_for(params_.alpha, in.n);
