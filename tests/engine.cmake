@@ -13,3 +13,4 @@ hill_add_test(test_prompt_cache unit LIBS hill_engine SOURCES test_prompt_cache.
 hill_add_test(test_passkey unit LIBS hill_engine SOURCES test_passkey.cpp)
 hill_add_test(test_passkey_long model LIBS hill_engine SOURCES test_passkey_long.cpp)
 hill_add_test(test_passkey_slow slow LIBS hill_engine SOURCES test_passkey_slow.cpp)
+hill_add_test(test_batch unit LIBS hill_engine SOURCES test_batch.cpp)
