@@ -174,17 +174,21 @@ template <class L>
 struct float_kernel {
     static constexpr int n_acc = 2;                     // accumulators per (activation row, weight row)
     static constexpr size_t unit_bytes = 32 * L::size;  // bytes of one row per 32 columns
-    // Activation rows per register tile (one weight row): 2 · 6 accumulators, two weight vectors,
-    // the x operands straight from L1.
+    // Register tiles of R weight rows × T activation rows (2RT accumulators): up to t_tile = 6
+    // activation rows against one weight row (12 accumulators, two weight vectors, the x operands
+    // straight from L1); 2 or 3 against two weight rows, so that at least 8 independent FMA chains
+    // cover the FMA latency; one against the group's four rows (the gemv kernel).
     static constexpr int t_tile = 6;
+    static constexpr int rows_per_tile(int T) { return T == 1 ? 4 : T <= 3 ? 2 : 1; }
+    // The group's four rows against T activation rows, R rows at a time (pf: see float_tile).
     template <int T>
-    static void tile1(const uint8_t * w, size_t rb, const float * x, int64_t ldx, int64_t u0, int64_t u1, __m256 * acc,
-                      int64_t acc_ld, const uint8_t * pf) {
-        float_tile<L, 1, T>(w, rb, x, ldx, u0, u1, acc, acc_ld, pf);
-    }
-    static void tile4x1(const uint8_t * w, size_t rb, const float * x, int64_t ldx, int64_t u0, int64_t u1,
-                        __m256 * acc, int64_t acc_ld, const uint8_t * pf) {
-        float_tile<L, 4, 1>(w, rb, x, ldx, u0, u1, acc, acc_ld, pf);
+    static void tile(const uint8_t * w, size_t rb, const float * x, int64_t ldx, int64_t u0, int64_t u1, __m256 * acc,
+                     int64_t acc_ld, const uint8_t * pf) {
+        constexpr int R = rows_per_tile(T);
+        for (int r = 0; r < 4; r += R) {
+            float_tile<L, R, T>(w + size_t(r) * rb, rb, x, ldx, u0, u1, acc + r * acc_ld, acc_ld,
+                                r == 0 ? pf : nullptr);
+        }
     }
     // Where this chunk's prefetch starts: see float_tile.
     static const uint8_t * prefetch_base(const uint8_t * group, const uint8_t * next_group, int64_t u0) {
@@ -330,17 +334,21 @@ template <class Q>
 struct quant_kernel {
     static constexpr int n_acc = 1;
     static constexpr size_t unit_bytes = Q::bytes;  // one block: 32 columns
-    // Activation rows per register tile (one weight row): 8 accumulators, the block's four weight
-    // vectors and its scale, two partial sums.
+    // Register tiles: up to t_tile = 8 activation rows against one weight row (8 accumulators, the
+    // block's four weight vectors and its scale, two partial sums; the per-block work of each row
+    // is long enough to hide the latency of its one accumulator chain); one against the group's
+    // four rows (the gemv kernel).
     static constexpr int t_tile = 8;
+    static constexpr int rows_per_tile(int T) { return T == 1 ? 4 : 1; }
+    // The group's four rows against T activation rows, R rows at a time (pf: see quant_tile).
     template <int T>
-    static void tile1(const uint8_t * w, size_t rb, const float * x, int64_t ldx, int64_t u0, int64_t u1, __m256 * acc,
-                      int64_t acc_ld, const uint8_t * pf) {
-        quant_tile<Q, 1, T>(w, rb, x, ldx, u0, u1, acc, acc_ld, pf);
-    }
-    static void tile4x1(const uint8_t * w, size_t rb, const float * x, int64_t ldx, int64_t u0, int64_t u1,
-                        __m256 * acc, int64_t acc_ld, const uint8_t * pf) {
-        quant_tile<Q, 4, 1>(w, rb, x, ldx, u0, u1, acc, acc_ld, pf);
+    static void tile(const uint8_t * w, size_t rb, const float * x, int64_t ldx, int64_t u0, int64_t u1, __m256 * acc,
+                     int64_t acc_ld, const uint8_t * pf) {
+        constexpr int R = rows_per_tile(T);
+        for (int r = 0; r < 4; r += R) {
+            quant_tile<Q, R, T>(w + size_t(r) * rb, rb, x, ldx, u0, u1, acc + r * acc_ld, acc_ld,
+                                r == 0 ? pf : nullptr);
+        }
     }
     static const uint8_t * prefetch_base(const uint8_t *, const uint8_t * next_group, int64_t u0) {
         return next_group + size_t(4 * u0) * unit_bytes;
@@ -354,19 +362,20 @@ struct quant_kernel {
 // call with more activation rows reads the weights once per 64 of them.
 constexpr int64_t batch_max_tok = 64;
 
-// Columns (in 32s) per chunk for nt activation rows: their x slices, nt · 128 B per 32 columns, stay
-// within 16 KiB of L1 (the weight slices of the group's four rows are smaller still), from 4096
-// columns for one activation row down to 128 columns for 32 or more.
+// Columns (in 32s) per chunk of a group: with one activation row, up to 4096 (the accumulators stay
+// in registers across the row; x, read once per group, comes from L1 or L2 alike); with several,
+// 512, so that a tile's x slices (at most 8 rows · 2 KiB) and the group's four weight slices stay
+// in L1 while the four rows run over them. The x slices of the other tiles of the chunk come from
+// L2 once per group, then from L1.
 int64_t chunk_units(int64_t nt) {
-    const int64_t u = (int64_t(16) << 10) / (128 * nt);
-    return u < 4 ? 4 : u > 128 ? 128 : u;
+    return nt == 1 ? 128 : 16;
 }
 
 template <class K, int... T>
 struct tile_table {
     using fn = void (*)(const uint8_t *, size_t, const float *, int64_t, int64_t, int64_t, __m256 *, int64_t,
                         const uint8_t *);
-    static constexpr fn tiles[] = {nullptr, &K::template tile1<T>...};
+    static constexpr fn tiles[] = {nullptr, &K::template tile<T>...};  // by T
 };
 
 // y[t · ldy + r] = row r of W · (x + t · ldx) for t < n_tok, r < n_rows. Per group of four weight
@@ -392,16 +401,14 @@ void batch_rows(const uint8_t * w, size_t rb, int64_t n, const float * x, int64_
             for (int64_t u0 = 0; u0 < n_units; u0 += chunk) {
                 const int64_t u1 = u0 + chunk < n_units ? u0 + chunk : n_units;
                 const uint8_t * pf = K::prefetch_base(wg, next, u0);
-                if (nt == 1) {
-                    K::tile4x1(wg, rb, xs, ldx, u0, u1, acc, acc_ld, pf);
-                    continue;
-                }
-                for (int64_t tb = 0; tb < nt; tb += K::t_tile) {
-                    const int64_t T = nt - tb < K::t_tile ? nt - tb : K::t_tile;
-                    for (int r = 0; r < 4; ++r) {
-                        Table::tiles[T](wg + size_t(r) * rb, rb, xs + tb * ldx, ldx, u0, u1,
-                                        acc + r * acc_ld + tb * K::n_acc, acc_ld, r == 0 && tb == 0 ? pf : nullptr);
-                    }
+                // ceil(nt / t_tile) tiles of nearly equal size (25 = 7 + 6 + 6 + 6, not 8 + 8 + 8 + 1):
+                // each tile widens or dequantizes the weights once.
+                const int64_t n_tiles = (nt + K::t_tile - 1) / K::t_tile;
+                for (int64_t i = 0, tb = 0; i < n_tiles; ++i) {
+                    const int64_t T = nt / n_tiles + (i < nt % n_tiles ? 1 : 0);
+                    Table::tiles[T](wg, rb, xs + tb * ldx, ldx, u0, u1, acc + tb * K::n_acc, acc_ld,
+                                    i == 0 ? pf : nullptr);
+                    tb += T;
                 }
             }
             for (int r = 0; r < 4; ++r) {
