@@ -145,18 +145,18 @@ void float_tile(const uint8_t * w, size_t rb, const float * x, int64_t ldx, int6
                 pf += 4 * 32 * L::size;
             }
         }
-#pragma GCC unroll 2
-        for (int h = 0; h < 32; h += 16) {
+        // Columns j + 8q, q = 0..3, into accumulator q % 2: each weight vector loaded once for the T
+        // activation rows, each x vector once for the R weight rows.
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q) {
+            __m256 wv[R];
 #pragma GCC unroll 8
-            for (int r = 0; r < R; ++r) {
-                const uint8_t * row = w + size_t(r) * rb;
-                const __m256 w0 = L::load8(row, j + h), w1 = L::load8(row, j + h + 8);
+            for (int r = 0; r < R; ++r) wv[r] = L::load8(w + size_t(r) * rb, j + 8 * q);
 #pragma GCC unroll 8
-                for (int t = 0; t < T; ++t) {
-                    const float * xt = x + t * ldx + j + h;
-                    a[r][t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xt), a[r][t][0]);
-                    a[r][t][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xt + 8), a[r][t][1]);
-                }
+            for (int t = 0; t < T; ++t) {
+                const __m256 xv = _mm256_loadu_ps(x + t * ldx + j + 8 * q);
+#pragma GCC unroll 8
+                for (int r = 0; r < R; ++r) a[r][t][q % 2] = _mm256_fmadd_ps(wv[r], xv, a[r][t][q % 2]);
             }
         }
     }
@@ -174,10 +174,12 @@ template <class L>
 struct float_kernel {
     static constexpr int n_acc = 2;                     // accumulators per (activation row, weight row)
     static constexpr size_t unit_bytes = 32 * L::size;  // bytes of one row per 32 columns
-    // Register tiles of R weight rows × T activation rows (2RT accumulators): up to t_tile = 6
-    // activation rows against one weight row (12 accumulators, two weight vectors, the x operands
-    // straight from L1); 2 or 3 against two weight rows, so that at least 8 independent FMA chains
-    // cover the FMA latency; one against the group's four rows (the gemv kernel).
+    // Register tiles of R weight rows × T activation rows (2RT accumulators): 4 to t_tile = 6
+    // activation rows against one weight row (12 accumulators, a weight vector, an x vector); 2 or 3
+    // against two weight rows, so that at least 8 independent FMA chains cover the FMA latency; one
+    // against the group's four rows (the gemv kernel). Measured on the 2-core VM (F16, L2-resident
+    // weights, one thread): two rows × 3 and one row × 8 (16 accumulators: spills) were 10-25%
+    // slower than one row × 4..6.
     static constexpr int t_tile = 6;
     static constexpr int rows_per_tile(int T) { return T == 1 ? 4 : T <= 3 ? 2 : 1; }
     // The group's four rows against T activation rows, R rows at a time (pf: see float_tile).
