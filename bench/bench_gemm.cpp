@@ -11,13 +11,17 @@
 // layer order, with n rows of activations. Per type and n: the median pass time over --reps passes
 // after a warm-up pass (min and max beside it), activation rows per second through the whole stack
 // (n / pass time), GB/s of weights (weight bytes / pass time) and the ratios to n = 1: the time of
-// a pass, and the aggregate throughput gain n · t(1) / t(n). --blas times the OpenBLAS path
-// (gemm_blas) instead, for the threshold between the two.
+// a pass, and the aggregate throughput gain n · t(1) / t(n). The n values take turns pass after
+// pass, so that the load of a shared machine falls on all alike; beside the wall clock, the
+// process's CPU time per pass divided by the threads (what a pass costs the cores, whatever else
+// runs) and its ratio to n = 1. --blas times the OpenBLAS path (gemm_blas) instead, for the
+// threshold between the two.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -106,8 +110,16 @@ matrix make_matrix(ggml_type type, int64_t n_rows, int64_t n_cols, uint64_t seed
 struct result {
     ggml_type type;
     int64_t n;
-    stat3 t_ms;  // one pass over the stack
+    stat3 t_ms;    // one pass over the stack, wall clock
+    stat3 cpu_ms;  // the process's CPU time of one pass / threads
 };
+
+// CPU time of the whole process (every thread), in ms.
+double process_cpu_ms() {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) / 1e6;
+}
 
 std::vector<int64_t> parse_list(const std::string & s) {
     std::vector<int64_t> v;
@@ -195,21 +207,28 @@ int main(int argc, char ** argv) {
             stack_params = 0;
             for (const matrix & m : stack) stack_params += uint64_t(m.view.n_rows * m.view.n_cols);
             stack_bytes.push_back(bytes);
-            for (int64_t n : ns) {
-                std::vector<double> t_ms;
-                for (int r = 0; r < reps + 1; ++r) {  // the first pass warms up and is dropped
+            // The n values take turns, pass after pass (after one warm-up pass each), so that a load
+            // change of a shared machine falls on all of them alike.
+            std::vector<std::vector<double>> t_ms(ns.size()), cpu_ms(ns.size());
+            for (int r = 0; r < reps + 1; ++r) {
+                for (size_t in = 0; in < ns.size(); ++in) {
                     const int64_t t0 = time_us();
+                    const double c0 = process_cpu_ms();
                     for (const matrix & m : stack) {
                         if (use_blas) {
-                            gemm_blas(m.view, x.data(), n, y.data(), pool);
+                            gemm_blas(m.view, x.data(), ns[in], y.data(), pool);
                         } else {
-                            gemm(m.view, x.data(), n, y.data(), pool);
+                            gemm(m.view, x.data(), ns[in], y.data(), pool);
                         }
                     }
-                    if (r > 0) t_ms.push_back(double(time_us() - t0) / 1e3);
+                    if (r > 0) {
+                        t_ms[in].push_back(double(time_us() - t0) / 1e3);
+                        cpu_ms[in].push_back((process_cpu_ms() - c0) / n_threads);
+                    }
                 }
-                results.push_back({type, n, summarize(t_ms)});
             }
+            for (size_t in = 0; in < ns.size(); ++in)
+                results.push_back({type, ns[in], summarize(t_ms[in]), summarize(cpu_ms[in])});
         }
 
         fmt::print(
@@ -221,8 +240,8 @@ int main(int argc, char ** argv) {
             "{} reps\n",
             n_layer, n_embd, n_embd_kv, n_ff, double(stack_params) / 1e6, 7 * n_layer, use_blas ? "gemm_blas" : "gemm",
             reps);
-        fmt::print("{:5}  {:>3}  {:>9}  {:>19}  {:>8}  {:>9}  {:>6}  {:>7}  {:>6}\n", "type", "n", "ms/pass",
-                   "(min .. max)", "us/call", "rows/s", "GB/s", "t/t(1)", "gain");
+        fmt::print("{:5}  {:>3}  {:>9}  {:>19}  {:>8}  {:>9}  {:>6}  {:>7}  {:>6}  {:>8}  {:>7}\n", "type", "n",
+                   "ms/pass", "(min .. max)", "us/call", "rows/s", "GB/s", "t/t(1)", "gain", "cpu ms", "cpu/(1)");
         for (size_t it = 0; it < types.size(); ++it) {
             const result * base = nullptr;
             for (const result & r : results) {
@@ -234,10 +253,13 @@ int main(int argc, char ** argv) {
                 const std::string ratio = base ? fmt::format("{:7.2f}", r.t_ms.median / base->t_ms.median) : "      -";
                 const std::string gain =
                     base ? fmt::format("{:6.2f}", double(r.n) * base->t_ms.median / r.t_ms.median) : "     -";
-                fmt::print("{:5}  {:3}  {:9.2f}  ({:7.2f} .. {:7.2f})  {:8.1f}  {:9.0f}  {:6.1f}  {}  {}\n",
-                           ggml_type_name(r.type), r.n, r.t_ms.median, r.t_ms.lo, r.t_ms.hi,
-                           r.t_ms.median * 1e3 / double(7 * n_layer), double(r.n) / s,
-                           double(stack_bytes[it]) / s / 1e9, ratio, gain);
+                const std::string cpu_ratio =
+                    base ? fmt::format("{:7.2f}", r.cpu_ms.median / base->cpu_ms.median) : "      -";
+                fmt::print(
+                    "{:5}  {:3}  {:9.2f}  ({:7.2f} .. {:7.2f})  {:8.1f}  {:9.0f}  {:6.1f}  {}  {}  {:8.2f}  {}\n",
+                    ggml_type_name(r.type), r.n, r.t_ms.median, r.t_ms.lo, r.t_ms.hi,
+                    r.t_ms.median * 1e3 / double(7 * n_layer), double(r.n) / s, double(stack_bytes[it]) / s / 1e9,
+                    ratio, gain, r.cpu_ms.median, cpu_ratio);
             }
         }
         if (!json_path.empty()) {
@@ -261,6 +283,7 @@ int main(int argc, char ** argv) {
                                             {"ms_per_pass", r.t_ms.median},
                                             {"ms_per_pass_min", r.t_ms.lo},
                                             {"ms_per_pass_max", r.t_ms.hi},
+                                            {"cpu_ms_per_pass", r.cpu_ms.median},
                                             {"rows_per_s", double(r.n) / (r.t_ms.median / 1e3)},
                                             {"weight_gbps", double(stack_bytes[it]) / (r.t_ms.median / 1e3) / 1e9}});
                 }
