@@ -86,9 +86,11 @@ struct load_bf16 {
 //   quant group row  one accumulator a: per block a = fma(Σ_block q·x, d, a), Σ_block = block_dot;
 //                    hsum(a).
 //   quant single row quant_dot_row: two accumulators (even and odd blocks).
-// These are the orders of gemv before the batched kernel existed (its n_tok = 1 results kept every
-// bit). The scalar tails are written as fma(): GCC contracted `s += w * x` into an FMA in the
-// release build but not at -O1 (the sanitizer builds); fma() makes both builds agree with themselves.
+// These are the orders of gemv before the batched kernel existed, and its n_tok = 1 results kept
+// every bit but one case: the scalar tails are now written as fma(). GCC had contracted `s += w * x`
+// into an FMA in the release build, except in the F16 group rows (whose last n_cols % 8 columns it
+// vectorized as mul, then add), and nowhere at -O1 (the sanitizer builds); fma() fixes one order
+// for every build.
 
 // One row, four accumulators (32 elements per step) to cover the FMA latency.
 template <class L>
@@ -110,7 +112,7 @@ float dot_row(const uint8_t * w, const float * x, int64_t n) {
 // Float group rows: R weight rows (rb bytes apart from w) times T activation rows (ldx floats apart
 // from x), columns [32 · u0, 32 · u1), the accumulators a0, a1 of (r, t) at acc[r · acc_ld + 2t]
 // (loaded, advanced, stored back: a call covers one chunk of columns). Each weight vector is loaded
-// (and widened) once for all T activation rows.
+// (and widened) once for all T activation rows, each x vector once for all R weight rows.
 //
 // Prefetch (pf != nullptr; the caller passes it to one call per chunk and group): F16/BF16: the
 // next group of four rows (one contiguous range of 4 · rb bytes) in address order, 4 · 32 columns'
