@@ -351,6 +351,18 @@ TEST(matmul, gemv_batch_rows_bitwise_equal_gemv_alone) {
                                              case_name(t, sh.n_rows, n_cols) + " n " + std::to_string(n) +
                                                  (m == kernel_mode::avx2 ? " avx2" : " scalar") + " gemv_batch_rows");
                     }
+                    // A sub-range [4, 20): its groups of four fall where gemv_batch's do (matmul.h).
+                    if (sh.n_rows >= 20) {
+                        std::vector<float> y(sz(n * sh.n_rows), -1.0f), want4(sz(n * sh.n_rows), -1.0f);
+                        gemv_batch_rows(w.view(), x.data(), n, y.data(), 4, 20);
+                        for (int64_t tk = 0; tk < n; ++tk) {
+                            std::copy(want.begin() + tk * sh.n_rows + 4, want.begin() + tk * sh.n_rows + 20,
+                                      want4.begin() + tk * sh.n_rows + 4);
+                        }
+                        expect_bitwise_equal(y, want4,
+                                             case_name(t, sh.n_rows, n_cols) + " n " + std::to_string(n) +
+                                                 (m == kernel_mode::avx2 ? " avx2" : " scalar") + " rows [4, 20)");
+                    }
                 }
             }
         }

@@ -25,7 +25,8 @@ struct weight_view {
 // every output element y[t][r] = Σ_j W[r][j] · x[t][j] with the same f32 operations in the same
 // order whatever n_tok is, whatever the other activation rows hold and whatever the pool's thread
 // count: y[t] is bit for bit what gemv(w, x[t], ...) gives for that row alone, in each kernel mode.
-// So greedy decoding of a sequence gives the same tokens in a decode batch of any size as alone.
+// So greedy decoding of a sequence gives the same tokens in a decode batch (through gemm: of up to
+// gemm_batch_max_tok sequences) as alone.
 // (The order does depend on the kernel mode — AVX2 and the scalar reference differ in the order of
 // the f32 sums — and on where a gemv_rows / gemv_batch_rows range starts: the AVX2 kernels group
 // rows in fours from the range's start; gemv and gemv_batch split rows in grains of 16.)
@@ -42,7 +43,10 @@ void gemv(const weight_view & w, const float * x, float * y, thread_pool & pool)
 // four weight rows, each weight vector is widened (F16/BF16) or dequantized (Q8_0/Q4_0) once and
 // multiplied into every activation row, from L1. Rows split across the pool as in gemv. A decode
 // step's batch goes through here (through gemm), so that a matrix costs one read of its weights
-// per step instead of one per sequence.
+// per step instead of one per sequence. With the AVX2 kernels, n_tok > 1 rows of x that are not
+// 32-byte aligned rows of a multiple of 8 floats are first copied so (same values, same results;
+// unaligned loads cost ~25%), into a buffer of the calling thread kept between calls: no
+// allocation once a thread has seen its largest batch.
 void gemv_batch(const weight_view & w, const float * x, int64_t n_tok, float * y, thread_pool & pool);
 
 // y f32 [n_tok, n_rows] = x f32 [n_tok, n_cols] · Wᵀ, the product of prefill and decode alike.
@@ -55,8 +59,9 @@ void gemv_batch(const weight_view & w, const float * x, int64_t n_tok, float * y
 void gemm(const weight_view & w, const float * x, int64_t n_tok, float * y, thread_pool & pool);
 
 // gemm's threshold: up to this many activation rows it goes through gemv_batch. The largest decode
-// batch the engine plans for, with room; above it (measured, docs/benchmarks.md) OpenBLAS's sgemm
-// on dequantized tiles is faster.
+// batch the engine plans for (1-25 sequences), with room: decode batches must be invariant. For
+// prefill chunks OpenBLAS is about as fast from ~32 rows and up to 1.4× faster at 64
+// (docs/benchmarks.md), so only chunks of 33-64 tokens pay for the invariance they do not need.
 constexpr int64_t gemm_batch_max_tok = 64;
 
 // y f32 [n_tok, n_rows] = x f32 [n_tok, n_cols] · Wᵀ through OpenBLAS sgemm on row tiles of W that
@@ -68,7 +73,9 @@ constexpr int64_t gemm_batch_max_tok = 64;
 void gemm_blas(const weight_view & w, const float * x, int64_t n_tok, float * y, thread_pool & pool);
 
 // Rows [r0, r1) of y f32 [n_tok, n_rows] = x f32 [n_tok, n_cols] · Wᵀ on the current thread, with the
-// active kernel_mode (y's other columns untouched). gemv_rows: n_tok = 1.
+// active kernel_mode (y's other columns untouched; x read as it lies, no copy). Bit for bit what
+// gemv_batch gives for these rows when r0 is a multiple of 4 and r1 is too or is n_rows (the AVX2
+// kernels' groups of four then fall where gemv_batch's do). gemv_rows: n_tok = 1.
 void gemv_batch_rows(const weight_view & w, const float * x, int64_t n_tok, float * y, int64_t r0, int64_t r1);
 void gemv_rows(const weight_view & w, const float * x, float * y, int64_t r0, int64_t r1);
 
