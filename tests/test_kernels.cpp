@@ -242,7 +242,9 @@ TEST(matmul, gemv_same_result_for_1_2_3_threads) {
     }
 }
 
-TEST(matmul, gemm_matches_gemv_per_token) {
+// The OpenBLAS path (gemm above gemm_batch_max_tok, and gemm_blas at any n_tok) against gemv per
+// token, within f32 rounding: it sums in another order.
+TEST(matmul, gemm_blas_matches_gemv_per_token) {
     const uint32_t seed = fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
@@ -254,7 +256,7 @@ TEST(matmul, gemm_matches_gemv_per_token) {
     };
     // 301 rows of 224 or 257 columns: a 256-row tile and a partial one; 600 rows of 4128 columns:
     // two 240-row tiles and a partial one.
-    const shape shapes[] = {{301, 257, 32 * 7, {1, 3, 4, 17, 64}}, {600, 4128, 4128, {17}}};
+    const shape shapes[] = {{301, 257, 32 * 7, {1, 4, 17, 65}}, {600, 4128, 4128, {17}}};
     for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
         if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
         kernel_mode_set(m);
@@ -277,9 +279,176 @@ TEST(matmul, gemm_matches_gemv_per_token) {
                         tol.insert(tol.end(), tt.begin(), tt.end());
                     }
                     for (thread_pool * p : {&p1, &p2, &p3}) {
+                        const std::string wt = what + " threads " + std::to_string(p->n_threads());
                         std::vector<float> y(sz(n_tok * sh.n_rows), std::nanf(""));
-                        gemm(w.view(), x.data(), n_tok, y.data(), *p);
-                        expect_close(y, want, tol, what + " threads " + std::to_string(p->n_threads()));
+                        gemm_blas(w.view(), x.data(), n_tok, y.data(), *p);
+                        expect_close(y, want, tol, wt + " gemm_blas");
+                        if (n_tok > gemm_batch_max_tok) {
+                            std::fill(y.begin(), y.end(), std::nanf(""));
+                            gemm(w.view(), x.data(), n_tok, y.data(), *p);
+                            expect_close(y, want, tol, wt + " gemm");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+// Batch invariance (matmul.h): every row of gemv_batch — and of gemm up to gemm_batch_max_tok rows —
+// is bit for bit gemv of that row alone, for any number of rows, in both kernel modes, with 1, 2
+// and 3 threads. Shapes: ragged row counts (not multiples of the 16-row grain or of the AVX2
+// kernel's 4-row groups), the smallest legal n_cols (1 column; one Q8_0/Q4_0 block), column counts
+// with 8- and 1-column tails, and 4128+ columns (more than one chunk of columns for a single row).
+TEST(matmul, gemv_batch_rows_bitwise_equal_gemv_alone) {
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    mode_guard g;
+    thread_pool p1(1), p2(2), p3(3);
+    struct shape {
+        int64_t n_rows, n_cols_float, n_cols_quant;
+        std::vector<int64_t> ns;
+    };
+    const std::vector<int64_t> all_ns = {1, 2, 3, 5, 8, 13, 25, 64};
+    const shape shapes[] = {{1, 1, 32, all_ns},       {3, 7, 32, all_ns},          {5, 16, 64, all_ns},
+                            {37, 33, 32 * 7, all_ns}, {301, 257, 32 * 33, all_ns}, {21, 4135, 32 * 129, {1, 2, 8, 64}}};
+    for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
+        if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+        kernel_mode_set(m);
+        for (const shape & sh : shapes) {
+            for (ggml_type t : all_types) {
+                const int64_t n_cols = is_quant(t) ? sh.n_cols_quant : sh.n_cols_float;
+                const weights w = make_weights(t, sh.n_rows, n_cols, rng);
+                const int64_t n_max = sh.ns.back();
+                const std::vector<float> x = random_floats(rng, sz(n_max * n_cols));
+                // Each row alone, through gemv (one thread).
+                std::vector<float> alone(sz(n_max * sh.n_rows));
+                for (int64_t tk = 0; tk < n_max; ++tk)
+                    gemv(w.view(), x.data() + tk * n_cols, alone.data() + tk * sh.n_rows, p1);
+                for (int64_t n : sh.ns) {
+                    const std::vector<float> want(alone.begin(), alone.begin() + n * sh.n_rows);
+                    for (thread_pool * p : {&p1, &p2, &p3}) {
+                        const std::string what = case_name(t, sh.n_rows, n_cols) + " n " + std::to_string(n) +
+                                                 (m == kernel_mode::avx2 ? " avx2" : " scalar") + " threads " +
+                                                 std::to_string(p->n_threads());
+                        std::vector<float> y(sz(n * sh.n_rows), std::nanf(""));
+                        gemv_batch(w.view(), x.data(), n, y.data(), *p);
+                        expect_bitwise_equal(y, want, what + " gemv_batch");
+                        if (p == &p3) {  // gemm routes n <= gemm_batch_max_tok to gemv_batch: one pool is enough
+                            std::fill(y.begin(), y.end(), std::nanf(""));
+                            gemm(w.view(), x.data(), n, y.data(), *p);
+                            expect_bitwise_equal(y, want, what + " gemm");
+                        }
+                    }
+                    // On the calling thread, with x as it lies (gemv_batch may first copy it to aligned
+                    // rows): rows 1..n of x, one row further in memory.
+                    if (n < n_max) {
+                        std::vector<float> y(sz(n * sh.n_rows), std::nanf(""));
+                        gemv_batch_rows(w.view(), x.data() + n_cols, n, y.data(), 0, sh.n_rows);
+                        const std::vector<float> want1(alone.begin() + sh.n_rows, alone.begin() + (n + 1) * sh.n_rows);
+                        expect_bitwise_equal(y, want1,
+                                             case_name(t, sh.n_rows, n_cols) + " n " + std::to_string(n) +
+                                                 (m == kernel_mode::avx2 ? " avx2" : " scalar") + " gemv_batch_rows");
+                    }
+                    // A sub-range [4, 20): its groups of four fall where gemv_batch's do (matmul.h).
+                    if (sh.n_rows >= 20) {
+                        std::vector<float> y(sz(n * sh.n_rows), -1.0f), want4(sz(n * sh.n_rows), -1.0f);
+                        gemv_batch_rows(w.view(), x.data(), n, y.data(), 4, 20);
+                        for (int64_t tk = 0; tk < n; ++tk) {
+                            std::copy(want.begin() + tk * sh.n_rows + 4, want.begin() + tk * sh.n_rows + 20,
+                                      want4.begin() + tk * sh.n_rows + 4);
+                        }
+                        expect_bitwise_equal(y, want4,
+                                             case_name(t, sh.n_rows, n_cols) + " n " + std::to_string(n) +
+                                                 (m == kernel_mode::avx2 ? " avx2" : " scalar") + " rows [4, 20)");
+                    }
+                }
+            }
+        }
+    }
+}
+
+// A row's result does not depend on what the other rows of its batch hold (even NaN and ±inf), on
+// its place in the batch, or on the batch size.
+TEST(matmul, gemv_batch_row_independent_of_its_neighbours) {
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    mode_guard g;
+    thread_pool pool(2);
+    const float inf = std::numeric_limits<float>::infinity();
+    for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
+        if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+        kernel_mode_set(m);
+        for (ggml_type t : all_types) {
+            const int64_t n_rows = 45, n_cols = is_quant(t) ? 32 * 9 : 300;
+            const weights w = make_weights(t, n_rows, n_cols, rng);
+            const std::vector<float> x0 = random_floats(rng, sz(n_cols));
+            std::vector<float> want(sz(n_rows));
+            gemv(w.view(), x0.data(), want.data(), pool);
+            for (int64_t n : {2, 7, 25, 64}) {
+                for (int64_t at : {int64_t(0), n / 2, n - 1}) {
+                    std::vector<float> x = random_floats(rng, sz(n * n_cols), -100.0f, 100.0f);
+                    if (n > 2) {
+                        x[sz(((at + 1) % n) * n_cols)] = std::nanf("");
+                        x[sz(((at + 2) % n) * n_cols + 1)] = inf;
+                        x[sz(((at + 2) % n) * n_cols + 2)] = -inf;
+                    }
+                    std::copy(x0.begin(), x0.end(), x.begin() + at * n_cols);
+                    std::vector<float> y(sz(n * n_rows));
+                    gemv_batch(w.view(), x.data(), n, y.data(), pool);
+                    const std::vector<float> got(y.begin() + at * n_rows, y.begin() + (at + 1) * n_rows);
+                    expect_bitwise_equal(got, want,
+                                         case_name(t, n_rows, n_cols) + " row " + std::to_string(at) + " of " +
+                                             std::to_string(n) + (m == kernel_mode::avx2 ? " avx2" : " scalar"));
+                }
+            }
+        }
+    }
+}
+
+// The batched AVX2 kernel against the batched scalar reference (within f32 rounding: they sum in
+// different orders), the scalar one against double, and a sub-range [3, n_rows - 1) of rows: the
+// same bits as gemv_rows on that range per activation row, the other outputs untouched.
+TEST(matmul, gemv_batch_avx2_matches_scalar_and_double) {
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    mode_guard g;
+    thread_pool pool(1);
+    for (ggml_type t : all_types) {
+        for (int64_t n_cols : col_sizes(t)) {
+            for (int64_t n_rows : {1, 4, 37}) {
+                const weights w = make_weights(t, n_rows, n_cols, rng);
+                for (int64_t n : {2, 5, 13, 64}) {
+                    const std::string what = case_name(t, n_rows, n_cols) + " n " + std::to_string(n);
+                    const std::vector<float> x = random_floats(rng, sz(n * n_cols));
+                    std::vector<double> ref, tol;
+                    for (int64_t tk = 0; tk < n; ++tk) {
+                        std::vector<double> r1, mag;
+                        gemv_double(w, x.data() + tk * n_cols, r1, mag);
+                        ref.insert(ref.end(), r1.begin(), r1.end());
+                        const std::vector<double> tt = rel_tol(mag, 1e-5);
+                        tol.insert(tol.end(), tt.begin(), tt.end());
+                    }
+                    std::vector<float> ys(sz(n * n_rows)), ya(sz(n * n_rows));
+                    kernel_mode_set(kernel_mode::scalar);
+                    gemv_batch(w.view(), x.data(), n, ys.data(), pool);
+                    expect_close(ys, ref, tol, what + " scalar vs double");
+                    if (!cpu_has_avx2()) continue;
+                    kernel_mode_set(kernel_mode::avx2);
+                    gemv_batch(w.view(), x.data(), n, ya.data(), pool);
+                    expect_close(ya, ys, tol, what + " avx2 vs scalar");
+                    if (n_rows > 5) {
+                        std::vector<float> yr(sz(n * n_rows), -1.0f);
+                        gemv_batch_rows(w.view(), x.data(), n, yr.data(), 3, n_rows - 1);
+                        for (int64_t tk = 0; tk < n; ++tk) {
+                            std::vector<float> one(sz(n_rows), -1.0f);
+                            gemv_rows(w.view(), x.data() + tk * n_cols, one.data(), 3, n_rows - 1);
+                            const std::vector<float> got(yr.begin() + tk * n_rows, yr.begin() + (tk + 1) * n_rows);
+                            expect_bitwise_equal(got, one, what + " rows [3, n-1) token " + std::to_string(tk));
+                        }
                     }
                 }
             }

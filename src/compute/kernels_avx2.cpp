@@ -1,5 +1,5 @@
 // AVX2/FMA/F16C kernels; see kernels_avx2.h for the rules of this file. Scalar references:
-// gemv_rows -> matmul.cpp, dot/axpy and attention_head_accumulate -> attention.cpp, fp16 rows and
+// gemv_batch_rows -> matmul.cpp, dot/axpy and attention_head_accumulate -> attention.cpp, fp16 rows and
 // sum_squares -> ops.cpp; exp_nonpositive_row is checked against std::exp.
 #include "compute/kernels_avx2.h"
 
@@ -72,6 +72,26 @@ struct load_bf16 {
     }
 };
 
+// ---- weight rows times activation rows (gemv_batch_rows) ----
+//
+// Summation order. Each (activation row t, weight row r) dot product is accumulated in an order
+// that depends only on n_cols and on r's place in the call's row range, never on n_tok, on t or on
+// the other activation rows, so that a row of a batch gets the bits it gets alone (the batch
+// invariance of matmul.h). The rows of the range come in groups of four from its start ("group
+// rows"); its last n_rows % 4 rows are "single rows". Per (t, r), f32 accumulation throughout:
+//   float group row  two accumulators a0, a1: per 32 columns a0 += w[j, j+8)·x, a1 += w[j+8, j+16)·x,
+//                    a0 += w[j+16, j+24)·x, a1 += w[j+24, j+32)·x (FMA, 8 lanes); the remaining
+//                    whole 8s into a0; s = hsum(a0 + a1); the remaining columns s = fma(w, x, s).
+//   float single row dot_row: four accumulators.
+//   quant group row  one accumulator a: per block a = fma(Σ_block q·x, d, a), Σ_block = block_dot;
+//                    hsum(a).
+//   quant single row quant_dot_row: two accumulators (even and odd blocks).
+// These are the orders of gemv before the batched kernel existed, and its n_tok = 1 results kept
+// every bit but one case: the scalar tails are now written as fma(). GCC had contracted `s += w * x`
+// into an FMA in the release build, except in the F16 group rows (whose last n_cols % 8 columns it
+// vectorized as mul, then add), and nowhere at -O1 (the sanitizer builds); fma() fixes one order
+// for every build.
+
 // One row, four accumulators (32 elements per step) to cover the FMA latency.
 template <class L>
 float dot_row(const uint8_t * w, const float * x, int64_t n) {
@@ -85,93 +105,112 @@ float dot_row(const uint8_t * w, const float * x, int64_t n) {
     }
     for (; j + 8 <= n; j += 8) a0 = _mm256_fmadd_ps(L::load8(w, j), _mm256_loadu_ps(x + j), a0);
     float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; j < n; ++j) s += L::load1(w, j) * x[j];
+    for (; j < n; ++j) s = __builtin_fmaf(L::load1(w, j), x[j], s);
     return s;
 }
 
-// Four rows at once (two accumulators each): every x vector loaded serves four rows, and four
-// weight streams keep enough loads in flight. 32 columns per step: one 64-byte line of each f16
-// row (two of each f32 row).
+// Float group rows: R weight rows (rb bytes apart from w) times T activation rows (ldx floats apart
+// from x), columns [32 · u0, 32 · u1), the accumulators a0, a1 of (r, t) at acc[r · acc_ld + 2t]
+// (loaded, advanced, stored back: a call covers one chunk of columns). Each weight vector is loaded
+// (and widened) once for all T activation rows, each x vector once for all R weight rows.
 //
-// Prefetch: as gemv_quant, each step prefetches the next group of four rows (one contiguous range
-// of 4 · rb bytes) in address order, 4 · 32 columns' bytes per step, so the DRAM sees one
-// sequential stream ahead of the four row streams. With the hardware prefetchers alone, one core of
-// the AMD EPYC development machine (40 GB/s read loop) streamed F16 at ~22 GB/s through this
-// kernel, and ~29 GB/s prefetching each row stream 2 KiB ahead (the former scheme). On the 2-core
-// test VM this scheme took one core from 25 to 33 GB/s for F16 and from 24 to 32 GB/s for BF16
-// over that former scheme. The last group prefetches itself rather than rows past the range. F32
-// rows keep the per-row scheme (prefetch_f32_bytes ahead of each stream): the group scheme measured
-// ~6% slower for them on one core there (32 vs 34 GB/s) and no better on two.
-template <class L>
-void gemv_float(const uint8_t * w, size_t rb, int64_t n, const float * x, float * y, int64_t n_rows) {
-    int64_t r = 0;
-    for (; r + 4 <= n_rows; r += 4) {
-        const uint8_t * w0 = w + size_t(r) * rb;
-        const uint8_t * w1 = w0 + rb;
-        const uint8_t * w2 = w1 + rb;
-        const uint8_t * w3 = w2 + rb;
-        const uint8_t * pf = r + 8 <= n_rows ? w0 + 4 * rb : w0;
-        __m256 a00 = _mm256_setzero_ps(), a01 = _mm256_setzero_ps();
-        __m256 a10 = _mm256_setzero_ps(), a11 = _mm256_setzero_ps();
-        __m256 a20 = _mm256_setzero_ps(), a21 = _mm256_setzero_ps();
-        __m256 a30 = _mm256_setzero_ps(), a31 = _mm256_setzero_ps();
-        int64_t j = 0;
-        for (; j + 32 <= n; j += 32) {
+// Prefetch (pf != nullptr; the caller passes it to one call per chunk and group): F16/BF16: the
+// next group of four rows (one contiguous range of 4 · rb bytes) in address order, 4 · 32 columns'
+// bytes per 32 columns, so that the DRAM sees one sequential stream ahead of the four row streams;
+// pf points at the part of the next group that matches this chunk. With the hardware prefetchers
+// alone, one core of the AMD EPYC development machine (40 GB/s read loop) streamed F16 at ~22 GB/s
+// through the gemv kernel, and ~29 GB/s prefetching each row stream 2 KiB ahead (the former
+// scheme). On the 2-core test VM this scheme took one core from 25 to 33 GB/s for F16 and from 24
+// to 32 GB/s for BF16 over that former scheme. The last group prefetches itself rather than rows
+// past the range. F32: pf is this group's first row, and each of its four row streams is prefetched
+// prefetch_f32_bytes ahead: the group scheme measured ~6% slower for F32 on one core there (32 vs
+// 34 GB/s) and no better on two.
+template <class L, int R, int T>
+void float_tile(const uint8_t * w, size_t rb, const float * x, int64_t ldx, int64_t u0, int64_t u1, __m256 * acc,
+                int64_t acc_ld, const uint8_t * pf) {
+    __m256 a[R][T][2];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+            a[r][t][0] = acc[r * acc_ld + 2 * t];
+            a[r][t][1] = acc[r * acc_ld + 2 * t + 1];
+        }
+    }
+    for (int64_t j = 32 * u0; j < 32 * u1; j += 32) {
+        if (pf != nullptr) {
             if constexpr (L::size == 4) {
                 const size_t d = size_t(j) * L::size + prefetch_f32_bytes;
-                prefetch(w0 + d);
-                prefetch(w1 + d);
-                prefetch(w2 + d);
-                prefetch(w3 + d);
+                for (int k = 0; k < 4; ++k) prefetch(pf + size_t(k) * rb + d);
             } else {
                 for (size_t o = 0; o < 4 * 32 * L::size; o += 64) prefetch(pf + o);  // 256 B
                 pf += 4 * 32 * L::size;
             }
-            const __m256 x0 = _mm256_loadu_ps(x + j);
-            const __m256 x1 = _mm256_loadu_ps(x + j + 8);
-            const __m256 x2 = _mm256_loadu_ps(x + j + 16);
-            const __m256 x3 = _mm256_loadu_ps(x + j + 24);
-            a00 = _mm256_fmadd_ps(L::load8(w0, j), x0, a00);
-            a01 = _mm256_fmadd_ps(L::load8(w0, j + 8), x1, a01);
-            a10 = _mm256_fmadd_ps(L::load8(w1, j), x0, a10);
-            a11 = _mm256_fmadd_ps(L::load8(w1, j + 8), x1, a11);
-            a20 = _mm256_fmadd_ps(L::load8(w2, j), x0, a20);
-            a21 = _mm256_fmadd_ps(L::load8(w2, j + 8), x1, a21);
-            a30 = _mm256_fmadd_ps(L::load8(w3, j), x0, a30);
-            a31 = _mm256_fmadd_ps(L::load8(w3, j + 8), x1, a31);
-            a00 = _mm256_fmadd_ps(L::load8(w0, j + 16), x2, a00);
-            a01 = _mm256_fmadd_ps(L::load8(w0, j + 24), x3, a01);
-            a10 = _mm256_fmadd_ps(L::load8(w1, j + 16), x2, a10);
-            a11 = _mm256_fmadd_ps(L::load8(w1, j + 24), x3, a11);
-            a20 = _mm256_fmadd_ps(L::load8(w2, j + 16), x2, a20);
-            a21 = _mm256_fmadd_ps(L::load8(w2, j + 24), x3, a21);
-            a30 = _mm256_fmadd_ps(L::load8(w3, j + 16), x2, a30);
-            a31 = _mm256_fmadd_ps(L::load8(w3, j + 24), x3, a31);
         }
-        for (; j + 8 <= n; j += 8) {
-            const __m256 x0 = _mm256_loadu_ps(x + j);
-            a00 = _mm256_fmadd_ps(L::load8(w0, j), x0, a00);
-            a10 = _mm256_fmadd_ps(L::load8(w1, j), x0, a10);
-            a20 = _mm256_fmadd_ps(L::load8(w2, j), x0, a20);
-            a30 = _mm256_fmadd_ps(L::load8(w3, j), x0, a30);
+        // Columns j + 8q, q = 0..3, into accumulator q % 2: each weight vector loaded once for the T
+        // activation rows, each x vector once for the R weight rows.
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q) {
+            __m256 wv[R];
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) wv[r] = L::load8(w + size_t(r) * rb, j + 8 * q);
+#pragma GCC unroll 8
+            for (int t = 0; t < T; ++t) {
+                const __m256 xv = _mm256_loadu_ps(x + t * ldx + j + 8 * q);
+#pragma GCC unroll 8
+                for (int r = 0; r < R; ++r) a[r][t][q % 2] = _mm256_fmadd_ps(wv[r], xv, a[r][t][q % 2]);
+            }
         }
-        float s0 = hsum(_mm256_add_ps(a00, a01));
-        float s1 = hsum(_mm256_add_ps(a10, a11));
-        float s2 = hsum(_mm256_add_ps(a20, a21));
-        float s3 = hsum(_mm256_add_ps(a30, a31));
-        for (; j < n; ++j) {
-            s0 += L::load1(w0, j) * x[j];
-            s1 += L::load1(w1, j) * x[j];
-            s2 += L::load1(w2, j) * x[j];
-            s3 += L::load1(w3, j) * x[j];
-        }
-        y[r] = s0;
-        y[r + 1] = s1;
-        y[r + 2] = s2;
-        y[r + 3] = s3;
     }
-    for (; r < n_rows; ++r) y[r] = dot_row<L>(w + size_t(r) * rb, x, n);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+            acc[r * acc_ld + 2 * t] = a[r][t][0];
+            acc[r * acc_ld + 2 * t + 1] = a[r][t][1];
+        }
+    }
 }
+
+template <class L>
+struct float_kernel {
+    static constexpr int n_acc = 2;                     // accumulators per (activation row, weight row)
+    static constexpr size_t unit_bytes = 32 * L::size;  // bytes of one row per 32 columns
+    // Register tiles of R weight rows × T activation rows (2RT accumulators): 4 to t_tile = 6
+    // activation rows against one weight row (12 accumulators, a weight vector, an x vector); 2 or 3
+    // against two weight rows, so that at least 8 independent FMA chains cover the FMA latency; one
+    // against the group's four rows (the gemv kernel). Measured on the 2-core VM (F16, L2-resident
+    // weights, one thread): two rows × 3 and one row × 8 (16 accumulators: spills) were 10-25%
+    // slower than one row × 4..6.
+    static constexpr int t_tile = 6;
+    static constexpr int rows_per_tile(int T) { return T == 1 ? 4 : T <= 3 ? 2 : 1; }
+    // The group's four rows against T activation rows, R rows at a time (pf: see float_tile).
+    template <int T>
+    static void tile(const uint8_t * w, size_t rb, const float * x, int64_t ldx, int64_t u0, int64_t u1, __m256 * acc,
+                     int64_t acc_ld, const uint8_t * pf) {
+        constexpr int R = rows_per_tile(T);
+        for (int r = 0; r < 4; r += R) {
+            float_tile<L, R, T>(w + size_t(r) * rb, rb, x, ldx, u0, u1, acc + r * acc_ld, acc_ld,
+                                r == 0 ? pf : nullptr);
+        }
+    }
+    // Where this chunk's prefetch starts: see float_tile.
+    static const uint8_t * prefetch_base(const uint8_t * group, const uint8_t * next_group, int64_t u0) {
+        if constexpr (L::size == 4) return group;
+        return next_group + size_t(4 * u0) * unit_bytes;
+    }
+    // The group row's result from its accumulators (a0, a1 at acc[0], acc[1]) and the columns past
+    // the last whole 32.
+    static float finish(const uint8_t * row, const float * x, int64_t n, const __m256 * acc) {
+        __m256 a0 = acc[0];
+        int64_t j = n / 32 * 32;
+        for (; j + 8 <= n; j += 8) a0 = _mm256_fmadd_ps(L::load8(row, j), _mm256_loadu_ps(x + j), a0);
+        float s = hsum(_mm256_add_ps(a0, acc[1]));
+        for (; j < n; ++j) s = __builtin_fmaf(L::load1(row, j), x[j], s);
+        return s;
+    }
+    static float single(const uint8_t * row, const float * x, int64_t n) { return dot_row<L>(row, x, n); }
+};
 
 // ---- quantized rows: per block, Σ q·x over its 32 weights (unscaled) and the block scale ----
 
@@ -181,16 +220,25 @@ inline __m128i load_8_bytes(const void * p) { return _mm_loadl_epi64(static_cast
 
 inline __m256 i8x8_to_f32(const int8_t * q) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load_8_bytes(q))); }
 
+// Σ q·x of one block from its 32 weights as f32 (q[0..3]: weights 0..7, 8..15, 16..23, 24..31) and
+// the matching x vectors, in the one order every kernel uses.
+inline __m256 block_dot(const __m256 * q, __m256 x0, __m256 x1, __m256 x2, __m256 x3) {
+    __m256 s0 = _mm256_mul_ps(q[0], x0);
+    __m256 s1 = _mm256_mul_ps(q[1], x1);
+    s0 = _mm256_fmadd_ps(q[2], x2, s0);
+    s1 = _mm256_fmadd_ps(q[3], x3, s1);
+    return _mm256_add_ps(s0, s1);
+}
+
 struct block_q8 {
     static constexpr size_t bytes = sizeof(block_q8_0);
     // Block layout: f16 d at byte 0, int8 qs[32] at byte 2.
-    static __m256 dot(const uint8_t * b, __m256 x0, __m256 x1, __m256 x2, __m256 x3) {
-        const int8_t * q = reinterpret_cast<const int8_t *>(b + 2);
-        __m256 s0 = _mm256_mul_ps(i8x8_to_f32(q), x0);
-        __m256 s1 = _mm256_mul_ps(i8x8_to_f32(q + 8), x1);
-        s0 = _mm256_fmadd_ps(i8x8_to_f32(q + 16), x2, s0);
-        s1 = _mm256_fmadd_ps(i8x8_to_f32(q + 24), x3, s1);
-        return _mm256_add_ps(s0, s1);
+    static void weights(const uint8_t * b, __m256 * q) {
+        const int8_t * qs = reinterpret_cast<const int8_t *>(b + 2);
+        q[0] = i8x8_to_f32(qs);
+        q[1] = i8x8_to_f32(qs + 8);
+        q[2] = i8x8_to_f32(qs + 16);
+        q[3] = i8x8_to_f32(qs + 24);
     }
 };
 
@@ -200,20 +248,15 @@ struct block_q4 {
     // qs[j], weight j + 16 its high nibble, both offset by 8. Zero-extending 8 bytes to 8 lanes
     // gives both nibble groups with one AND and one shift, without byte shuffles; zero-extending
     // loads measured faster than one 16-byte load and register extensions.
-    static __m256 dot(const uint8_t * b, __m256 x0, __m256 x1, __m256 x2, __m256 x3) {
+    static void weights(const uint8_t * b, __m256 * q) {
         const __m256i m4 = _mm256_set1_epi32(0x0f);
         const __m256i off = _mm256_set1_epi32(8);
         const __m256i u0 = _mm256_cvtepu8_epi32(load_8_bytes(b + 2));   // qs[0..8)
         const __m256i u1 = _mm256_cvtepu8_epi32(load_8_bytes(b + 10));  // qs[8..16)
-        const __m256 w0 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(u0, m4), off));  // weights 0..7
-        const __m256 w1 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(u1, m4), off));  // 8..15
-        const __m256 w2 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(u0, 4), off));  // 16..23
-        const __m256 w3 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(u1, 4), off));  // 24..31
-        __m256 s0 = _mm256_mul_ps(w0, x0);
-        __m256 s1 = _mm256_mul_ps(w1, x1);
-        s0 = _mm256_fmadd_ps(w2, x2, s0);
-        s1 = _mm256_fmadd_ps(w3, x3, s1);
-        return _mm256_add_ps(s0, s1);
+        q[0] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(u0, m4), off));  // weights 0..7
+        q[1] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(u1, m4), off));  // 8..15
+        q[2] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(u0, 4), off));  // 16..23
+        q[3] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(u1, 4), off));  // 24..31
     }
 };
 
@@ -222,74 +265,173 @@ inline __m256 block_scale(const uint8_t * b) {
     return _mm256_cvtph_ps(_mm_set1_epi16(short(load_u16(b))));
 }
 
-// Four rows at once: the four x vectors of a block serve four rows; one accumulator per row
-// (four independent FMA chains), the block sum scaled by d into it.
-//
-// Prefetch: the four rows are one contiguous range of 4 · rb bytes, read as four streams rb
-// apart. Each step prefetches the next group's range in address order, four blocks' bytes per
-// step, so that the next group is in cache when it starts: one sequential stream, ahead of all
-// four. Prefetching each stream 1 KiB ahead (this kernel's former scheme; 256 B .. 4 KiB alike),
-// or one stream 2 .. 16 KiB past the first row, left the DRAM stream at 10-15 GB/s per core
-// against a 40 GB/s read loop, although the kernel does ~29 GB/s (Q8_0) from L2; this scheme
-// streams Q8_0 at ~27 GB/s on one core and ~40 GB/s (85% of the read loop) on two. The last
-// group prefetches itself rather than rows past the range.
 template <class Q>
-void gemv_quant(const uint8_t * w, size_t rb, int64_t n, const float * x, float * y, int64_t n_rows) {
-    const int64_t nb = n / 32;
-    int64_t r = 0;
-    for (; r + 4 <= n_rows; r += 4) {
-        const uint8_t * b0 = w + size_t(r) * rb;
-        const uint8_t * b1 = b0 + rb;
-        const uint8_t * b2 = b1 + rb;
-        const uint8_t * b3 = b2 + rb;
-        const uint8_t * pf = r + 8 <= n_rows ? b0 + 4 * rb : b0;
-        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-        for (int64_t ib = 0; ib < nb; ++ib) {
-            const float * xb = x + ib * 32;
-            const __m256 x0 = _mm256_loadu_ps(xb);
-            const __m256 x1 = _mm256_loadu_ps(xb + 8);
-            const __m256 x2 = _mm256_loadu_ps(xb + 16);
-            const __m256 x3 = _mm256_loadu_ps(xb + 24);
+inline __m256 block_dot_at(const uint8_t * b, const float * xb) {
+    __m256 q[4];
+    Q::weights(b, q);
+    return block_dot(q, _mm256_loadu_ps(xb), _mm256_loadu_ps(xb + 8), _mm256_loadu_ps(xb + 16),
+                     _mm256_loadu_ps(xb + 24));
+}
+
+// A single row: two accumulators (even / odd blocks).
+template <class Q>
+float quant_dot_row(const uint8_t * b, const float * x, int64_t nb) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int64_t ib = 0;
+    for (; ib + 2 <= nb; ib += 2, b += 2 * Q::bytes) {
+        a0 = _mm256_fmadd_ps(block_dot_at<Q>(b, x + ib * 32), block_scale(b), a0);
+        a1 = _mm256_fmadd_ps(block_dot_at<Q>(b + Q::bytes, x + ib * 32 + 32), block_scale(b + Q::bytes), a1);
+    }
+    if (ib < nb) a0 = _mm256_fmadd_ps(block_dot_at<Q>(b, x + ib * 32), block_scale(b), a0);
+    return hsum(_mm256_add_ps(a0, a1));
+}
+
+// Quantized group rows: R weight rows times T activation rows, blocks [u0, u1), the accumulator of
+// (r, t) at acc[r · acc_ld + t]. Each block is dequantized (to unscaled f32 weights, in registers)
+// once for all T activation rows.
+//
+// Prefetch (pf != nullptr, one call per chunk and group): the next group's range in address order,
+// four blocks' bytes per block, so that the next group is in cache when it starts: one sequential
+// stream, ahead of all four. Prefetching each stream 1 KiB ahead (the gemv kernel's former scheme;
+// 256 B .. 4 KiB alike), or one stream 2 .. 16 KiB past the first row, left the DRAM stream at
+// 10-15 GB/s per core against a 40 GB/s read loop, although the kernel does ~29 GB/s (Q8_0) from
+// L2; this scheme streams Q8_0 at ~27 GB/s on one core and ~40 GB/s (85% of the read loop) on two.
+// The last group prefetches itself rather than rows past the range.
+template <class Q, int R, int T>
+void quant_tile(const uint8_t * w, size_t rb, const float * x, int64_t ldx, int64_t u0, int64_t u1, __m256 * acc,
+                int64_t acc_ld, const uint8_t * pf) {
+    __m256 a[R][T];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) a[r][t] = acc[r * acc_ld + t];
+    }
+    for (int64_t ib = u0; ib < u1; ++ib) {
+        if (pf != nullptr) {
             for (size_t o = 0; o < 4 * Q::bytes; o += 64) prefetch(pf + o);  // Q8_0: 136 B, Q4_0: 72 B
             pf += 4 * Q::bytes;
-            a0 = _mm256_fmadd_ps(Q::dot(b0, x0, x1, x2, x3), block_scale(b0), a0);
-            a1 = _mm256_fmadd_ps(Q::dot(b1, x0, x1, x2, x3), block_scale(b1), a1);
-            a2 = _mm256_fmadd_ps(Q::dot(b2, x0, x1, x2, x3), block_scale(b2), a2);
-            a3 = _mm256_fmadd_ps(Q::dot(b3, x0, x1, x2, x3), block_scale(b3), a3);
-            b0 += Q::bytes;
-            b1 += Q::bytes;
-            b2 += Q::bytes;
-            b3 += Q::bytes;
         }
-        y[r] = hsum(a0);
-        y[r + 1] = hsum(a1);
-        y[r + 2] = hsum(a2);
-        y[r + 3] = hsum(a3);
+        const float * xb = x + ib * 32;
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+            const uint8_t * b = w + size_t(r) * rb + size_t(ib) * Q::bytes;
+            __m256 q[4];
+            Q::weights(b, q);
+            const __m256 d = block_scale(b);
+#pragma GCC unroll 8
+            for (int t = 0; t < T; ++t) {
+                const float * xt = xb + t * ldx;
+                const __m256 s = block_dot(q, _mm256_loadu_ps(xt), _mm256_loadu_ps(xt + 8), _mm256_loadu_ps(xt + 16),
+                                           _mm256_loadu_ps(xt + 24));
+                a[r][t] = _mm256_fmadd_ps(s, d, a[r][t]);
+            }
+        }
     }
-    for (; r < n_rows; ++r) {
-        const uint8_t * b = w + size_t(r) * rb;
-        // Two accumulators (even / odd blocks) for a single row.
-        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-        int64_t ib = 0;
-        for (; ib + 2 <= nb; ib += 2, b += 2 * Q::bytes) {
-            const float * xb = x + ib * 32;
-            a0 = _mm256_fmadd_ps(Q::dot(b, _mm256_loadu_ps(xb), _mm256_loadu_ps(xb + 8), _mm256_loadu_ps(xb + 16),
-                                        _mm256_loadu_ps(xb + 24)),
-                                 block_scale(b), a0);
-            const uint8_t * c = b + Q::bytes;
-            a1 = _mm256_fmadd_ps(Q::dot(c, _mm256_loadu_ps(xb + 32), _mm256_loadu_ps(xb + 40), _mm256_loadu_ps(xb + 48),
-                                        _mm256_loadu_ps(xb + 56)),
-                                 block_scale(c), a1);
-        }
-        if (ib < nb) {
-            const float * xb = x + ib * 32;
-            a0 = _mm256_fmadd_ps(Q::dot(b, _mm256_loadu_ps(xb), _mm256_loadu_ps(xb + 8), _mm256_loadu_ps(xb + 16),
-                                        _mm256_loadu_ps(xb + 24)),
-                                 block_scale(b), a0);
-        }
-        y[r] = hsum(_mm256_add_ps(a0, a1));
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) acc[r * acc_ld + t] = a[r][t];
     }
 }
+
+template <class Q>
+struct quant_kernel {
+    static constexpr int n_acc = 1;
+    static constexpr size_t unit_bytes = Q::bytes;  // one block: 32 columns
+    // Register tiles: up to t_tile = 8 activation rows against one weight row (8 accumulators, the
+    // block's four weight vectors and its scale, two partial sums; the per-block work of each row
+    // is long enough to hide the latency of its one accumulator chain); one against the group's
+    // four rows (the gemv kernel).
+    static constexpr int t_tile = 8;
+    static constexpr int rows_per_tile(int T) { return T == 1 ? 4 : 1; }
+    // The group's four rows against T activation rows, R rows at a time (pf: see quant_tile).
+    template <int T>
+    static void tile(const uint8_t * w, size_t rb, const float * x, int64_t ldx, int64_t u0, int64_t u1, __m256 * acc,
+                     int64_t acc_ld, const uint8_t * pf) {
+        constexpr int R = rows_per_tile(T);
+        for (int r = 0; r < 4; r += R) {
+            quant_tile<Q, R, T>(w + size_t(r) * rb, rb, x, ldx, u0, u1, acc + r * acc_ld, acc_ld,
+                                r == 0 ? pf : nullptr);
+        }
+    }
+    static const uint8_t * prefetch_base(const uint8_t *, const uint8_t * next_group, int64_t u0) {
+        return next_group + size_t(4 * u0) * unit_bytes;
+    }
+    static float finish(const uint8_t *, const float *, int64_t, const __m256 * acc) { return hsum(acc[0]); }
+    static float single(const uint8_t * row, const float * x, int64_t n) { return quant_dot_row<Q>(row, x, n / 32); }
+};
+
+// Activation rows whose accumulators one pass over a group of four weight rows keeps (in memory,
+// between chunks of columns): 4 · 64 · 2 accumulators of 32 bytes = 16 KiB for the float types. A
+// call with more activation rows reads the weights once per 64 of them.
+constexpr int64_t batch_max_tok = 64;
+
+// Columns (in 32s) per chunk of a group: with one activation row, up to 4096 (the accumulators stay
+// in registers across the row; x, read once per group, comes from L1 or L2 alike); with several,
+// 512, so that a tile's x slices (at most 8 rows · 2 KiB) and the group's four weight slices stay
+// in L1 while the four rows run over them. The x slices of the other tiles of the chunk come from
+// L2 once per group, then from L1.
+int64_t chunk_units(int64_t nt) {
+    return nt == 1 ? 128 : 16;
+}
+
+template <class K, int... T>
+struct tile_table {
+    using fn = void (*)(const uint8_t *, size_t, const float *, int64_t, int64_t, int64_t, __m256 *, int64_t,
+                        const uint8_t *);
+    static constexpr fn tiles[] = {nullptr, &K::template tile<T>...};  // by T
+};
+
+// y[t · ldy + r] = row r of W · (x + t · ldx) for t < n_tok, r < n_rows. Per group of four weight
+// rows and per chunk of columns: with one activation row, the four rows in registers together
+// (as the gemv kernel always did); with several, each weight row against tiles of up to t_tile
+// activation rows, so that each weight vector is widened or dequantized once per tile and read
+// from L1 by the others. The single rows at the end go through K::single per activation row: at
+// most three rows, whose bytes stay in L1.
+template <class K, class Table>
+void batch_rows(const uint8_t * w, size_t rb, int64_t n, const float * x, int64_t ldx, int64_t n_tok, float * y,
+                int64_t ldy, int64_t n_rows) {
+    alignas(32) __m256 acc[4 * batch_max_tok * K::n_acc];
+    const int64_t n_units = n / 32, n_groups = n_rows / 4;
+    for (int64_t t0 = 0; t0 < n_tok; t0 += batch_max_tok) {
+        const int64_t nt = n_tok - t0 < batch_max_tok ? n_tok - t0 : batch_max_tok;
+        const float * xs = x + t0 * ldx;
+        float * ys = y + t0 * ldy;
+        const int64_t chunk = chunk_units(nt), acc_ld = nt * K::n_acc;
+        for (int64_t g = 0; g < n_groups; ++g) {
+            const uint8_t * wg = w + size_t(4 * g) * rb;
+            const uint8_t * next = g + 1 < n_groups ? wg + 4 * rb : wg;
+            for (int64_t i = 0; i < 4 * acc_ld; ++i) acc[i] = _mm256_setzero_ps();
+            for (int64_t u0 = 0; u0 < n_units; u0 += chunk) {
+                const int64_t u1 = u0 + chunk < n_units ? u0 + chunk : n_units;
+                const uint8_t * pf = K::prefetch_base(wg, next, u0);
+                // ceil(nt / t_tile) tiles of nearly equal size (25 = 7 + 6 + 6 + 6, not 8 + 8 + 8 + 1):
+                // each tile widens or dequantizes the weights once.
+                const int64_t n_tiles = (nt + K::t_tile - 1) / K::t_tile;
+                for (int64_t i = 0, tb = 0; i < n_tiles; ++i) {
+                    const int64_t T = nt / n_tiles + (i < nt % n_tiles ? 1 : 0);
+                    Table::tiles[T](wg, rb, xs + tb * ldx, ldx, u0, u1, acc + tb * K::n_acc, acc_ld,
+                                    i == 0 ? pf : nullptr);
+                    tb += T;
+                }
+            }
+            for (int r = 0; r < 4; ++r) {
+                for (int64_t t = 0; t < nt; ++t) {
+                    ys[t * ldy + 4 * g + r] =
+                        K::finish(wg + size_t(r) * rb, xs + t * ldx, n, acc + r * acc_ld + t * K::n_acc);
+                }
+            }
+        }
+        for (int64_t r = 4 * n_groups; r < n_rows; ++r) {
+            for (int64_t t = 0; t < nt; ++t) ys[t * ldy + r] = K::single(w + size_t(r) * rb, xs + t * ldx, n);
+        }
+    }
+}
+
+template <class L>
+using float_tiles = tile_table<float_kernel<L>, 1, 2, 3, 4, 5, 6>;
+template <class Q>
+using quant_tiles = tile_table<quant_kernel<Q>, 1, 2, 3, 4, 5, 6, 7, 8>;
 
 // ---- attention: one query head's online softmax over chunks of keys ----
 
@@ -489,23 +631,28 @@ void attention_chunked(const float * q, const uint8_t * k, const uint8_t * v, co
 
 }  // namespace
 
-void gemv_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const float * x, float * y,
-               int64_t n_rows) {
+void gemv_batch_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const float * x, int64_t ldx,
+                     int64_t n_tok, float * y, int64_t ldy, int64_t n_rows) {
     switch (type) {
         case ggml_type::f32:
-            gemv_float<load_f32>(w, row_bytes, n_cols, x, y, n_rows);
+            batch_rows<float_kernel<load_f32>, float_tiles<load_f32>>(w, row_bytes, n_cols, x, ldx, n_tok, y, ldy,
+                                                                      n_rows);
             return;
         case ggml_type::f16:
-            gemv_float<load_f16>(w, row_bytes, n_cols, x, y, n_rows);
+            batch_rows<float_kernel<load_f16>, float_tiles<load_f16>>(w, row_bytes, n_cols, x, ldx, n_tok, y, ldy,
+                                                                      n_rows);
             return;
         case ggml_type::bf16:
-            gemv_float<load_bf16>(w, row_bytes, n_cols, x, y, n_rows);
+            batch_rows<float_kernel<load_bf16>, float_tiles<load_bf16>>(w, row_bytes, n_cols, x, ldx, n_tok, y, ldy,
+                                                                        n_rows);
             return;
         case ggml_type::q8_0:
-            gemv_quant<block_q8>(w, row_bytes, n_cols, x, y, n_rows);
+            batch_rows<quant_kernel<block_q8>, quant_tiles<block_q8>>(w, row_bytes, n_cols, x, ldx, n_tok, y, ldy,
+                                                                      n_rows);
             return;
         case ggml_type::q4_0:
-            gemv_quant<block_q4>(w, row_bytes, n_cols, x, y, n_rows);
+            batch_rows<quant_kernel<block_q4>, quant_tiles<block_q4>>(w, row_bytes, n_cols, x, ldx, n_tok, y, ldy,
+                                                                      n_rows);
             return;
     }
     __builtin_trap();  // unreachable: the caller validated the type

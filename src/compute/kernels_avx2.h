@@ -15,10 +15,14 @@
 
 namespace hill::avx2 {
 
-// y[r] = row r of W · x[n_cols] for r in [0, n_rows); row r starts at w + r * row_bytes.
-// type: any ggml_type; n_cols a multiple of the block size. Accumulates in f32.
-void gemv_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const float * x, float * y,
-               int64_t n_rows);
+// y[t · ldy + r] = row r of W · x_t for r in [0, n_rows), t in [0, n_tok); row r starts at
+// w + r · row_bytes, x_t (n_cols floats) at x + t · ldx. type: any ggml_type; n_cols a multiple of
+// the block size. Accumulates in f32, each (t, r) in an order that depends only on n_cols and on
+// r (its place in the range: groups of four from the start, then up to three single rows), so that
+// y_t does not depend on n_tok or on the other x rows (the batch invariance of matmul.h). Reads
+// each weight once per 64 activation rows.
+void gemv_batch_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const float * x, int64_t ldx,
+                     int64_t n_tok, float * y, int64_t ldy, int64_t n_rows);
 
 // Σ a[i]·b[i], f32 accumulation.
 float dot_f32(const float * a, const float * b, int64_t n);
