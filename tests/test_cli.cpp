@@ -5,10 +5,14 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 namespace hill {
 namespace {
@@ -18,6 +22,27 @@ using result = test::cli_result;
 result run(const std::string & args, const std::string & redirect = " 2>&1") {
     return test::run_cli(args, redirect);
 }
+
+bool have_command(const std::string & name) {
+    return std::system(("command -v " + name + " >/dev/null 2>&1").c_str()) == 0;
+}
+
+// A command prefix that runs what follows as a user without privileges, so that file permissions and
+// RLIMIT_NPROC hold (root bypasses both): "" when this process is not root; as root, setpriv
+// (util-linux) to a user id of its own, derived from the pid, which no other process uses (so that
+// only the command's own threads count against a process limit); nullopt when neither works.
+std::optional<std::string> unprivileged_prefix() {
+    if (::geteuid() != 0) return std::string();
+    const std::string uid = std::to_string(2000000000 + ::getpid() % 1000000);
+    const std::string prefix = "setpriv --reuid=" + uid + " --regid=" + uid + " --clear-groups ";
+    if (!have_command("setpriv") || std::system((prefix + "true >/dev/null 2>&1").c_str()) != 0) return std::nullopt;
+    return prefix;
+}
+
+// A scratch directory every user can enter, for commands run by unprivileged_prefix().
+struct open_dir : test::temp_dir {
+    open_dir() { ::chmod(path.c_str(), 0755); }
+};
 
 class cli : public ::testing::Test {
 protected:
@@ -305,6 +330,34 @@ TEST_F(cli, corrupt_model_exit_1) {
     r = run("info -m " + empty);
     EXPECT_EQ(r.code, 1) << r.out;
     EXPECT_NE(r.out.find("too short"), std::string::npos) << r.out;
+}
+
+TEST_F(cli, refused_compute_thread_is_a_clear_error_not_a_hang) {
+    // A process limit the pool runs into: -t 64 used to hang for ever (the pool's condition variable was
+    // destroyed under its waiting workers) and to ignore the first Ctrl-C.
+    const std::optional<std::string> as_user = unprivileged_prefix();
+    if (!as_user) {
+        GTEST_SKIP() << "running as root and setpriv cannot switch to an unprivileged user: RLIMIT_NPROC is not "
+                        "enforced for root";
+    }
+    if (!have_command("prlimit") || !have_command("timeout")) {
+        GTEST_SKIP() << "prlimit or timeout (util-linux, coreutils) not found";
+    }
+    open_dir d;
+    const std::string m = d.file("m.gguf");
+    std::filesystem::copy_file(model(), m);
+    ::chmod(m.c_str(), 0644);
+    // As a user of its own (root), 8 tasks: the main thread, OpenBLAS's threads and some workers
+    // start. As an ordinary user, whose other processes count too, a limit of 1: no worker starts.
+    const std::string nproc = as_user->empty() ? "1" : "8";
+    const auto t0 = std::chrono::steady_clock::now();
+    const result r = test::run_shell("timeout -s KILL 60 " + *as_user + "prlimit --nproc=" + nproc + " " +
+                                     HILL_CLI_PATH + " generate -m " + m + " -p hi -n 4 -t 64 2>&1");
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find("cannot start compute thread"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(" of 64 (-t 64): Resource temporarily unavailable; only "), std::string::npos) << r.out;
+    EXPECT_LT(secs, 30.0) << r.out;
 }
 
 }  // namespace

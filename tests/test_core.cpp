@@ -9,11 +9,13 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sys/stat.h>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -115,6 +117,40 @@ TEST(thread_pool, destructor_stops_spinning_and_sleeping_workers) {
         std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
         EXPECT_EQ(calls.load(), 4);
     }
+}
+
+TEST(thread_pool, refused_thread_stops_the_started_ones_and_names_the_count) {
+    // The system refuses the 7th thread (worker 6), as under RLIMIT_NPROC: the 5 workers already
+    // started are stopped and joined (they used to be left waiting on a condition variable being
+    // destroyed: a hang), and the error names the thread, the count asked and how many started.
+    std::vector<int> started;
+    const auto refuse_7th = [&](int ith) {
+        if (ith == 6) throw std::system_error(EAGAIN, std::generic_category(), "thread");
+        started.push_back(ith);
+    };
+    try {
+        thread_pool pool(64, refuse_7th);
+        FAIL() << "no error";
+    } catch (const error & e) {
+        EXPECT_EQ(e.code(), exit_code::bad_input);
+        EXPECT_NE(std::string(e.what()).find(
+                      "cannot start compute thread 7 of 64 (-t 64): Resource temporarily unavailable; only 6 started"),
+                  std::string::npos) << e.what();
+    }
+    EXPECT_EQ(started, (std::vector<int>{1, 2, 3, 4, 5}));
+    // The first worker refused: only the caller ran.
+    try {
+        thread_pool pool(2, [](int) { throw std::system_error(ENOMEM, std::generic_category()); });
+        FAIL() << "no error";
+    } catch (const error & e) {
+        EXPECT_NE(std::string(e.what()).find("thread 2 of 2 (-t 2): Cannot allocate memory; only 1 started"),
+                  std::string::npos) << e.what();
+    }
+    // A hook that lets every thread start changes nothing.
+    thread_pool pool(3, [](int) {});
+    std::atomic<int> calls{0};
+    pool.run([&](int, int) { ++calls; });
+    EXPECT_EQ(calls.load(), 3);
 }
 
 TEST(atomic_file, commit_replaces_and_abandon_leaves_nothing) {
