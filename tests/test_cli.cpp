@@ -360,5 +360,23 @@ TEST_F(cli, refused_compute_thread_is_a_clear_error_not_a_hang) {
     EXPECT_LT(secs, 30.0) << r.out;
 }
 
+TEST_F(cli, unreadable_model_names_the_reason) {
+    const std::optional<std::string> as_user = unprivileged_prefix();
+    if (!as_user) {
+        GTEST_SKIP() << "running as root and setpriv cannot switch to an unprivileged user: file permissions are not "
+                        "enforced for root";
+    }
+    open_dir d;
+    const std::string m = d.file("secret.gguf");
+    std::filesystem::copy_file(model(), m);
+    ::chmod(m.c_str(), 0);
+    for (const std::string & cmd : {"info -m " + m, "generate -p hi -n 1 -m " + m}) {
+        const result r = test::run_shell(*as_user + HILL_CLI_PATH + " " + cmd + " 2>&1");
+        EXPECT_EQ(r.code, 2) << cmd << "\n" << r.out;
+        EXPECT_NE(r.out.find("cannot read model file '" + m + "': Permission denied"), std::string::npos)
+            << cmd << "\n" << r.out;
+    }
+}
+
 }  // namespace
 }  // namespace hill
