@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -376,6 +377,44 @@ TEST_F(cli, unreadable_model_names_the_reason) {
         EXPECT_NE(r.out.find("cannot read model file '" + m + "': Permission denied"), std::string::npos)
             << cmd << "\n" << r.out;
     }
+}
+
+TEST_F(cli, ctrl_c_during_prefill_prints_the_summary) {
+    // About 26K tokens: one thread prefills them in many seconds; progress shows after 2 s, then Ctrl-C.
+    std::string text;
+    while (text.size() < 30000) text += "the quick brown fox jumps over the lazy dog and runs away ";
+    std::ofstream(dir->file("prefill.txt")) << text;
+    const test::cli_signal_result r = test::run_cli_and_signal(
+        "generate -m " + model() + " -f " + dir->file("prefill.txt") + " -c 32768 -n 4 --temp 0 -t 1", "prefill: ", 0.0,
+        SIGINT, 300);
+    ASSERT_TRUE(r.signalled) << "no prefill progress line:\n" << r.err;
+    EXPECT_EQ(r.code, 130) << r.err;
+    EXPECT_EQ(r.err.find("error"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("prefill interrupted after"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("generated: 0 tokens (interrupted)"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("policy: full"), std::string::npos) << r.err;
+}
+
+TEST_F(cli, ctrl_c_during_perplexity_with_a_cold_pool_prints_the_value_so_far) {
+    // Windows of 1023 tokens with 16 hot per layer: from token ~80 on, every decode step reads cold
+    // pages through the storage device, which abandons its pass on Ctrl-C (that error used to end the
+    // run without the value and the summary). Its reads capped at 100 KB/s, past its 1 MiB burst a
+    // step spends nearly all its time waiting in the device: that is where Ctrl-C finds it.
+    std::string text;
+    while (text.size() < 20000) text += "the quick brown fox jumps over the lazy dog and runs away ";
+    std::ofstream(dir->file("ppl.txt")) << text;
+    std::ofstream(dir->file("slow-read.json")) << R"({"name": "slow-read", "internal_read_gbps": 0.0001})";
+    const test::cli_signal_result r = test::run_cli_and_signal(
+        "perplexity -m " + model() + " -f " + dir->file("ppl.txt") + " -c 1024 --kv-host-budget 4K --kv-dir " +
+            dir->file("kv-ppl") + " --csd-profile " + dir->file("slow-read.json"), "windows of", 2.0, SIGINT, 300);
+    ASSERT_TRUE(r.signalled) << r.err;
+    EXPECT_EQ(r.code, 130) << r.out << r.err;
+    EXPECT_EQ(r.err.find("error"), std::string::npos) << r.err;
+    EXPECT_NE(r.out.find("perplexity: "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("(interrupted: 0 of "), std::string::npos) << r.out;
+    EXPECT_NE(r.err.find("KV cache: "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("storage: plain, profile slow-read"), std::string::npos) << r.err;
+    EXPECT_TRUE(std::filesystem::is_empty(dir->file("kv-ppl"))) << "cold-pool files left";
 }
 
 }  // namespace

@@ -12,9 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
-#include <unistd.h>
 #include <filesystem>
 #include <random>
+#include <unistd.h>
 
 namespace hill::cli {
 
@@ -89,9 +89,19 @@ int run_generate(const generate_opts & o) {
         fmt::print("{}", prompt);
         std::fflush(stdout);
     }
-    s.eval(std::span<const int32_t>(prompt_ids).subspan(size_t(n_cached)), false, std::ref(progress));
+    std::string stop = "length";
+    bool prefilled = true;
+    try {
+        s.eval(std::span<const int32_t>(prompt_ids).subspan(size_t(n_cached)), false, std::ref(progress));
+    } catch (const error & e) {
+        // Ctrl-C during prefill (the progress callback throws): the session is back where it was;
+        // nothing is generated, and the summary below still reports the run.
+        if (e.code() != exit_code::interrupted) throw;
+        stop = "interrupted";
+        prefilled = false;
+    }
     const int64_t t_prefill = time_us() - t_prefill0;
-    if (!o.prompt_cache.empty() && n_cached + 1 < int64_t(prompt_ids.size())) {
+    if (prefilled && !o.prompt_cache.empty() && n_cached + 1 < int64_t(prompt_ids.size())) {
         save_prompt_cache(o.prompt_cache, s, prompt_ids);
     }
 
@@ -99,11 +109,10 @@ int run_generate(const generate_opts & o) {
     out_ids.reserve(size_t(o.n_predict));
     std::string out_text;
     std::vector<float> logits(size_t(hp.n_vocab));
-    std::string stop = "length";
     const bool only_bos = prompt_ids.size() == 1 && prompt_ids[0] == tok.vocab().bos;
     int64_t n_decode = 0;  // forward passes of one generated token
     const int64_t t_decode0 = time_us();
-    for (int32_t i = 0; i < o.n_predict; ++i) {
+    for (int32_t i = 0; prefilled && i < o.n_predict; ++i) {
         if (interrupted()) {
             stop = "interrupted";
             break;
@@ -142,6 +151,9 @@ int run_generate(const generate_opts & o) {
     if (!o.json) fmt::print("\n");
 
     const double prefill_tps = t_prefill > 0 ? double(prompt_ids.size()) / (double(t_prefill) / 1e6) : 0.0;
+    const std::string prefill_text =
+        prefilled ? fmt::format("prefill {:.1f} tokens/s", prefill_tps)
+                  : fmt::format("prefill interrupted after {:.1f} s", double(t_prefill) / 1e6);
     // Decode rate: sampling plus one forward pass per generated token, over the steps that ran one.
     const double decode_tps = n_decode > 0 && t_decode > 0 ? double(n_decode) / (double(t_decode) / 1e6) : 0.0;
     const uint64_t rss = peak_rss_bytes();
@@ -149,17 +161,19 @@ int run_generate(const generate_opts & o) {
         nlohmann::json j = {
             {"model", m->path()}, {"prompt_tokens", prompt_ids.size()}, {"prompt_cached_tokens", n_cached}, {"generated_tokens", out_ids.size()},
             {"ids", out_ids}, {"text", out_text}, {"stop", stop}, {"n_ctx", n_ctx}, {"n_threads", n_threads},
-            {"seed", sp.seed}, {"prefill_s", double(t_prefill) / 1e6}, {"prefill_tokens_per_s", prefill_tps},
+            {"seed", sp.seed}, {"prefill_s", double(t_prefill) / 1e6},
+            {"prefill_tokens_per_s", prefilled ? nlohmann::json(prefill_tps) : nlohmann::json(nullptr)},
             {"decode_s", double(t_decode) / 1e6}, {"decode_steps", n_decode},
             {"decode_tokens_per_s", n_decode > 0 ? nlohmann::json(decode_tps) : nlohmann::json(nullptr)},
             {"peak_rss_bytes", rss}, {"kv", kv_json(s.kv())}, {"storage", storage_json(s.storage(), s.kv())}, {"policy", policy_json(s.policy(), pol)},
         };
         fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     }
-    fmt::print(stderr, "{}prompt: {} tokens{}, prefill {:.1f} tokens/s | generated: {} tokens ({}), decode {} | "
+    fmt::print(stderr, "{}prompt: {} tokens{}, {} | generated: {} tokens ({}), decode {} | "
                "peak RSS {} | threads {}, seed {}\n",
                o.json ? "" : "\n", prompt_ids.size(),
-               n_cached > 0 ? fmt::format(" ({} from the prompt cache)", n_cached) : std::string(), prefill_tps, out_ids.size(), stop,
+               n_cached > 0 ? fmt::format(" ({} from the prompt cache)", n_cached) : std::string(), prefill_text,
+               out_ids.size(), stop,
                n_decode > 0 ? fmt::format("{:.1f} tokens/s", decode_tps) : std::string("n/a (no decode step)"),
                format_bytes(rss), n_threads, sp.seed);
     fmt::print(stderr, "{}{}", policy_summary(s.policy(), pol), kv_summary(s.kv()) + storage_summary(s.storage(), s.kv()));
