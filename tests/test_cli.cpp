@@ -105,11 +105,54 @@ TEST_F(cli, bad_values_exit_2) {
                                   g + "--policy h2o", g + "--policy hillinfer --alpha 0", g + "--alpha 1.5",
                                   g + "--sinks -1", g + "--window -3", g + "--score-precision int2",
                                   g + "--select token", g + "--aggregate mean", g + "--query-precision int4",
+                                  g + "--policy streaming --sinks 0 --window 0", g + "--kv-host-budget 0.5",
                                   std::string("frobnicate"), "make-model bigram -o " + dir->file("b.gguf") + " --type q8_0",
                                   "make-model random -o " + dir->path.string()}) {
         const result r = run(a);
         EXPECT_EQ(r.code, 2) << a << "\n" << r.out;
         EXPECT_NE(r.out.find("error"), std::string::npos) << a << "\n" << r.out;
+    }
+}
+
+TEST_F(cli, usage_errors_name_the_flag_and_the_value) {
+    const std::string g = "generate -m " + model() + " -p hi -n 2 ";
+    const std::string mm = "make-model random -o " + dir->file("seeded.gguf") + " ";
+    const std::string range = "[0, 18446744073709551615]";
+    for (const auto & [args, expected] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+             // Streaming with neither sinks nor window would attend to no token at all.
+             {g + "--policy streaming --sinks 0 --window 0", {"--policy streaming", "--sinks 0", "--window 0"}},
+             // A size below one byte used to become 0.
+             {g + "--kv-host-budget 0.5", {"--kv-host-budget", "at least 1 byte", "'0.5'"}},
+             {g + "--kv-host-budget 0.0001K", {"--kv-host-budget", "at least 1 byte", "'0.0001K'"}},
+             // Seeds: 64-bit, refused beyond, never clamped (99...9 became 2^63 - 1) or wrapped (-1 became 2^64 - 1).
+             {g + "--seed 18446744073709551616", {"--seed", range, "'18446744073709551616'", "out of range"}},
+             {g + "--seed 99999999999999999999", {"--seed", range, "'99999999999999999999'"}},
+             {g + "--seed -2", {"--seed", range, "or -1 (random)", "'-2'"}},
+             {g + "--seed 0x10", {"--seed", range, "'0x10'"}},
+             {"demo --ctx 256 --seed 18446744073709551616", {"--seed", range, "'18446744073709551616'"}},
+             {"demo --ctx 256 --seed -5", {"--seed", range, "'-5'"}},
+             {mm + "--seed -1", {"--seed", range, "'-1'"}},
+             {mm + "--seed 18446744073709551616", {"--seed", range, "'18446744073709551616'"}}}) {
+        const result r = run(args);
+        EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+        for (const std::string & e : expected) {
+            EXPECT_NE(r.out.find(e), std::string::npos) << args << ": " << e << "\n" << r.out;
+        }
+    }
+    EXPECT_FALSE(std::filesystem::exists(dir->file("seeded.gguf")));
+    // The ends of the range are taken as they are.
+    const result top = run(g + "--temp 0 --json --seed 18446744073709551615", " 2>/dev/null");
+    EXPECT_EQ(top.code, 0) << top.out;
+    EXPECT_NE(top.out.find("\"seed\":18446744073709551615"), std::string::npos) << top.out;
+    EXPECT_EQ(run(mm + "--seed 18446744073709551615").code, 0);
+    EXPECT_EQ(run(g + "--seed 0").code, 0);
+    // hillinfer with neither sinks nor window still attends to the ⌈α·N⌉ best-scored tokens: allowed.
+    const result h = run(g + "--policy hillinfer --sinks 0 --window 0");
+    EXPECT_EQ(h.code, 0) << h.out;
+    // --help states the range of every --seed.
+    for (const std::string & cmd : {std::string("generate"), std::string("demo"), std::string("make-model")}) {
+        const result help = run(cmd + " --help");
+        EXPECT_NE(help.out.find("18446744073709551615"), std::string::npos) << cmd << "\n" << help.out;
     }
 }
 

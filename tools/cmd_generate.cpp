@@ -32,7 +32,7 @@ struct generate_opts {
     CLI::Option * prompt_cache_opt = nullptr;
     bool prompt_cache_fallback = false;
     sampler_params sp;
-    int64_t seed = -1;
+    std::string seed = "-1";  // parse_seed: [0, seed_max] or -1 (random)
     bool json = false;
 };
 
@@ -40,9 +40,8 @@ int run_generate(const generate_opts & o) {
     if (o.n_predict < 0) fail_usage("-n must be >= 0, got {}", o.n_predict);
     if (o.n_ctx < 0) fail_usage("-c must be >= 0 (0: the model's trained context), got {}", o.n_ctx);
     o.kv.type();  // a bad --cache-type fails before the model is loaded
-    if (o.seed < -1) fail_usage("--seed must be >= 0 (or -1: random), got {}", o.seed);
     sampler_params sp = o.sp;
-    sp.seed = o.seed >= 0 ? uint64_t(o.seed) : std::random_device{}();
+    sp.seed = parse_seed(o.seed, "--seed", true).value_or(std::random_device{}());
     validate(sp);
     const int n_threads = o.threads.resolve();
     const policy_params pol = o.policy.resolve(o.kv.storage_kind());
@@ -204,7 +203,8 @@ command_fn add_generate(CLI::App & app) {
                     "file for the prompt's KV: loaded when the prompt starts with its tokens, written after prefill");
     sub->add_flag("--prompt-cache-fallback", o->prompt_cache_fallback,
                   "when the prompt cache is refused (another model, corrupt), prefill in full and rewrite it");
-    sub->add_option("--seed", o->seed, "random seed; -1: random (printed at the end)")->capture_default_str();
+    sub->add_option("--seed", o->seed, "random seed, an integer in [0, 18446744073709551615] (2^64 - 1); -1: random "
+                    "(printed at the end)")->capture_default_str();
     sub->add_flag("--json", o->json, "write one JSON object to stdout instead of streaming text");
     return [o]() { return run_generate(*o); };
 }
