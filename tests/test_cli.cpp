@@ -45,6 +45,12 @@ struct open_dir : test::temp_dir {
     open_dir() { ::chmod(path.c_str(), 0755); }
 };
 
+// The "ids":[...] of a --json run.
+std::string json_ids(const std::string & out) {
+    const size_t a = out.find("\"ids\":[");
+    return a == std::string::npos ? std::string() : out.substr(a, out.find(']', a) - a);
+}
+
 class cli : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
@@ -458,6 +464,63 @@ TEST_F(cli, ctrl_c_during_perplexity_with_a_cold_pool_prints_the_value_so_far) {
     EXPECT_NE(r.err.find("KV cache: "), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("storage: plain, profile slow-read"), std::string::npos) << r.err;
     EXPECT_TRUE(std::filesystem::is_empty(dir->file("kv-ppl"))) << "cold-pool files left";
+}
+
+TEST_F(cli, prompt_cache_longer_than_the_context_loads_what_fits) {
+    const std::string cache = dir->file("long-ctx.cache");
+    std::ofstream(dir->file("pc-long.txt")) << "a b c d e f g h i j k l m n o p q r s t u v w x y z";
+    std::ofstream(dir->file("pc-short.txt")) << "a b c d e f g h";
+    const std::string g = "generate -m " + model() + " -n 2 --temp 0 --prompt-cache " + cache;
+    ASSERT_EQ(run(g + " -c 64 -f " + dir->file("pc-long.txt")).code, 0);
+    const result r = run(g + " -c 24 -f " + dir->file("pc-short.txt"));
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("from the prompt cache"), std::string::npos) << r.out;
+}
+
+TEST_F(cli, prompt_cache_save_failure_warns_and_generation_goes_on) {
+    if (!have_command("prlimit") || !have_command("bash")) GTEST_SKIP() << "prlimit (util-linux) or bash not found";
+    const std::string cache = dir->file("full-disk.cache");
+    std::ofstream(dir->file("pc-a.txt")) << "a b c";
+    std::ofstream(dir->file("pc-b.txt")) << "a b c d e f g h i j k l m n o p q r s t u v w x y z";
+    const std::string g = "generate -m " + model() + " -n 4 --temp 0 --seed 1 --json --prompt-cache " + cache;
+    ASSERT_EQ(run(g + " -f " + dir->file("pc-a.txt")).code, 0);
+    const std::string before = test::read_whole_file(cache);
+    ASSERT_FALSE(before.empty());
+    // Files limited to 1 KiB (RLIMIT_FSIZE, SIGXFSZ ignored): the cache's write fails with EFBIG, as on
+    // a full disk, after the prefill.
+    const result r = test::run_shell("bash -c 'trap \"\" XFSZ; exec prlimit --fsize=1024 " +
+                                     std::string(HILL_CLI_PATH) + " " + g + " -f " + dir->file("pc-b.txt") + "' 2>&1");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("warning: prompt cache '" + cache + "' not saved: "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("File too large"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("\"generated_tokens\":4"), std::string::npos) << r.out;
+    // The same text as without a cache; the previous cache is untouched, no temporary file is left.
+    const result plain = run("generate -m " + model() + " -n 4 --temp 0 --seed 1 --json -f " + dir->file("pc-b.txt"),
+                             " 2>/dev/null");
+    EXPECT_EQ(json_ids(r.out), json_ids(plain.out));
+    EXPECT_EQ(test::read_whole_file(cache), before);
+    for (const auto & e : std::filesystem::directory_iterator(dir->path)) {
+        EXPECT_EQ(e.path().filename().string().find("full-disk.cache.tmp."), std::string::npos) << e.path();
+    }
+}
+
+TEST_F(cli, prompt_cache_corrupt_in_a_late_layer_falls_back_to_the_same_text) {
+    const std::string cache = dir->file("late-layer.cache");
+    std::ofstream(dir->file("pc-late.txt")) << "a b c d e f g h i j k l m n o p";
+    // A cold pool as well: the loaded KV would go there.
+    const std::string g = "generate -m " + model() + " -f " + dir->file("pc-late.txt") + " -n 8 --temp 0 --json -c 64 "
+                          "--kv-host-budget 4K --kv-dir " + dir->file("kv-late");
+    const result plain = run(g, " 2>/dev/null");
+    ASSERT_EQ(plain.code, 0) << plain.out;
+    ASSERT_EQ(run(g + " --prompt-cache " + cache).code, 0);
+    std::string bytes = test::read_whole_file(cache);
+    bytes[bytes.size() - 40] ^= 0x10;  // in the last layer's V rows
+    std::ofstream(cache, std::ios::binary | std::ios::trunc) << bytes;
+    const result r = run(g + " --prompt-cache " + cache + " --prompt-cache-fallback");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("the KV of layer 1 is corrupt"), std::string::npos) << r.out;
+    EXPECT_EQ(json_ids(r.out), json_ids(plain.out));
+    EXPECT_FALSE(json_ids(plain.out).empty());
 }
 
 }  // namespace

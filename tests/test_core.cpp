@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <system_error>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 namespace hill {
@@ -173,6 +174,29 @@ TEST(atomic_file, commit_replaces_and_abandon_leaves_nothing) {
     size_t n_files = 0;
     for ([[maybe_unused]] const auto & e : std::filesystem::directory_iterator(dir.path)) ++n_files;
     EXPECT_EQ(n_files, 1u);
+}
+
+TEST(atomic_file, remove_stale_temps_removes_only_files_of_dead_writers_of_that_path) {
+    test::temp_dir dir;
+    const std::string path = dir.file("p.cache");
+    // pid_max is at most 2^22: no process has pid 999999999. Process 1 always runs.
+    const std::string dead = atomic_file::temp_path(path, 999999999);
+    EXPECT_EQ(dead, path + ".tmp.999999999");
+    const std::vector<std::string> keep = {
+        atomic_file::temp_path(path, 1),                          // a live writer
+        atomic_file::temp_path(path, long(::getpid())),           // this process's own
+        path + ".tmp.999999999.x", path + ".tmp.abc", path + ".tmp.", path + ".tmp.-5",  // not the pattern
+        dir.file("other.cache.tmp.999999999"),                    // another file's
+        dir.file("xp.cache.tmp.999999999"), path};
+    for (const std::string & f : keep) std::ofstream(f) << "x";
+    std::ofstream(dead) << "left by a killed writer";
+    std::filesystem::create_directory(atomic_file::temp_path(path, 999999998));  // not a file
+    EXPECT_EQ(atomic_file::remove_stale_temps(path), std::vector<std::string>{dead});
+    EXPECT_FALSE(std::filesystem::exists(dead));
+    for (const std::string & f : keep) EXPECT_TRUE(std::filesystem::exists(f)) << f;
+    EXPECT_TRUE(std::filesystem::is_directory(atomic_file::temp_path(path, 999999998)));
+    // A directory that cannot be listed: nothing removed, no error.
+    EXPECT_TRUE(atomic_file::remove_stale_temps("/nonexistent-dir/p.cache").empty());
 }
 
 TEST(atomic_file, refuses_to_replace_anything_but_a_regular_file) {

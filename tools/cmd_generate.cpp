@@ -13,6 +13,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <new>
 #include <random>
 #include <unistd.h>
 
@@ -101,7 +102,16 @@ int run_generate(const generate_opts & o) {
     }
     const int64_t t_prefill = time_us() - t_prefill0;
     if (prefilled && !o.prompt_cache.empty() && n_cached + 1 < int64_t(prompt_ids.size())) {
-        save_prompt_cache(o.prompt_cache, s, prompt_ids);
+        // The cache only saves work: a failed save (a full disk, a directory that became unwritable)
+        // leaves the previous cache file as it was, and generation goes on.
+        try {
+            save_prompt_cache(o.prompt_cache, s, prompt_ids);
+        } catch (const error & e) {
+            log_warn("prompt cache '{}' not saved: {}; generating without it", o.prompt_cache, e.what());
+        } catch (const std::bad_alloc &) {
+            log_warn("prompt cache '{}' not saved: out of memory for one layer's KV; generating without it",
+                     o.prompt_cache);
+        }
     }
 
     std::vector<int32_t> out_ids;
