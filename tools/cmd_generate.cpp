@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <new>
@@ -114,8 +115,11 @@ int run_generate(const generate_opts & o) {
         }
     }
 
+    // At most n_ctx - n_past + 1 tokens can be generated (the last one is sampled when the context
+    // is full): reserve that, not -n, which may be far larger.
+    const int64_t n_room = int64_t(n_ctx) - s.n_past() + 1;
     std::vector<int32_t> out_ids;
-    out_ids.reserve(size_t(o.n_predict));
+    out_ids.reserve(size_t(std::min<int64_t>(o.n_predict, n_room)));
     std::string out_text;
     std::vector<float> logits(size_t(hp.n_vocab));
     const bool only_bos = prompt_ids.size() == 1 && prompt_ids[0] == tok.vocab().bos;
