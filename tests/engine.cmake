@@ -1,5 +1,6 @@
 hill_add_test(test_sampler unit LIBS hill_engine SOURCES test_sampler.cpp)
 hill_add_test(test_session unit LIBS hill_engine SOURCES test_session.cpp)
+hill_add_test(test_perplexity unit LIBS hill_engine SOURCES test_perplexity.cpp)
 hill_add_test(test_reference unit LIBS hill_engine SOURCES test_reference.cpp)
 hill_add_test(test_golden model LIBS hill_engine nlohmann_json::nlohmann_json SOURCES test_golden.cpp)
 hill_add_test(test_cli unit LIBS hill_engine SOURCES test_cli.cpp)

@@ -5,10 +5,15 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 namespace hill {
 namespace {
@@ -17,6 +22,33 @@ using result = test::cli_result;
 
 result run(const std::string & args, const std::string & redirect = " 2>&1") {
     return test::run_cli(args, redirect);
+}
+
+bool have_command(const std::string & name) {
+    return std::system(("command -v " + name + " >/dev/null 2>&1").c_str()) == 0;
+}
+
+// A command prefix that runs what follows as a user without privileges, so that file permissions and
+// RLIMIT_NPROC hold (root bypasses both): "" when this process is not root; as root, setpriv
+// (util-linux) to a user id of its own, derived from the pid, which no other process uses (so that
+// only the command's own threads count against a process limit); nullopt when neither works.
+std::optional<std::string> unprivileged_prefix() {
+    if (::geteuid() != 0) return std::string();
+    const std::string uid = std::to_string(2000000000 + ::getpid() % 1000000);
+    const std::string prefix = "setpriv --reuid=" + uid + " --regid=" + uid + " --clear-groups ";
+    if (!have_command("setpriv") || std::system((prefix + "true >/dev/null 2>&1").c_str()) != 0) return std::nullopt;
+    return prefix;
+}
+
+// A scratch directory every user can enter, for commands run by unprivileged_prefix().
+struct open_dir : test::temp_dir {
+    open_dir() { ::chmod(path.c_str(), 0755); }
+};
+
+// The "ids":[...] of a --json run.
+std::string json_ids(const std::string & out) {
+    const size_t a = out.find("\"ids\":[");
+    return a == std::string::npos ? std::string() : out.substr(a, out.find(']', a) - a);
 }
 
 class cli : public ::testing::Test {
@@ -79,11 +111,54 @@ TEST_F(cli, bad_values_exit_2) {
                                   g + "--policy h2o", g + "--policy hillinfer --alpha 0", g + "--alpha 1.5",
                                   g + "--sinks -1", g + "--window -3", g + "--score-precision int2",
                                   g + "--select token", g + "--aggregate mean", g + "--query-precision int4",
+                                  g + "--policy streaming --sinks 0 --window 0", g + "--kv-host-budget 0.5",
                                   std::string("frobnicate"), "make-model bigram -o " + dir->file("b.gguf") + " --type q8_0",
                                   "make-model random -o " + dir->path.string()}) {
         const result r = run(a);
         EXPECT_EQ(r.code, 2) << a << "\n" << r.out;
         EXPECT_NE(r.out.find("error"), std::string::npos) << a << "\n" << r.out;
+    }
+}
+
+TEST_F(cli, usage_errors_name_the_flag_and_the_value) {
+    const std::string g = "generate -m " + model() + " -p hi -n 2 ";
+    const std::string mm = "make-model random -o " + dir->file("seeded.gguf") + " ";
+    const std::string range = "[0, 18446744073709551615]";
+    for (const auto & [args, expected] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+             // Streaming with neither sinks nor window would attend to no token at all.
+             {g + "--policy streaming --sinks 0 --window 0", {"--policy streaming", "--sinks 0", "--window 0"}},
+             // A size below one byte used to become 0.
+             {g + "--kv-host-budget 0.5", {"--kv-host-budget", "at least 1 byte", "'0.5'"}},
+             {g + "--kv-host-budget 0.0001K", {"--kv-host-budget", "at least 1 byte", "'0.0001K'"}},
+             // Seeds: 64-bit, refused beyond, never clamped (99...9 became 2^63 - 1) or wrapped (-1 became 2^64 - 1).
+             {g + "--seed 18446744073709551616", {"--seed", range, "'18446744073709551616'", "out of range"}},
+             {g + "--seed 99999999999999999999", {"--seed", range, "'99999999999999999999'"}},
+             {g + "--seed -2", {"--seed", range, "or -1 (random)", "'-2'"}},
+             {g + "--seed 0x10", {"--seed", range, "'0x10'"}},
+             {"demo --ctx 256 --seed 18446744073709551616", {"--seed", range, "'18446744073709551616'"}},
+             {"demo --ctx 256 --seed -5", {"--seed", range, "'-5'"}},
+             {mm + "--seed -1", {"--seed", range, "'-1'"}},
+             {mm + "--seed 18446744073709551616", {"--seed", range, "'18446744073709551616'"}}}) {
+        const result r = run(args);
+        EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+        for (const std::string & e : expected) {
+            EXPECT_NE(r.out.find(e), std::string::npos) << args << ": " << e << "\n" << r.out;
+        }
+    }
+    EXPECT_FALSE(std::filesystem::exists(dir->file("seeded.gguf")));
+    // The ends of the range are taken as they are.
+    const result top = run(g + "--temp 0 --json --seed 18446744073709551615", " 2>/dev/null");
+    EXPECT_EQ(top.code, 0) << top.out;
+    EXPECT_NE(top.out.find("\"seed\":18446744073709551615"), std::string::npos) << top.out;
+    EXPECT_EQ(run(mm + "--seed 18446744073709551615").code, 0);
+    EXPECT_EQ(run(g + "--seed 0").code, 0);
+    // hillinfer with neither sinks nor window still attends to the ⌈α·N⌉ best-scored tokens: allowed.
+    const result h = run(g + "--policy hillinfer --sinks 0 --window 0");
+    EXPECT_EQ(h.code, 0) << h.out;
+    // --help states the range of every --seed.
+    for (const std::string & cmd : {std::string("generate"), std::string("demo"), std::string("make-model")}) {
+        const result help = run(cmd + " --help");
+        EXPECT_NE(help.out.find("18446744073709551615"), std::string::npos) << cmd << "\n" << help.out;
     }
 }
 
@@ -305,6 +380,169 @@ TEST_F(cli, corrupt_model_exit_1) {
     r = run("info -m " + empty);
     EXPECT_EQ(r.code, 1) << r.out;
     EXPECT_NE(r.out.find("too short"), std::string::npos) << r.out;
+}
+
+TEST_F(cli, refused_compute_thread_is_a_clear_error_not_a_hang) {
+    // A process limit the pool runs into: -t 64 used to hang for ever (the pool's condition variable was
+    // destroyed under its waiting workers) and to ignore the first Ctrl-C.
+    const std::optional<std::string> as_user = unprivileged_prefix();
+    if (!as_user) {
+        GTEST_SKIP() << "running as root and setpriv cannot switch to an unprivileged user: RLIMIT_NPROC is not "
+                        "enforced for root";
+    }
+    if (!have_command("prlimit") || !have_command("timeout")) {
+        GTEST_SKIP() << "prlimit or timeout (util-linux, coreutils) not found";
+    }
+    open_dir d;
+    const std::string m = d.file("m.gguf");
+    std::filesystem::copy_file(model(), m);
+    ::chmod(m.c_str(), 0644);
+    // As a user of its own (root), 8 tasks: the main thread, OpenBLAS's threads and some workers
+    // start. As an ordinary user, whose other processes count too, a limit of 1: no worker starts.
+    const std::string nproc = as_user->empty() ? "1" : "8";
+    const auto t0 = std::chrono::steady_clock::now();
+    const result r = test::run_shell("timeout -s KILL 60 " + *as_user + "prlimit --nproc=" + nproc + " " +
+                                     HILL_CLI_PATH + " generate -m " + m + " -p hi -n 4 -t 64 2>&1");
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find("cannot start compute thread"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(" of 64 (-t 64): Resource temporarily unavailable; only "), std::string::npos) << r.out;
+    EXPECT_LT(secs, 30.0) << r.out;
+}
+
+TEST_F(cli, unreadable_model_names_the_reason) {
+    const std::optional<std::string> as_user = unprivileged_prefix();
+    if (!as_user) {
+        GTEST_SKIP() << "running as root and setpriv cannot switch to an unprivileged user: file permissions are not "
+                        "enforced for root";
+    }
+    open_dir d;
+    const std::string m = d.file("secret.gguf");
+    std::filesystem::copy_file(model(), m);
+    ::chmod(m.c_str(), 0);
+    for (const std::string & cmd : {"info -m " + m, "generate -p hi -n 1 -m " + m}) {
+        const result r = test::run_shell(*as_user + HILL_CLI_PATH + " " + cmd + " 2>&1");
+        EXPECT_EQ(r.code, 2) << cmd << "\n" << r.out;
+        EXPECT_NE(r.out.find("cannot read model file '" + m + "': Permission denied"), std::string::npos)
+            << cmd << "\n" << r.out;
+    }
+}
+
+TEST_F(cli, ctrl_c_during_prefill_prints_the_summary) {
+    // About 26K tokens: one thread prefills them in many seconds; progress shows after 2 s, then Ctrl-C.
+    std::string text;
+    while (text.size() < 30000) text += "the quick brown fox jumps over the lazy dog and runs away ";
+    std::ofstream(dir->file("prefill.txt")) << text;
+    const test::cli_signal_result r = test::run_cli_and_signal(
+        "generate -m " + model() + " -f " + dir->file("prefill.txt") + " -c 32768 -n 4 --temp 0 -t 1", "prefill: ", 0.0,
+        SIGINT, 300);
+    ASSERT_TRUE(r.signalled) << "no prefill progress line:\n" << r.err;
+    EXPECT_EQ(r.code, 130) << r.err;
+    EXPECT_EQ(r.err.find("error"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("prefill interrupted after"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("generated: 0 tokens (interrupted)"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("policy: full"), std::string::npos) << r.err;
+}
+
+TEST_F(cli, ctrl_c_during_perplexity_with_a_cold_pool_prints_the_value_so_far) {
+    // Windows of 1023 tokens with 16 hot per layer: from token ~80 on, every decode step reads cold
+    // pages through the storage device, which abandons its pass on Ctrl-C (that error used to end the
+    // run without the value and the summary). Its reads capped at 100 KB/s, past its 1 MiB burst a
+    // step spends nearly all its time waiting in the device: that is where Ctrl-C finds it.
+    std::string text;
+    while (text.size() < 20000) text += "the quick brown fox jumps over the lazy dog and runs away ";
+    std::ofstream(dir->file("ppl.txt")) << text;
+    std::ofstream(dir->file("slow-read.json")) << R"({"name": "slow-read", "internal_read_gbps": 0.0001})";
+    const test::cli_signal_result r = test::run_cli_and_signal(
+        "perplexity -m " + model() + " -f " + dir->file("ppl.txt") + " -c 1024 --kv-host-budget 4K --kv-dir " +
+            dir->file("kv-ppl") + " --csd-profile " + dir->file("slow-read.json"), "windows of", 2.0, SIGINT, 300);
+    ASSERT_TRUE(r.signalled) << r.err;
+    EXPECT_EQ(r.code, 130) << r.out << r.err;
+    EXPECT_EQ(r.err.find("error"), std::string::npos) << r.err;
+    EXPECT_NE(r.out.find("perplexity: "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("(interrupted: 0 of "), std::string::npos) << r.out;
+    EXPECT_NE(r.err.find("KV cache: "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("storage: plain, profile slow-read"), std::string::npos) << r.err;
+    EXPECT_TRUE(std::filesystem::is_empty(dir->file("kv-ppl"))) << "cold-pool files left";
+}
+
+TEST_F(cli, huge_n_predict_stops_at_the_context_without_reserving_for_it) {
+    // -n 2000000000 used to reserve 8 GB for the generated ids. Under a 2 GiB address-space limit
+    // that reservation fails (out of memory); the run can only generate what the context holds.
+    // ASan reserves terabytes of shadow address space, so its build runs without the limit.
+#if defined(__SANITIZE_ADDRESS__)
+    const std::string limit;
+    std::printf("ASan build: no address-space limit (the run is still checked)\n");
+#else
+    if (!have_command("prlimit")) GTEST_SKIP() << "prlimit (util-linux) not found";
+    const std::string limit = "prlimit --as=" + std::to_string(uint64_t(2) << 30) + " ";
+#endif
+    const result r = test::run_shell(limit + HILL_CLI_PATH + " generate -m " + model() +
+                                     " -p hi -n 2000000000 -c 64 --temp 0 -t 1 --json 2>&1");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("\"stop\":\"context\""), std::string::npos) << r.out;
+    const size_t at = r.out.find("\"prompt_tokens\":");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    const int prompt_tokens = std::stoi(r.out.substr(at + 16));
+    // The last token is sampled when the context is full: 64 - prompt + 1 tokens.
+    EXPECT_NE(r.out.find("\"generated_tokens\":" + std::to_string(64 - prompt_tokens + 1)), std::string::npos) << r.out;
+}
+
+TEST_F(cli, prompt_cache_longer_than_the_context_loads_what_fits) {
+    const std::string cache = dir->file("long-ctx.cache");
+    std::ofstream(dir->file("pc-long.txt")) << "a b c d e f g h i j k l m n o p q r s t u v w x y z";
+    std::ofstream(dir->file("pc-short.txt")) << "a b c d e f g h";
+    const std::string g = "generate -m " + model() + " -n 2 --temp 0 --prompt-cache " + cache;
+    ASSERT_EQ(run(g + " -c 64 -f " + dir->file("pc-long.txt")).code, 0);
+    const result r = run(g + " -c 24 -f " + dir->file("pc-short.txt"));
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("from the prompt cache"), std::string::npos) << r.out;
+}
+
+TEST_F(cli, prompt_cache_save_failure_warns_and_generation_goes_on) {
+    if (!have_command("prlimit") || !have_command("bash")) GTEST_SKIP() << "prlimit (util-linux) or bash not found";
+    const std::string cache = dir->file("full-disk.cache");
+    std::ofstream(dir->file("pc-a.txt")) << "a b c";
+    std::ofstream(dir->file("pc-b.txt")) << "a b c d e f g h i j k l m n o p q r s t u v w x y z";
+    const std::string g = "generate -m " + model() + " -n 4 --temp 0 --seed 1 --json --prompt-cache " + cache;
+    ASSERT_EQ(run(g + " -f " + dir->file("pc-a.txt")).code, 0);
+    const std::string before = test::read_whole_file(cache);
+    ASSERT_FALSE(before.empty());
+    // Files limited to 1 KiB (RLIMIT_FSIZE, SIGXFSZ ignored): the cache's write fails with EFBIG, as on
+    // a full disk, after the prefill.
+    const result r = test::run_shell("bash -c 'trap \"\" XFSZ; exec prlimit --fsize=1024 " +
+                                     std::string(HILL_CLI_PATH) + " " + g + " -f " + dir->file("pc-b.txt") + "' 2>&1");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("warning: prompt cache '" + cache + "' not saved: "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("File too large"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("\"generated_tokens\":4"), std::string::npos) << r.out;
+    // The same text as without a cache; the previous cache is untouched, no temporary file is left.
+    const result plain = run("generate -m " + model() + " -n 4 --temp 0 --seed 1 --json -f " + dir->file("pc-b.txt"),
+                             " 2>/dev/null");
+    EXPECT_EQ(json_ids(r.out), json_ids(plain.out));
+    EXPECT_EQ(test::read_whole_file(cache), before);
+    for (const auto & e : std::filesystem::directory_iterator(dir->path)) {
+        EXPECT_EQ(e.path().filename().string().find("full-disk.cache.tmp."), std::string::npos) << e.path();
+    }
+}
+
+TEST_F(cli, prompt_cache_corrupt_in_a_late_layer_falls_back_to_the_same_text) {
+    const std::string cache = dir->file("late-layer.cache");
+    std::ofstream(dir->file("pc-late.txt")) << "a b c d e f g h i j k l m n o p";
+    // A cold pool as well: the loaded KV would go there.
+    const std::string g = "generate -m " + model() + " -f " + dir->file("pc-late.txt") + " -n 8 --temp 0 --json -c 64 "
+                          "--kv-host-budget 4K --kv-dir " + dir->file("kv-late");
+    const result plain = run(g, " 2>/dev/null");
+    ASSERT_EQ(plain.code, 0) << plain.out;
+    ASSERT_EQ(run(g + " --prompt-cache " + cache).code, 0);
+    std::string bytes = test::read_whole_file(cache);
+    bytes[bytes.size() - 40] ^= 0x10;  // in the last layer's V rows
+    std::ofstream(cache, std::ios::binary | std::ios::trunc) << bytes;
+    const result r = run(g + " --prompt-cache " + cache + " --prompt-cache-fallback");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("the KV of layer 1 is corrupt"), std::string::npos) << r.out;
+    EXPECT_EQ(json_ids(r.out), json_ids(plain.out));
+    EXPECT_FALSE(json_ids(plain.out).empty());
 }
 
 }  // namespace

@@ -9,12 +9,15 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sys/stat.h>
+#include <system_error>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 namespace hill {
@@ -117,6 +120,40 @@ TEST(thread_pool, destructor_stops_spinning_and_sleeping_workers) {
     }
 }
 
+TEST(thread_pool, refused_thread_stops_the_started_ones_and_names_the_count) {
+    // The system refuses the 7th thread (worker 6), as under RLIMIT_NPROC: the 5 workers already
+    // started are stopped and joined (they used to be left waiting on a condition variable being
+    // destroyed: a hang), and the error names the thread, the count asked and how many started.
+    std::vector<int> started;
+    const auto refuse_7th = [&](int ith) {
+        if (ith == 6) throw std::system_error(EAGAIN, std::generic_category(), "thread");
+        started.push_back(ith);
+    };
+    try {
+        thread_pool pool(64, refuse_7th);
+        FAIL() << "no error";
+    } catch (const error & e) {
+        EXPECT_EQ(e.code(), exit_code::bad_input);
+        EXPECT_NE(std::string(e.what()).find(
+                      "cannot start compute thread 7 of 64 (-t 64): Resource temporarily unavailable; only 6 started"),
+                  std::string::npos) << e.what();
+    }
+    EXPECT_EQ(started, (std::vector<int>{1, 2, 3, 4, 5}));
+    // The first worker refused: only the caller ran.
+    try {
+        thread_pool pool(2, [](int) { throw std::system_error(ENOMEM, std::generic_category()); });
+        FAIL() << "no error";
+    } catch (const error & e) {
+        EXPECT_NE(std::string(e.what()).find("thread 2 of 2 (-t 2): Cannot allocate memory; only 1 started"),
+                  std::string::npos) << e.what();
+    }
+    // A hook that lets every thread start changes nothing.
+    thread_pool pool(3, [](int) {});
+    std::atomic<int> calls{0};
+    pool.run([&](int, int) { ++calls; });
+    EXPECT_EQ(calls.load(), 3);
+}
+
 TEST(atomic_file, commit_replaces_and_abandon_leaves_nothing) {
     test::temp_dir dir;
     const std::string path = dir.file("f.bin");
@@ -137,6 +174,29 @@ TEST(atomic_file, commit_replaces_and_abandon_leaves_nothing) {
     size_t n_files = 0;
     for ([[maybe_unused]] const auto & e : std::filesystem::directory_iterator(dir.path)) ++n_files;
     EXPECT_EQ(n_files, 1u);
+}
+
+TEST(atomic_file, remove_stale_temps_removes_only_files_of_dead_writers_of_that_path) {
+    test::temp_dir dir;
+    const std::string path = dir.file("p.cache");
+    // pid_max is at most 2^22: no process has pid 999999999. Process 1 always runs.
+    const std::string dead = atomic_file::temp_path(path, 999999999);
+    EXPECT_EQ(dead, path + ".tmp.999999999");
+    const std::vector<std::string> keep = {
+        atomic_file::temp_path(path, 1),                          // a live writer
+        atomic_file::temp_path(path, long(::getpid())),           // this process's own
+        path + ".tmp.999999999.x", path + ".tmp.abc", path + ".tmp.", path + ".tmp.-5",  // not the pattern
+        dir.file("other.cache.tmp.999999999"),                    // another file's
+        dir.file("xp.cache.tmp.999999999"), path};
+    for (const std::string & f : keep) std::ofstream(f) << "x";
+    std::ofstream(dead) << "left by a killed writer";
+    std::filesystem::create_directory(atomic_file::temp_path(path, 999999998));  // not a file
+    EXPECT_EQ(atomic_file::remove_stale_temps(path), std::vector<std::string>{dead});
+    EXPECT_FALSE(std::filesystem::exists(dead));
+    for (const std::string & f : keep) EXPECT_TRUE(std::filesystem::exists(f)) << f;
+    EXPECT_TRUE(std::filesystem::is_directory(atomic_file::temp_path(path, 999999998)));
+    // A directory that cannot be listed: nothing removed, no error.
+    EXPECT_TRUE(atomic_file::remove_stale_temps("/nonexistent-dir/p.cache").empty());
 }
 
 TEST(atomic_file, refuses_to_replace_anything_but_a_regular_file) {

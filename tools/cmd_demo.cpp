@@ -28,7 +28,7 @@ struct demo_opts {
     policy_opts policy;
     int32_t n_ctx = 32768;
     double depth = -1.0;
-    int64_t seed = -1;
+    std::string seed = "-1";  // parse_seed: [0, seed_max] or -1 (random)
     bool json = false;
 };
 
@@ -49,11 +49,10 @@ std::string passkey_model_path(int32_t n_ctx) {
 int run_demo(const demo_opts & o) {
     if (o.n_ctx < 256) fail_usage("--ctx must be at least 256 tokens, got {}", o.n_ctx);
     if (o.depth != -1.0 && !(o.depth >= 0.0 && o.depth <= 1.0)) fail_usage("--depth must be in [0, 1], got {}", o.depth);
-    if (o.seed < -1) fail_usage("--seed must be >= 0 (or -1: random), got {}", o.seed);
+    const uint64_t seed = parse_seed(o.seed, "--seed", true).value_or(std::random_device{}());
     const int n_threads = o.threads.resolve();
     const policy_params pol = o.policy.resolve(o.kv.storage_kind());
     o.kv.type();
-    const uint64_t seed = o.seed >= 0 ? uint64_t(o.seed) : std::random_device{}();
     std::mt19937_64 rng(seed);
     const double depth = o.depth >= 0.0 ? o.depth : double(rng() % 101) / 100.0;
     const std::string haystack = o.haystack_file.empty() ? std::string() : read_text_file(o.haystack_file, "haystack file");
@@ -116,7 +115,8 @@ command_fn add_demo(CLI::App & app) {
     sub->add_option("--ctx", o->n_ctx, "context size in tokens (the prompt fills it)")->capture_default_str();
     sub->add_option("--depth", o->depth, "where the key goes, in [0, 1] of the haystack (default: random)");
     sub->add_option("--haystack", o->haystack_file, "text file to take the haystack from (default: generated sentences)");
-    sub->add_option("--seed", o->seed, "seed of the key, the depth and the haystack; -1: random (printed)")
+    sub->add_option("--seed", o->seed, "seed of the key, the depth and the haystack, an integer in "
+                    "[0, 18446744073709551615] (2^64 - 1); -1: random (printed)")
         ->capture_default_str();
     sub->add_option("-m,--model", o->model, "model (default: the passkey model, made in the cache directory)");
     o->threads.add(*sub);

@@ -14,10 +14,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
-#include <unistd.h>
 #include <filesystem>
+#include <new>
 #include <random>
+#include <unistd.h>
 
 namespace hill::cli {
 
@@ -35,7 +37,7 @@ struct generate_opts {
     CLI::Option * prompt_cache_opt = nullptr;
     bool prompt_cache_fallback = false;
     sampler_params sp;
-    int64_t seed = -1;
+    std::string seed = "-1";  // parse_seed: [0, seed_max] or -1 (random)
     bool json = false;
     std::string prompts_file;      // --prompts: JSON Lines of {"prompt": TEXT, "n_predict": N}
     int32_t parallel = 0;          // --parallel: sequences at once (0: all prompts, up to 8)
@@ -168,9 +170,8 @@ int run_generate(const generate_opts & o) {
     if (o.n_predict < 0) fail_usage("-n must be >= 0, got {}", o.n_predict);
     if (o.n_ctx < 0) fail_usage("-c must be >= 0 (0: the model's trained context), got {}", o.n_ctx);
     o.kv.type();  // a bad --cache-type fails before the model is loaded
-    if (o.seed < -1) fail_usage("--seed must be >= 0 (or -1: random), got {}", o.seed);
     sampler_params sp = o.sp;
-    sp.seed = o.seed >= 0 ? uint64_t(o.seed) : std::random_device{}();
+    sp.seed = parse_seed(o.seed, "--seed", true).value_or(std::random_device{}());
     validate(sp);
     const int n_threads = o.threads.resolve();
     const policy_params pol = o.policy.resolve(o.kv.storage_kind());
@@ -218,21 +219,42 @@ int run_generate(const generate_opts & o) {
         fmt::print("{}", prompt);
         std::fflush(stdout);
     }
-    s.eval(std::span<const int32_t>(prompt_ids).subspan(size_t(n_cached)), false, std::ref(progress));
+    std::string stop = "length";
+    bool prefilled = true;
+    try {
+        s.eval(std::span<const int32_t>(prompt_ids).subspan(size_t(n_cached)), false, std::ref(progress));
+    } catch (const error & e) {
+        // Ctrl-C during prefill (the progress callback throws): the session is back where it was;
+        // nothing is generated, and the summary below still reports the run.
+        if (e.code() != exit_code::interrupted) throw;
+        stop = "interrupted";
+        prefilled = false;
+    }
     const int64_t t_prefill = time_us() - t_prefill0;
-    if (!o.prompt_cache.empty() && n_cached + 1 < int64_t(prompt_ids.size())) {
-        save_prompt_cache(o.prompt_cache, s, prompt_ids);
+    if (prefilled && !o.prompt_cache.empty() && n_cached + 1 < int64_t(prompt_ids.size())) {
+        // The cache only saves work: a failed save (a full disk, a directory that became unwritable)
+        // leaves the previous cache file as it was, and generation goes on.
+        try {
+            save_prompt_cache(o.prompt_cache, s, prompt_ids);
+        } catch (const error & e) {
+            log_warn("prompt cache '{}' not saved: {}; generating without it", o.prompt_cache, e.what());
+        } catch (const std::bad_alloc &) {
+            log_warn("prompt cache '{}' not saved: out of memory for one layer's KV; generating without it",
+                     o.prompt_cache);
+        }
     }
 
+    // At most n_ctx - n_past + 1 tokens can be generated (the last one is sampled when the context
+    // is full): reserve that, not -n, which may be far larger.
+    const int64_t n_room = int64_t(n_ctx) - s.n_past() + 1;
     std::vector<int32_t> out_ids;
-    out_ids.reserve(size_t(o.n_predict));
+    out_ids.reserve(size_t(std::min<int64_t>(o.n_predict, n_room)));
     std::string out_text;
     std::vector<float> logits(size_t(hp.n_vocab));
-    std::string stop = "length";
     const bool only_bos = prompt_ids.size() == 1 && prompt_ids[0] == tok.vocab().bos;
     int64_t n_decode = 0;  // forward passes of one generated token
     const int64_t t_decode0 = time_us();
-    for (int32_t i = 0; i < o.n_predict; ++i) {
+    for (int32_t i = 0; prefilled && i < o.n_predict; ++i) {
         if (interrupted()) {
             stop = "interrupted";
             break;
@@ -271,6 +293,9 @@ int run_generate(const generate_opts & o) {
     if (!o.json) fmt::print("\n");
 
     const double prefill_tps = t_prefill > 0 ? double(prompt_ids.size()) / (double(t_prefill) / 1e6) : 0.0;
+    const std::string prefill_text =
+        prefilled ? fmt::format("prefill {:.1f} tokens/s", prefill_tps)
+                  : fmt::format("prefill interrupted after {:.1f} s", double(t_prefill) / 1e6);
     // Decode rate: sampling plus one forward pass per generated token, over the steps that ran one.
     const double decode_tps = n_decode > 0 && t_decode > 0 ? double(n_decode) / (double(t_decode) / 1e6) : 0.0;
     const uint64_t rss = peak_rss_bytes();
@@ -278,17 +303,19 @@ int run_generate(const generate_opts & o) {
         nlohmann::json j = {
             {"model", m->path()}, {"prompt_tokens", prompt_ids.size()}, {"prompt_cached_tokens", n_cached}, {"generated_tokens", out_ids.size()},
             {"ids", out_ids}, {"text", out_text}, {"stop", stop}, {"n_ctx", n_ctx}, {"n_threads", n_threads},
-            {"seed", sp.seed}, {"prefill_s", double(t_prefill) / 1e6}, {"prefill_tokens_per_s", prefill_tps},
+            {"seed", sp.seed}, {"prefill_s", double(t_prefill) / 1e6},
+            {"prefill_tokens_per_s", prefilled ? nlohmann::json(prefill_tps) : nlohmann::json(nullptr)},
             {"decode_s", double(t_decode) / 1e6}, {"decode_steps", n_decode},
             {"decode_tokens_per_s", n_decode > 0 ? nlohmann::json(decode_tps) : nlohmann::json(nullptr)},
             {"peak_rss_bytes", rss}, {"kv", kv_json(s.ctx())}, {"storage", storage_json(s.ctx())}, {"policy", policy_json(s.ctx())},
         };
         fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     }
-    fmt::print(stderr, "{}prompt: {} tokens{}, prefill {:.1f} tokens/s | generated: {} tokens ({}), decode {} | "
+    fmt::print(stderr, "{}prompt: {} tokens{}, {} | generated: {} tokens ({}), decode {} | "
                "peak RSS {} | threads {}, seed {}\n",
                o.json ? "" : "\n", prompt_ids.size(),
-               n_cached > 0 ? fmt::format(" ({} from the prompt cache)", n_cached) : std::string(), prefill_tps, out_ids.size(), stop,
+               n_cached > 0 ? fmt::format(" ({} from the prompt cache)", n_cached) : std::string(), prefill_text,
+               out_ids.size(), stop,
                n_decode > 0 ? fmt::format("{:.1f} tokens/s", decode_tps) : std::string("n/a (no decode step)"),
                format_bytes(rss), n_threads, sp.seed);
     fmt::print(stderr, "{}", run_summary(s.ctx()));
@@ -319,7 +346,8 @@ command_fn add_generate(CLI::App & app) {
                     "file for the prompt's KV: loaded when the prompt starts with its tokens, written after prefill");
     sub->add_flag("--prompt-cache-fallback", o->prompt_cache_fallback,
                   "when the prompt cache is refused (another model, corrupt), prefill in full and rewrite it");
-    sub->add_option("--seed", o->seed, "random seed; -1: random (printed at the end)")->capture_default_str();
+    sub->add_option("--seed", o->seed, "random seed, an integer in [0, 18446744073709551615] (2^64 - 1); -1: random "
+                    "(printed at the end)")->capture_default_str();
     sub->add_flag("--json", o->json, "write one JSON object to stdout instead of streaming text (--prompts: one "
                   "per prompt, in input order)");
     sub->add_option("--prompts", o->prompts_file, "JSON Lines file of prompts, one {\"prompt\": TEXT, \"n_predict\": N} "

@@ -18,6 +18,7 @@ command_fn add_make_model(CLI::App & app) {
         std::string out;
         std::string text_file;
         std::string type = "f16";
+        std::string seed = "1";  // parse_seed: [0, seed_max]
         random_model_params rp;
     };
     auto o = std::make_shared<opts_t>();
@@ -43,7 +44,8 @@ command_fn add_make_model(CLI::App & app) {
     sub->add_option("--rope-scale", o->rp.rope_scaling_factor, "random: linear RoPE scaling factor")
         ->capture_default_str();
     sub->add_flag("--tied", o->rp.tied_output, "random: no output matrix (tied to the embedding)");
-    sub->add_option("--seed", o->rp.seed, "random: seed")->capture_default_str();
+    sub->add_option("--seed", o->seed, "random: seed, an integer in [0, 18446744073709551615] (2^64 - 1)")
+        ->capture_default_str();
     return [o, sub, n_ctx]() {
         for (const CLI::Option * opt : sub->get_options()) {
             for (const char * kind : {"random", "bigram"}) {
@@ -59,6 +61,7 @@ command_fn add_make_model(CLI::App & app) {
         if (!dir.empty() && !std::filesystem::is_directory(dir)) {
             fail_usage("cannot write '{}': directory '{}' does not exist", o->out, dir.string());
         }
+        o->rp.seed = *parse_seed(o->seed, "--seed", false);
         const int64_t t0 = time_us();
         if (o->kind == "random") {
             const auto t = ggml_type_from_name(o->type);

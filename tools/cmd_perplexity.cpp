@@ -66,6 +66,7 @@ int run_perplexity(const perplexity_opts & o) {
         }
         return true;
     });
+    if (r.interrupted) stop = "interrupted";  // Ctrl-C while the storage device read the cold pool
     const double secs = double(time_us() - t0) / 1e6;
     if (o.json) {
         nlohmann::json j = {

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <charconv>
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
@@ -95,7 +96,23 @@ uint64_t parse_bytes(const std::string & text, const char * flag) {
         fail_usage("{} expects a positive size in bytes with an optional K, M, G or T suffix (e.g. 512M), got '{}'",
                    flag, text);
     }
+    // A fraction of a byte would become 0 bytes, which the flags do not mean; fractions above one
+    // byte are rounded down (1.5K is 1536 bytes).
+    if (v * mult < 1.0) fail_usage("{} expects a size of at least 1 byte, got '{}' ({} bytes)", flag, text, v * mult);
     return uint64_t(v * mult);
+}
+
+std::optional<uint64_t> parse_seed(const std::string & text, const char * flag, bool allow_random) {
+    if (allow_random && text == "-1") return std::nullopt;
+    uint64_t v = 0;
+    const char * end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, v, 10);
+    if (text.empty() || ptr != end || ec != std::errc()) {
+        fail_usage("{} expects a decimal integer in [0, {}]{}, got '{}'{}", flag, seed_max,
+                   allow_random ? " or -1 (random)" : "", text,
+                   ec == std::errc::result_out_of_range ? " (out of range)" : "");
+    }
+    return v;
 }
 
 void kv_opts::add(CLI::App & app) {

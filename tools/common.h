@@ -9,7 +9,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace hill::cli {
@@ -95,7 +97,16 @@ std::string cache_dir();
 void install_interrupt_handler();
 bool interrupted();
 
-// "512", "64K", "1.5G", ... in bytes; usage error naming `flag` otherwise.
+// "512", "64K", "1.5G", ... in bytes (fractions rounded down); usage error naming `flag` otherwise, and
+// for a size below 1 byte ("0.5").
 uint64_t parse_bytes(const std::string & text, const char * flag);
+
+// The largest seed: seeds are 64-bit (the sampler's and the generators' std::mt19937_64 / splitmix64).
+inline constexpr uint64_t seed_max = UINT64_MAX;  // 18446744073709551615
+
+// A --seed value: a decimal integer in [0, seed_max], or with allow_random "-1" (nullopt: pick one
+// at random). Anything else (out of range, negative, hexadecimal, a sign, spaces) is a usage error
+// naming `flag`, the accepted range and the value: a seed is never clamped or wrapped.
+std::optional<uint64_t> parse_seed(const std::string & text, const char * flag, bool allow_random);
 
 }  // namespace hill::cli

@@ -3,6 +3,8 @@
 #include "core/error.h"
 
 #include <cerrno>
+#include <charconv>
+#include <csignal>
 #include <cstring>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -23,9 +25,36 @@ atomic_file::atomic_file(std::string path) : path_(std::move(path)) {
         fail_input("cannot write '{}': it is {}; files are written whole under a temporary name and renamed, so give "
                    "the path of a regular file (or of none)", path_, kind);
     }
-    tmp_path_ = path_ + ".tmp." + std::to_string(::getpid());
+    tmp_path_ = temp_path(path_, long(::getpid()));
     fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd_ < 0) fail_input("cannot create '{}' (written first as '{}'): {}", path_, tmp_path_, std::strerror(errno));
+}
+
+std::string atomic_file::temp_path(const std::string & path, long pid) { return path + ".tmp." + std::to_string(pid); }
+
+std::vector<std::string> atomic_file::remove_stale_temps(const std::string & path) {
+    namespace fs = std::filesystem;
+    std::vector<std::string> removed;
+    const fs::path p(path);
+    const std::string prefix = p.filename().string() + ".tmp.";
+    fs::path dir = p.parent_path();
+    if (dir.empty()) dir = ".";
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (!name.starts_with(prefix)) continue;
+        // <prefix><pid>: decimal digits only, a pid_t as getpid() gives it.
+        const std::string digits = name.substr(prefix.size());
+        pid_t pid = 0;
+        const auto [ptr, err] = std::from_chars(digits.data(), digits.data() + digits.size(), pid, 10);
+        if (digits.empty() || ptr != digits.data() + digits.size() || err != std::errc() || pid <= 0) continue;
+        if (pid == ::getpid()) continue;
+        if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (EPERM: another user's process)
+        std::error_code e1, e2;
+        if (!fs::is_regular_file(fs::symlink_status(it->path(), e1))) continue;
+        if (fs::remove(it->path(), e2)) removed.push_back(it->path().string());
+    }
+    return removed;
 }
 
 atomic_file::~atomic_file() {
@@ -41,7 +70,8 @@ void atomic_file::write(const void * data, size_t n) {
         const ssize_t w = ::write(fd_, p, n);
         if (w < 0) {
             if (errno == EINTR) continue;
-            fail_input("cannot write '{}' after {} bytes: {}", tmp_path_, offset_, std::strerror(errno));
+            fail_input("cannot write '{}' (written first as '{}') after {} bytes: {}", path_, tmp_path_, offset_,
+                       std::strerror(errno));
         }
         p += w;
         n -= size_t(w);

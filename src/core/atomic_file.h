@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace hill {
 
@@ -26,6 +27,17 @@ public:
 
     // fsync + rename onto the final path. Errors as for write().
     void commit();
+
+    // The temporary name of a writer of `path` in process `pid`: `<path>.tmp.<pid>`.
+    static std::string temp_path(const std::string & path, long pid);
+
+    // Removes what writers of `path` killed before commit() or their destructor left behind: the
+    // files in path's directory named `<file name of path>.tmp.<pid>`, pid being decimal digits only
+    // (the pattern of temp_path), whose process no longer exists (kill(pid, 0) fails with ESRCH), other
+    // than this process's own. A live writer's file, a name with anything after the digits, and any
+    // other file are left alone. Returns the paths removed; never throws (a file that cannot be
+    // listed or removed stays).
+    static std::vector<std::string> remove_stale_temps(const std::string & path);
 
 private:
     std::string path_;

@@ -19,6 +19,10 @@ void require_regular_file(const std::string & path, const char * what) {
     }
     if (S_ISDIR(st.st_mode)) fail_usage("{} '{}' is a directory, expected a file", what, path);
     if (!S_ISREG(st.st_mode)) fail_usage("{} '{}' is not a regular file", what, path);
+    // stat() needs no read permission: open the file to find out (as the effective user).
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fail_usage("cannot read {} '{}': {}", what, path, std::strerror(errno));
+    ::close(fd);
 }
 
 mapped_file::mapped_file(const std::string & path) : path_(path) {

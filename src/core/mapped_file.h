@@ -28,8 +28,9 @@ private:
     size_t size_ = 0;
 };
 
-// Checks that `path` names a readable regular file; throws hill::error(exit_code::usage) naming
-// `what` (e.g. "model file") otherwise.
+// Checks that `path` names a regular file this process can open for reading; throws
+// hill::error(exit_code::usage) naming `what` (e.g. "model file"), the path and the reason
+// (strerror: "No such file or directory", "Permission denied", ...) otherwise.
 void require_regular_file(const std::string & path, const char * what);
 
 }  // namespace hill

@@ -10,23 +10,40 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <system_error>
 #include <utility>
 
 namespace hill {
 
-thread_pool::thread_pool(int n_threads) : n_threads_(n_threads) {
+thread_pool::thread_pool(int n_threads, const thread_start_hook & on_start) : n_threads_(n_threads) {
     HILL_ASSERT(n_threads >= 1);
     workers_.reserve(size_t(n_threads - 1));
-    for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker(i); });
+    for (int i = 1; i < n_threads; ++i) {
+        try {
+            if (on_start) on_start(i);
+            workers_.emplace_back([this, i] { worker(i); });
+        } catch (const std::system_error & e) {
+            // Without this, the joinable threads already started would call std::terminate as the
+            // vector is destroyed. Numbered from 1, the caller being thread 1.
+            stop_workers();
+            throw error(exit_code::bad_input,
+                        fmt::format("cannot start compute thread {} of {} (-t {}): {}; only {} started: lower -t, or "
+                                    "raise the limit on processes and threads (ulimit -u)",
+                                    i + 1, n_threads, n_threads, e.code().message(), i));
+        }
+    }
 }
 
-thread_pool::~thread_pool() {
+thread_pool::~thread_pool() { stop_workers(); }
+
+void thread_pool::stop_workers() {
     {
         std::lock_guard<std::mutex> lock(mutex_);
         stop_.store(true);
     }
     cv_start_.notify_all();
     for (auto & t : workers_) t.join();
+    workers_.clear();
 }
 
 namespace {

@@ -21,10 +21,16 @@
 
 namespace hill {
 
+// Called before each worker thread is started, with its index ith in [1, n_threads); it may throw
+// std::system_error as std::thread does when the system refuses a thread (tests inject that failure).
+using thread_start_hook = std::function<void(int ith)>;
+
 class thread_pool {
 public:
-    // n_threads >= 1 (asserted).
-    explicit thread_pool(int n_threads);
+    // n_threads >= 1 (asserted). Errors: the system refuses to start a thread (a process limit such
+    // as RLIMIT_NPROC, memory): the threads already started are stopped and joined, and hill::error
+    // (exit_code::bad_input) names the thread, how many were asked for (-t) and started, and why.
+    explicit thread_pool(int n_threads, const thread_start_hook & on_start = {});
     ~thread_pool();
     thread_pool(const thread_pool &) = delete;
     thread_pool & operator=(const thread_pool &) = delete;
@@ -39,6 +45,7 @@ public:
 
 private:
     void worker(int ith);
+    void stop_workers();  // wakes every worker to return, and joins them
 
     int n_threads_;
     std::vector<std::thread> workers_;

@@ -31,7 +31,13 @@ perplexity_result evaluate_perplexity(session & s, std::span<const int32_t> ids,
         s.truncate(0);
         int32_t prev = bos;
         for (int64_t i = 0; i < per_window; ++i) {
-            s.eval(std::span<const int32_t>(&prev, 1));
+            try {
+                s.eval(std::span<const int32_t>(&prev, 1));
+            } catch (const error & e) {
+                if (e.code() != exit_code::interrupted) throw;
+                r.interrupted = true;  // the tokens predicted so far are scored; this one is not
+                return r;
+            }
             prev = ids[size_t(w * per_window + i)];
             r.sum_nll += token_nll(s.logits(), n_vocab, prev);
             ++r.n_tokens;

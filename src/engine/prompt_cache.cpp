@@ -124,6 +124,7 @@ void save_prompt_cache(const std::string & path, session & s, std::span<const in
     h.n_tokens = tokens.size();
     h.checksum = header_checksum(h, tokens.data());
 
+    atomic_file::remove_stale_temps(path);  // left by writers killed before they finished
     atomic_file out(path);
     out.write(&h, sizeof(h));
     out.write(tokens.data(), tokens.size() * 4);
@@ -178,14 +179,12 @@ int64_t load_prompt_cache(const std::string & path, session & s, std::span<const
     }
     const auto * ids = reinterpret_cast<const int32_t *>(file.data() + sizeof(h));
     if (header_checksum(h, ids) != h.checksum) fail_input("prompt cache '{}': header or token ids corrupt (checksum)", path);
-    if (int64_t(h.n_tokens) > s.n_ctx()) {
-        fail_input("prompt cache '{}' holds {} tokens, more than the context of {} (-c)", path, h.n_tokens, s.n_ctx());
-    }
 
-    // The longest common prefix, less the prompt's last token.
+    // The longest common prefix, less the prompt's last token, and no longer than the context (a
+    // cache saved with a larger -c still gives the prefix that fits).
     int64_t n = 0;
     while (n < int64_t(h.n_tokens) && n < int64_t(prompt.size()) && ids[n] == prompt[size_t(n)]) ++n;
-    n = std::min<int64_t>(n, int64_t(prompt.size()) - 1);
+    n = std::min<int64_t>({n, int64_t(prompt.size()) - 1, int64_t(s.n_ctx())});
     if (n <= 0) return 0;
 
     // Verify every layer before anything is loaded, then append the first n rows of each.

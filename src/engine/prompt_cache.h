@@ -32,14 +32,18 @@
 namespace hill {
 
 // Saves tokens [0, s.n_past()) of the session's KV with their ids (tokens.size() == n_past).
+// First removes the temporary files of saves of `path` whose process was killed before it finished
+// (atomic_file::remove_stale_temps: `<path>.tmp.<pid>` of a pid that no longer runs).
 // Errors: hill::error(bad_input) naming the file (unwritable, disk full); an existing cache stays.
 void save_prompt_cache(const std::string & path, session & s, std::span<const int32_t> tokens);
 
 // Loads into the empty session s the KV of the longest common prefix of the saved tokens and
-// `prompt`, keeping at least the prompt's last token to be evaluated (its logits are not saved).
-// Returns the number of tokens loaded (0: nothing in common). Errors: hill::error(bad_input) with
-// the reason — another model, another KV type or shape, a truncated or corrupt file (size or
-// checksum), naming the file and the expected and actual values.
+// `prompt`, keeping at least the prompt's last token to be evaluated (its logits are not saved),
+// and at most s.n_ctx() tokens (a cache saved with a larger context loads the prefix that fits).
+// Returns the number of tokens loaded (0: nothing in common). All or nothing: on any error the
+// session is empty again (n_past() == 0, no token in its KV store). Errors: hill::error(bad_input)
+// with the reason — another model, another KV type or shape, a truncated or corrupt file (size or
+// checksum), naming the file and the expected and actual values; KV store errors (a cold-pool write).
 int64_t load_prompt_cache(const std::string & path, session & s, std::span<const int32_t> prompt);
 
 }  // namespace hill

@@ -4,6 +4,7 @@
 #include "model/hf_checkpoint.h"
 #include "model/model_loader.h"
 
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fcntl.h>
@@ -48,7 +49,7 @@ std::unique_ptr<model> model::load(const std::string & path, const std::string &
     require_regular_file(path, "model file");
     char magic[4] = {0, 0, 0, 0};
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fail_usage("cannot open model file '{}'", path);
+    if (fd < 0) fail_usage("cannot open model file '{}': {}", path, std::strerror(errno));
     const ssize_t n = ::read(fd, magic, 4);
     ::close(fd);
     if (n < 4) {
