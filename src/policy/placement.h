@@ -2,7 +2,7 @@
 // unless it refines them.
 //
 // fifo: the sinks and the most recent tokens stay hot; when the next step needs room, the oldest hot
-// tokens outside the sinks and the window are evicted. No promotions. After a prefill, the sinks and
+// tokens outside the sinks, the window and the step's selection are evicted. No promotions. After a prefill, the sinks and
 // the most recent tokens that fit are hot.
 //
 // hkm (HillInfer paper §4.2 "Bidirectional KV Cache Pools"; DESIGN.md §3 step 6): the hit table
