@@ -11,8 +11,8 @@
 #include <set>
 
 #include "core/error.h"
-#include "model/gguf_file.h"
-#include "model/gguf_writer.h"
+#include "format/gguf_file.h"
+#include "format/gguf_writer.h"
 #include "test_util.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/tokenizer.h"

@@ -1,11 +1,11 @@
 // safetensors reader, Hugging Face checkpoint folders and the HF -> GGUF name mapping: valid
-// hand-written files, one hand-made corrupt file per validation rule (src/model/safetensors_file.h,
-// src/model/hf_checkpoint.h), sharded folders, and the q/k row permutation.
+// hand-written files, one hand-made corrupt file per validation rule (src/format/safetensors_file.h,
+// src/format/hf_checkpoint.h), sharded folders, and the q/k row permutation.
 #include "core/error.h"
 #include "core/fp16.h"
-#include "model/hf_checkpoint.h"
+#include "format/hf_checkpoint.h"
+#include "format/safetensors_file.h"
 #include "model/hf_names.h"
-#include "model/safetensors_file.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>

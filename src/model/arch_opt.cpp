@@ -14,9 +14,9 @@
 // (model/forward.h) is at the end of this file.
 #include "compute/ops.h"
 #include "core/error.h"
+#include "format/gguf_file.h"
+#include "format/hf_checkpoint.h"
 #include "model/forward.h"
-#include "model/gguf_file.h"
-#include "model/hf_checkpoint.h"
 #include "model/model_loader.h"
 
 #include <fmt/format.h>

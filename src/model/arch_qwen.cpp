@@ -9,7 +9,7 @@
 //
 // Forward pass: the llama family's (arch_llama.cpp), biases included.
 #include "core/error.h"
-#include "model/hf_checkpoint.h"
+#include "format/hf_checkpoint.h"
 #include "model/model_loader.h"
 
 namespace hill {

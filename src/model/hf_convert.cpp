@@ -2,8 +2,8 @@
 
 #include "compute/matmul.h"
 #include "core/error.h"
-#include "model/gguf_writer.h"
-#include "model/hf_checkpoint.h"
+#include "format/gguf_writer.h"
+#include "format/hf_checkpoint.h"
 #include "model/hf_names.h"
 #include "model/model_loader.h"
 #include "tokenizer/bpe_tokenizer.h"

@@ -1,7 +1,7 @@
 #include "model/hf_names.h"
 
 #include "core/error.h"
-#include "model/hf_checkpoint.h"
+#include "format/hf_checkpoint.h"
 
 #include <algorithm>
 #include <charconv>

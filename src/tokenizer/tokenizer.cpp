@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "core/mapped_file.h"
-#include "model/gguf_file.h"
+#include "format/gguf_file.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/spm_tokenizer.h"
 

@@ -1,4 +1,4 @@
-#include "model/hf_checkpoint.h"
+#include "format/hf_checkpoint.h"
 
 #include "core/error.h"
 

@@ -1,4 +1,4 @@
-#include "model/safetensors_file.h"
+#include "format/safetensors_file.h"
 
 #include "core/error.h"
 

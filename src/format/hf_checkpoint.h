@@ -28,7 +28,7 @@
 // the actual value. Include <nlohmann/json.hpp> where you use config() directly.
 #pragma once
 
-#include "model/safetensors_file.h"
+#include "format/safetensors_file.h"
 
 #include <nlohmann/json_fwd.hpp>
 

@@ -1,0 +1,12 @@
+# File containers (DESIGN.md §2), below the tokenizer and the model: the GGUF reader and writer,
+# the safetensors reader, Hugging Face checkpoint folders (config.json, shards) and JSON files with
+# error paths. They know no architecture: the HF -> GGUF tensor names are model knowledge
+# (model/hf_names.h).
+hill_add_library(hill_format
+  format/gguf_file.cpp
+  format/gguf_writer.cpp
+  format/hf_checkpoint.cpp
+  format/safetensors_file.cpp
+)
+# nlohmann-json is public: hf_checkpoint.h hands out the parsed config.json.
+target_link_libraries(hill_format PUBLIC hill_core nlohmann_json::nlohmann_json)
