@@ -6,7 +6,8 @@ hill_add_library(hill_format
   format/gguf_file.cpp
   format/gguf_writer.cpp
   format/hf_checkpoint.cpp
+  format/json_file.cpp
   format/safetensors_file.cpp
 )
-# nlohmann-json is public: hf_checkpoint.h hands out the parsed config.json.
+# nlohmann-json is public: json_file.h hands out parsed documents (json_value::json()).
 target_link_libraries(hill_format PUBLIC hill_core nlohmann_json::nlohmann_json)
