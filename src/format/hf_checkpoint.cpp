@@ -6,11 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <limits>
-#include <sstream>
 #include <system_error>
 
 namespace fs = std::filesystem;
@@ -28,31 +24,6 @@ constexpr const char * tokenizer_config_name = "tokenizer_config.json";
 bool is_file(const fs::path & p) {
     std::error_code ec;
     return fs::is_regular_file(p, ec);
-}
-
-// Whole file as a string. Errors name the file.
-std::string read_text(const fs::path & p) {
-    std::ifstream in(p, std::ios::binary);
-    if (!in) fail_input("cannot open '{}'", p.string());
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    if (in.bad()) fail_input("cannot read '{}'", p.string());
-    return ss.str();
-}
-
-nlohmann::json parse_json_file(const fs::path & p, const char * what) {
-    const std::string text = read_text(p);
-    try {
-        return nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception & e) {
-        fail_input("{}: {} is not valid JSON: {}", p.string(), what, e.what());
-    }
-}
-
-std::string describe(const nlohmann::json & v) {
-    std::string s = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    if (s.size() > 80) s = s.substr(0, 77) + "...";
-    return fmt::format("{} {}", v.type_name(), s);
 }
 
 }  // namespace
@@ -77,19 +48,13 @@ std::unique_ptr<hf_checkpoint> hf_checkpoint::open(const std::string & dir) {
     }
     std::unique_ptr<hf_checkpoint> c(new hf_checkpoint());
     c->dir_ = dir;
-    c->load_config();
+    c->config_.emplace(json_file::load(c->config_path(), "the model config"));
+    c->config_->root().require_object();
     c->load_weights();
     return c;
 }
 
 std::string hf_checkpoint::config_path() const { return (fs::path(dir_) / config_name).string(); }
-
-void hf_checkpoint::load_config() {
-    const fs::path p = fs::path(dir_) / config_name;
-    nlohmann::json j = parse_json_file(p, "the model config");
-    if (!j.is_object()) fail_input("{}: expected a JSON object, got {}", p.string(), j.type_name());
-    config_ = std::make_unique<nlohmann::json>(std::move(j));
-}
 
 void hf_checkpoint::load_weights() {
     const fs::path d(dir_);
@@ -107,24 +72,17 @@ void hf_checkpoint::load_weights() {
     };
 
     if (is_file(index_path)) {
-        const nlohmann::json index = parse_json_file(index_path, "the shard index");
-        if (!index.is_object()) fail_input("{}: expected a JSON object, got {}", index_path.string(), index.type_name());
-        const auto wm = index.find("weight_map");
-        if (wm == index.end() || !wm->is_object()) {
-            fail_input("{}: \"weight_map\" is {}, expected an object mapping tensor names to shard files",
-                       index_path.string(), wm == index.end() ? std::string("missing") : describe(*wm));
-        }
+        const json_file index = json_file::load(index_path.string(), "the shard index");
+        const char * weight_map_expected = "an object mapping tensor names to shard files";
+        const json_value wm = index.root().at("/weight_map", weight_map_expected);
+        if (!wm.json().is_object()) wm.fail_expected(weight_map_expected);
         std::map<std::string, size_t> shard_index;  // shard file name -> index into shards_
         std::map<std::string, std::string> listed;  // tensor -> shard file name
-        for (const auto & [tensor, shard] : wm->items()) {
-            if (!shard.is_string()) {
-                fail_input("{}: weight_map[\"{}\"] is {}, expected a shard file name", index_path.string(), tensor,
-                           describe(shard));
-            }
+        wm.for_each_member([&](const std::string & tensor, const json_value & shard) {
+            if (!shard.json().is_string()) shard.fail_expected("a shard file name");
             const std::string name = shard.get<std::string>();
             if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
-                fail_input("{}: weight_map[\"{}\"] = \"{}\": expected a plain file name in the checkpoint folder",
-                           index_path.string(), tensor, name);
+                fail_input("{}: \"{}\": expected a plain file name in the checkpoint folder", shard.where(), name);
             }
             listed.emplace(tensor, name);
             if (shard_index.count(name) == 0) {
@@ -136,7 +94,7 @@ void hf_checkpoint::load_weights() {
                 shard_index.emplace(name, shards_.size());
                 shards_.push_back(safetensors_file::open(sp.string()));
             }
-        }
+        });
         for (size_t k = 0; k < shards_.size(); ++k) add_shard_tensors(k);
         for (const auto & [tensor, name] : listed) {
             const auto it = shard_of.find(tensor);
@@ -208,116 +166,6 @@ std::string hf_checkpoint::tokenizer_json_path() const {
 std::string hf_checkpoint::tokenizer_config_path() const {
     const fs::path p = fs::path(dir_) / tokenizer_config_name;
     return is_file(p) ? p.string() : std::string();
-}
-
-// --- config getters ---------------------------------------------------------------------------
-
-const nlohmann::json * hf_checkpoint::lookup(std::string_view key) const {
-    const nlohmann::json * cur = config_.get();
-    size_t p = 0;
-    while (true) {
-        const size_t dot = key.find('.', p);
-        const std::string part(key.substr(p, dot == std::string_view::npos ? std::string_view::npos : dot - p));
-        if (!cur->is_object()) {
-            fail_input("{}: key '{}': '{}' is {}, expected an object", config_path(), key, key.substr(0, p - 1),
-                       describe(*cur));
-        }
-        const auto it = cur->find(part);
-        if (it == cur->end() || it->is_null()) return nullptr;
-        cur = &*it;
-        if (dot == std::string_view::npos) return cur;
-        p = dot + 1;
-    }
-}
-
-bool hf_checkpoint::config_has(std::string_view key) const { return lookup(key) != nullptr; }
-
-std::optional<int64_t> hf_checkpoint::config_int_opt(std::string_view key) const {
-    const nlohmann::json * v = lookup(key);
-    if (v == nullptr) return std::nullopt;
-    if (v->is_number_unsigned()) {
-        if (v->get<uint64_t>() <= uint64_t(std::numeric_limits<int64_t>::max())) return v->get<int64_t>();
-    } else if (v->is_number_integer()) {
-        return v->get<int64_t>();
-    } else if (v->is_number_float()) {
-        const double f = v->get<double>();
-        if (std::isfinite(f) && f == std::floor(f) && std::fabs(f) < 9.0e18) return int64_t(f);
-    }
-    fail_input("{}: key '{}': expected an integer, got {}", config_path(), key, describe(*v));
-}
-
-int64_t hf_checkpoint::config_int(std::string_view key) const {
-    const std::optional<int64_t> v = config_int_opt(key);
-    if (!v) fail_input("{}: missing key '{}' (an integer)", config_path(), key);
-    return *v;
-}
-
-int32_t hf_checkpoint::config_int_in(std::string_view key, int64_t lo, int64_t hi) const {
-    HILL_ASSERT(lo <= hi && lo >= INT32_MIN && hi <= INT32_MAX);
-    const int64_t v = config_int(key);
-    if (v < lo || v > hi) fail_input("'{}': {} is {}, expected {}..{}", config_path(), key, v, lo, hi);
-    return int32_t(v);
-}
-
-std::optional<double> hf_checkpoint::config_float_opt(std::string_view key) const {
-    const nlohmann::json * v = lookup(key);
-    if (v == nullptr) return std::nullopt;
-    if (!v->is_number()) fail_input("{}: key '{}': expected a number, got {}", config_path(), key, describe(*v));
-    return v->get<double>();
-}
-
-double hf_checkpoint::config_float(std::string_view key) const {
-    const std::optional<double> v = config_float_opt(key);
-    if (!v) fail_input("{}: missing key '{}' (a number)", config_path(), key);
-    return *v;
-}
-
-std::optional<std::string> hf_checkpoint::config_string_opt(std::string_view key) const {
-    const nlohmann::json * v = lookup(key);
-    if (v == nullptr) return std::nullopt;
-    if (!v->is_string()) fail_input("{}: key '{}': expected a string, got {}", config_path(), key, describe(*v));
-    return v->get<std::string>();
-}
-
-std::string hf_checkpoint::config_string(std::string_view key) const {
-    const std::optional<std::string> v = config_string_opt(key);
-    if (!v) fail_input("{}: missing key '{}' (a string)", config_path(), key);
-    return *v;
-}
-
-std::optional<bool> hf_checkpoint::config_bool_opt(std::string_view key) const {
-    const nlohmann::json * v = lookup(key);
-    if (v == nullptr) return std::nullopt;
-    if (!v->is_boolean()) fail_input("{}: key '{}': expected true or false, got {}", config_path(), key, describe(*v));
-    return v->get<bool>();
-}
-
-bool hf_checkpoint::config_bool(std::string_view key) const {
-    const std::optional<bool> v = config_bool_opt(key);
-    if (!v) fail_input("{}: missing key '{}' (true or false)", config_path(), key);
-    return *v;
-}
-
-std::optional<std::vector<std::string>> hf_checkpoint::config_string_array_opt(std::string_view key) const {
-    const nlohmann::json * v = lookup(key);
-    if (v == nullptr) return std::nullopt;
-    if (!v->is_array()) fail_input("{}: key '{}': expected an array of strings, got {}", config_path(), key, describe(*v));
-    std::vector<std::string> out;
-    for (const nlohmann::json & e : *v) {
-        if (!e.is_string()) {
-            fail_input("{}: key '{}': expected an array of strings, got an element {}", config_path(), key,
-                       describe(e));
-        }
-        out.push_back(e.get<std::string>());
-    }
-    return out;
-}
-
-const nlohmann::json * hf_checkpoint::config_object(std::string_view key) const {
-    const nlohmann::json * v = lookup(key);
-    if (v == nullptr) return nullptr;
-    if (!v->is_object()) fail_input("{}: key '{}': expected an object, got {}", config_path(), key, describe(*v));
-    return v;
 }
 
 }  // namespace hill
