@@ -11,8 +11,8 @@
 #include <set>
 
 #include "core/error.h"
-#include "model/gguf_file.h"
-#include "model/gguf_writer.h"
+#include "format/gguf_file.h"
+#include "format/gguf_writer.h"
 #include "test_util.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -463,7 +463,7 @@ TEST(bpe_loaders, tokenizer_json_errors) {
     EXPECT_HAS(msg, "model");
     EXPECT_HAS(msg, "missing");
     msg = msg_for(R"({"pre_tokenizer":{"type":"ByteLevel"},"model":{"type":"WordPiece","vocab":{}}})");
-    EXPECT_HAS(msg, "model.type");
+    EXPECT_HAS(msg, "/model/type");
     EXPECT_HAS(msg, "WordPiece");
     // Llama-2's tokenizer.json: Metaspace + byte_fallback, not byte-level.
     msg = msg_for(R"({"pre_tokenizer":{"type":"Metaspace","replacement":"▁"},)"
@@ -475,28 +475,28 @@ TEST(bpe_loaders, tokenizer_json_errors) {
     EXPECT_HAS(msg, "ByteLevel");
     msg = msg_for(tiny_json(R"({"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":"a"},)"
                             R"("behavior":"Removed","invert":false},{"type":"ByteLevel"}]})"));
-    EXPECT_HAS(msg, "pre_tokenizer.pretokenizers[0].behavior");
+    EXPECT_HAS(msg, "/pre_tokenizer/pretokenizers/0/behavior");
     EXPECT_HAS(msg, "Isolated");
     msg = msg_for(tiny_json(R"({"type":"Digits","individual_digits":true})"));
-    EXPECT_HAS(msg, "pre_tokenizer.type");
+    EXPECT_HAS(msg, "/pre_tokenizer/type");
     EXPECT_HAS(msg, "Digits");
     msg = msg_for(tiny_json(k_byte_level, "", R"(["a b c"])"));
-    EXPECT_HAS(msg, "model.merges[0]");
+    EXPECT_HAS(msg, "/model/merges/0");
     msg = msg_for(tiny_json(k_byte_level, "", R"(["a b", 7])"));
-    EXPECT_HAS(msg, "model.merges[1]");
+    EXPECT_HAS(msg, "/model/merges/1");
     msg = msg_for(tiny_json(k_byte_level, "", R"(["a z"])"));
     EXPECT_HAS(msg, "model.merges[0]");
     EXPECT_HAS(msg, "'az'");
     msg = msg_for(tiny_json(k_byte_level, R"(,"continuing_subword_prefix":"##")"));
-    EXPECT_HAS(msg, "model.continuing_subword_prefix");
+    EXPECT_HAS(msg, "/model/continuing_subword_prefix");
     msg = msg_for(R"({"pre_tokenizer":{"type":"ByteLevel"},"model":{"type":"BPE","vocab":{"a":-3},"merges":[]}})");
-    EXPECT_HAS(msg, "model.vocab['a']");
+    EXPECT_HAS(msg, "/model/vocab/a");
     msg = msg_for(
         R"({"pre_tokenizer":{"type":"ByteLevel"},"model":{"type":"BPE","vocab":{"a":2000000000},"merges":[]}})");
-    EXPECT_HAS(msg, "model.vocab['a']");  // refused before allocating the gap
+    EXPECT_HAS(msg, "/model/vocab/a");  // refused before allocating the gap
     msg = msg_for(R"({"normalizer":{"type":"Lowercase"},"pre_tokenizer":{"type":"ByteLevel"},)"
                   R"("model":{"type":"BPE","vocab":{"a":0},"merges":[]}})");
-    EXPECT_HAS(msg, "normalizer.type");
+    EXPECT_HAS(msg, "/normalizer/type");
     EXPECT_HAS(msg, "Lowercase");
 
     write_file(path, tiny_json(k_byte_level));

@@ -9,7 +9,7 @@
 #include <ctime>
 #include <filesystem>
 
-#include "model/gguf_file.h"
+#include "format/gguf_file.h"
 #include "test_util.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/tokenizer.h"

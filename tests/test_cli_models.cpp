@@ -1,6 +1,6 @@
 // `hillinfer tokenize` and `hillinfer info` on every model source: GGUF files (also vocab-only),
 // Hugging Face checkpoint folders of each architecture, tokenizer-only folders.
-#include "model/safetensors_file.h"
+#include "format/safetensors_file.h"
 #include "model/synthetic_model.h"
 #include "hf_test_util.h"
 #include "cli_test_util.h"

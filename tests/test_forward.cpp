@@ -11,10 +11,10 @@
 // within a tolerance until then (see k_tol_blas). The checkpoint folders are written here (f32
 // safetensors under the Hugging Face names of model/hf_names.h), so that no Python is needed.
 #include "core/thread_pool.h"
+#include "format/safetensors_file.h"
 #include "model/forward.h"
 #include "model/hf_names.h"
 #include "model/model.h"
-#include "model/safetensors_file.h"
 #include "model/synthetic_model.h"
 #include "test_util.h"
 

@@ -1,8 +1,8 @@
 // GGUF reader and writer: writer -> reader round trips, exact bytes against a hand-built file,
-// and one hand-made corrupt file per validation rule (src/model/gguf_file.h).
+// and one hand-made corrupt file per validation rule (src/format/gguf_file.h).
 #include "core/error.h"
-#include "model/gguf_file.h"
-#include "model/gguf_writer.h"
+#include "format/gguf_file.h"
+#include "format/gguf_writer.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>

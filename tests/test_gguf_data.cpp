@@ -1,8 +1,8 @@
 // GGUF reader on real files from the shared data folder (label `model`; each test skips when its
 // file is absent). Expected values: /work/shared/data/PROVENANCE.md.
 #include "core/error.h"
-#include "model/gguf_file.h"
-#include "model/gguf_writer.h"
+#include "format/gguf_file.h"
+#include "format/gguf_writer.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>

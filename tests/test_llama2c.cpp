@@ -2,7 +2,7 @@
 // logits as the same weights written as GGUF; sizes that disagree with the header are refused.
 #include "core/error.h"
 #include "engine/session.h"
-#include "model/gguf_writer.h"
+#include "format/gguf_writer.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>

@@ -2,7 +2,7 @@
 // files of another model, KV type or a corrupt one; the same for Hugging Face checkpoint folders.
 #include "core/error.h"
 #include "engine/prompt_cache.h"
-#include "model/safetensors_file.h"
+#include "format/safetensors_file.h"
 #include "model/synthetic_model.h"
 #include "test_util.h"
 

@@ -8,8 +8,8 @@
 //     where llama.cpp defines the architecture (llama with permuted Q/K rows, qwen2, qwen).
 #include "core/error.h"
 #include "engine/session.h"
-#include "model/gguf_writer.h"
-#include "model/safetensors_file.h"
+#include "format/gguf_writer.h"
+#include "format/safetensors_file.h"
 #include "model/synthetic_model.h"
 #include "test_util.h"
 

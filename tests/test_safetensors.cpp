@@ -1,11 +1,11 @@
 // safetensors reader, Hugging Face checkpoint folders and the HF -> GGUF name mapping: valid
-// hand-written files, one hand-made corrupt file per validation rule (src/model/safetensors_file.h,
-// src/model/hf_checkpoint.h), sharded folders, and the q/k row permutation.
+// hand-written files, one hand-made corrupt file per validation rule (src/format/safetensors_file.h,
+// src/format/hf_checkpoint.h), sharded folders, and the q/k row permutation.
 #include "core/error.h"
 #include "core/fp16.h"
-#include "model/hf_checkpoint.h"
+#include "format/hf_checkpoint.h"
+#include "format/safetensors_file.h"
 #include "model/hf_names.h"
-#include "model/safetensors_file.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -220,7 +220,7 @@ TEST(safetensors_corrupt, unsupported_dtype_named) {
     expect_corrupt(st_bytes(R"({"w":{"dtype":"F17","shape":[1],"data_offsets":[0,4]}})", iota_bytes(4)),
                    {"tensor 'w'", "unknown dtype \"F17\""});
     expect_corrupt(st_bytes(R"({"w":{"dtype":7,"shape":[1],"data_offsets":[0,4]}})", iota_bytes(4)),
-                   {"tensor 'w'", "dtype is number"});
+                   {"tensor 'w'", "dtype is a number 7"});
 }
 
 TEST(safetensors_corrupt, bad_shape) {
@@ -229,7 +229,7 @@ TEST(safetensors_corrupt, bad_shape) {
     expect_corrupt(st_bytes(R"({"t":{"dtype":"F32","shape":[2.0],"data_offsets":[0,8]}})", iota_bytes(8)),
                    {"shape[0]", "non-negative integer"});
     expect_corrupt(st_bytes(R"({"t":{"dtype":"F32","shape":2,"data_offsets":[0,8]}})", iota_bytes(8)),
-                   {"shape is number", "expected an array"});
+                   {"shape is a number 2", "expected an array"});
     expect_corrupt(st_bytes(R"({"t":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,2],"data_offsets":[0,8]}})",
                             iota_bytes(8)),
                    {"9 dimensions"});
@@ -381,42 +381,23 @@ TEST(hf_checkpoint, single_file_folder) {
     EXPECT_EQ(c->tokenizer_json_path(), "");
     EXPECT_EQ(c->tokenizer_config_path(), "");
 
-    // Config getters.
-    EXPECT_EQ(c->config_int("hidden_size"), 8);
-    EXPECT_EQ(c->config_int("max_position_embeddings"), 2048);  // integral float accepted
-    EXPECT_EQ(c->config_float("rope_theta"), 1e4);
-    EXPECT_EQ(c->config_float("rms_norm_eps"), 1e-6);
-    EXPECT_EQ(c->config_float("hidden_size"), 8.0);  // ints are numbers
-    EXPECT_EQ(c->config_string("model_type"), "llama");
-    EXPECT_EQ(c->config_bool("tie_word_embeddings"), false);
-    EXPECT_EQ(c->config_float("rope_scaling.factor"), 4.0);
-    EXPECT_EQ(c->config_string("rope_scaling.type"), "linear");
-    EXPECT_EQ(c->config_int("text_config.vocab_size"), 32);
-    EXPECT_EQ(c->config_string_array_opt("architectures")->at(0), "LlamaForCausalLM");
-    EXPECT_EQ(c->config_int_opt("bos_token_id"), std::nullopt);  // null counts as absent
-    EXPECT_EQ(c->config_int_opt("num_key_value_heads"), std::nullopt);
-    EXPECT_EQ(c->config_object("rope_scaling")->size(), 2u);
-    EXPECT_EQ(c->config_object("nothing"), nullptr);
-    EXPECT_FALSE(c->config_has("rope_scaling.nothing"));
-    EXPECT_TRUE(c->config_has("rope_scaling.factor"));
-    const auto expect_msg = [](auto && f, std::initializer_list<const char *> parts) {
-        try {
-            f();
-            ADD_FAILURE() << "no error";
-        } catch (const error & e) {
-            EXPECT_EQ(e.code(), exit_code::bad_input);
-            for (const char * p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-        }
-    };
-    expect_msg([&] { c->config_int("bad_int"); }, {"config.json", "bad_int", "expected an integer", "1.5"});
-    expect_msg([&] { c->config_int("model_type"); }, {"model_type", "expected an integer", "string"});
-    expect_msg([&] { c->config_int("num_key_value_heads"); }, {"config.json", "missing key 'num_key_value_heads'"});
-    expect_msg([&] { c->config_bool("hidden_size"); }, {"hidden_size", "true or false"});
-    expect_msg([&] { c->config_string("hidden_size"); }, {"hidden_size", "expected a string"});
-    expect_msg([&] { c->config_float("model_type"); }, {"model_type", "expected a number"});
-    expect_msg([&] { c->config_object("hidden_size"); }, {"hidden_size", "expected an object"});
-    expect_msg([&] { c->config_int("hidden_size.x"); }, {"hidden_size.x", "expected an object"});
-    expect_msg([&] { c->config_string_array_opt("hidden_size"); }, {"array of strings"});
+    // config.json through json_value (its typed getters: test_json_file.cpp).
+    const json_value config = c->config();
+    EXPECT_EQ(config.name(), c->config_path());
+    EXPECT_EQ(config.required<int64_t>("/hidden_size"), 8);
+    EXPECT_EQ(config.required<int64_t>("/max_position_embeddings"), 2048);  // integral float accepted
+    EXPECT_EQ(config.required<double>("/rope_theta"), 1e4);
+    EXPECT_EQ(config.required<std::string>("/rope_scaling/type"), "linear");
+    EXPECT_EQ(config.required<int64_t>("/text_config/vocab_size"), 32);
+    EXPECT_EQ(config.optional<std::vector<std::string>>("/architectures")->at(0), "LlamaForCausalLM");
+    EXPECT_EQ(config.optional<int64_t>("/bos_token_id"), std::nullopt);  // null counts as absent
+    try {
+        config.required<int64_t>("/bad_int");
+        ADD_FAILURE() << "no error";
+    } catch (const error & e) {
+        EXPECT_EQ(e.code(), exit_code::bad_input);
+        EXPECT_EQ(std::string(e.what()), c->config_path() + ": /bad_int: expected an integer, got a number 1.5");
+    }
 
     // Tokenizer files, once present.
     write_text(dir.file("tokenizer.json"), "{}");
@@ -504,7 +485,7 @@ TEST(hf_checkpoint, bad_index) {
     write_text(dir.file("model.safetensors.index.json"), R"({"metadata": {}})");
     expect_ckpt_error(dir.path.string(), exit_code::bad_input, {"weight_map", "missing"});
     write_text(dir.file("model.safetensors.index.json"), R"({"weight_map": {"x": 3}})");
-    expect_ckpt_error(dir.path.string(), exit_code::bad_input, {"weight_map[\"x\"]", "shard file name"});
+    expect_ckpt_error(dir.path.string(), exit_code::bad_input, {"/weight_map/x", "shard file name", "number 3"});
     write_text(dir.file("model.safetensors.index.json"), R"({"weight_map": {"x": "../model.safetensors"}})");
     expect_ckpt_error(dir.path.string(), exit_code::bad_input, {"../model.safetensors", "plain file name"});
 }
@@ -524,7 +505,7 @@ TEST(hf_checkpoint, config_missing_or_invalid) {
     write_text(dir.file("config.json"), "{\"hidden_size\": ");
     expect_ckpt_error(dir.path.string(), exit_code::bad_input, {"config.json", "not valid JSON"});
     write_text(dir.file("config.json"), "[1]");
-    expect_ckpt_error(dir.path.string(), exit_code::bad_input, {"config.json", "expected a JSON object"});
+    expect_ckpt_error(dir.path.string(), exit_code::bad_input, {"config.json", "expected an object, got an array"});
 }
 
 TEST(hf_checkpoint, no_weights_or_not_a_folder) {

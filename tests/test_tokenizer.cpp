@@ -9,7 +9,7 @@
 #include <random>
 
 #include "core/error.h"
-#include "model/gguf_writer.h"
+#include "format/gguf_writer.h"
 #include "test_util.h"
 #include "tokenizer/spm_tokenizer.h"
 #include "tokenizer/tokenizer.h"

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
-#include "model/gguf_file.h"
+#include "format/gguf_file.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer_test_util.h"

@@ -9,7 +9,7 @@
 #include "common.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
-#include "model/gguf_file.h"
+#include "format/gguf_file.h"
 
 #include <fmt/format.h>
 

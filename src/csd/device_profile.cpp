@@ -2,11 +2,11 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "format/json_file.h"
 
 namespace hill::csd {
 
@@ -32,40 +32,32 @@ device_profile load_device_profile(std::string_view name_or_path) {
     if (name_or_path == "smartssd") return smartssd_profile();
     const std::string path(name_or_path);
     std::error_code ec;
-    if (std::filesystem::is_directory(path, ec)) {
-        fail_usage("--csd-profile '{}' is a directory; expected none, smartssd, or a JSON file", path);
+    if (!std::filesystem::exists(path, ec)) {
+        fail_usage("--csd-profile '{}': not none, smartssd, or an existing JSON file", path);
     }
-    std::ifstream in(path);
-    if (!in) fail_usage("--csd-profile '{}': not none, smartssd, or a readable JSON file", path);
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception & e) {
-        fail_input("device profile {}: not valid JSON: {}", path, e.what());
-    }
-    if (!j.is_object()) fail_input("device profile {}: expected a JSON object", path);
+    const json_file doc = json_file::load(path, "the device profile");
     device_profile p;
     p.name = path;
-    for (const auto & [key, value] : j.items()) {
+    doc.root().for_each_member([&](const std::string & key, const json_value & value) {
         if (key == "name") {
-            if (!value.is_string()) fail_input("device profile {}: \"name\" must be a string", path);
             p.name = value.get<std::string>();
-            continue;
+            return;
         }
         double * dst = key == "internal_read_gbps" ? &p.internal_read_bps
                        : key == "score_gbps"       ? &p.score_bps
                        : key == "link_gbps"        ? &p.link_bps
                                                    : nullptr;
         if (dst == nullptr) {
-            fail_input("device profile {}: unknown key \"{}\" (expected name, internal_read_gbps, score_gbps, link_gbps)",
-                       path, key);
+            fail_input(
+                "{}: unknown key \"{}\" in the device profile (expected name, internal_read_gbps, "
+                "score_gbps, link_gbps)",
+                path, key);
         }
-        if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < 0.0) {
-            fail_input("device profile {}: \"{}\" must be a non-negative number of GB/s (0: uncapped), got {}", path,
-                       key, value.dump());
+        if (!value.json().is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < 0.0) {
+            value.fail_expected("a non-negative number of GB/s (0: uncapped)");
         }
         *dst = value.get<double>() * 1e9;
-    }
+    });
     return p;
 }
 

@@ -7,7 +7,7 @@ hill_add_library(hill_csd
   csd/hls/score_top.cpp
   csd/plain_ssd.cpp
 )
-target_link_libraries(hill_csd PUBLIC hill_score hill_kv hill_core Threads::Threads PRIVATE nlohmann_json::nlohmann_json)
+target_link_libraries(hill_csd PUBLIC hill_score hill_kv hill_core Threads::Threads PRIVATE hill_format nlohmann_json::nlohmann_json)
 # The HLS kernel's fixed-bound loops (adder tree, casts) vectorize at -O3 without target flags.
 set_source_files_properties(csd/hls/score_kernel.cpp PROPERTIES COMPILE_OPTIONS "-O3")
 

@@ -9,8 +9,8 @@
 // already split into views of its q, k and v rows at load.
 #include "compute/ops.h"
 #include "core/error.h"
+#include "format/hf_checkpoint.h"
 #include "model/forward.h"
-#include "model/hf_checkpoint.h"
 #include "model/model_loader.h"
 
 namespace hill {

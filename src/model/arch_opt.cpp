@@ -14,9 +14,9 @@
 // (model/forward.h) is at the end of this file.
 #include "compute/ops.h"
 #include "core/error.h"
+#include "format/gguf_file.h"
+#include "format/hf_checkpoint.h"
 #include "model/forward.h"
-#include "model/gguf_file.h"
-#include "model/hf_checkpoint.h"
 #include "model/model_loader.h"
 
 #include <fmt/format.h>
@@ -25,26 +25,26 @@ namespace hill {
 
 void opt_hparams_hf(const hf_checkpoint & c, hparams & hp) {
     const std::string cfg = c.config_path();
-    const auto int_in = [&](const char * key, int64_t lo, int64_t hi) { return c.config_int_in(key, lo, hi); };
+    const json_value config = c.config();
     hp.arch = "opt";
-    hp.n_vocab = int_in("vocab_size", 1, INT32_MAX);
-    hp.n_embd = int_in("hidden_size", 1, 1 << 20);
-    hp.n_ff = int_in("ffn_dim", 1, 1 << 22);
+    hp.n_vocab = config.required_int("/vocab_size", 1, INT32_MAX);
+    hp.n_embd = config.required_int("/hidden_size", 1, 1 << 20);
+    hp.n_ff = config.required_int("/ffn_dim", 1, 1 << 22);
     hf_layer_hparams(c, hp);
-    hp.n_ctx_train = int_in("max_position_embeddings", 1, 1 << 24);
-    hp.n_embd_word = c.config_int_opt("word_embed_proj_dim") ? int_in("word_embed_proj_dim", 1, 1 << 20) : hp.n_embd;
+    hp.n_ctx_train = config.required_int("/max_position_embeddings", 1, 1 << 24);
+    hp.n_embd_word = config.optional_int("/word_embed_proj_dim", 1, 1 << 20).value_or(hp.n_embd);
     hp.norm = norm_kind::layer;
     hp.rms_eps = 1e-5f;
-    hp.norm_before = c.config_bool_opt("do_layer_norm_before").value_or(true);
+    hp.norm_before = config.optional<bool>("/do_layer_norm_before").value_or(true);
     hp.ffn = ffn_kind::relu;
     hp.position = position_kind::learned;
-    if (auto act = c.config_string_opt("activation_function"); act && *act != "relu") {
+    if (auto act = config.optional<std::string>("/activation_function"); act && *act != "relu") {
         fail_input("'{}': activation_function is '{}'; supported: relu", cfg, *act);
     }
-    if (!c.config_bool_opt("enable_bias").value_or(true)) {
+    if (!config.optional<bool>("/enable_bias").value_or(true)) {
         fail_input("'{}': enable_bias is false; supported: true", cfg);
     }
-    if (!c.config_bool_opt("layer_norm_elementwise_affine").value_or(true)) {
+    if (!config.optional<bool>("/layer_norm_elementwise_affine").value_or(true)) {
         fail_input("'{}': layer_norm_elementwise_affine is false; supported: true", cfg);
     }
 }

@@ -9,7 +9,7 @@
 //
 // Forward pass: the llama family's (arch_llama.cpp), biases included.
 #include "core/error.h"
-#include "model/hf_checkpoint.h"
+#include "format/hf_checkpoint.h"
 #include "model/model_loader.h"
 
 namespace hill {
@@ -45,29 +45,29 @@ void qwen_hparams_gguf(const gguf_file & f, hparams & hp) {
 // rotary_pct (1.0 only), seq_length (trained context), vocab_size, no_bias (true only).
 void qwen_hparams_hf(const hf_checkpoint & c, hparams & hp) {
     const std::string cfg = c.config_path();
-    const auto int_in = [&](const char * key, int64_t lo, int64_t hi) { return c.config_int_in(key, lo, hi); };
+    const json_value config = c.config();
     hp.arch = "qwen";
-    hp.n_vocab = int_in("vocab_size", 1, INT32_MAX);
-    hp.n_embd = int_in("hidden_size", 1, 1 << 20);
-    const int32_t inter = int_in("intermediate_size", 2, 1 << 23);
+    hp.n_vocab = config.required_int("/vocab_size", 1, INT32_MAX);
+    hp.n_embd = config.required_int("/hidden_size", 1, 1 << 20);
+    const int32_t inter = config.required_int("/intermediate_size", 2, 1 << 23);
     if (inter % 2 != 0) fail_input("'{}': intermediate_size {} is odd; Qwen-1's is twice the w1/w2 width", cfg, inter);
     hp.n_ff = inter / 2;
     hf_layer_hparams(c, hp);
-    if (auto kvc = c.config_int_opt("kv_channels"); kvc && *kvc != hp.head_dim) {
+    if (auto kvc = config.optional<int64_t>("/kv_channels"); kvc && *kvc != hp.head_dim) {
         fail_input("'{}': kv_channels is {}; supported: hidden_size / num_attention_heads = {}", cfg, *kvc,
                    hp.head_dim);
     }
-    if (auto pct = c.config_float_opt("rotary_pct"); pct && *pct != 1.0) {
+    if (auto pct = config.optional<double>("/rotary_pct"); pct && *pct != 1.0) {
         fail_input("'{}': rotary_pct is {}; supported: 1.0 (RoPE on the whole head)", cfg, *pct);
     }
-    if (!c.config_bool_opt("no_bias").value_or(true)) {
+    if (!config.optional<bool>("/no_bias").value_or(true)) {
         fail_input("'{}': no_bias is false; supported: true (biases on c_attn only)", cfg);
     }
-    const auto ctx =
-        c.config_int_opt("seq_length") ? c.config_int_opt("seq_length") : c.config_int_opt("max_position_embeddings");
+    std::optional<int64_t> ctx = config.optional<int64_t>("/seq_length");
+    if (!ctx) ctx = config.optional<int64_t>("/max_position_embeddings");
     hp.n_ctx_train = ctx ? int32_t(std::clamp<int64_t>(*ctx, 1, int64_t(1) << 30)) : 2048;
-    hp.rms_eps = float(c.config_float_opt("layer_norm_epsilon").value_or(1e-6));
-    hp.rope_freq_base = float(c.config_float_opt("rotary_emb_base").value_or(10000.0));
+    hp.rms_eps = float(config.optional<double>("/layer_norm_epsilon").value_or(1e-6));
+    hp.rope_freq_base = float(config.optional<double>("/rotary_emb_base").value_or(10000.0));
     hp.rope_pairs = rope_layout::rotate_half;
 }
 

@@ -2,8 +2,9 @@
 
 #include "compute/matmul.h"
 #include "core/error.h"
-#include "model/gguf_writer.h"
-#include "model/hf_checkpoint.h"
+#include "format/gguf_writer.h"
+#include "format/hf_checkpoint.h"
+#include "format/json_file.h"
 #include "model/hf_names.h"
 #include "model/model_loader.h"
 #include "tokenizer/bpe_tokenizer.h"
@@ -16,7 +17,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
 
 namespace fs = std::filesystem;
 
@@ -36,18 +36,6 @@ uint32_t gguf_file_type(ggml_type t) {
 namespace {
 
 using json = nlohmann::json;
-
-json read_json_file(const std::string & path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) fail_input("cannot open '{}'", path);
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    try {
-        return json::parse(ss.str());
-    } catch (const json::exception & e) {
-        fail_input("'{}' is not valid JSON: {}", path, e.what());
-    }
-}
 
 // --- hyperparameters ---------------------------------------------------------------------------
 
@@ -110,29 +98,25 @@ std::vector<float> to_f32(const safetensors_tensor & t, hf_permutation perm, con
 
 // --- tokenizer ---------------------------------------------------------------------------------
 
-std::string token_text(const json & v) {
-    if (v.is_string()) return v.get<std::string>();
-    if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
-    return "";
+// A special token in tokenizer_config.json: a string or {"content": string}.
+std::string token_text(const json_value & v) {
+    return v.json().is_object() ? v.required<std::string>("/content") : v.get<std::string>();
 }
 
-// Merges of a tokenizer.json (model.merges: "a b" strings or [a, b] pairs) as "a b" strings.
-std::vector<std::string> json_merges(const json & root, const std::string & file) {
+// Merges of a tokenizer.json (/model/merges: "a b" strings or [a, b] pairs) as "a b" strings.
+std::vector<std::string> json_merges(const json_value & root) {
     std::vector<std::string> out;
-    const json * merges = nullptr;
-    if (root.contains("model") && root["model"].is_object() && root["model"].contains("merges")) {
-        merges = &root["model"]["merges"];
-    }
-    if (merges == nullptr || !merges->is_array()) return out;
+    const std::optional<json_value> merges = root.find("/model/merges");
+    if (!merges) return out;
     out.reserve(merges->size());
     for (size_t i = 0; i < merges->size(); ++i) {
-        const json & m = (*merges)[i];
-        if (m.is_string()) {
+        const json_value m = merges->item(i);
+        if (m.json().is_string()) {
             out.push_back(m.get<std::string>());
-        } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-            out.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
+        } else if (m.json().is_array() && m.json().size() == 2) {
+            out.push_back(m.item(0).get<std::string>() + " " + m.item(1).get<std::string>());
         } else {
-            fail_input("'{}': model.merges[{}] is {}, expected \"a b\" or [\"a\", \"b\"]", file, i, m.dump());
+            m.fail_expected("\"a b\" or [\"a\", \"b\"]");
         }
     }
     return out;
@@ -159,10 +143,10 @@ std::vector<std::string> text_merges(const std::string & path) {
 
 // True for a SentencePiece-style tokenizer.json (Llama-2, Mistral): BPE with byte_fallback, or the
 // U+2581 space marker from a Metaspace pre-tokenizer / decoder or a Replace normalizer.
-bool is_spm_style(const json & root) {
-    const json & model = root.value("model", json::object());
-    if (model.is_object() && model.value("byte_fallback", false)) return true;
-    const std::string dump = root.value("pre_tokenizer", json()).dump() + root.value("normalizer", json()).dump();
+bool is_spm_style(const json_value & root) {
+    if (root.optional<bool>("/model/byte_fallback").value_or(false)) return true;
+    const json & r = root.json();
+    const std::string dump = r.value("pre_tokenizer", json()).dump() + r.value("normalizer", json()).dump();
     return dump.find("Metaspace") != std::string::npos || dump.find("\xe2\x96\x81") != std::string::npos;
 }
 
@@ -201,7 +185,7 @@ void write_bpe_tokenizer(gguf_writer & w, const std::string & dir, int64_t n_voc
     std::string source;
     if (fs::is_regular_file(d / "tokenizer.json")) {
         source = (d / "tokenizer.json").string();
-        merges = json_merges(read_json_file(source), source);
+        merges = json_merges(json_file::load(source, "the tokenizer").root());
     } else if (fs::is_regular_file(d / "merges.txt")) {
         source = (d / "merges.txt").string();
         merges = text_merges(source);
@@ -233,33 +217,25 @@ void write_bpe_tokenizer(gguf_writer & w, const std::string & dir, int64_t n_voc
 // SentencePiece-style tokenizer.json -> tokenizer.ggml.model "llama". Scores follow the merge
 // ranks (the piece made by merge r scores −r), so that the SPM rule "merge the best-scoring pair
 // first" applies the merges in the order the BPE model does.
-void write_spm_tokenizer(gguf_writer & w, const json & root, const std::string & file, const std::string & config_path,
+void write_spm_tokenizer(gguf_writer & w, const json_value & root, const std::string & config_path,
                          int64_t n_vocab_model, convert_result & r) {
-    const json & model = root.at("model");
-    if (!model.contains("vocab") || !model["vocab"].is_object()) {
-        fail_input("'{}': model.vocab is missing or not an object", file);
-    }
+    const std::string & file = root.name();
+    const json_value model = root.at("/model", "an object");
     std::map<int64_t, std::string> by_id;
-    for (const auto & item : model["vocab"].items()) {
-        if (!item.value().is_number_integer() || item.value().get<int64_t>() < 0) {
-            fail_input("'{}': model.vocab[\"{}\"] is {}, expected a token id", file, item.key(), item.value().dump());
-        }
-        by_id[item.value().get<int64_t>()] = item.key();
-    }
+    model.at("/vocab", "an object").for_each_member([&](const std::string & piece, const json_value & id) {
+        by_id[id.get_int(0, INT32_MAX - 1)] = piece;
+    });
     std::map<int64_t, bool> added;  // id -> special
-    if (root.contains("added_tokens") && root["added_tokens"].is_array()) {
-        for (const json & a : root["added_tokens"]) {
-            if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() || a["id"].get<int64_t>() < 0) {
-                fail_input("'{}': an added_tokens entry has no valid id: {}", file, a.dump());
-            }
-            const int64_t id = a["id"].get<int64_t>();
-            by_id[id] = a.value("content", "");
-            added[id] = a.value("special", false);
+    if (const std::optional<json_value> tokens = root.find("/added_tokens")) {
+        for (size_t i = 0; i < tokens->size(); ++i) {
+            const json_value a = tokens->item(i);
+            const int64_t id = a.required_int("/id", 0, INT32_MAX - 1);
+            by_id[id] = a.optional<std::string>("/content").value_or("");
+            added[id] = a.optional<bool>("/special").value_or(false);
         }
     }
     if (by_id.empty()) fail_input("'{}': the vocabulary is empty", file);
     const int64_t n_vocab = by_id.rbegin()->first + 1;
-    if (n_vocab > INT32_MAX) fail_input("'{}': token id {} is too large", file, n_vocab - 1);
 
     std::vector<std::string> pieces(static_cast<size_t>(n_vocab));
     std::vector<float> scores(size_t(n_vocab), 0.0f);
@@ -273,8 +249,8 @@ void write_spm_tokenizer(gguf_writer & w, const json & root, const std::string &
             id_of.emplace(it->second, id);
         }
     }
-    const std::string unk = model.value("unk_token", json()).is_string() ? model["unk_token"].get<std::string>() : "";
-    const std::vector<std::string> merges = json_merges(root, file);
+    const std::string unk = model.optional<std::string>("/unk_token").value_or("");
+    const std::vector<std::string> merges = json_merges(root);
     // Pieces no merge makes rank below every merge result; single characters never compete.
     for (int64_t id = 0; id < n_vocab; ++id) scores[size_t(id)] = -float(int64_t(merges.size()) + id);
     for (size_t rank = 0; rank < merges.size(); ++rank) {
@@ -300,26 +276,26 @@ void write_spm_tokenizer(gguf_writer & w, const json & root, const std::string &
         }
     }
     // BOS/EOS from tokenizer_config.json, else the SentencePiece defaults when present.
-    json config = json::object();
-    if (!config_path.empty()) config = read_json_file(config_path);
-    const auto id_for = [&](const char * key, const char * fallback) -> int64_t {
-        std::string text = config.is_object() && config.contains(key) ? token_text(config[key]) : "";
+    std::optional<json_file> config_doc;
+    if (!config_path.empty()) config_doc.emplace(json_file::load(config_path, "the tokenizer config"));
+    const std::optional<json_value> config = config_doc ? std::optional(config_doc->root()) : std::nullopt;
+    const auto id_for = [&](const char * pointer, const char * fallback) -> int64_t {
+        const std::optional<json_value> v = config ? config->find(pointer) : std::nullopt;
+        std::string text = v ? token_text(*v) : "";
         if (text.empty()) text = fallback;
         const auto it = id_of.find(text);
         return it == id_of.end() ? -1 : it->second;
     };
-    const int64_t bos = id_for("bos_token", "<s>"), eos = id_for("eos_token", "</s>");
+    const int64_t bos = id_for("/bos_token", "<s>"), eos = id_for("/eos_token", "</s>");
     const int64_t unk_id = unk.empty() ? -1 : (id_of.count(unk) ? id_of[unk] : -1);
-    bool add_bos = true;
-    if (config.is_object() && config.contains("add_bos_token") && config["add_bos_token"].is_boolean()) {
-        add_bos = config["add_bos_token"].get<bool>();
-    }
+    const bool add_bos = config ? config->optional<bool>("/add_bos_token").value_or(true) : true;
     // Space prefix: a Prepend("▁") normalizer, or a Metaspace pre-tokenizer that adds one.
-    const std::string norm = root.value("normalizer", json()).dump();
-    const json pt = root.value("pre_tokenizer", json());
+    const std::string norm = root.json().value("normalizer", json()).dump();
     bool add_space_prefix = norm.find("Prepend") != std::string::npos;
-    if (pt.is_object() && pt.value("type", "") == "Metaspace") {
-        add_space_prefix = pt.value("add_prefix_space", true) && pt.value("prepend_scheme", "always") != "never";
+    if (const std::optional<json_value> pt = root.find("/pre_tokenizer");
+        pt && pt->optional<std::string>("/type") == "Metaspace") {
+        add_space_prefix = pt->optional<bool>("/add_prefix_space").value_or(true) &&
+                           pt->optional<std::string>("/prepend_scheme").value_or("always") != "never";
     }
 
     pad_vocab(pieces, types, &scores, n_vocab_model, file);
@@ -339,9 +315,9 @@ void write_tokenizer(gguf_writer & w, const hf_checkpoint & c, int64_t n_vocab, 
     const fs::path d(c.dir());
     const std::string tj = c.tokenizer_json_path();
     if (!tj.empty()) {
-        const json root = read_json_file(tj);
-        if (root.is_object() && root.contains("model") && root["model"].is_object() && is_spm_style(root)) {
-            write_spm_tokenizer(w, root, tj, c.tokenizer_config_path(), n_vocab, r);
+        const json_file doc = json_file::load(tj, "the tokenizer");
+        if (is_spm_style(doc.root())) {
+            write_spm_tokenizer(w, doc.root(), c.tokenizer_config_path(), n_vocab, r);
         } else {
             write_bpe_tokenizer(w, c.dir(), n_vocab, r);
         }

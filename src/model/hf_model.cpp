@@ -1,4 +1,4 @@
-// A model from a Hugging Face checkpoint folder (model/hf_checkpoint.h): config.json names the
+// A model from a Hugging Face checkpoint folder (format/hf_checkpoint.h): config.json names the
 // architecture (model/hf_names.h: model_type, else architectures[0]) and its hyperparameters; the
 // safetensors tensors are renamed to their GGUF names (hf_names.h) and used in place: the views
 // point into the mapped shards, F32, F16 or BF16 as stored.
@@ -14,7 +14,7 @@
 // (e.g. Qwen-1, whose tokenizer is a tiktoken file) loads without a tokenizer: it runs on token ids,
 // and model::tokenizer() says why text cannot be used.
 #include "core/error.h"
-#include "model/hf_checkpoint.h"
+#include "format/hf_checkpoint.h"
 #include "model/hf_names.h"
 #include "model/model_loader.h"
 

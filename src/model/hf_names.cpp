@@ -1,7 +1,7 @@
 #include "model/hf_names.h"
 
 #include "core/error.h"
-#include "model/hf_checkpoint.h"
+#include "format/hf_checkpoint.h"
 
 #include <algorithm>
 #include <charconv>
@@ -177,12 +177,13 @@ std::string hf_architecture(const hf_checkpoint & ckpt) {
         {"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "llama"}, {"Qwen2ForCausalLM", "qwen2"},
         {"QWenLMHeadModel", "qwen"},   {"OPTForCausalLM", "opt"},
     };
-    const std::optional<std::string> model_type = ckpt.config_string_opt("model_type");
+    const std::optional<std::string> model_type = ckpt.config().optional<std::string>("/model_type");
     if (model_type) {
         const auto it = by_model_type.find(*model_type);
         if (it != by_model_type.end()) return it->second;
     }
-    const std::optional<std::vector<std::string>> archs = ckpt.config_string_array_opt("architectures");
+    const std::optional<std::vector<std::string>> archs =
+        ckpt.config().optional<std::vector<std::string>>("/architectures");
     // `architectures` decides only when model_type is absent: a model_type we do not know is another
     // model, whatever class name it borrows.
     if (!model_type && archs && !archs->empty()) {

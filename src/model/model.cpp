@@ -1,7 +1,7 @@
 #include "model/model.h"
 
 #include "core/error.h"
-#include "model/hf_checkpoint.h"
+#include "format/hf_checkpoint.h"
 #include "model/model_loader.h"
 
 #include <cerrno>

@@ -18,7 +18,7 @@
 
 #include "compute/matmul.h"
 #include "compute/ops.h"
-#include "model/gguf_file.h"
+#include "format/gguf_file.h"
 #include "tokenizer/tokenizer.h"
 
 #include <cstdint>

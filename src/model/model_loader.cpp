@@ -1,7 +1,7 @@
 #include "model/model_loader.h"
 
 #include "core/error.h"
-#include "model/hf_checkpoint.h"
+#include "format/hf_checkpoint.h"
 #include "model/hf_names.h"
 
 #include <fmt/format.h>
@@ -244,12 +244,12 @@ void gguf_llama_like_hparams(const gguf_file & f, const std::string & arch, hpar
 }
 
 void hf_layer_hparams(const hf_checkpoint & c, hparams & hp) {
-    const auto int_in = [&](const char * key, int64_t lo, int64_t hi) { return c.config_int_in(key, lo, hi); };
-    hp.n_layer = int_in("num_hidden_layers", 1, 4096);
-    hp.n_head = int_in("num_attention_heads", 1, 4096);
-    hp.n_head_kv = c.config_int_opt("num_key_value_heads") ? int_in("num_key_value_heads", 1, 4096) : hp.n_head;
-    if (c.config_int_opt("head_dim")) {
-        hp.head_dim = int_in("head_dim", 1, 1 << 16);
+    const json_value config = c.config();
+    hp.n_layer = config.required_int("/num_hidden_layers", 1, 4096);
+    hp.n_head = config.required_int("/num_attention_heads", 1, 4096);
+    hp.n_head_kv = config.optional_int("/num_key_value_heads", 1, 4096).value_or(hp.n_head);
+    if (const std::optional<int64_t> head_dim = config.optional_int("/head_dim", 1, 1 << 16)) {
+        hp.head_dim = *head_dim;
         return;
     }
     if (hp.n_embd % hp.n_head != 0) {
@@ -261,34 +261,35 @@ void hf_layer_hparams(const hf_checkpoint & c, hparams & hp) {
 
 void hf_llama_like_hparams(const hf_checkpoint & c, hparams & hp) {
     const std::string cfg = c.config_path();
-    const auto int_in = [&](const char * key, int64_t lo, int64_t hi) { return c.config_int_in(key, lo, hi); };
+    const json_value config = c.config();
     constexpr int64_t big = int64_t(1) << 30;
-    hp.n_vocab = int_in("vocab_size", 1, INT32_MAX);
-    hp.n_embd = int_in("hidden_size", 1, 1 << 20);
-    hp.n_ff = int_in("intermediate_size", 1, 1 << 22);
+    hp.n_vocab = config.required_int("/vocab_size", 1, INT32_MAX);
+    hp.n_embd = config.required_int("/hidden_size", 1, 1 << 20);
+    hp.n_ff = config.required_int("/intermediate_size", 1, 1 << 22);
     hf_layer_hparams(c, hp);
-    hp.n_ctx_train = c.config_int_opt("max_position_embeddings") ? int_in("max_position_embeddings", 1, big) : 2048;
-    hp.rms_eps = float(c.config_float_opt("rms_norm_eps").value_or(1e-6));
-    hp.rope_freq_base = float(c.config_float_opt("rope_theta").value_or(10000.0));
-    if (std::optional<std::string> act = c.config_string_opt("hidden_act"); act && *act != "silu") {
+    hp.n_ctx_train = config.optional_int("/max_position_embeddings", 1, big).value_or(2048);
+    hp.rms_eps = float(config.optional<double>("/rms_norm_eps").value_or(1e-6));
+    hp.rope_freq_base = float(config.optional<double>("/rope_theta").value_or(10000.0));
+    if (std::optional<std::string> act = config.optional<std::string>("/hidden_act"); act && *act != "silu") {
         fail_input("'{}': hidden_act is '{}'; supported: silu", cfg, *act);
     }
-    if (c.config_bool_opt("mlp_bias").value_or(false)) {
+    if (config.optional<bool>("/mlp_bias").value_or(false)) {
         fail_input("'{}': mlp_bias is true; supported: false (the SwiGLU feed-forward has no biases)", cfg);
     }
-    if (c.config_object("rope_scaling") == nullptr) return;
+    const std::optional<json_value> scaling = config.find("/rope_scaling");
+    if (!scaling) return;
     // transformers wrote the kind as "type" before 4.43 and as "rope_type" since.
-    std::optional<std::string> type = c.config_string_opt("rope_scaling.rope_type");
-    if (!type) type = c.config_string_opt("rope_scaling.type");
+    std::optional<std::string> type = scaling->optional<std::string>("/rope_type");
+    if (!type) type = scaling->optional<std::string>("/type");
     if (!type || *type == "default") return;
-    const double factor = c.config_float("rope_scaling.factor");
+    const double factor = scaling->required<double>("/factor");
     if (!(factor > 0.0)) fail_input("'{}': rope_scaling.factor is {}, expected > 0", cfg, factor);
     if (*type == "linear") {
         hp.rope_freq_scale = float(1.0 / factor);
     } else if (*type == "llama3") {
-        const int64_t orig = c.config_int("rope_scaling.original_max_position_embeddings");
-        const double lo = c.config_float("rope_scaling.low_freq_factor");
-        const double hi = c.config_float("rope_scaling.high_freq_factor");
+        const int64_t orig = scaling->required<int64_t>("/original_max_position_embeddings");
+        const double lo = scaling->required<double>("/low_freq_factor");
+        const double hi = scaling->required<double>("/high_freq_factor");
         if (!(lo > 0.0) || !(hi > lo) || orig <= 0) {
             fail_input(
                 "'{}': rope_scaling llama3 needs low_freq_factor > 0, high_freq_factor > low_freq_factor and "

@@ -10,7 +10,7 @@
 
 #include "compute/matmul.h"
 #include "core/error.h"
-#include "model/gguf_writer.h"
+#include "format/gguf_writer.h"
 
 namespace hill {
 

@@ -7,4 +7,4 @@ hill_add_library(hill_tokenizer
 # Debian: libpcre2-dev.
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET GLOBAL libpcre2-8)  # GLOBAL: tests/ links it too (fuzz)
-target_link_libraries(hill_tokenizer PUBLIC hill_gguf hill_core PRIVATE PkgConfig::PCRE2 PkgConfig::XXHASH nlohmann_json::nlohmann_json)
+target_link_libraries(hill_tokenizer PUBLIC hill_format hill_core PRIVATE PkgConfig::PCRE2 PkgConfig::XXHASH nlohmann_json::nlohmann_json)

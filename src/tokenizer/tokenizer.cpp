@@ -10,7 +10,8 @@
 
 #include "core/error.h"
 #include "core/mapped_file.h"
-#include "model/gguf_file.h"
+#include "format/gguf_file.h"
+#include "format/json_file.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/spm_tokenizer.h"
 
@@ -249,73 +250,12 @@ std::unique_ptr<tokenizer> load_llama2c_tokenizer(const std::string & path, int3
 
 namespace {
 
-using json = nlohmann::json;
+// Ids are bounded so that a corrupt id cannot make the loader allocate gigabytes for the gap before
+// it: real vocabularies have at most a few hundred thousand tokens.
+constexpr int64_t k_max_id = int64_t(1) << 24;
 
-json read_json(const std::string & path) {
-    const mapped_file map(path);
-    const char * begin = reinterpret_cast<const char *>(map.data());
-    try {
-        return json::parse(begin, begin + map.size());
-    } catch (const json::exception & e) {
-        fail_input("'{}' is not valid JSON: {}", path, e.what());
-    }
-}
-
-// A JSON file and the path of a value inside it, for messages: "'file': field model.vocab ...".
-struct json_ref {
-    const std::string & file;
-    const json & value;
-    std::string field;
-
-    // Member `key` of this object; absent or null: nullopt.
-    std::optional<json_ref> get(const std::string & key) const {
-        if (!value.is_object()) fail_input("'{}': {} is {}, expected an object", file, field, value.type_name());
-        const auto it = value.find(key);
-        if (it == value.end() || it->is_null()) return std::nullopt;
-        return json_ref{file, *it, field.empty() ? key : field + "." + key};
-    }
-    json_ref at(const std::string & key) const {
-        std::optional<json_ref> r = get(key);
-        if (!r) fail_input("'{}': field {} is missing", file, field.empty() ? key : field + "." + key);
-        return *r;
-    }
-    json_ref item(size_t i) const { return json_ref{file, value[i], fmt::format("{}[{}]", field, i)}; }
-
-    [[noreturn]] void bad(const char * expected) const {
-        std::string shown = value.dump();
-        if (shown.size() > 80) shown = shown.substr(0, 77) + "...";
-        fail_input("'{}': {} = {} ({}), expected {}", file, field, shown, value.type_name(), expected);
-    }
-    const std::string & str() const {
-        if (!value.is_string()) bad("a string");
-        return value.get_ref<const std::string &>();
-    }
-    bool boolean() const {
-        if (!value.is_boolean()) bad("true or false");
-        return value.get<bool>();
-    }
-    // Ids are bounded so that a corrupt id cannot make the loader allocate gigabytes for the gap
-    // before it: real vocabularies have at most a few hundred thousand tokens.
-    static constexpr int64_t k_max_id = int64_t(1) << 24;
-    int32_t id() const {
-        if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() >= k_max_id) {
-            bad("a token id: an integer in [0, 16777216)");
-        }
-        return int32_t(value.get<int64_t>());
-    }
-    const json & array() const {
-        if (!value.is_array()) bad("an array");
-        return value;
-    }
-    const json & object() const {
-        if (!value.is_object()) bad("an object");
-        return value;
-    }
-};
-
-bool opt_bool(const json_ref & obj, const std::string & key, bool def) {
-    const auto r = obj.get(key);
-    return r ? r->boolean() : def;
+int32_t token_id(const json_value & v) {
+    return int32_t(v.get_int(0, k_max_id - 1));
 }
 
 // A "a b" merge line; nullopt unless exactly two non-empty parts.
@@ -342,46 +282,51 @@ std::string regex_escape(std::string_view s) {
 
 // Reads a pre_tokenizer (recursively through Sequence) into c.patterns; returns whether it has a
 // ByteLevel step.
-bool read_pre_tokenizer(const json_ref & pt, bpe_config & c) {
-    const std::string & type = pt.at("type").str();
-    if (type == "Sequence") {
-        const json_ref list = pt.at("pretokenizers");
+bool read_pre_tokenizer(const json_value & pt, bpe_config & c) {
+    const json_value type = pt.at("/type", "a string");
+    const std::string name = type.get<std::string>();
+    if (name == "Sequence") {
+        const json_value list = pt.at("/pretokenizers", "an array");
         bool byte_level = false;
-        for (size_t i = 0; i < list.array().size(); ++i) byte_level |= read_pre_tokenizer(list.item(i), c);
+        for (size_t i = 0; i < list.size(); ++i) byte_level |= read_pre_tokenizer(list.item(i), c);
         return byte_level;
     }
-    if (type == "ByteLevel") {
-        if (opt_bool(pt, "use_regex", true)) c.patterns.push_back(k_bpe_pattern_gpt2);
-        c.vocab.add_space_prefix = opt_bool(pt, "add_prefix_space", true);
+    if (name == "ByteLevel") {
+        if (pt.optional<bool>("/use_regex").value_or(true)) c.patterns.push_back(k_bpe_pattern_gpt2);
+        c.vocab.add_space_prefix = pt.optional<bool>("/add_prefix_space").value_or(true);
         return true;
     }
-    if (type == "Split") {
-        const json_ref pattern = pt.at("pattern");
-        if (const auto re = pattern.get("Regex")) {
-            c.patterns.push_back(re->str());
-        } else if (const auto lit = pattern.get("String")) {
-            c.patterns.push_back(regex_escape(lit->str()));
+    if (name == "Split") {
+        const json_value pattern = pt.at("/pattern", "an object");
+        if (const auto re = pattern.find("/Regex")) {
+            c.patterns.push_back(re->get<std::string>());
+        } else if (const auto lit = pattern.find("/String")) {
+            c.patterns.push_back(regex_escape(lit->get<std::string>()));
         } else {
-            pattern.bad("{\"Regex\": ...} or {\"String\": ...}");
+            pattern.fail_expected("{\"Regex\": ...} or {\"String\": ...}");
         }
-        const json_ref behavior = pt.at("behavior");
-        if (behavior.str() != "Isolated") behavior.bad("\"Isolated\" (the only Split behavior supported)");
-        if (opt_bool(pt, "invert", false)) pt.at("invert").bad("false (inverted Split is not supported)");
+        const json_value behavior = pt.at("/behavior", "a string");
+        if (behavior.get<std::string>() != "Isolated") {
+            behavior.fail_expected("\"Isolated\" (the only Split behavior supported)");
+        }
+        if (pt.optional<bool>("/invert").value_or(false)) {
+            pt.at("/invert").fail_expected("false (inverted Split is not supported)");
+        }
         return false;
     }
     fail_input(
-        "'{}': {}.type = '{}' is not supported: only byte-level BPE is (pre-tokenizer steps ByteLevel, "
-        "Split, Sequence); for a SentencePiece model such as Llama-2 load its GGUF file",
-        pt.file, pt.field, type);
+        "{}: '{}' is not supported: only byte-level BPE is (pre-tokenizer steps ByteLevel, Split, Sequence); for a "
+        "SentencePiece model such as Llama-2 load its GGUF file",
+        type.where(), name);
 }
 
 // The name of a special token in tokenizer_config.json: a string, {"content": ...} or null.
-std::optional<std::string> config_token(const std::optional<json_ref> & cfg, const char * key) {
+std::optional<std::string> config_token(const std::optional<json_value> & cfg, std::string_view pointer) {
     if (!cfg) return std::nullopt;
-    const auto r = cfg->get(key);
+    const auto r = cfg->find(pointer);
     if (!r) return std::nullopt;
-    if (r->value.is_object()) return r->at("content").str();
-    return r->str();
+    if (r->json().is_object()) return r->required<std::string>("/content");
+    return r->get<std::string>();
 }
 
 // Id of the token spelled `name`: a control/user-defined piece first, then a normal piece (whose
@@ -401,30 +346,31 @@ int32_t find_token(const vocab & v, const std::string & name) {
 
 // Adds an added token (HF added_tokens entry or tokenizer_config added_tokens_decoder value) to
 // the vocab: special -> control, else user-defined; grows the vocab for ids past its end.
-void add_added_token(bpe_config & c, const json_ref & t, int32_t id) {
+void add_added_token(bpe_config & c, const json_value & t, int32_t id) {
     vocab & v = c.vocab;
-    const std::string & content = t.at("content").str();
-    if (content.empty()) t.at("content").bad("a non-empty string");
+    const json_value content_value = t.at("/content", "a string");
+    const std::string content = content_value.get<std::string>();
+    if (content.empty()) content_value.fail_expected("a non-empty string");
     if (size_t(id) >= v.pieces.size()) {
         v.pieces.resize(size_t(id) + 1);
         v.kinds.resize(size_t(id) + 1, token_kind::unused);
     }
     v.pieces[size_t(id)] = content;
-    v.kinds[size_t(id)] = opt_bool(t, "special", false) ? token_kind::control : token_kind::user_defined;
-    c.added.push_back(
-        {id, opt_bool(t, "lstrip", false), opt_bool(t, "rstrip", false), opt_bool(t, "single_word", false)});
+    v.kinds[size_t(id)] = t.optional<bool>("/special").value_or(false) ? token_kind::control : token_kind::user_defined;
+    c.added.push_back({id, t.optional<bool>("/lstrip").value_or(false), t.optional<bool>("/rstrip").value_or(false),
+                       t.optional<bool>("/single_word").value_or(false)});
 }
 
 // bos/eos/unk and the BOS rule (see tokenizer.h) from tokenizer_config.json (may be absent) and the
 // post_processor's leading special token (-1: none).
-void apply_config(bpe_config & c, const std::optional<json_ref> & cfg, int32_t template_bos) {
+void apply_config(bpe_config & c, const std::optional<json_value> & cfg, int32_t template_bos) {
     vocab & v = c.vocab;
-    const auto lookup = [&](const char * key) -> int32_t {
-        const std::optional<std::string> name = config_token(cfg, key);
+    const auto lookup = [&](const char * pointer) -> int32_t {
+        const std::optional<std::string> name = config_token(cfg, pointer);
         if (!name) return -1;
         const int32_t id = find_token(v, *name);
         if (id < 0) {
-            fail_input("'{}': {} = '{}' is not a token of the vocabulary in '{}'", cfg->file, key, *name, c.source);
+            fail_input("{}: {}: '{}' is not a token of the vocabulary in '{}'", cfg->name(), pointer, *name, c.source);
         }
         if (v.kinds[size_t(id)] == token_kind::normal) {
             v.kinds[size_t(id)] = token_kind::control;  // a special token (OPT's "</s>" is in vocab.json)
@@ -432,18 +378,18 @@ void apply_config(bpe_config & c, const std::optional<json_ref> & cfg, int32_t t
         }
         return id;
     };
-    const int32_t bos = lookup("bos_token");
-    const int32_t eos = lookup("eos_token");
-    const int32_t unk = lookup("unk_token");
+    const int32_t bos = lookup("/bos_token");
+    const int32_t eos = lookup("/eos_token");
+    const int32_t unk = lookup("/unk_token");
     const int32_t eot = find_token(v, "<|endoftext|>");  // GPT-2's (and Qwen's) BOS = EOS
     if (eot >= 0 && v.kinds[size_t(eot)] == token_kind::normal) v.kinds[size_t(eot)] = token_kind::control;
 
     v.bos = bos >= 0 ? bos : template_bos >= 0 ? template_bos : eot;
     v.eos = eos >= 0 ? eos : eot;
     v.unk = unk;
-    const std::optional<json_ref> add_bos = cfg ? cfg->get("add_bos_token") : std::nullopt;
+    const std::optional<bool> add_bos = cfg ? cfg->optional<bool>("/add_bos_token") : std::nullopt;
     if (add_bos) {
-        v.add_bos = add_bos->boolean();
+        v.add_bos = *add_bos;
     } else if (template_bos >= 0) {
         v.add_bos = true;
     } else {
@@ -452,63 +398,72 @@ void apply_config(bpe_config & c, const std::optional<json_ref> & cfg, int32_t t
 }
 
 // The special token a TemplateProcessing post_processor puts before the text ("single"), -1: none.
-int32_t template_bos(const std::optional<json_ref> & pp, const vocab & v) {
+int32_t template_bos(const std::optional<json_value> & pp, const vocab & v) {
     if (!pp) return -1;
-    const std::string & type = pp->at("type").str();
+    const std::string type = pp->required<std::string>("/type");
     if (type == "Sequence") {
-        const json_ref list = pp->at("processors");
-        for (size_t i = 0; i < list.array().size(); ++i) {
+        const json_value list = pp->at("/processors", "an array");
+        for (size_t i = 0; i < list.size(); ++i) {
             const int32_t id = template_bos(list.item(i), v);
             if (id >= 0) return id;
         }
         return -1;
     }
     if (type != "TemplateProcessing") return -1;
-    const json_ref single = pp->at("single");
-    if (single.array().empty()) return -1;
-    const auto first = single.item(0).get("SpecialToken");
+    const json_value single = pp->at("/single", "an array");
+    if (single.size() == 0) return -1;
+    const auto first = single.item(0).find("/SpecialToken");
     if (!first) return -1;
-    const std::string & name = first->at("id").str();
-    if (const auto specials = pp->get("special_tokens")) {
-        if (const auto entry = specials->get(name)) {
-            const json_ref ids = entry->at("ids");
-            if (!ids.array().empty()) {
-                const int32_t id = ids.item(0).id();
-                if (size_t(id) >= v.pieces.size()) ids.item(0).bad("a token id of the vocabulary");
-                return id;
-            }
+    const json_value first_id = first->at("/id", "a string");
+    const std::string name = first_id.get<std::string>();
+    std::optional<json_value> entry;  // special_tokens[name]; a token name may hold '/', so no pointer
+    if (const auto specials = pp->find("/special_tokens")) {
+        specials->for_each_member([&](const std::string & key, const json_value & e) {
+            if (key == name) entry = e;
+        });
+    }
+    if (entry) {
+        const json_value ids = entry->at("/ids", "an array");
+        if (ids.size() > 0) {
+            const int32_t id = token_id(ids.item(0));
+            if (size_t(id) >= v.pieces.size()) ids.item(0).fail_expected("a token id of the vocabulary");
+            return id;
         }
     }
     const int32_t id = find_token(v, name);
-    if (id < 0) fail_input("'{}': {}.id = '{}' is not a token of the vocabulary", pp->file, first->field, name);
+    if (id < 0) fail_input("{}: '{}' is not a token of the vocabulary", first_id.where(), name);
     return id;
 }
 
 // Pieces from a JSON object piece -> id; ids must be distinct (gaps become unused tokens).
-void read_vocab_object(const json_ref & obj, vocab & v) {
-    const json & o = obj.object();
-    if (o.empty()) fail_input("'{}': {} is empty", obj.file, obj.field.empty() ? "the vocabulary" : obj.field);
+void read_vocab_object(const json_value & obj, vocab & v) {
+    obj.require_object();
+    const std::string what = obj.pointer().empty() ? "the vocabulary" : obj.pointer();
+    if (obj.json().empty()) fail_input("{}: {} is empty", obj.name(), what);
+    std::vector<std::pair<const std::string *, int32_t>> entries;  // piece (in the document), id
+    entries.reserve(obj.json().size());
     size_t n = 0;
-    for (auto it = o.begin(); it != o.end(); ++it) {
-        const json_ref r{obj.file, it.value(), obj.field.empty() ? it.key() : obj.field + "['" + it.key() + "']"};
-        n = std::max(n, size_t(r.id()) + 1);
-    }
+    obj.for_each_member([&](const std::string & piece, const json_value & id) {
+        entries.emplace_back(&piece, token_id(id));
+        n = std::max(n, size_t(entries.back().second) + 1);
+    });
     v.pieces.assign(n, std::string());
     v.kinds.assign(n, token_kind::unused);
-    for (auto it = o.begin(); it != o.end(); ++it) {
-        const size_t id = size_t(it.value().get<int64_t>());
-        if (v.kinds[id] != token_kind::unused) {
-            fail_input("'{}': {} gives id {} to both '{}' and '{}'", obj.file,
-                       obj.field.empty() ? "the vocabulary" : obj.field, id, v.pieces[id], it.key());
+    for (const auto & [piece, id] : entries) {
+        if (v.kinds[size_t(id)] != token_kind::unused) {
+            fail_input("{}: {} gives id {} to both '{}' and '{}'", obj.name(), what, id, v.pieces[size_t(id)], *piece);
         }
-        v.pieces[id] = it.key();
-        v.kinds[id] = token_kind::normal;
+        v.pieces[size_t(id)] = *piece;
+        v.kinds[size_t(id)] = token_kind::normal;
     }
 }
 
-std::optional<json> read_optional_json(const std::string & path) {
+// tokenizer_config.json, which may be absent (path ""); an object when present.
+std::optional<json_file> load_tokenizer_config(const std::string & path) {
     if (path.empty()) return std::nullopt;
-    return read_json(path);
+    json_file f = json_file::load(path, "the tokenizer config");
+    f.root().require_object();
+    return f;
 }
 
 }  // namespace
@@ -516,82 +471,80 @@ std::optional<json> read_optional_json(const std::string & path) {
 std::unique_ptr<tokenizer> load_tokenizer_json(const std::string & tokenizer_json_path,
                                                const std::string & tokenizer_config_path) {
     const std::string & file = tokenizer_json_path;
-    const json root_json = read_json(file);
-    const json_ref root{file, root_json, ""};
-    if (!root_json.is_object()) root.bad("an object");
+    const json_file doc = json_file::load(file, "the tokenizer");
+    const json_value root = doc.root();
+    root.require_object();
     bpe_config c;
     c.source = file;
     c.merges_field = "model.merges";
 
-    const json_ref model = root.at("model");
-    if (const auto type = model.get("type"); type && type->str() != "BPE") {
-        fail_input("'{}': model.type = '{}' is not supported (supported: 'BPE', byte-level)", file, type->str());
+    const json_value model = root.at("/model", "an object");
+    if (const auto type = model.find("/type")) {
+        const std::string name = type->get<std::string>();
+        if (name != "BPE") fail_input("{}: '{}' is not supported (supported: 'BPE', byte-level)", type->where(), name);
     }
-    for (const char * key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-        if (const auto r = model.get(key); r && !r->str().empty()) r->bad("null or \"\" (not supported)");
+    for (const char * pointer : {"/continuing_subword_prefix", "/end_of_word_suffix"}) {
+        if (const auto r = model.find(pointer); r && !r->get<std::string>().empty()) {
+            r->fail_expected("null or \"\" (not supported)");
+        }
     }
 
     // Byte level or not decides before anything else is read, so the message names the real cause.
-    bool byte_level = false;
-    if (const auto pt = root.get("pre_tokenizer")) byte_level = read_pre_tokenizer(*pt, c);
-    if (!byte_level) {
-        const auto pt = root.get("pre_tokenizer");
-        const std::string pt_type =
-            pt && pt->value.is_object() && pt->value.contains("type") ? pt->value["type"].dump() : "null";
+    const std::optional<json_value> pt = root.find("/pre_tokenizer");
+    if (!pt || !read_pre_tokenizer(*pt, c)) {
         fail_input(
-            "'{}': pre_tokenizer (type {}) has no ByteLevel step, so this is not a byte-level BPE "
-            "(model.byte_fallback = {}); supported: byte-level BPE as GPT-2, OPT, Qwen2/3 and Llama-3 use "
+            "{}: /pre_tokenizer (type {}) has no ByteLevel step, so this is not a byte-level BPE "
+            "(/model/byte_fallback = {}); supported: byte-level BPE as GPT-2, OPT, Qwen2/3 and Llama-3 use "
             "it; for a SentencePiece model such as Llama-2 load its GGUF file",
-            file, pt_type, opt_bool(model, "byte_fallback", false));
+            file, pt ? pt->at("/type").json().dump() : "null", model.optional<bool>("/byte_fallback").value_or(false));
     }
-    if (const auto norm = root.get("normalizer")) {
-        const std::function<void(const json_ref &)> check = [&](const json_ref & n) {
-            const std::string & type = n.at("type").str();
-            if (type == "Sequence") {
-                const json_ref list = n.at("normalizers");
-                for (size_t i = 0; i < list.array().size(); ++i) check(list.item(i));
-            } else if (type != "NFC") {
-                fail_input("'{}': {}.type = '{}' is not supported (supported: null, NFC)", file, n.field, type);
+    if (const auto norm = root.find("/normalizer")) {
+        const std::function<void(const json_value &)> check = [&](const json_value & n) {
+            const json_value type = n.at("/type", "a string");
+            const std::string name = type.get<std::string>();
+            if (name == "Sequence") {
+                const json_value list = n.at("/normalizers", "an array");
+                for (size_t i = 0; i < list.size(); ++i) check(list.item(i));
+            } else if (name != "NFC") {
+                fail_input("{}: '{}' is not supported (supported: null, NFC)", type.where(), name);
             }
         };
         check(*norm);
     }
-    c.ignore_merges = opt_bool(model, "ignore_merges", false);
+    c.ignore_merges = model.optional<bool>("/ignore_merges").value_or(false);
 
-    read_vocab_object(model.at("vocab"), c.vocab);
-    const json_ref merges = model.at("merges");
-    c.merges.reserve(merges.array().size());
-    for (size_t i = 0; i < merges.value.size(); ++i) {
-        const json_ref m = merges.item(i);
-        if (m.value.is_string()) {
-            auto ab = split_merge(m.str());
-            if (!ab) m.bad("\"a b\": two pieces separated by one space");
+    read_vocab_object(model.at("/vocab", "an object"), c.vocab);
+    const json_value merges = model.at("/merges", "an array");
+    c.merges.reserve(merges.size());
+    for (size_t i = 0; i < merges.size(); ++i) {
+        const json_value m = merges.item(i);
+        if (m.json().is_string()) {
+            auto ab = split_merge(m.get<std::string>());
+            if (!ab) m.fail_expected("\"a b\": two pieces separated by one space");
             c.merges.push_back(std::move(*ab));
-        } else if (m.value.is_array() && m.value.size() == 2) {
-            c.merges.emplace_back(m.item(0).str(), m.item(1).str());
+        } else if (m.json().is_array() && m.json().size() == 2) {
+            c.merges.emplace_back(m.item(0).get<std::string>(), m.item(1).get<std::string>());
         } else {
-            m.bad("\"a b\" or [\"a\", \"b\"]");
+            m.fail_expected("\"a b\" or [\"a\", \"b\"]");
         }
     }
 
-    if (const auto added = root.get("added_tokens")) {
-        for (size_t i = 0; i < added->array().size(); ++i) {
-            const json_ref t = added->item(i);
-            add_added_token(c, t, t.at("id").id());
+    if (const auto added = root.find("/added_tokens")) {
+        for (size_t i = 0; i < added->size(); ++i) {
+            const json_value t = added->item(i);
+            add_added_token(c, t, token_id(t.at("/id", "a token id")));
         }
     }
-    if (const auto unk = model.get("unk_token")) {
-        const int32_t id = find_token(c.vocab, unk->str());
-        if (id < 0) unk->bad("a token of model.vocab");
+    if (const auto unk = model.find("/unk_token")) {
+        const int32_t id = find_token(c.vocab, unk->get<std::string>());
+        if (id < 0) unk->fail_expected("a token of /model/vocab");
         c.vocab.unk = id;
     }
 
-    const std::optional<json> cfg_json = read_optional_json(tokenizer_config_path);
-    const std::optional<json_ref> cfg =
-        cfg_json ? std::optional<json_ref>(json_ref{tokenizer_config_path, *cfg_json, ""}) : std::nullopt;
-    if (cfg) cfg->object();
+    const std::optional<json_file> cfg_doc = load_tokenizer_config(tokenizer_config_path);
+    const std::optional<json_value> cfg = cfg_doc ? std::optional(cfg_doc->root()) : std::nullopt;
     const int32_t unk = c.vocab.unk;
-    apply_config(c, cfg, template_bos(root.get("post_processor"), c.vocab));
+    apply_config(c, cfg, template_bos(root.find("/post_processor"), c.vocab));
     if (c.vocab.unk < 0) c.vocab.unk = unk;
     c.vocab.scores.assign(c.vocab.pieces.size(), 0.0f);
     return std::make_unique<bpe_tokenizer>(std::move(c));
@@ -603,10 +556,7 @@ std::unique_ptr<tokenizer> load_vocab_merges_tokenizer(const std::string & vocab
     bpe_config c;
     c.source = merges_path;
     c.patterns = {k_bpe_pattern_gpt2};
-    {
-        const json v = read_json(vocab_json_path);
-        read_vocab_object(json_ref{vocab_json_path, v, ""}, c.vocab);
-    }
+    read_vocab_object(json_file::load(vocab_json_path, "the vocabulary").root(), c.vocab);
 
     const mapped_file map(merges_path);
     const std::string_view text(reinterpret_cast<const char *>(map.data()), map.size());
@@ -631,23 +581,17 @@ std::unique_ptr<tokenizer> load_vocab_merges_tokenizer(const std::string & vocab
     // Merge i is on line merges_line0 + i only when no empty line intervenes; blank lines are
     // rare (none in GPT-2's or OPT's files) and then the reported line is approximate.
 
-    const std::optional<json> cfg_json = read_optional_json(tokenizer_config_path);
-    const std::optional<json_ref> cfg =
-        cfg_json ? std::optional<json_ref>(json_ref{tokenizer_config_path, *cfg_json, ""}) : std::nullopt;
-    if (cfg) {
-        cfg->object();
-        if (const auto dec = cfg->get("added_tokens_decoder")) {
-            for (auto it = dec->object().begin(); it != dec->object().end(); ++it) {
-                const json_ref t{tokenizer_config_path, it.value(), "added_tokens_decoder['" + it.key() + "']"};
-                char * end = nullptr;
-                const long long id = std::strtoll(it.key().c_str(), &end, 10);
-                if (it.key().empty() || *end != '\0' || id < 0 || id >= json_ref::k_max_id) {
-                    fail_input("'{}': added_tokens_decoder key '{}' is not a token id", tokenizer_config_path,
-                               it.key());
-                }
-                add_added_token(c, t, int32_t(id));
+    const std::optional<json_file> cfg_doc = load_tokenizer_config(tokenizer_config_path);
+    const std::optional<json_value> cfg = cfg_doc ? std::optional(cfg_doc->root()) : std::nullopt;
+    if (const std::optional<json_value> dec = cfg ? cfg->find("/added_tokens_decoder") : std::nullopt) {
+        dec->for_each_member([&](const std::string & key, const json_value & t) {
+            char * end = nullptr;
+            const long long id = std::strtoll(key.c_str(), &end, 10);
+            if (key.empty() || *end != '\0' || id < 0 || id >= k_max_id) {
+                fail_input("{}: added_tokens_decoder key '{}' is not a token id", cfg->name(), key);
             }
-        }
+            add_added_token(c, t, int32_t(id));
+        });
     }
     apply_config(c, cfg, -1);
     c.vocab.add_space_prefix = false;

@@ -2,7 +2,7 @@
 // hill::error; a crash, sanitizer report, other exception or leak is a bug. Build with
 // -DHILL_BUILD_FUZZ=ON and clang; see tests/model.cmake.
 #include "core/error.h"
-#include "model/safetensors_file.h"
+#include "format/safetensors_file.h"
 
 #include <cstddef>
 #include <cstdint>

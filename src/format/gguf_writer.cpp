@@ -1,4 +1,4 @@
-#include "model/gguf_writer.h"
+#include "format/gguf_writer.h"
 
 #include "core/atomic_file.h"
 #include "core/error.h"

@@ -13,7 +13,7 @@
 // weights, is exit_code::usage; the message says what was expected and, when the folder holds
 // pytorch_model.bin-style weights, that only safetensors is supported. Everything below is
 // exit_code::bad_input and names the file:
-//   - config.json that is not valid JSON or not an object;
+//   - config.json that is not valid JSON or not an object (format/json_file.h);
 //   - an index that is not valid JSON, without a "weight_map" object, or with a shard name that is
 //     not a string or not a plain file name in the folder (no '/', no "..");
 //   - a missing shard (named, with the index that lists it); any corrupt shard (safetensors_file);
@@ -21,16 +21,10 @@
 //     a shard but not in the index (index and shards must agree exactly).
 //
 // The shards stay mapped for the lifetime of the object: tensor views point into the mappings.
-//
-// nlohmann/json: only <nlohmann/json_fwd.hpp> is included here (the full header is heavy to
-// compile), so config() can be passed around by reference; the typed getters below are the
-// convenient way to read it, with error messages naming config.json, the key, the expected type and
-// the actual value. Include <nlohmann/json.hpp> where you use config() directly.
 #pragma once
 
-#include "model/safetensors_file.h"
-
-#include <nlohmann/json_fwd.hpp>
+#include "format/json_file.h"
+#include "format/safetensors_file.h"
 
 #include <cstdint>
 #include <map>
@@ -54,32 +48,12 @@ public:
     static bool is_checkpoint_dir(const std::string & path);
 
     const std::string & dir() const { return dir_; }
-    const nlohmann::json & config() const { return *config_; }
+    // config.json, an object. Read it with json_value's typed getters, which name config.json, the
+    // key's JSON Pointer, the expected type and the actual value in their errors:
+    //   config().required_int("/num_hidden_layers", 1, 4096), config().optional<double>("/rope_theta"),
+    //   config().required<std::string>("/rope_scaling/type").
+    json_value config() const { return config_->root(); }
     std::string config_path() const;
-
-    // --- config.json getters ----------------------------------------------------------------
-    // `key` is a top-level key, or a path into sub-objects separated by '.', e.g.
-    // "rope_scaling.factor", "text_config.hidden_size". The *_opt variants return nullopt when the
-    // key is absent or JSON null; the plain ones throw hill::error(bad_input) "config.json: missing
-    // key" naming the file. A present key of the wrong type (a float for an int, a string for a
-    // number, ...) throws naming the key, the expected type and the actual value. Integers accept
-    // JSON integers (and floats with an integral value, e.g. 1e4 as written by some exporters);
-    // floats accept any JSON number.
-    bool config_has(std::string_view key) const;
-    int64_t config_int(std::string_view key) const;
-    // config_int within [lo, hi]; outside it, hill::error(bad_input) naming the file, key, value and range.
-    int32_t config_int_in(std::string_view key, int64_t lo, int64_t hi) const;
-    std::optional<int64_t> config_int_opt(std::string_view key) const;
-    double config_float(std::string_view key) const;
-    std::optional<double> config_float_opt(std::string_view key) const;
-    std::string config_string(std::string_view key) const;
-    std::optional<std::string> config_string_opt(std::string_view key) const;
-    bool config_bool(std::string_view key) const;
-    std::optional<bool> config_bool_opt(std::string_view key) const;
-    // A string array, e.g. "architectures"; nullopt when absent or null.
-    std::optional<std::vector<std::string>> config_string_array_opt(std::string_view key) const;
-    // A sub-object (e.g. "rope_scaling"); nullptr when absent or null; throws when not an object.
-    const nlohmann::json * config_object(std::string_view key) const;
 
     // --- tensors ------------------------------------------------------------------------------
     // Lookup across shards; nullptr when absent.
@@ -99,12 +73,10 @@ public:
 
 private:
     hf_checkpoint() = default;
-    void load_config();
     void load_weights();
-    const nlohmann::json * lookup(std::string_view key) const;
 
     std::string dir_;
-    std::unique_ptr<nlohmann::json> config_;
+    std::optional<json_file> config_;
     std::vector<std::unique_ptr<safetensors_file>> shards_;
     std::map<std::string, const safetensors_tensor *, std::less<>> tensors_;
 };

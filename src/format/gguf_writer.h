@@ -3,7 +3,7 @@
 #pragma once
 
 #include "core/ggml_type.h"
-#include "model/gguf_file.h"
+#include "format/gguf_file.h"
 
 #include <cstdint>
 #include <string>

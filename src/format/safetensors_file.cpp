@@ -1,6 +1,7 @@
-#include "model/safetensors_file.h"
+#include "format/safetensors_file.h"
 
 #include "core/error.h"
+#include "format/json_file.h"
 
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
@@ -23,13 +24,6 @@ constexpr std::string_view known_dtypes[] = {
     "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2", "C64",
 };
 constexpr std::string_view supported_dtypes = "F32, F16, BF16";
-
-// "12 bytes" style description of a JSON value for messages, without dumping a huge value.
-std::string describe(const nlohmann::json & v) {
-    std::string s = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    if (s.size() > 80) s = s.substr(0, 77) + "...";
-    return fmt::format("{} {}", v.type_name(), s);
-}
 
 bool mul_overflows(uint64_t a, uint64_t b, uint64_t & out) { return __builtin_mul_overflow(a, b, &out); }
 
@@ -110,12 +104,9 @@ void safetensors_file::parse_all(const uint8_t * data, size_t size) {
                    uint8_t(header[0]));
     }
 
-    nlohmann::json root;
-    try {
-        root = nlohmann::json::parse(header, header + n_header);
-    } catch (const nlohmann::json::exception & e) {
-        fail_input("{}: the {}-byte header is not valid JSON: {}", file, n_header, e.what());
-    }
+    const json_file doc =
+        json_file::parse(std::string_view(header, n_header), file, fmt::format("the {}-byte header", n_header));
+    const nlohmann::json & root = doc.root().json();
     if (!root.is_object()) fail_input("{}: the header is a JSON {}, expected an object", file, root.type_name());
 
     const uint8_t * data_start = data + 8 + n_header;
@@ -127,11 +118,11 @@ void safetensors_file::parse_all(const uint8_t * data, size_t size) {
         const nlohmann::json & entry = item.value();
         if (name == "__metadata__") {
             if (!entry.is_object()) {
-                fail_input("{}: \"__metadata__\" is {}, expected an object of strings", file, describe(entry));
+                fail_input("{}: \"__metadata__\" is {}, expected an object of strings", file, json_describe(entry));
             }
             for (const auto & [k, v] : entry.items()) {
                 if (!v.is_string()) {
-                    fail_input("{}: \"__metadata__\" key \"{}\" is {}, expected a string", file, k, describe(v));
+                    fail_input("{}: \"__metadata__\" key \"{}\" is {}, expected a string", file, k, json_describe(v));
                 }
                 metadata_.emplace(k, v.get<std::string>());
             }
@@ -139,7 +130,7 @@ void safetensors_file::parse_all(const uint8_t * data, size_t size) {
         }
         if (!entry.is_object()) {
             fail_input("{}: tensor '{}': entry is {}, expected an object with dtype, shape, data_offsets", file, name,
-                       describe(entry));
+                       json_describe(entry));
         }
         const auto field = [&](const char * key) -> const nlohmann::json & {
             const auto it = entry.find(key);
@@ -150,7 +141,9 @@ void safetensors_file::parse_all(const uint8_t * data, size_t size) {
         t.name = name;
 
         const nlohmann::json & dtype = field("dtype");
-        if (!dtype.is_string()) fail_input("{}: tensor '{}': dtype is {}, expected a string", file, name, describe(dtype));
+        if (!dtype.is_string()) {
+            fail_input("{}: tensor '{}': dtype is {}, expected a string", file, name, json_describe(dtype));
+        }
         const std::string dtype_str = dtype.get<std::string>();
         const std::optional<ggml_type> type = type_from_dtype(dtype_str);
         if (!type) {
@@ -162,7 +155,9 @@ void safetensors_file::parse_all(const uint8_t * data, size_t size) {
         t.type = *type;
 
         const nlohmann::json & shape = field("shape");
-        if (!shape.is_array()) fail_input("{}: tensor '{}': shape is {}, expected an array", file, name, describe(shape));
+        if (!shape.is_array()) {
+            fail_input("{}: tensor '{}': shape is {}, expected an array", file, name, json_describe(shape));
+        }
         if (shape.size() > max_dims) {
             fail_input("{}: tensor '{}': shape has {} dimensions, expected at most {}", file, name, shape.size(),
                        max_dims);
@@ -172,7 +167,7 @@ void safetensors_file::parse_all(const uint8_t * data, size_t size) {
             const nlohmann::json & v = shape[d];
             if (!v.is_number_unsigned() || v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())) {
                 fail_input("{}: tensor '{}': shape[{}] is {}, expected a non-negative integer", file, name, d,
-                           describe(v));
+                           json_describe(v));
             }
             t.shape.push_back(v.get<int64_t>());
             if (mul_overflows(n_el, v.get<uint64_t>(), n_el) || n_el > uint64_t(std::numeric_limits<int64_t>::max())) {
@@ -190,7 +185,7 @@ void safetensors_file::parse_all(const uint8_t * data, size_t size) {
         const nlohmann::json & off = field("data_offsets");
         if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
             fail_input("{}: tensor '{}': data_offsets is {}, expected [begin, end] (two non-negative integers)", file,
-                       name, describe(off));
+                       name, json_describe(off));
         }
         const uint64_t begin = off[0].get<uint64_t>();
         const uint64_t end = off[1].get<uint64_t>();

@@ -1,4 +1,4 @@
-#include "model/gguf_file.h"
+#include "format/gguf_file.h"
 
 #include "core/error.h"
 
