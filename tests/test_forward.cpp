@@ -4,12 +4,10 @@
 // logits on a batch of rows at non-consecutive positions give, row by row, what the same calls give
 // one row at a time — the batch invariance a decode batch of unrelated sequences relies on.
 //
-// Bit for bit for batches of up to 3 rows: compute/matmul.h's gemm runs fewer than 4 rows through
-// gemv, one row after the other, so a row is the same f32 computation alone or in the batch. From 4
-// rows on, gemm goes through OpenBLAS sgemm, whose sums are ordered differently from gemv's and may
-// depend on the batch (gemm is being made batch-invariant for n <= 64); a 16-row batch is compared
-// within a tolerance until then (see k_tol_blas). The checkpoint folders are written here (f32
-// safetensors under the Hugging Face names of model/hf_names.h), so that no Python is needed.
+// Bit for bit: compute/matmul.h's gemm computes every row of a call of up to 64 rows exactly as gemv
+// does it alone (gemv_batch), so a row is the same f32 computation alone or in the batch. The
+// checkpoint folders are written here (f32 safetensors under the Hugging Face names of
+// model/hf_names.h), so that no Python is needed.
 #include "core/thread_pool.h"
 #include "format/safetensors_file.h"
 #include "model/forward.h"
@@ -29,11 +27,6 @@
 
 namespace hill {
 namespace {
-
-// max |batch - alone| / max |alone| over a row, for batches that go through OpenBLAS sgemm: a few
-// f32 roundings of sums over at most 96 products, in one call (every call starts from the same
-// input); 6e-7 seen on these models.
-constexpr double k_tol_blas = 1e-5;
 
 struct tensor_spec {
     std::string gguf_name;
@@ -190,25 +183,14 @@ const forward_case k_cases[] = {
      }},
 };
 
-// Row `row` of a batch result against the same row computed alone, both f32 [width]. tol 0: bit
-// for bit; otherwise max |batch - alone| <= tol · max |alone|.
-void expect_row(const float * batch, const float * alone, int64_t width, double tol, const std::string & what) {
-    if (tol == 0.0) {
-        for (int64_t i = 0; i < width; ++i) {
-            if (std::memcmp(&batch[i], &alone[i], 4) != 0) {
-                ADD_FAILURE() << what << ": element " << i << " is " << batch[i] << " in the batch, " << alone[i]
-                              << " alone";
-                return;
-            }
-        }
-        return;
-    }
-    double max_ref = 0.0, max_err = 0.0;
+// Row `row` of a batch result against the same row computed alone, both f32 [width]: bit for bit.
+void expect_row(const float * batch, const float * alone, int64_t width, const std::string & what) {
     for (int64_t i = 0; i < width; ++i) {
-        max_ref = std::max(max_ref, std::abs(double(alone[i])));
-        max_err = std::max(max_err, std::abs(double(batch[i]) - double(alone[i])));
+        if (std::memcmp(&batch[i], &alone[i], 4) != 0) {
+            ADD_FAILURE() << what << ": element " << i << " is " << batch[i] << " in the batch, " << alone[i] << " alone";
+            return;
+        }
     }
-    EXPECT_LE(max_err, tol * max_ref) << what << ": max |batch - alone| " << max_err << ", max |alone| " << max_ref;
 }
 
 class forward_rows : public ::testing::TestWithParam<forward_case> {
@@ -220,8 +202,8 @@ protected:
 
     // Every call on a batch of n rows (tokens[i] at pos[i]) against the same call on each row alone
     // (a forward pass of its own, n_rows_max 1), from the same inputs: the batch's embeddings, then
-    // block by block the batch's residual stream and random attention outputs; tol as expect_row.
-    void check_batch(const std::vector<int32_t> & tokens, const std::vector<int32_t> & pos, double tol) {
+    // block by block the batch's residual stream and random attention outputs.
+    void check_batch(const std::vector<int32_t> & tokens, const std::vector<int32_t> & pos) {
         const hparams & hp = m->hp();
         const int64_t n = int64_t(tokens.size()), n_embd = hp.n_embd, n_q = hp.n_embd_q(), n_kv = hp.n_embd_kv();
         thread_pool pool(2);
@@ -234,7 +216,7 @@ protected:
         batch->embed(tokens.data(), pos.data(), n, x.data());
         for (int64_t i = 0; i < n; ++i) {
             alone->embed(&tokens[size_t(i)], &pos[size_t(i)], 1, x1.data());
-            expect_row(row(x, i, n_embd), x1.data(), n_embd, tol, fmt::format("embed row {}", i));
+            expect_row(row(x, i, n_embd), x1.data(), n_embd, fmt::format("embed row {}", i));
         }
         std::mt19937 rng(9);
         for (int il = 0; il < hp.n_layer; ++il) {
@@ -242,9 +224,9 @@ protected:
             for (int64_t i = 0; i < n; ++i) {
                 alone->attention_input(il, row(x, i, n_embd), &pos[size_t(i)], 1, q1.data(), k1.data(), v1.data());
                 const std::string at = fmt::format("layer {} row {} (position {})", il, i, pos[size_t(i)]);
-                expect_row(row(q, i, n_q), q1.data(), n_q, tol, "q of " + at);
-                expect_row(row(k, i, n_kv), k1.data(), n_kv, tol, "k of " + at);
-                expect_row(row(v, i, n_kv), v1.data(), n_kv, tol, "v of " + at);
+                expect_row(row(q, i, n_q), q1.data(), n_q, "q of " + at);
+                expect_row(row(k, i, n_kv), k1.data(), n_kv, "k of " + at);
+                expect_row(row(v, i, n_kv), v1.data(), n_kv, "v of " + at);
             }
             const std::vector<float> attn = test::random_floats(rng, size_t(n * n_q));
             const std::vector<float> x_in = x;
@@ -252,14 +234,14 @@ protected:
             for (int64_t i = 0; i < n; ++i) {
                 std::copy_n(x_in.data() + i * n_embd, n_embd, x1.data());
                 alone->attention_output(il, x1.data(), attn.data() + i * n_q, 1);
-                expect_row(row(x, i, n_embd), x1.data(), n_embd, tol, fmt::format("block {} output row {}", il, i));
+                expect_row(row(x, i, n_embd), x1.data(), n_embd, fmt::format("block {} output row {}", il, i));
             }
         }
         std::vector<float> logits(size_t(n) * size_t(hp.n_vocab)), logits1(size_t(hp.n_vocab));
         batch->logits(x.data(), n, logits.data());
         for (int64_t i = 0; i < n; ++i) {
             alone->logits(row(x, i, n_embd), 1, logits1.data());
-            expect_row(row(logits, i, hp.n_vocab), logits1.data(), hp.n_vocab, tol, fmt::format("logits row {}", i));
+            expect_row(row(logits, i, hp.n_vocab), logits1.data(), hp.n_vocab, fmt::format("logits row {}", i));
         }
     }
 
@@ -267,20 +249,18 @@ protected:
     std::unique_ptr<model> m;
 };
 
-// Up to 3 rows: gemm is gemv row by row, bit for bit.
 TEST_P(forward_rows, three_rows_at_unrelated_positions_equal_each_row_alone_bit_for_bit) {
-    check_batch({5, 61, 17}, {37, 2, 20}, 0.0);
-    check_batch({5, 5}, {63, 0}, 0.0);  // one token at two positions
+    check_batch({5, 61, 17}, {37, 2, 20});
+    check_batch({5, 5}, {63, 0});  // one token at two positions
 }
 
-// 16 rows through OpenBLAS sgemm: within k_tol_blas (bit for bit once gemm is batch-invariant).
-TEST_P(forward_rows, sixteen_rows_at_unrelated_positions_equal_each_row_alone_within_blas_rounding) {
+TEST_P(forward_rows, sixteen_rows_at_unrelated_positions_equal_each_row_alone_bit_for_bit) {
     std::vector<int32_t> tokens, pos;
     for (int32_t i = 0; i < 16; ++i) {
         tokens.push_back((i * 29 + 3) % 67);
         pos.push_back((i * 23 + 5) % 64);  // 16 distinct positions in [0, 64), out of order
     }
-    check_batch(tokens, pos, k_tol_blas);
+    check_batch(tokens, pos);
 }
 
 // The position reaches the result (RoPE on q and k, or OPT's learned embedding): the tests above
