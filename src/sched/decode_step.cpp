@@ -405,6 +405,7 @@ void decode_step::measure(int il, int b) {
     S.recall_sum += recall_->recall(sets_);
     const std::vector<int32_t> & now = L.attended[size_t(b)];
     std::vector<int32_t> & prev = prev_[size_t(seq) * size_t(cells_.n_layer()) + size_t(il)];
+    if (!prev.empty() && prev.back() >= n - 1) prev.clear();  // a set of the sequence slot's previous occupant
     if (!prev.empty() && !now.empty()) {
         std::vector<int32_t> common;
         std::set_intersection(prev.begin(), prev.end(), now.begin(), now.end(), std::back_inserter(common));
