@@ -6,6 +6,7 @@
 #include "core/sys_info.h"
 #include "core/log.h"
 #include "engine/batch_generator.h"
+#include "format/json_file.h"
 #include "engine/prompt_cache.h"
 #include "engine/sampler.h"
 #include "engine/run_report.h"
@@ -45,41 +46,25 @@ struct generate_opts {
 };
 
 // The prompts of a JSON Lines file: one object per non-empty line, "prompt" (string, required) and
-// "n_predict" (integer >= 0, default -n). Errors (usage): unreadable file, bad JSON or fields, naming
-// the line.
+// "n_predict" (integer >= 0, default -n). Errors: unreadable file (usage); a line that is not such an
+// object (bad_input, naming the file, the line and the field: format/json_file.h).
 std::vector<std::pair<std::string, int32_t>> read_prompts(const std::string & path, int32_t n_default) {
     const std::string text = read_text_file(path, "prompts file");
     std::vector<std::pair<std::string, int32_t>> out;
     size_t line_no = 0, pos = 0;
     while (pos <= text.size()) {
         const size_t end = std::min(text.find('\n', pos), text.size());
-        const std::string line = text.substr(pos, end - pos);
+        const std::string_view line = std::string_view(text).substr(pos, end - pos);
         pos = end + 1;
         ++line_no;
-        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-        nlohmann::json j;
-        try {
-            j = nlohmann::json::parse(line);
-        } catch (const nlohmann::json::exception & e) {
-            fail_usage("--prompts '{}', line {}: not JSON: {}", path, line_no, e.what());
-        }
-        if (!j.is_object()) fail_usage("--prompts '{}', line {}: expected a JSON object, got {}", path, line_no, j.type_name());
-        if (!j.contains("prompt") || !j["prompt"].is_string()) {
-            fail_usage("--prompts '{}', line {}: \"prompt\" must be a string", path, line_no);
-        }
-        int32_t n = n_default;
-        if (j.contains("n_predict")) {
-            const nlohmann::json & v = j["n_predict"];
-            if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX) {
-                fail_usage("--prompts '{}', line {}: \"n_predict\" must be an integer in [0, {}], got {}", path, line_no,
-                           INT32_MAX, v.dump());
-            }
-            n = v.get<int32_t>();
-        }
-        for (const auto & [key, value] : j.items()) {
-            if (key != "prompt" && key != "n_predict") fail_usage("--prompts '{}', line {}: unknown field \"{}\" (expected prompt, n_predict)", path, line_no, key);
-        }
-        out.emplace_back(j["prompt"].get<std::string>(), n);
+        if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+        const json_file doc = json_file::parse(line, fmt::format("{}, line {}", path, line_no), "a prompt");
+        const json_value root = doc.root();
+        root.for_each_member([&](const std::string & key, const json_value & v) {
+            if (key != "prompt" && key != "n_predict") fail_input("{}: unknown field (a prompt has prompt and n_predict)", v.where());
+        });
+        out.emplace_back(root.required<std::string>("/prompt"),
+                         int32_t(root.optional_int("/n_predict", 0, INT32_MAX).value_or(n_default)));
     }
     if (out.empty()) fail_usage("--prompts '{}' holds no prompt", path);
     return out;
