@@ -11,19 +11,6 @@
 
 namespace hill {
 
-namespace {
-
-// Rows of f32 values into the KV element type.
-void store_rows(const float * src, ggml_type type, int64_t n, void * dst) {
-    if (type == ggml_type::f32) {
-        std::memcpy(dst, src, size_t(n) * 4);
-    } else {
-        fp32_to_fp16_row(src, static_cast<uint16_t *>(dst), n);
-    }
-}
-
-}  // namespace
-
 struct context::layer_append {
     cold_append app;
     bool appended = false;
@@ -223,8 +210,8 @@ void context::prefill_segment(int seq, const int32_t * tokens, int64_t n, bool l
                 forward_->attention_input(il, x.data() + c0 * n_embd, pos.data() + c0, nc, qa.data() + c0 * n_q, kc.data(),
                                           vc.data());
                 for (int64_t t = 0; t < nc; ++t) {
-                    store_rows(kc.data() + t * n_kv, layout_.type, n_kv, layer_k.data() + size_t(c0 + t) * rb);
-                    store_rows(vc.data() + t * n_kv, layout_.type, n_kv, layer_v.data() + size_t(c0 + t) * rb);
+                    layout_.store_row(kc.data() + t * n_kv, n_kv, layer_k.data() + size_t(c0 + t) * rb);
+                    layout_.store_row(vc.data() + t * n_kv, n_kv, layer_v.data() + size_t(c0 + t) * rb);
                 }
             }
             if (measure) std::copy(qa.end() - n_obs * n_q, qa.end(), q_obs.begin());

@@ -120,43 +120,59 @@ nlohmann::json policy_json(const context & ctx) {
     return j;
 }
 
+namespace {
+
+// The KV numbers of a run, for kv_summary and kv_json.
+struct kv_totals {
+    double cold_share = 0.0;  // of the cells (token, layer) of every sequence: without a hot copy
+    uint64_t moves = 0;       // promotions + demotions
+    double pingpong_rate = 0.0;
+};
+
+kv_totals kv_count(const context & ctx) {
+    const kv_cells & c = ctx.cells();
+    const step_stats & st = ctx.decode_stats();
+    int64_t n_cells = 0;
+    for (int s = 0; s < c.n_seq(); ++s) n_cells += c.n_tokens(s) * c.n_layer();
+    kv_totals t;
+    t.cold_share = ratio(double(ctx.n_cold_cells()), double(n_cells));
+    t.moves = st.promotions + st.evictions;
+    t.pingpong_rate = ratio(double(st.pingpong), double(t.moves));
+    return t;
+}
+
+}  // namespace
+
 std::string kv_summary(const context & ctx) {
     if (ctx.cold() == nullptr) return "";
     const kv_io_stats & io = ctx.io_stats();
     const step_stats & st = ctx.decode_stats();
-    const kv_cells & c = ctx.cells();
-    int64_t n_cells = 0;
-    for (int s = 0; s < c.n_seq(); ++s) n_cells += c.n_tokens(s) * c.n_layer();
-    const uint64_t moves = st.promotions + st.evictions;
+    const kv_totals t = kv_count(ctx);
     return fmt::format("KV cache: {:.0f}% of the tokens only in the cold tier ({} hot slots per layer; the cold pool "
                        "holds every token, the last, unfilled page of each layer in RAM); {} read by the host from and {} "
                        "written to the cold pool\n"
                        "migration: {} promotions, {} demotions, {} into the hot pool (copied from the step's gathers: no "
                        "extra reads; a demotion writes nothing), ping-pong {:.1f}% ({} of {} moves undone within {} steps); "
                        "prefill placed {} token-layers hot\n",
-                       100.0 * ratio(double(ctx.n_cold_cells()), double(n_cells)), c.hot_capacity(),
-                       format_bytes(io.cold_read_bytes), format_bytes(io.cold_write_bytes), st.promotions, st.evictions,
-                       format_bytes(st.promoted_bytes), 100.0 * ratio(double(st.pingpong), double(moves)), st.pingpong,
-                       moves, pingpong_steps, io.prefill_placed_hot);
+                       100.0 * t.cold_share, ctx.cells().hot_capacity(), format_bytes(io.cold_read_bytes),
+                       format_bytes(io.cold_write_bytes), st.promotions, st.evictions, format_bytes(st.promoted_bytes),
+                       100.0 * t.pingpong_rate, st.pingpong, t.moves, pingpong_steps, io.prefill_placed_hot);
 }
 
 nlohmann::json kv_json(const context & ctx) {
     const kv_io_stats & io = ctx.io_stats();
     const step_stats & st = ctx.decode_stats();
-    const kv_cells & c = ctx.cells();
-    int64_t n_cells = 0;
-    for (int s = 0; s < c.n_seq(); ++s) n_cells += c.n_tokens(s) * c.n_layer();
-    const uint64_t moves = st.promotions + st.evictions;
-    return {{"hot_slots_per_layer", c.hot_capacity()},
+    const kv_totals t = kv_count(ctx);
+    return {{"hot_slots_per_layer", ctx.cells().hot_capacity()},
             {"cold_pool", ctx.cold() != nullptr},
-            {"cold_share", ratio(double(ctx.n_cold_cells()), double(n_cells))},
+            {"cold_share", t.cold_share},
             {"cold_read_bytes", io.cold_read_bytes},
             {"cold_write_bytes", io.cold_write_bytes},
             {"promotions", st.promotions},
             {"demotions", st.evictions},
             {"migrated_bytes", st.promoted_bytes},
             {"pingpong", st.pingpong},
-            {"pingpong_rate", ratio(double(st.pingpong), double(moves))},
+            {"pingpong_rate", t.pingpong_rate},
             {"prefill_placed_hot", io.prefill_placed_hot},
             {"prefill_evicted", io.prefill_evicted}};
 }

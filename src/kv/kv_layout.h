@@ -13,10 +13,12 @@
 // every read aligned without bounce buffers.
 #pragma once
 
+#include "compute/ops.h"
 #include "core/ggml_type.h"
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
 
 namespace hill {
@@ -34,6 +36,14 @@ struct kv_layout {
     size_t page_bytes() const { return size_t(page_tokens()) * row_bytes(); }
     // K and V of one token in one layer.
     size_t token_layer_bytes() const { return 2 * row_bytes(); }
+    // dst (layout type [n]) = the f32 values src[n], as the cache stores them (f16: round to nearest even).
+    void store_row(const float * src, int64_t n, void * dst) const {
+        if (type == ggml_type::f32) {
+            std::memcpy(dst, src, size_t(n) * 4);
+        } else {
+            fp32_to_fp16_row(src, static_cast<uint16_t *>(dst), n);
+        }
+    }
 };
 
 }  // namespace hill

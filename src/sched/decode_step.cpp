@@ -11,19 +11,6 @@
 
 namespace hill {
 
-namespace {
-
-// Rows of f32 values into the KV element type.
-void store_row(const float * src, ggml_type type, int64_t n, void * dst) {
-    if (type == ggml_type::f32) {
-        std::memcpy(dst, src, size_t(n) * 4);
-    } else {
-        fp32_to_fp16_row(src, static_cast<uint16_t *>(dst), n);
-    }
-}
-
-}  // namespace
-
 struct decode_step::prepared {
     struct layer_prep {
         std::vector<uint32_t> slot;                   // [B] the new tokens' reserved hot slots
@@ -181,8 +168,8 @@ void decode_step::layer(int il, prepared & prep) {
     for (int64_t b = 0; b < nb; ++b) {
         uint8_t * kr = rows_.data() + size_t(2 * b) * rb;
         uint8_t * vr = kr + rb;
-        store_row(k_.data() + b * n_kv, layout_.type, n_kv, kr);
-        store_row(v_.data() + b * n_kv, layout_.type, n_kv, vr);
+        layout_.store_row(k_.data() + b * n_kv, n_kv, kr);
+        layout_.store_row(v_.data() + b * n_kv, n_kv, vr);
         const uint32_t slot = cells_.peek_free(il, b);  // free: nobody reads it before apply
         std::memcpy(hot_.k(il, slot), kr, rb);
         std::memcpy(hot_.v(il, slot), vr, rb);
