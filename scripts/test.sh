@@ -3,8 +3,8 @@
 #   1. Release build (warnings fatal): ctest labels unit and model (model tests skip cleanly when
 #      ../shared/data, or $HILLINFER_DATA, is absent);
 #   2. ASan+UBSan build: unit tests (every parser and bad-input path runs under the sanitizers);
-#   3. TSan build: the threaded tests (thread pool, kernels, sessions, io queue, cold pool, KV store,
-#      policies, the storage device emulator);
+#   3. TSan build: the threaded tests (thread pool, kernels, sessions, io queue, cold pool, KV cells
+#      and logs, policies, the storage device emulator, batches of sequences, KV faults);
 #   4. libFuzzer: the GGUF and safetensors readers, $HILL_FUZZ_SECONDS seconds each (default 30), from
 #      their seed corpora.
 # Extra arguments go to the Release ctest run (e.g. -R golden).
@@ -23,7 +23,7 @@ cmake --build --preset asan -j "$jobs"
 ctest --test-dir build/asan -L unit --no-tests=error --output-on-failure -j "$jobs"
 
 cmake --preset tsan -DHILL_WERROR=ON > /dev/null
-tsan_tests=(test_core test_kernels test_session test_io_queue test_cold_pool test_kv_store test_score test_policy test_csd)
+tsan_tests=(test_core test_kernels test_session test_io_queue test_cold_pool test_kv_cells test_score test_policy test_csd test_batch test_kv_faults)
 cmake --build --preset tsan -j "$jobs" --target "${tsan_tests[@]}"
 for t in "${tsan_tests[@]}"; do build/tsan/tests/$t --gtest_brief=1; done
 
