@@ -58,6 +58,21 @@ TEST(placement, fifo_evicts_the_oldest_outside_sinks_and_window) {
         << "two slots for the next step's appends, oldest first but for 4, which the step attended";
 }
 
+// Under `full` every token is attended: the appends' room comes from attended tokens, oldest first.
+TEST(placement, room_for_the_appends_when_the_step_attended_everything) {
+    kv_cells c = make_cells(12, 10, {0, 1, 4, 5, 6, 7, 8, 9, 10, 11});
+    const int32_t all[] = {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    const place_seq s{0, 13, all};
+    placement_plan plan;
+    for (const placement_kind k : {placement_kind::fifo, placement_kind::hkm}) {
+        const auto pol = make_policy(params("full", k), 1);
+        pol->place(place_input{0, 100, &c, {&s, 1}, 0, 1, 4}, plan);
+        EXPECT_TRUE(plan.promote.empty());
+        ASSERT_EQ(plan.evict.size(), 1u) << name(k);
+        EXPECT_EQ(plan.evict[0].second, 4) << name(k);
+    }
+}
+
 TEST(placement, hkm_promotes_into_spare_slots_then_in_exchange_for_colder_tokens) {
     const auto pol = make_policy(params("hillinfer", placement_kind::hkm), 1);
     EXPECT_EQ(pol->placement(), placement_kind::hkm);
@@ -195,27 +210,38 @@ TEST(placement, plans_keep_their_invariants_on_random_inputs) {
                 EXPECT_FALSE(undoes_recent_move(c.last_move(s, 0, t), 100, true));
                 EXPECT_TRUE(moved.insert({s, t}).second);
             }
+            bool evicted_selected = false;
             for (const auto & [s, t] : plan.evict) {
                 EXPECT_TRUE(c.is_hot(s, 0, t));
                 const int64_t n = c.n_tokens(s) + 1;
                 EXPECT_GE(t, 2) << "not a sink";
                 EXPECT_LT(t, n - 3) << "not in the window";
-                EXPECT_FALSE(std::binary_search(counted[size_t(s)].begin(), counted[size_t(s)].end(), t)) << "not selected";
+                evicted_selected |= std::binary_search(counted[size_t(s)].begin(), counted[size_t(s)].end(), t);
                 EXPECT_TRUE(moved.insert({s, t}).second);
             }
             if (k == placement_kind::fifo) {
                 EXPECT_TRUE(plan.promote.empty());
             }
-            // Room for the next step, unless nothing evictable was left.
-            int64_t evictable = 0;
+            // Room for the next step, unless nothing evictable was left; a token the step attended goes
+            // only when every other evictable one went too.
+            int64_t evictable = 0, unselected = 0, unselected_evicted = 0;
             for (int s = 0; s < n_seq; ++s) {
                 for (int64_t t = 2; t < c.n_tokens(s) + 1 - 3; ++t) {
-                    if (c.is_hot(s, 0, t) && !std::binary_search(counted[size_t(s)].begin(), counted[size_t(s)].end(), int32_t(t))) ++evictable;
+                    if (!c.is_hot(s, 0, t)) continue;
+                    ++evictable;
+                    if (!std::binary_search(counted[size_t(s)].begin(), counted[size_t(s)].end(), int32_t(t))) {
+                        ++unselected;
+                        unselected_evicted += moved.count({s, int32_t(t)});
+                    }
                 }
             }
             const int64_t after = free - int64_t(plan.promote.size()) + int64_t(plan.evict.size());
             EXPECT_TRUE(after >= reserve || int64_t(plan.evict.size()) == evictable) << "free after " << after;
             EXPECT_GE(after, 0);
+            if (evicted_selected) {
+                EXPECT_EQ(unselected_evicted, unselected);
+                EXPECT_LT(after, reserve + 1) << "a selected token went only for the appends";
+            }
         }
     }
 }

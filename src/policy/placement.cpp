@@ -9,11 +9,13 @@ namespace hill {
 
 namespace {
 
-// A hot token placement may evict, with its hit count after the step.
+// A hot token placement may evict, with its hit count after the step and how protected it is:
+// 0 free to go; 1 promoted within the protected period; 2 attended at this step. Evictions for an
+// exchange take rank 0 only; evictions the next step's appends need take the lowest rank first.
 struct victim {
+    uint8_t rank;
     uint16_t hits;
     int32_t pos;
-    int entry;  // index into place_input::seqs, or -1 for a sequence not in the step
     int seq;
 };
 
@@ -22,43 +24,27 @@ bool pinned(const policy_params & p, int64_t t, int64_t n) {
     return t < p.n_sinks || t >= n - p.n_window;
 }
 
-// The hot tokens of layer in.il that may be evicted: outside sinks, window and this step's counted
-// selection, with their hit counts after the step; in.seqs' tokens first, then the other sequences'.
+// The hot tokens of layer in.il outside the sinks and the windows, of every sequence (in.seqs' with
+// this step's hit counts and selections).
 void evictable(const policy_params & p, const place_input & in, std::vector<victim> & out) {
     out.clear();
     const kv_cells & c = *in.cells;
-    std::vector<char> in_step(size_t(c.n_seq()), 0);
-    for (size_t e = 0; e < in.seqs.size(); ++e) {
-        const place_seq & s = in.seqs[e];
-        in_step[size_t(s.seq)] = 1;
-        const std::span<const uint32_t> slots = c.hot_slots(s.seq, in.il);
-        const std::span<const uint16_t> hits = c.hit_counts(s.seq, in.il);
-        size_t k = 0;
-        for (int64_t t = 0; t < int64_t(slots.size()); ++t) {
-            const bool sel = k < s.counted.size() && s.counted[k] == t;
-            k += sel ? 1 : 0;
-            if (slots[size_t(t)] == kv_cells::no_slot || sel || pinned(p, t, s.n)) continue;
-            out.push_back({kv_cells::hit_next(hits[size_t(t)], false), int32_t(t), int(e), s.seq});
-        }
-    }
+    std::vector<const place_seq *> step(size_t(c.n_seq()), nullptr);
+    for (const place_seq & s : in.seqs) step[size_t(s.seq)] = &s;
     for (int seq = 0; seq < c.n_seq(); ++seq) {
-        if (in_step[size_t(seq)] != 0) continue;
+        const place_seq * s = step[size_t(seq)];
         const std::span<const uint32_t> slots = c.hot_slots(seq, in.il);
         const std::span<const uint16_t> hits = c.hit_counts(seq, in.il);
-        const int64_t n = int64_t(slots.size());
-        for (int64_t t = 0; t < n; ++t) {
+        const int64_t n = s != nullptr ? s->n : int64_t(slots.size());
+        size_t k = 0;
+        for (int64_t t = 0; t < int64_t(slots.size()); ++t) {
+            const bool sel = s != nullptr && k < s->counted.size() && s->counted[k] == t;
+            k += sel ? 1 : 0;
             if (slots[size_t(t)] == kv_cells::no_slot || pinned(p, t, n)) continue;
-            out.push_back({hits[size_t(t)], int32_t(t), -1, seq});
+            const uint8_t rank = sel ? 2 : moved_lately(c.last_move(seq, in.il, t), in.step, true) ? 1 : 0;
+            out.push_back({rank, s != nullptr ? kv_cells::hit_next(hits[size_t(t)], sel) : hits[size_t(t)], int32_t(t), seq});
         }
     }
-}
-
-// Moves the k first victims in (key) order to the front of v; returns min(k, v.size()).
-template <class Less>
-size_t take_first(std::vector<victim> & v, size_t k, Less less) {
-    k = std::min(k, v.size());
-    std::partial_sort(v.begin(), v.begin() + ptrdiff_t(k), v.end(), less);
-    return k;
 }
 
 void push_evictions(const std::vector<victim> & v, size_t k, placement_plan & plan) {
@@ -78,7 +64,10 @@ void place_fifo(const policy & pol, const place_input & in, placement_plan & pla
     if (need <= 0) return;
     std::vector<victim> v;
     evictable(pol.params(), in, v);
-    const size_t k = take_first(v, size_t(need), [](const victim & a, const victim & b) {
+    // Oldest first, the tokens this step attended last.
+    const size_t k = std::min(v.size(), size_t(need));
+    std::partial_sort(v.begin(), v.begin() + ptrdiff_t(k), v.end(), [](const victim & a, const victim & b) {
+        if ((a.rank == 2) != (b.rank == 2)) return b.rank == 2;
         return a.pos != b.pos ? a.pos < b.pos : a.seq < b.seq;
     });
     push_evictions(v, k, plan);
@@ -105,20 +94,18 @@ void place_hkm(const policy & pol, const place_input & in, placement_plan & plan
     std::partial_sort(cand.begin(), cand.begin() + ptrdiff_t(n_cand), cand.end(), [](const candidate & a, const candidate & b) {
         return a.hits != b.hits ? a.hits > b.hits : a.pos > b.pos;
     });
-    // Victims, coldest first (older first among equals); tokens promoted in the last 8 steps only when
-    // nothing else is left.
+    // Victims: by protection rank, then coldest first, older first among equals.
     std::vector<victim> v;
     evictable(pol.params(), in, v);
-    const auto recent = std::stable_partition(v.begin(), v.end(), [&](const victim & x) {
-        return !moved_lately(c.last_move(x.seq, in.il, x.pos), in.step, true);
-    });
-    const auto coldest = [](const victim & a, const victim & b) {
+    // At most n_cand victims go in exchanges and n_reserve for the appends: only those need ordering.
+    const size_t n_sorted = std::min(v.size(), n_cand + size_t(std::max<int64_t>(0, in.n_reserve)));
+    std::partial_sort(v.begin(), v.begin() + ptrdiff_t(n_sorted), v.end(), [](const victim & a, const victim & b) {
+        if (a.rank != b.rank) return a.rank < b.rank;
         if (a.hits != b.hits) return a.hits < b.hits;
         return a.pos != b.pos ? a.pos < b.pos : a.seq < b.seq;
-    };
-    std::sort(v.begin(), recent, coldest);
-    std::sort(recent, v.end(), coldest);
-    const size_t n_settled = size_t(recent - v.begin());
+    });
+    const size_t n_settled =
+        size_t(std::find_if(v.begin(), v.begin() + ptrdiff_t(n_sorted), [](const victim & x) { return x.rank != 0; }) - v.begin());
     size_t next_victim = 0;
     int64_t free = in.n_free;
     for (size_t i = 0; i < n_cand; ++i) {
@@ -132,8 +119,8 @@ void place_hkm(const policy & pol, const place_input & in, placement_plan & plan
         }
         plan.promote.emplace_back(cand[i].seq, cand[i].pos);
     }
-    // Room for the next step's appends, whatever the hit counts.
-    for (; free < in.n_reserve && next_victim < v.size(); ++free, ++next_victim) {
+    // Room for the next step's appends, whatever the hit counts and ranks.
+    for (; free < in.n_reserve && next_victim < n_sorted; ++free, ++next_victim) {
         plan.evict.emplace_back(v[next_victim].seq, v[next_victim].pos);
     }
 }

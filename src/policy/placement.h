@@ -2,8 +2,8 @@
 // unless it refines them.
 //
 // fifo: the sinks and the most recent tokens stay hot; when the next step needs room, the oldest hot
-// tokens outside the sinks, the window and the step's selection are evicted. No promotions. After a prefill, the sinks and
-// the most recent tokens that fit are hot.
+// token outside the sinks and the window is evicted (one the step did not attend, while there is one).
+// No promotions. After a prefill, the sinks and the most recent tokens that fit are hot.
 //
 // hkm (HillInfer paper §4.2 "Bidirectional KV Cache Pools"; DESIGN.md §3 step 6): the hit table
 // (kv_cells.h) drives the moves.
@@ -13,10 +13,11 @@
 //     count when that count is below the candidate's. A token evicted within the last 8 steps is not
 //     promoted back yet.
 //   - Evict: besides those exchanges, only what the next step's appends need, lowest hit count
-//     first. Never the sinks, the window, this step's selection, nor a token promoted within the
-//     last 8 steps (unless nothing else is left). These two protected periods are the margin between
-//     promotion and demotion: a move is undone within 8 steps only when the appends leave no other
-//     choice, so there is no ping-pong (measured: docs/kv.md).
+//     first. Never the sinks or the window; an exchange never takes this step's selection nor a
+//     token promoted within the last 8 steps, and the appends take them only when nothing else is
+//     left (a `full` step attends to everything). These two protected periods are the margin
+//     between promotion and demotion: a move is undone within 8 steps only when the appends leave
+//     no other choice, so there is no ping-pong (measured: docs/policies.md).
 //   - Hits: every token attended at a step counts a hit except the sinks (kv_cells.h), so a token
 //     leaving the window carries its recent attention and stays while it is used (temporal
 //     locality), and an old token that keeps being selected by score climbs above it.
