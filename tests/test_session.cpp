@@ -1,5 +1,7 @@
 // Session behaviour on a small random model: chunked prefill equals one batch, thread counts
-// agree, context overflow is refused, truncate() rewinds.
+// agree, context overflow is refused (prefill and decode), truncate() rewinds, and decoding again
+// after a truncation back to the prompt repeats the logits bit for bit, in RAM and over the tiers,
+// under another policy too (set_policy).
 #include "core/error.h"
 #include "engine/session.h"
 #include "model/synthetic_model.h"
@@ -66,6 +68,21 @@ TEST_F(session_test, context_overflow_is_a_usage_error) {
     EXPECT_EQ(s.n_past(), 0);
 }
 
+TEST_F(session_test, decode_past_the_context_is_a_usage_error) {
+    thread_pool pool(1);
+    session s(*m, context_params{40, ggml_type::f16}, pool);
+    s.eval(std::span<const int32_t>(tokens).subspan(0, 40));
+    const int32_t tok = 3;
+    try {
+        s.eval(std::span<const int32_t>(&tok, 1));
+        FAIL() << "expected an error";
+    } catch (const error & e) {
+        EXPECT_EQ(e.code(), exit_code::usage);
+        EXPECT_NE(std::string(e.what()).find("context size of 40"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(s.n_past(), 40);
+}
+
 TEST_F(session_test, bad_token_id_is_refused) {
     thread_pool pool(1);
     session s(*m, context_params{40, ggml_type::f16}, pool);
@@ -82,6 +99,52 @@ TEST_F(session_test, truncate_then_eval_repeats_logits) {
     s.truncate(20);
     s.eval(std::span<const int32_t>(tokens).subspan(20));
     for (int i = 0; i < 300; ++i) ASSERT_NEAR(first[size_t(i)], s.logits()[i], 1e-5f);
+}
+
+// A decode step reads only the KV of the tokens before it, in position order wherever they live: after
+// truncate() back to the prompt the same tokens decode to the same bits, whatever moved between the
+// tiers meanwhile, and hillinfer at α = 1 (every token selected, through the scoring path) decodes
+// what full decodes.
+TEST_F(session_test, truncate_to_the_prompt_repeats_decode_bit_for_bit) {
+    thread_pool pool(2);
+    std::vector<int32_t> prompt;  // 2 written cold pages of 64 tokens and an open group
+    for (int i = 0; i < 150; ++i) prompt.push_back((i * 37 + 5) % 300);
+    for (int64_t budget_tokens : {0, 24}) {  // all in RAM; 24 of up to 158 tokens hot
+        SCOPED_TRACE("budget " + std::to_string(budget_tokens));
+        context_params p{256, ggml_type::f16, 16};
+        if (budget_tokens > 0) {
+            p.kv_host_budget = uint64_t(budget_tokens) * m->hp().kv_bytes_per_token(ggml_type::f16);
+            p.kv_dir = dir.file("kv");
+        }
+        session s(*m, p, pool);
+        s.eval(prompt);
+        const int64_t n_prompt = s.n_past();
+        auto decode = [&] {
+            std::vector<float> all;
+            for (int i = 0; i < 8; ++i) {
+                const int32_t tok = (i * 71 + 3) % 300;
+                s.eval(std::span<const int32_t>(&tok, 1));
+                all.insert(all.end(), s.logits(), s.logits() + 300);
+            }
+            return all;
+        };
+        const std::vector<float> first = decode();
+        if (budget_tokens > 0) {
+            EXPECT_GT(s.ctx().decode_stats().layers[0].n_attended_disk, 0u);
+        }
+        s.truncate(n_prompt);
+        EXPECT_EQ(s.n_past(), n_prompt);
+        const std::vector<float> again = decode();
+        ASSERT_EQ(first.size(), again.size());
+        for (size_t i = 0; i < first.size(); ++i) ASSERT_EQ(first[i], again[i]) << "again, logit " << i;
+        s.truncate(n_prompt);
+        s.set_policy(policy_params{.name = "hillinfer", .alpha = 1.0});
+        EXPECT_EQ(s.ctx().decode_stats().n_steps, 0u);  // fresh statistics
+        const std::vector<float> hill = decode();
+        for (size_t i = 0; i < first.size(); ++i) ASSERT_EQ(first[i], hill[i]) << "hillinfer, logit " << i;
+        EXPECT_EQ(s.ctx().decode_stats().n_steps, 8u);
+        EXPECT_EQ(s.policy().name(), "hillinfer");
+    }
 }
 
 }  // namespace
