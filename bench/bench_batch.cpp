@@ -70,8 +70,8 @@ int main(int argc, char ** argv) {
                    "decode tokens per sequence, KV {}\n", model_path, double(m->n_params()) / 1e6,
                    format_bytes(m->weight_bytes_per_token()), n_threads, policy, n_prompt, n_gen,
                    budget.empty() ? std::string("in RAM") : "hot budget " + budget + " per batch, cold in " + kv_dir);
-        fmt::print("{:>6} {:>22} {:>14} {:>10} {:>18}\n", "batch", "step ms (min-max)", "tokens/s", "vs B=1",
-                   "weights / token");
+        fmt::print("{:>6} {:>22} {:>14} {:>10} {:>18} {:>26}\n", "batch", "step ms (min-max)", "tokens/s", "vs B=1",
+                   "weights / token", "forward / attend / other ms");
         nlohmann::json out = {{"model", model_path}, {"params", m->n_params()}, {"threads", n_threads},
                               {"policy", policy}, {"n_prompt", n_prompt}, {"n_gen", n_gen},
                               {"results", nlohmann::json::array()}};
@@ -109,10 +109,18 @@ int main(int argc, char ** argv) {
             const double tps = double(nb) / (st.median / 1e3);
             if (nb == 1) tps1 = tps;
             const double ratio = tps1 > 0.0 ? tps / tps1 : 0.0;
-            fmt::print("{:>6} {:>10.1f} ({:.1f}-{:.1f}) {:>14.2f} {:>9.2f}x {:>18}\n", nb, st.median, st.lo, st.hi, tps,
-                       ratio, format_bytes(m->weight_bytes_per_token() / uint64_t(nb)));
+            // Stage times per step, over every step (the warm-up included).
+            const step_stats & ss = ctx.decode_stats();
+            const double per = 1e3 * double(n_gen);
+            const double fwd = double(ss.t_forward_us) / per, att = double(ss.t_attend_us) / per;
+            double total = 0.0;
+            for (const double x : ms) total += x;
+            const double other = total / double(ms.size()) - fwd - att;
+            fmt::print("{:>6} {:>10.1f} ({:.1f}-{:.1f}) {:>14.2f} {:>9.2f}x {:>18} {:>11.1f} / {:.1f} / {:.1f}\n", nb, st.median,
+                       st.lo, st.hi, tps, ratio, format_bytes(m->weight_bytes_per_token() / uint64_t(nb)), fwd, att, other);
             out["results"].push_back({{"batch", nb}, {"step_ms", st.median}, {"step_ms_min", st.lo},
-                                      {"step_ms_max", st.hi}, {"tokens_per_s", tps},
+                                      {"step_ms_max", st.hi}, {"tokens_per_s", tps}, {"forward_ms", fwd},
+                                      {"attend_ms", att},
                                       {"ratio_to_batch_1", tps1 > 0.0 ? nlohmann::json(ratio) : nlohmann::json(nullptr)}});
         }
         fmt::print("peak RSS: {}\n", format_bytes(peak_rss_bytes()));

@@ -79,7 +79,16 @@ int run_demo(const demo_opts & o) {
     // steps, so every digit is predicted by attention under the policy.
     prefill_progress progress;
     const int64_t t0 = time_us();
-    s.eval(std::span<const int32_t>(ids).first(ids.size() - 1), false, std::ref(progress));
+    try {
+        s.eval(std::span<const int32_t>(ids).first(ids.size() - 1), false, std::ref(progress));
+    } catch (const error & e) {
+        if (e.code() != exit_code::interrupted) throw;
+        // Ctrl-C during prefill: the summary of what ran, as generate prints it.
+        fmt::print(stderr, "prompt: {} tokens, prefill interrupted after {:.1f} s | no answer | peak RSS {} | threads "
+                   "{}\n{}", ids.size(), double(time_us() - t0) / 1e6, format_bytes(peak_rss_bytes()), n_threads,
+                   run_summary(s.ctx()));
+        return int(exit_code::interrupted);
+    }
     const int64_t t1 = time_us();
     s.eval(std::span<const int32_t>(&ids.back(), 1));
     const passkey_answer a = answer_passkey(s, prompt.passkey);

@@ -197,9 +197,7 @@ void context::prefill_segment(int seq, const int32_t * tokens, int64_t n, bool l
     std::vector<float> importance(measure ? size_t(p0 + n) : 0);
     std::vector<float> seg_scores;
     // Room for this sequence's window and sinks and the next step's appends.
-    int64_t n_active = 0;
-    for (int s = 0; s < cells_->n_seq(); ++s) n_active += (cells_->n_tokens(s) > 0 || s == seq) ? 1 : 0;
-    step_->make_room(std::min<int64_t>(params_.policy.n_sinks + params_.policy.n_window, p0 + n) + n_active);
+    make_room(std::min<int64_t>(params_.policy.n_sinks + params_.policy.n_window, p0 + n) + n_active(seq));
 
     const attention_shape shape = attn_shape();
     std::vector<layer_append> appends(size_t(hp.n_layer));
@@ -279,11 +277,9 @@ void context::append_layer(int seq, int il, int64_t p0, int64_t n, const uint8_t
         logs_->prepare(seq, il, n, k, v, out.app);
         out.appended = true;
     }
-    int64_t n_active = 0;
-    for (int s = 0; s < cells_->n_seq(); ++s) n_active += (cells_->n_tokens(s) > 0 || s == seq) ? 1 : 0;
     prefill_plan plan;
     policy_->place_prefill(prefill_place_input{il, seq, p0, p0 + n, cells_.get(), importance, cells_->n_hot_free(il),
-                                               n_active}, plan);
+                                               n_active(seq)}, plan);
     // Evictions now: metadata only (the cold copies exist), so that their slots take the new hot set.
     for (const int32_t t : plan.evict) cells_->drop_hot(seq, il, t);
     io_stats_.prefill_evicted += plan.evict.size();
@@ -358,6 +354,44 @@ void context::abandon(std::vector<layer_append> & layers) {
     }
 }
 
+int64_t context::n_active(int seq) const {
+    int64_t n = 0;
+    for (int s = 0; s < cells_->n_seq(); ++s) n += (cells_->n_tokens(s) > 0 || s == seq) ? 1 : 0;
+    return n;
+}
+
+void context::make_room(int64_t n) {
+    const policy_params & p = policy_->params();
+    struct victim {
+        uint16_t hits;
+        int32_t pos;
+        int seq;
+    };
+    std::vector<victim> v;
+    for (int il = 0; il < cells_->n_layer(); ++il) {
+        const int64_t need = n - cells_->n_hot_free(il);
+        if (need <= 0) continue;
+        v.clear();
+        for (int seq = 0; seq < cells_->n_seq(); ++seq) {
+            const int64_t nt = cells_->n_tokens(seq);
+            for (int64_t t = 0; t < nt; ++t) {
+                if (!cells_->is_hot(seq, il, t) || t < p.n_sinks || t >= nt - p.n_window) continue;
+                v.push_back({cells_->hits(seq, il, t), int32_t(t), seq});
+            }
+        }
+        const size_t k = std::min(v.size(), size_t(need));
+        std::partial_sort(v.begin(), v.begin() + ptrdiff_t(k), v.end(), [](const victim & a, const victim & b) {
+            if (a.hits != b.hits) return a.hits < b.hits;
+            return a.pos != b.pos ? a.pos < b.pos : a.seq < b.seq;
+        });
+        for (size_t i = 0; i < k; ++i) {
+            cells_->drop_hot(v[i].seq, il, v[i].pos);
+            cells_->set_last_move(v[i].seq, il, v[i].pos, step_->step_counter(), false);
+        }
+        io_stats_.room_evicted += k;
+    }
+}
+
 void context::decode(std::span<const int> seqs, std::span<const int32_t> tokens, float * logits) {
     HILL_ASSERT(seqs.size() == tokens.size() && !seqs.empty());
     const int32_t n_vocab = model_.hp().n_vocab;
@@ -368,7 +402,7 @@ void context::decode(std::span<const int> seqs, std::span<const int32_t> tokens,
                        n_past(seqs[b]), params_.n_ctx);
         }
     }
-    step_->make_room(int64_t(seqs.size()));  // nothing to do unless the capacity changed
+    make_room(int64_t(seqs.size()));  // nothing to do unless the capacity changed
     step_->run(seqs, tokens, logits);
 }
 
@@ -396,9 +430,7 @@ void context::export_layer(int seq, int il, void * k_out, void * v_out) {
 void context::import_kv(int seq, int64_t n, std::span<const void * const> k, std::span<const void * const> v) {
     HILL_ASSERT(n_past(seq) == 0 && n > 0 && n <= params_.n_ctx);
     HILL_ASSERT(k.size() == size_t(layout_.n_layer) && v.size() == k.size());
-    int64_t n_active = 0;
-    for (int s = 0; s < cells_->n_seq(); ++s) n_active += (cells_->n_tokens(s) > 0 || s == seq) ? 1 : 0;
-    step_->make_room(std::min<int64_t>(params_.policy.n_sinks + params_.policy.n_window, n) + n_active);
+    make_room(std::min<int64_t>(params_.policy.n_sinks + params_.policy.n_window, n) + n_active(seq));
     std::vector<layer_append> appends(size_t(layout_.n_layer));
     try {
         for (int il = 0; il < layout_.n_layer; ++il) {

@@ -68,6 +68,7 @@ struct kv_io_stats {
     uint64_t cold_read_bytes = 0;       // pages the host read: prefill over the tiers, truncation, prompt cache, diag
     uint64_t prefill_placed_hot = 0;    // tokens placed hot after prefills (all layers)
     uint64_t prefill_evicted = 0;       // hot tokens prefill placement evicted
+    uint64_t room_evicted = 0;          // hot tokens evicted to make room for a sequence's sinks and window
 };
 
 class context {
@@ -135,6 +136,13 @@ private:
                       const float * importance, layer_append & out);
     void commit(int seq, int64_t n, std::vector<layer_append> & layers);
     void abandon(std::vector<layer_append> & layers);
+    // Evicts hot tokens outside sinks and windows (lowest hit count first, oldest first among equals)
+    // until every layer has n free hot slots, or no such token is left: room for a sequence that
+    // starts or grows (its sinks and window stay hot), and for a step after a capacity change.
+    // Metadata only: every token keeps its cold copy.
+    void make_room(int64_t n);
+    // Sequences with tokens, and seq.
+    int64_t n_active(int seq) const;
     // Calls fn(view, rows, positions) for the sequence's tokens [0, n_past) of layer il: hot rows in
     // place, open rows, then cold pages batch by batch (with_v: K and V; else K only).
     template <class F>

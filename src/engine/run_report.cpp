@@ -174,7 +174,8 @@ nlohmann::json kv_json(const context & ctx) {
             {"pingpong", st.pingpong},
             {"pingpong_rate", t.pingpong_rate},
             {"prefill_placed_hot", io.prefill_placed_hot},
-            {"prefill_evicted", io.prefill_evicted}};
+            {"prefill_evicted", io.prefill_evicted},
+            {"room_evicted", io.room_evicted}};
 }
 
 std::string storage_summary(const context & ctx) {

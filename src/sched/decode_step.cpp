@@ -91,38 +91,6 @@ void decode_step::reset_stats() {
     stats_.layers.resize(size_t(cells_.n_layer()));
 }
 
-void decode_step::make_room(int64_t n) {
-    const policy_params & p = policy_->params();
-    struct victim {
-        uint16_t hits;
-        int32_t pos;
-        int seq;
-    };
-    std::vector<victim> v;
-    for (int il = 0; il < cells_.n_layer(); ++il) {
-        const int64_t need = n - cells_.n_hot_free(il);
-        if (need <= 0) continue;
-        v.clear();
-        for (int seq = 0; seq < cells_.n_seq(); ++seq) {
-            const int64_t nt = cells_.n_tokens(seq);
-            for (int64_t t = 0; t < nt; ++t) {
-                if (!cells_.is_hot(seq, il, t) || t < p.n_sinks || t >= nt - p.n_window) continue;
-                v.push_back({cells_.hits(seq, il, t), int32_t(t), seq});
-            }
-        }
-        const size_t k = std::min(v.size(), size_t(need));
-        std::partial_sort(v.begin(), v.begin() + ptrdiff_t(k), v.end(), [](const victim & a, const victim & b) {
-            if (a.hits != b.hits) return a.hits < b.hits;
-            return a.pos != b.pos ? a.pos < b.pos : a.seq < b.seq;
-        });
-        for (size_t i = 0; i < k; ++i) {
-            cells_.drop_hot(v[i].seq, il, v[i].pos);
-            cells_.set_last_move(v[i].seq, il, v[i].pos, step_, false);
-            ++stats_.evictions;
-        }
-    }
-}
-
 void decode_step::run(std::span<const int> seqs, std::span<const int32_t> tokens, float * logits) {
     HILL_ASSERT(policy_ != nullptr && !prep_->pending);
     const auto nb = int64_t(seqs.size());

@@ -94,14 +94,10 @@ public:
     void set_policy(const policy & pol, csd::storage_kind storage);
 
     // One step: tokens[b] at position cells.n_tokens(seqs[b]) of sequence seqs[b] (distinct, each
-    // below the context); logits f32 [B, n_vocab]. Needs n_hot_free(il) >= B in every layer
-    // (make_room). Errors: I/O and device errors, exit_code::interrupted (hill::error); nothing changed.
+    // below the context); logits f32 [B, n_vocab]. Needs n_hot_free(il) >= B in every layer (the
+    // previous step's placement leaves it; context::make_room otherwise). Errors: I/O and device
+    // errors, exit_code::interrupted (hill::error); nothing changed.
     void run(std::span<const int> seqs, std::span<const int32_t> tokens, float * logits);
-
-    // Evicts hot tokens outside sinks and windows (lowest hit count first, oldest first among equals)
-    // until every layer has n free hot slots, or no such token is left. Metadata only: every token keeps
-    // its cold copy. For admitting a sequence and after a capacity change.
-    void make_room(int64_t n);
 
     const step_stats & stats() const { return stats_; }
     void reset_stats();
