@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <system_error>
 
 #include "core/error.h"
 #include "core/sys_info.h"
@@ -67,11 +68,22 @@ emulator::emulator(const storage_params & p, const cold_pool * pool, const kv_la
     }
     for (int i = 0; i < n_page_batches; ++i) free_batches_.push(i);
     for (int i = 0; i < n_packets; ++i) free_packets_.push(i);
-    reader_thread_ = std::thread([this] { reader_main(); });
-    engine_ = std::thread([this] { engine_main(); });
+    // The device's two threads. When the system refuses one (a process limit), the other is stopped
+    // and joined and the failure is an error naming the device, not a terminate.
+    try {
+        reader_thread_ = std::thread([this] { reader_main(); });
+        engine_ = std::thread([this] { engine_main(); });
+    } catch (const std::system_error & e) {
+        shut_down();
+        fail_input("storage device emulator: cannot start its threads: {}", e.code().message());
+    }
 }
 
 emulator::~emulator() {
+    shut_down();
+}
+
+void emulator::shut_down() {
     {
         std::lock_guard lock(ctl_m_);
         shutdown_ = true;
@@ -79,8 +91,8 @@ emulator::~emulator() {
     cancel_ = true;
     stop_all();
     ctl_cv_.notify_all();
-    reader_thread_.join();
-    engine_.join();
+    if (reader_thread_.joinable()) reader_thread_.join();
+    if (engine_.joinable()) engine_.join();
 }
 
 void emulator::stop_all() {

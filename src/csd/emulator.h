@@ -80,6 +80,8 @@ private:
     // end. Throws the device's error, or exit_code::interrupted on a stop request (the pass cancelled).
     int next_packet();
     void stop_all();
+    // Stops and joins the threads that run (the destructor, and a constructor that could not start both).
+    void shut_down();
 
     storage_params params_;
     attention_shape shape_;
