@@ -168,12 +168,14 @@ TEST_F(cli, policy_summary_and_diag) {
     const result r = run("generate -m " + model() + " -p 'hello world' -n 20 --temp 0 --policy hillinfer --alpha 0.1 "
                          "--sinks 2 --window 4 --diag");
     EXPECT_EQ(r.code, 0) << r.out;
-    EXPECT_NE(r.out.find("policy: hillinfer (alpha 0.1, sinks 2, window 4, scores int8 keys / fp32 query, sum of heads, "
-                         "per layer, placement hkm); attended "), std::string::npos) << r.out;
-    // Where the attended tokens came from, and the time of each stage of the step.
-    EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(attended [0-9.]+% of the cached tokens: [0-9.]+% hot, [0-9.]+% from )"
-                                                    R"(the cold tier \([0-9.]+% its open groups in RAM, [0-9.]+% SSD\))")))
+    EXPECT_NE(r.out.find("policy: hillinfer (alpha 0.1, sinks 2, window 4, scores int8 keys / fp32 query, sum of "
+                         "heads, per layer, placement hkm); attended "),
+              std::string::npos)
         << r.out;
+    // Where the attended tokens came from, and the time of each stage of the step.
+    const std::regex attended(R"(attended [0-9.]+% of the cached tokens: [0-9.]+% hot, [0-9.]+% from the cold )"
+                              R"(tier \([0-9.]+% its open groups in RAM, [0-9.]+% SSD\))");
+    EXPECT_TRUE(std::regex_search(r.out, attended)) << r.out;
     EXPECT_NE(r.out.find("s for the storage device's scores, select+place "), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("diag: attention recall"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("layer  1: recall"), std::string::npos) << r.out;
@@ -224,8 +226,8 @@ TEST_F(cli, demo_retrieves_the_passkey_and_says_when_not) {
     EXPECT_NE(ok.out.find("| correct"), std::string::npos) << ok.out;
     // 75% or more of the tokens only in the cold tier (a hot pool of a quarter of the prompt).
     std::smatch cold;
-    ASSERT_TRUE(std::regex_search(ok.out, cold, std::regex(R"(KV cache: ([0-9]+)% of the tokens only in the cold tier)")))
-        << ok.out;
+    const std::regex kv_line(R"(KV cache: ([0-9]+)% of the tokens only in the cold tier)");
+    ASSERT_TRUE(std::regex_search(ok.out, cold, kv_line)) << ok.out;
     EXPECT_GE(std::stoi(cold[1]), 75) << ok.out;
     EXPECT_NE(ok.out.find("migration: "), std::string::npos) << ok.out;
     EXPECT_NE(ok.out.find("storage: emulator, profile none"), std::string::npos) << ok.out;
@@ -295,8 +297,8 @@ TEST_F(cli, storage_emulator_gives_the_same_tokens_and_reports_its_link) {
     EXPECT_NE(text.out.find("storage: emulator, profile smartssd (read 3.2 GB/s, score 16 GB/s, link 3.5 GB/s)"),
               std::string::npos) << text.out;
     EXPECT_NE(text.out.find("B per token (a plain SSD moves the key row: 64 B per token)"), std::string::npos) << text.out;
-    EXPECT_TRUE(std::regex_search(text.out, std::regex(R"(selected KV: [0-9]+ cold tokens, .* over the link; flash read )")))
-        << text.out;
+    const std::regex selected(R"(selected KV: [0-9]+ cold tokens, .* over the link; flash read )");
+    EXPECT_TRUE(std::regex_search(text.out, selected)) << text.out;
     EXPECT_NE(text.out.find("from the cold tier ("), std::string::npos) << text.out;
 
     std::ofstream(dir->file("bad-profile.json")) << "{\"link_gbps\": -3}";
@@ -343,8 +345,8 @@ TEST_F(cli, kv_cache_in_the_cold_pool) {
     EXPECT_EQ(kv.at("hot_slots_per_layer"), 16);
     EXPECT_EQ(kv.at("cold_pool"), true);
     EXPECT_GT(kv.at("cold_write_bytes").get<uint64_t>(), 0u) << cold.out;
-    for (const char * key : {"cold_read_bytes", "promotions", "demotions", "migrated_bytes", "pingpong", "pingpong_rate",
-                             "prefill_placed_hot", "prefill_evicted"}) {
+    for (const char * key : {"cold_read_bytes", "promotions", "demotions", "migrated_bytes", "pingpong",
+                             "pingpong_rate", "prefill_placed_hot", "prefill_evicted"}) {
         EXPECT_TRUE(kv.contains(key)) << key << " in " << cold.out;
     }
     EXPECT_GE(kv.at("pingpong_rate").get<double>(), 0.0);

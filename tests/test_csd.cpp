@@ -241,7 +241,8 @@ std::map<uint32_t, std::vector<uint32_t>> score_pass(csd::device & d, host_score
 
 // One read pass of `d` over sequence seq's positions: the positions of the rows returned, in order; each
 // row's K and V are checked against the fixture's.
-std::vector<int32_t> read_pass(csd::device & d, const cold_log_fixture & f, const csd::device_pass & pass, int seq = 0) {
+std::vector<int32_t> read_pass(csd::device & d, const cold_log_fixture & f, const csd::device_pass & pass,
+                               int seq = 0) {
     std::vector<int32_t> got;
     const size_t rb = f.layout.row_bytes();
     int64_t wrong = 0;
@@ -282,7 +283,8 @@ TEST(csd_device, emulator_scores_and_reads_what_the_plain_ssd_does) {
     for (const select_granularity g : {select_granularity::layer, select_granularity::kv_head}) {
         for (const score_precision key : {score_precision::int8, score_precision::int4}) {
             SCOPED_TRACE(std::string(name(g)) + " " + std::string(name(key)));
-            host_scorer hs(f.shape, score_params{key, query_precision::int8, score_aggregate::sum, g}, pool.n_threads());
+            const score_params sp{key, query_precision::int8, score_aggregate::sum, g};
+            host_scorer hs(f.shape, sp, pool.n_threads());
             hs.prepare_query(q.data());
             // The same blocks, bit for bit, from devices cutting blocks of the same size; and the same
             // score per position from the plain SSD's default blocks.
@@ -383,7 +385,8 @@ TEST(csd_device, a_pass_covers_exactly_its_positions) {
             EXPECT_EQ(read_pass(*d, f, f.pass(want)), want);
             const csd::device_counters c2 = d->counters();
             EXPECT_EQ(c2.tokens_read - c1.tokens_read, want.size());
-            EXPECT_EQ(c2.internal_read_bytes - c1.internal_read_bytes, 2 * pages) << "only the K and V pages of the positions";
+            EXPECT_EQ(c2.internal_read_bytes - c1.internal_read_bytes, 2 * pages)
+                << "only the K and V pages of the positions";
         }
         EXPECT_TRUE(blocks[0] == blocks[1]) << "the score blocks differ";
     }
@@ -459,7 +462,8 @@ TEST(csd_device, cancellation_leaves_the_device_ready) {
             d->read_begin(f.pass(some));
             d->cancel();
         }
-        EXPECT_EQ(d->counters().n_cancelled - cancelled0, 40u);  // 20 reads; 20 scoring passes cancelled or thrown out of
+        // 20 reads; 20 scoring passes cancelled or thrown out of.
+        EXPECT_EQ(d->counters().n_cancelled - cancelled0, 40u);
         d->cancel();  // idle: nothing to do
         EXPECT_EQ(d->counters().n_cancelled - cancelled0, 40u);
         EXPECT_EQ(read_pass(*d, f, f.pass(disk)), disk);
