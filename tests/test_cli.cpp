@@ -374,7 +374,8 @@ TEST_F(cli, kv_cache_in_the_cold_pool) {
     // In RAM: no cold pool, nothing cold.
     const json ram_kv = json::parse(ram.out).at("kv");
     EXPECT_EQ(ram_kv.at("cold_pool"), false);
-    EXPECT_EQ(ram_kv.at("cold_share"), 0.0);
+    EXPECT_EQ(ram_kv.at("cold_share"), 0.0) << "without a cold tier every token is hot (kv/kv_cells.h): a token "
+                                               "without a hot slot has lost its only copy of the KV";
     EXPECT_EQ(run("generate -m " + model() + " -p hi --kv-host-budget 12X").code, 2);
     EXPECT_EQ(run("generate -m " + model() + " -p hi --kv-host-budget 1K --kv-dir " + dir->file("kv")).code, 2);
     // A budget that cannot hold the sinks, the window and the new token is refused, naming them.
@@ -539,16 +540,17 @@ TEST_F(cli, ctrl_c_during_prefill_prints_the_summary) {
 }
 
 TEST_F(cli, ctrl_c_during_perplexity_with_a_cold_pool_prints_the_value_so_far) {
-    // Windows of 1023 tokens with 16 hot per layer: from token ~80 on, every decode step reads cold
-    // pages through the storage device, which abandons its pass on Ctrl-C (that error used to end the
-    // run without the value and the summary). Its reads capped at 100 KB/s, past its 1 MiB burst a
+    // Windows of 1023 tokens with 24 hot per layer (the hot pool must hold the 4 sinks, the 16-token window
+    // and the new token): from token ~80 on, every decode step reads cold pages through the storage
+    // device, which abandons its pass on Ctrl-C (that error used to end the run without the value and the
+    // summary). Its reads capped at 100 KB/s, past its 1 MiB burst a
     // step spends nearly all its time waiting in the device: that is where Ctrl-C finds it.
     std::string text;
     while (text.size() < 20000) text += "the quick brown fox jumps over the lazy dog and runs away ";
     std::ofstream(dir->file("ppl.txt")) << text;
     std::ofstream(dir->file("slow-read.json")) << R"({"name": "slow-read", "internal_read_gbps": 0.0001})";
     const test::cli_signal_result r = test::run_cli_and_signal(
-        "perplexity -m " + model() + " -f " + dir->file("ppl.txt") + " -c 1024 --kv-host-budget 4K --kv-dir " +
+        "perplexity -m " + model() + " -f " + dir->file("ppl.txt") + " -c 1024 --kv-host-budget 6K --kv-dir " +
             dir->file("kv-ppl") + " --csd-profile " + dir->file("slow-read.json"), "windows of", 2.0, SIGINT, 300);
     ASSERT_TRUE(r.signalled) << r.err;
     EXPECT_EQ(r.code, 130) << r.out << r.err;
@@ -623,9 +625,9 @@ TEST_F(cli, prompt_cache_save_failure_warns_and_generation_goes_on) {
 TEST_F(cli, prompt_cache_corrupt_in_a_late_layer_falls_back_to_the_same_text) {
     const std::string cache = dir->file("late-layer.cache");
     std::ofstream(dir->file("pc-late.txt")) << "a b c d e f g h i j k l m n o p";
-    // A cold pool as well: the loaded KV would go there.
+    // A cold pool as well (24 hot tokens per layer of 64): the loaded KV would go there.
     const std::string g = "generate -m " + model() + " -f " + dir->file("pc-late.txt") + " -n 8 --temp 0 --json -c 64 "
-                          "--kv-host-budget 4K --kv-dir " + dir->file("kv-late");
+                          "--kv-host-budget 6K --kv-dir " + dir->file("kv-late");
     const result plain = run(g, " 2>/dev/null");
     ASSERT_EQ(plain.code, 0) << plain.out;
     ASSERT_EQ(run(g + " --prompt-cache " + cache).code, 0);
