@@ -3,7 +3,9 @@
 //   bench_cold_pool [--dir /var/tmp] [--page-bytes 4096,16384] [--qd 32] [--pool-mb 1024]
 //                   [--read-mb 256] [--batch 1024] [--reps 5] [--coalesce-kb 1024] [--sync] [--json FILE]
 //
-// For each page size it fills a cold pool of --pool-mb in --dir (io_uring, O_DIRECT), then times
+// For each page size it fills a cold pool of --pool-mb in --dir (io_uring, O_DIRECT) through a cold_writer,
+// then times the reads of a cold_reader (kv/cold_reader.h: the reads of the host and of the storage
+// device emulator):
 //   (a) gather: batches of --batch distinct random page ids (the scattered cold reads of a decode step),
 //   (b) scan:   batches of consecutive pages (coalesced by the io queue into ops of up to 1 MiB;
 //               --coalesce-kb 0 issues one op per page, as fio does with the same block size),
@@ -27,6 +29,8 @@
 #include "core/error.h"
 #include "core/sys_info.h"
 #include "kv/cold_pool.h"
+#include "kv/cold_reader.h"
+#include "kv/cold_writer.h"
 
 namespace {
 
@@ -75,10 +79,12 @@ int main(int argc, char ** argv) {
             p.kv_dir = dir;
             p.page_bytes = page_bytes;
             p.n_pages = uint32_t(pool_mb * (1u << 20) / page_bytes);
-            p.io.queue_depth = qd;
-            p.io.force_sync = force_sync;
-            p.io.max_coalesce_bytes = coalesce_kb * 1024;
+            io_queue_params io;
+            io.queue_depth = qd;
+            io.force_sync = force_sync;
+            io.max_coalesce_bytes = coalesce_kb * 1024;
             cold_pool pool(p);
+            cold_writer writer(pool, io);
             if (!pool.direct()) {
                 fmt::print("warning: the file system of '{}' refuses O_DIRECT: these numbers are of the page cache\n",
                            dir);
@@ -101,7 +107,7 @@ int main(int argc, char ** argv) {
                     buf.data()[size_t(i - p0) * page_bytes] = uint8_t(i);  // pages differ
                     wr.push_back({i, buf.data() + size_t(i - p0) * page_bytes});
                 }
-                if (pool.write_pages(wr, std::span(res).first(wr.size())) != 0) {
+                if (writer.write_pages(wr, std::span(res).first(wr.size())) != 0) {
                     fail_input("cannot fill the cold pool: {}", pool.describe(res[0]));
                 }
             }
@@ -111,7 +117,7 @@ int main(int argc, char ** argv) {
             for (const char * pattern : {"gather", "scan"}) {
                 const bool gather = pattern[0] == 'g';
                 std::vector<double> mbps, iops;
-                pool.io().reset_stats();
+                cold_reader reader(pool, io);  // fresh io statistics per pattern
                 std::vector<uint32_t> ids(n_pages);
                 for (uint32_t r = 0; r < reps; ++r) {
                     std::iota(ids.begin(), ids.end(), 0u);
@@ -123,7 +129,7 @@ int main(int argc, char ** argv) {
                         for (size_t i = 0; i < n; ++i) {
                             rd[i] = {ids[start_page + k + i], buf.data() + i * page_bytes};
                         }
-                        if (pool.read_pages(std::span(rd).first(n), std::span(res).first(n)) != 0) {
+                        if (reader.read_pages(std::span(rd).first(n), std::span(res).first(n)) != 0) {
                             fail_input("cold-pool read failed: {}", pool.describe(res[0]));
                         }
                     }
@@ -131,7 +137,7 @@ int main(int argc, char ** argv) {
                     mbps.push_back(double(n_read * page_bytes) / s / 1e6);
                     iops.push_back(double(n_read) / s);
                 }
-                const auto & st = pool.io().stats();
+                const auto & st = reader.io().stats();
                 result out;
                 out.pattern = pattern;
                 out.page_bytes = page_bytes;
@@ -146,7 +152,7 @@ int main(int argc, char ** argv) {
                     "{:6} page {:6} B  qd {:3}  {:8.1f} MB/s (min {:.1f}, max {:.1f})  {:9.0f} IOPS  "
                     "{:.3f} ops/page  [{}{}]\n",
                     pattern, page_bytes, qd, out.mbps.median, out.mbps.lo, out.mbps.hi, out.iops.median,
-                    out.ops_per_request, pool.io().backend() == io_backend::uring ? "io_uring" : "pread",
+                    out.ops_per_request, reader.io().backend() == io_backend::uring ? "io_uring" : "pread",
                     pool.direct() ? ", O_DIRECT" : ", page cache");
                 fmt::print("  same with fio: {}\n", out.fio);
                 results.push_back(out);

@@ -4,13 +4,16 @@
 #include "test_util.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <optional>
+#include <string_view>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +22,18 @@ namespace hill {
 namespace {
 
 using result = test::cli_result;
+using json = nlohmann::json;
+
+// Whether `parts` occur in `out` in this order, without overlapping.
+bool in_order(const std::string & out, std::initializer_list<const char *> parts) {
+    size_t at = 0;
+    for (const char * p : parts) {
+        at = out.find(p, at);
+        if (at == std::string::npos) return false;
+        at += std::string_view(p).size();
+    }
+    return true;
+}
 
 result run(const std::string & args, const std::string & redirect = " 2>&1") {
     return test::run_cli(args, redirect);
@@ -165,13 +180,32 @@ TEST_F(cli, policy_summary_and_diag) {
     const result r = run("generate -m " + model() + " -p 'hello world' -n 20 --temp 0 --policy hillinfer --alpha 0.1 "
                          "--sinks 2 --window 4 --diag");
     EXPECT_EQ(r.code, 0) << r.out;
-    EXPECT_NE(r.out.find("policy: hillinfer (alpha 0.1, sinks 2, window 4"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("policy: hillinfer (alpha 0.1, sinks 2, window 4, scores int8 keys / fp32 query, sum of "
+                         "heads, per layer, placement hkm); attended "),
+              std::string::npos)
+        << r.out;
+    // Where the attended tokens came from, and the time of each stage of the step.
+    EXPECT_TRUE(in_order(r.out, {"; attended ", "% of the cached tokens: ", "% hot, ", "% from the cold tier (",
+                                 "% its open groups in RAM, ", "% SSD); time: forward "}))
+        << r.out;
+    EXPECT_NE(r.out.find("s for the storage device's scores, select+place "), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("diag: attention recall"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("layer  1: recall"), std::string::npos) << r.out;
-    const result j = run("generate -m " + model() + " -p hi -n 4 --temp 0 --policy streaming --json");
+    const result j = run("generate -m " + model() + " -p hi -n 4 --temp 0 --policy streaming --json", " 2>/dev/null");
     EXPECT_EQ(j.code, 0) << j.out;
     EXPECT_NE(j.out.find("\"policy\":{"), std::string::npos) << j.out;
     EXPECT_NE(j.out.find("\"policy\":\"streaming\""), std::string::npos) << j.out;
+    const json p = json::parse(j.out).at("policy");
+    EXPECT_EQ(p.at("placement"), "fifo");
+    EXPECT_EQ(p.at("sinks"), 4);
+    EXPECT_EQ(p.at("steps"), 3);  // the first generated token comes from the prefill
+    EXPECT_EQ(p.at("failed_steps"), 0);
+    EXPECT_FALSE(p.contains("alpha")) << "streaming scores nothing";
+    // Everything in RAM: every attended token is hot.
+    EXPECT_EQ(p.at("attended_hot_share"), 1.0);
+    for (const char * key : {"attended_cold_share", "attended_open_share", "attended_disk_share"}) {
+        EXPECT_EQ(p.at(key), 0.0) << key;
+    }
 }
 
 TEST_F(cli, perplexity_prints_the_value_and_token_count) {
@@ -202,10 +236,25 @@ TEST_F(cli, demo_retrieves_the_passkey_and_says_when_not) {
     const result ok = run(d + "--depth 0.4");
     EXPECT_EQ(ok.code, 0) << ok.out;
     EXPECT_NE(ok.out.find("| correct"), std::string::npos) << ok.out;
-    EXPECT_NE(ok.out.find("KV cache: 7"), std::string::npos) << ok.out;  // 75% or more in the cold pool
+    // 75% or more of the tokens only in the cold tier (a hot pool of a quarter of the prompt).
+    const size_t kv_at = ok.out.find("KV cache: ");
+    ASSERT_NE(kv_at, std::string::npos) << ok.out;
+    size_t n_digits = 0;
+    EXPECT_GE(std::stoi(ok.out.substr(kv_at + 10), &n_digits), 75) << ok.out;
+    EXPECT_EQ(ok.out.substr(kv_at + 10 + n_digits, 37), "% of the tokens only in the cold tier") << ok.out;
+    EXPECT_NE(ok.out.find("migration: "), std::string::npos) << ok.out;
+    EXPECT_NE(ok.out.find("storage: emulator, profile none"), std::string::npos) << ok.out;
     const result j = run(d + "--json", " 2>/dev/null");
     EXPECT_EQ(j.code, 0) << j.out;
     EXPECT_NE(j.out.find("\"correct\":true"), std::string::npos) << j.out;
+    const json dj = json::parse(j.out);
+    EXPECT_GE(dj.at("kv").at("cold_share").get<double>(), 0.75) << j.out;
+    EXPECT_GT(dj.at("kv").at("cold_write_bytes").get<uint64_t>(), 0u) << j.out;
+    EXPECT_EQ(dj.at("policy").at("policy"), "hillinfer");
+    EXPECT_EQ(dj.at("policy").at("placement"), "hkm");
+    EXPECT_GT(dj.at("policy").at("attended_disk_share").get<double>(), 0.0) << j.out;
+    EXPECT_EQ(dj.at("storage").at("storage"), "emulator");
+    EXPECT_GT(dj.at("storage").at("tokens_scored").get<uint64_t>(), 0u) << j.out;
     const result wrong = run(d + "--depth 0.2 --policy streaming");
     EXPECT_EQ(wrong.code, 3) << wrong.out;
     EXPECT_NE(wrong.out.find("| WRONG"), std::string::npos) << wrong.out;
@@ -218,7 +267,8 @@ TEST_F(cli, demo_retrieves_the_passkey_and_says_when_not) {
 }
 
 TEST_F(cli, storage_emulator_gives_the_same_tokens_and_reports_its_link) {
-    // A context of 600 tokens with 16 hot per layer: most of the KV in written cold pages.
+    // A context of 600 tokens with 16 hot per layer: most of the KV in written cold pages. The hot pool
+    // holds the sinks, the window and the new token: a window of 8 leaves 3 slots to placement.
     const std::string m1k = dir->file("m1k.gguf");
     write_random_model(m1k, random_model_params{.n_vocab = 300, .n_embd = 64, .n_ff = 96, .n_layer = 2, .n_head = 4,
                                                 .n_head_kv = 2, .n_ctx = 1024});
@@ -226,7 +276,7 @@ TEST_F(cli, storage_emulator_gives_the_same_tokens_and_reports_its_link) {
     for (int i = 0; i < 25; ++i) long_prompt += "a prompt of many words ";  // about 530 tokens
     std::ofstream(dir->file("long.txt")) << long_prompt;
     const std::string base = "generate -m " + m1k + " -f " + dir->file("long.txt") + " -n 30 -c 1024 --kv-host-budget 4K "
-                             "--kv-dir " + dir->file("kv") + " --policy hillinfer --alpha 0.2 ";
+                             "--kv-dir " + dir->file("kv") + " --policy hillinfer --alpha 0.2 --window 8 ";
     const std::string g = base + "--seed 3 --json ";
     const result plain = run(g + "--query-precision int8", " 2>/dev/null");
     const result emu = run(g + "--storage emulator --score-block 4", " 2>/dev/null");  // int8 query by default
@@ -240,11 +290,28 @@ TEST_F(cli, storage_emulator_gives_the_same_tokens_and_reports_its_link) {
     const double per_token = std::stod(emu.out.substr(emu.out.find(':', at) + 1));
     EXPECT_GT(per_token, 6.0) << emu.out;   // 6-byte tuples, blocks of 4 tokens (8-byte headers), the query
     EXPECT_LT(per_token, 32.0) << emu.out;  // against the plain SSD's 64-byte key row (2 KV heads × 16 × f16)
+    // The same tokens scored and read on both devices (the same selection); the plain SSD moves whole key
+    // pages over the link, at least the 64-byte key row per token.
+    const json pj = json::parse(plain.out).at("storage"), ej = json::parse(emu.out).at("storage");
+    EXPECT_EQ(pj.at("storage"), "plain");
+    EXPECT_GT(ej.at("tokens_scored").get<uint64_t>(), 0u) << emu.out;
+    EXPECT_GT(ej.at("tokens_read").get<uint64_t>(), 0u) << emu.out;
+    EXPECT_EQ(pj.at("tokens_scored"), ej.at("tokens_scored"));
+    EXPECT_EQ(pj.at("tokens_read"), ej.at("tokens_read"));
+    EXPECT_EQ(pj.at("score_passes"), ej.at("score_passes"));
+    EXPECT_GE(pj.at("link_score_bytes_per_token").get<double>(), 64.0) << plain.out;
+    EXPECT_EQ(ej.at("key_row_bytes"), 64);
+    EXPECT_EQ(ej.at("errors"), 0);
+    EXPECT_EQ(ej.at("cancelled"), 0);
+    EXPECT_EQ(json::parse(plain.out).at("policy").at("attended_disk_share"),
+              json::parse(emu.out).at("policy").at("attended_disk_share"));
     const result text = run(base + "--storage emulator --csd-profile smartssd");
     EXPECT_EQ(text.code, 0) << text.out;
     EXPECT_NE(text.out.find("storage: emulator, profile smartssd (read 3.2 GB/s, score 16 GB/s, link 3.5 GB/s)"),
               std::string::npos) << text.out;
     EXPECT_NE(text.out.find("B per token (a plain SSD moves the key row: 64 B per token)"), std::string::npos) << text.out;
+    EXPECT_TRUE(in_order(text.out, {"selected KV: ", " cold tokens, ", " over the link; flash read "})) << text.out;
+    EXPECT_NE(text.out.find("from the cold tier ("), std::string::npos) << text.out;
 
     std::ofstream(dir->file("bad-profile.json")) << "{\"link_gbps\": -3}";
     const std::string h = "generate -m " + model() + " -p hi -n 2 --policy hillinfer ";
@@ -273,19 +340,48 @@ TEST_F(cli, missing_file_and_directory_exit_2) {
 }
 
 TEST_F(cli, kv_cache_in_the_cold_pool) {
-    // A hot pool of 16 tokens per layer (256 bytes of KV per token): most of the KV goes cold.
-    const std::string g = "generate -m " + model() + " -p 'hello world, this is a longer prompt' -n 40 --seed 3 -c 64 ";
+    // A hot pool of 16 tokens per layer (256 bytes of KV per token): most of the KV goes cold. The hot
+    // pool holds the sinks, the window and the new token: 2 + 4 + 1 of the 16 slots.
+    const std::string g = "generate -m " + model() + " -p 'hello world, this is a longer prompt' -n 40 --seed 3 -c 64 "
+                          "--sinks 2 --window 4 ";
     const result ram = run(g + "--json", " 2>/dev/null");
     const result cold = run(g + "--json --kv-host-budget 4K --kv-dir " + dir->file("kv"), " 2>/dev/null");
     EXPECT_EQ(ram.code, 0) << ram.out;
     EXPECT_EQ(cold.code, 0) << cold.out;
     auto ids = [](const std::string & out) { return out.substr(out.find("\"ids\":["), out.find(']', out.find("\"ids\":[")) - out.find("\"ids\":[")); };
     EXPECT_EQ(ids(ram.out), ids(cold.out));
-    const size_t at = cold.out.find("\"cold_share\":");
-    ASSERT_NE(at, std::string::npos) << cold.out;
-    EXPECT_GT(std::stod(cold.out.substr(at + 13)), 0.6) << cold.out;
+    const json j = json::parse(cold.out);
+    const json & kv = j.at("kv");
+    // 16 hot tokens per layer of about 50: most tokens only in the cold tier.
+    EXPECT_GT(kv.at("cold_share").get<double>(), 0.6) << cold.out;
+    EXPECT_EQ(kv.at("hot_slots_per_layer"), 16);
+    EXPECT_EQ(kv.at("cold_pool"), true);
+    EXPECT_GT(kv.at("cold_write_bytes").get<uint64_t>(), 0u) << cold.out;
+    for (const char * key : {"cold_read_bytes", "promotions", "demotions", "migrated_bytes", "pingpong",
+                             "pingpong_rate", "prefill_placed_hot", "prefill_evicted"}) {
+        EXPECT_TRUE(kv.contains(key)) << key << " in " << cold.out;
+    }
+    EXPECT_GE(kv.at("pingpong_rate").get<double>(), 0.0);
+    EXPECT_LE(kv.at("pingpong_rate").get<double>(), 1.0);
+    // Policy full attends to every token: the cold ones from the cold tier (here the open groups in RAM:
+    // the context of 64 tokens is one 64-token page).
+    const json & p = j.at("policy");
+    EXPECT_EQ(p.at("attended_share"), 1.0);
+    EXPECT_GT(p.at("attended_cold_share").get<double>(), 0.5) << cold.out;
+    EXPECT_NEAR(p.at("attended_hot_share").get<double>() + p.at("attended_cold_share").get<double>(), 1.0, 1e-9);
+    EXPECT_NEAR(p.at("attended_open_share").get<double>() + p.at("attended_disk_share").get<double>(),
+                p.at("attended_cold_share").get<double>(), 1e-9);
+    // In RAM: no cold pool, nothing cold.
+    const json ram_kv = json::parse(ram.out).at("kv");
+    EXPECT_EQ(ram_kv.at("cold_pool"), false);
+    EXPECT_EQ(ram_kv.at("cold_share"), 0.0) << "without a cold tier every token is hot (kv/kv_cells.h): a token "
+                                               "without a hot slot has lost its only copy of the KV";
     EXPECT_EQ(run("generate -m " + model() + " -p hi --kv-host-budget 12X").code, 2);
     EXPECT_EQ(run("generate -m " + model() + " -p hi --kv-host-budget 1K --kv-dir " + dir->file("kv")).code, 2);
+    // A budget that cannot hold the sinks, the window and the new token is refused, naming them.
+    const result small = run("generate -m " + model() + " -p hi --kv-host-budget 4K --kv-dir " + dir->file("kv"));
+    EXPECT_EQ(small.code, 2) << small.out;
+    EXPECT_NE(small.out.find("holds 16 tokens per layer; at least 21 are needed"), std::string::npos) << small.out;
 }
 
 TEST_F(cli, prompt_cache_saves_loads_and_refuses) {
@@ -444,16 +540,17 @@ TEST_F(cli, ctrl_c_during_prefill_prints_the_summary) {
 }
 
 TEST_F(cli, ctrl_c_during_perplexity_with_a_cold_pool_prints_the_value_so_far) {
-    // Windows of 1023 tokens with 16 hot per layer: from token ~80 on, every decode step reads cold
-    // pages through the storage device, which abandons its pass on Ctrl-C (that error used to end the
-    // run without the value and the summary). Its reads capped at 100 KB/s, past its 1 MiB burst a
+    // Windows of 1023 tokens with 24 hot per layer (the hot pool must hold the 4 sinks, the 16-token window
+    // and the new token): from token ~80 on, every decode step reads cold pages through the storage
+    // device, which abandons its pass on Ctrl-C (that error used to end the run without the value and the
+    // summary). Its reads capped at 100 KB/s, past its 1 MiB burst a
     // step spends nearly all its time waiting in the device: that is where Ctrl-C finds it.
     std::string text;
     while (text.size() < 20000) text += "the quick brown fox jumps over the lazy dog and runs away ";
     std::ofstream(dir->file("ppl.txt")) << text;
     std::ofstream(dir->file("slow-read.json")) << R"({"name": "slow-read", "internal_read_gbps": 0.0001})";
     const test::cli_signal_result r = test::run_cli_and_signal(
-        "perplexity -m " + model() + " -f " + dir->file("ppl.txt") + " -c 1024 --kv-host-budget 4K --kv-dir " +
+        "perplexity -m " + model() + " -f " + dir->file("ppl.txt") + " -c 1024 --kv-host-budget 6K --kv-dir " +
             dir->file("kv-ppl") + " --csd-profile " + dir->file("slow-read.json"), "windows of", 2.0, SIGINT, 300);
     ASSERT_TRUE(r.signalled) << r.err;
     EXPECT_EQ(r.code, 130) << r.out << r.err;
@@ -528,9 +625,9 @@ TEST_F(cli, prompt_cache_save_failure_warns_and_generation_goes_on) {
 TEST_F(cli, prompt_cache_corrupt_in_a_late_layer_falls_back_to_the_same_text) {
     const std::string cache = dir->file("late-layer.cache");
     std::ofstream(dir->file("pc-late.txt")) << "a b c d e f g h i j k l m n o p";
-    // A cold pool as well: the loaded KV would go there.
+    // A cold pool as well (24 hot tokens per layer of 64): the loaded KV would go there.
     const std::string g = "generate -m " + model() + " -f " + dir->file("pc-late.txt") + " -n 8 --temp 0 --json -c 64 "
-                          "--kv-host-budget 4K --kv-dir " + dir->file("kv-late");
+                          "--kv-host-budget 6K --kv-dir " + dir->file("kv-late");
     const result plain = run(g, " 2>/dev/null");
     ASSERT_EQ(plain.code, 0) << plain.out;
     ASSERT_EQ(run(g + " --prompt-cache " + cache).code, 0);

@@ -1,12 +1,18 @@
-// The storage device (csd/): score blocks, the HLS kernel against the host scorer (bit for bit), the
-// running top-k against the selector, plain SSD and emulator passes (same scores, same KV), streaming
-// with back-pressure, cancellation, device errors, profiles, and decoding under both devices.
+// The storage device (csd/): score blocks, the HLS kernel against the host scorer (bit for bit), plain
+// SSD and emulator passes over a cold log built with cold_pool + cold_writer + cold_logs (the same score
+// blocks bit for bit, the same KV rows, exactly the pass's positions), streaming with back-pressure,
+// cancellation, device errors, stop requests, profiles, the emulator reading one log while the owner
+// writes another, and decoding under both devices.
 #include "compute/kernel_mode.h"
 #include "core/error.h"
 #include "csd/device.h"
 #include "csd/hls/score_kernel.h"
 #include "engine/session.h"
+#include "kv/cold_gather.h"
+#include "kv/cold_logs.h"
 #include "kv/cold_pool.h"
+#include "kv/cold_reader.h"
+#include "kv/cold_writer.h"
 #include "model/synthetic_model.h"
 #include "score/selector.h"
 #include "kernel_test_util.h"
@@ -17,13 +23,18 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <map>
+#include <numeric>
+#include <set>
 #include <thread>
 
 namespace hill {
@@ -117,228 +128,365 @@ TEST(hls_kernel, scores_equal_the_host_scorer_bit_for_bit) {
     }
 }
 
-TEST(running_topk, selects_what_the_selector_selects) {
-    HILL_FRESH_RNG(rng);
-    token_selector sel;
-    for (int rep = 0; rep < 200; ++rep) {
-        const int64_t n = std::uniform_int_distribution<int64_t>(0, 3000)(rng);
-        const int64_t n_top = std::uniform_int_distribution<int64_t>(0, n)(rng);
-        std::vector<float> scores(static_cast<size_t>(n));
-        // Few distinct values: many ties; some NaN and infinities.
-        for (float & x : scores) x = float(std::uniform_int_distribution<int>(-20, 20)(rng)) * 0.5f;
-        for (int i = 0; i < 5 && n > 0; ++i) {
-            const auto j = size_t(std::uniform_int_distribution<int64_t>(0, n - 1)(rng));
-            scores[j] = i == 0 ? std::numeric_limits<float>::quiet_NaN() : (i == 1 ? -INFINITY : INFINITY);
-        }
-        std::vector<int32_t> want;
-        sel.select(scores.data(), n, n_top, 4, 8, want);
-        // The same through running_topk, offered in a shuffled order.
-        const auto [s_end, w_begin] = middle_of(n, 4, 8);
-        std::vector<int32_t> order;
-        for (int64_t i = s_end; i < w_begin; ++i) order.push_back(int32_t(i));
-        std::shuffle(order.begin(), order.end(), rng);
-        running_topk top(n_top);
-        top.begin(n_top);
-        for (const int32_t t : order) top.push(scores[size_t(t)], t);
-        std::vector<int32_t> got;
-        for (int64_t i = 0; i < s_end; ++i) got.push_back(int32_t(i));
-        top.finish(got);
-        for (int64_t i = w_begin; i < n; ++i) got.push_back(int32_t(i));
-        ASSERT_EQ(got, want) << "n " << n << " n_top " << n_top;
-    }
-}
-
-// A store of n random tokens, a quarter hot, the rest in cold pages (all but the open group written).
-struct cold_store {
+// Cold logs of layer 0 over a real cold pool, built as the context builds them (cold_pool, cold_writer,
+// cold_logs): sequence 0 holds n random tokens, all but the open group's rows in written pages; other
+// sequences start empty and take their rows with append(). Rows of 256 bytes: 16-token pages.
+struct cold_log_fixture {
     test::temp_dir dir;
     attention_shape shape{8, 2, 64, 0.125f};
     kv_layout layout{1, 2 * 64, ggml_type::f16};
-    int64_t n;
-    std::unique_ptr<kv_store> kv;
-    std::vector<f16_bits> k, v;
+    int64_t n;      // tokens of sequence 0
+    int64_t n_ctx;  // rows each sequence may take
+    std::unique_ptr<cold_pool> pool;
+    std::unique_ptr<cold_writer> writer;
+    std::unique_ptr<cold_logs> logs;
+    std::vector<std::vector<f16_bits>> k, v;  // [n_seq] f16 [n_ctx, n_embd_kv]: the rows of each sequence
 
-    explicit cold_store(int64_t n_tokens, uint32_t seed, io_fault_hook faults = {}) : n(n_tokens) {
+    cold_log_fixture(int64_t n_tokens, uint32_t seed, int n_seq = 1, int64_t ctx = 0)
+        : n(n_tokens), n_ctx(std::max(n_tokens, ctx)) {
         std::mt19937 rng(seed);
         std::normal_distribution<float> nd;
-        k.resize(size_t(n * layout.n_embd_kv));
-        v.resize(k.size());
-        for (auto & x : k) x = fp32_to_fp16(nd(rng));
-        for (auto & x : v) x = fp32_to_fp16(nd(rng));
-        kv = std::make_unique<kv_store>(layout, kv_store_params{int32_t(n), uint64_t(n / 4) * layout.token_layer_bytes(),
-                                                                4, dir.file("kv"), std::move(faults)});
-        kv->append(0, n, k.data(), v.data());
+        const int64_t pt = layout.page_tokens();
+        cold_pool_params cp;
+        cp.kv_dir = dir.file("kv");
+        cp.page_bytes = layout.page_bytes();
+        cp.n_pages = uint32_t(int64_t(n_seq) * layout.n_layer * 2 * ((n_ctx + pt - 1) / pt));
+        pool = std::make_unique<cold_pool>(cp);
+        writer = std::make_unique<cold_writer>(*pool);
+        logs = std::make_unique<cold_logs>(*writer, layout, n_seq, n_ctx);
+        k.resize(size_t(n_seq));
+        v.resize(size_t(n_seq));
+        for (int s = 0; s < n_seq; ++s) {
+            k[size_t(s)].resize(size_t(n_ctx * layout.n_embd_kv));
+            v[size_t(s)].resize(size_t(n_ctx * layout.n_embd_kv));
+            for (auto & x : k[size_t(s)]) x = fp32_to_fp16(nd(rng));
+            for (auto & x : v[size_t(s)]) x = fp32_to_fp16(nd(rng));
+        }
+        append(0, n);
+    }
+    // Appends the sequence's next n rows to its log (positions [n_tokens, n_tokens + n)).
+    void append(int seq, int64_t count) {
+        const int64_t t0 = log(seq).n_tokens();
+        cold_append a;
+        logs->prepare(seq, 0, count, k_row(seq, t0), v_row(seq, t0), a);
+        logs->apply(a);
+    }
+    cold_log_view log(int seq = 0) const { return logs->log(seq, 0); }
+    const f16_bits * k_row(int seq, int64_t t) const { return k[size_t(seq)].data() + size_t(t * layout.n_embd_kv); }
+    const f16_bits * v_row(int seq, int64_t t) const { return v[size_t(seq)].data() + size_t(t * layout.n_embd_kv); }
+    // Every position of the sequence in written pages: [0, n_on_disk).
+    std::vector<int32_t> disk_positions(int seq = 0) const {
+        std::vector<int32_t> out(size_t(log(seq).n_on_disk()));
+        std::iota(out.begin(), out.end(), 0);
+        return out;
+    }
+    // A pass over `positions` of the sequence's log, as the decode step builds it from its page table.
+    csd::device_pass pass(std::span<const int32_t> positions, int seq = 0) const {
+        const cold_log_view l = log(seq);
+        return csd::device_pass{0, l.page_tokens, l.groups, positions};
+    }
+    // Groups (pages of K, or of V) that hold at least one of the positions.
+    int64_t n_groups_of(std::span<const int32_t> positions) const {
+        std::set<int64_t> g;
+        for (const int32_t t : positions) g.insert(t / layout.page_tokens());
+        return int64_t(g.size());
     }
 };
 
-// Every on-disk token's score from one pass of `d`, by position: f16 bits [n_group] each.
-std::map<uint32_t, std::vector<uint16_t>> score_pass(csd::device & d, host_scorer & hs, int il) {
-    std::map<uint32_t, std::vector<uint16_t>> out;
-    d.score_begin(il, hs);
-    d.score_drain([&](const csd::score_block_view & b) {
-        for (int64_t j = 0; j < b.n_tokens(); ++j) {
-            std::vector<uint16_t> s;
-            for (int g = 0; g < b.n_group(); ++g) s.push_back(score_to_f16(b.score(j, g)));
-            EXPECT_TRUE(out.emplace(b.position(j), s).second) << "token " << b.position(j) << " scored twice";
+// One score block as it crossed the link: header fields, positions, and each score's bits (f32 of the
+// f16 on the wire: fp16_to_fp32 is one-to-one, so equal bits here are equal bits there).
+struct score_block_copy {
+    int layer = 0;
+    int n_group = 0;
+    std::vector<uint32_t> positions;  // [n_tokens]
+    std::vector<uint32_t> scores;     // [n_tokens, n_group]
+    bool operator==(const score_block_copy &) const = default;
+};
+
+// Every block of one scoring pass of `d`, in the order they came.
+std::vector<score_block_copy> score_blocks(csd::device & d, const csd::device_pass & pass, host_scorer & hs) {
+    std::vector<score_block_copy> out;
+    d.score_begin(pass, hs);
+    while (const csd::score_block_view * b = d.score_next()) {
+        score_block_copy c{b->layer(), b->n_group(), {}, {}};
+        for (int64_t j = 0; j < b->n_tokens(); ++j) {
+            c.positions.push_back(b->position(j));
+            for (int g = 0; g < b->n_group(); ++g) c.scores.push_back(f32_to_bits(b->score(j, g)));
         }
-    });
+        EXPECT_EQ(b->size_bytes(), csd::score_block_bytes(b->n_tokens(), b->n_group()));
+        out.push_back(std::move(c));
+    }
     return out;
+}
+
+// The positions of the blocks, in the order they came.
+std::vector<int32_t> positions_of(const std::vector<score_block_copy> & blocks) {
+    std::vector<int32_t> out;
+    for (const score_block_copy & b : blocks) out.insert(out.end(), b.positions.begin(), b.positions.end());
+    return out;
+}
+
+// Every position's score bits from one pass, by position (each scored once).
+std::map<uint32_t, std::vector<uint32_t>> score_pass(csd::device & d, host_scorer & hs, const csd::device_pass & pass) {
+    std::map<uint32_t, std::vector<uint32_t>> out;
+    for (const score_block_copy & b : score_blocks(d, pass, hs)) {
+        for (size_t j = 0; j < b.positions.size(); ++j) {
+            const auto s0 = b.scores.begin() + ptrdiff_t(j * size_t(b.n_group));
+            EXPECT_TRUE(out.emplace(b.positions[j], std::vector<uint32_t>(s0, s0 + b.n_group)).second)
+                << "position " << b.positions[j] << " scored twice";
+        }
+    }
+    return out;
+}
+
+// One read pass of `d` over sequence seq's positions: the positions of the rows returned, in order; each
+// row's K and V are checked against the fixture's.
+std::vector<int32_t> read_pass(csd::device & d, const cold_log_fixture & f, const csd::device_pass & pass,
+                               int seq = 0) {
+    std::vector<int32_t> got;
+    const size_t rb = f.layout.row_bytes();
+    int64_t wrong = 0;
+    d.read_begin(pass);
+    kv_batch b;
+    while (d.read_next(b)) {
+        EXPECT_NE(b.view.v, nullptr);
+        for (int64_t j = 0; j < b.view.n_kv; ++j) {
+            const int64_t r = b.rows != nullptr ? b.rows[j] : j;
+            const int32_t t = b.positions[j];
+            const auto * kr = static_cast<const uint8_t *>(b.view.k) + size_t(r) * rb;
+            const auto * vr = static_cast<const uint8_t *>(b.view.v) + size_t(r) * rb;
+            if (std::memcmp(kr, f.k_row(seq, t), rb) != 0 || std::memcmp(vr, f.v_row(seq, t), rb) != 0) ++wrong;
+            got.push_back(t);
+        }
+    }
+    EXPECT_EQ(wrong, 0) << "rows whose K or V differ from what was appended";
+    return got;
 }
 
 TEST(csd_device, emulator_scores_and_reads_what_the_plain_ssd_does) {
     HILL_FRESH_RNG(rng);
-    cold_store st(3000, rng_seed);
+    cold_log_fixture f(3000, rng_seed);
     thread_pool pool(2);
     const std::vector<float> q = test::random_floats(rng, 8 * 64);
-    csd::storage_params pp;
-    csd::storage_params ep{.kind = csd::storage_kind::emulator, .block_tokens = 100};
-    auto plain = csd::make_device(pp, *st.kv, st.shape, pool);
-    auto emu = csd::make_device(ep, *st.kv, st.shape, pool);
-    int64_t on_disk = 0;
-    for (int64_t t = 0; t < st.n; ++t) on_disk += st.kv->on_disk(0, t) ? 1 : 0;
-    ASSERT_GT(on_disk, st.n / 2);
+    // The emulator and a plain SSD with blocks of 100 tokens; a plain SSD with the default blocks.
+    const csd::storage_params ep{.kind = csd::storage_kind::emulator, .block_tokens = 100};
+    auto emu = csd::make_device(ep, f.pool.get(), f.layout, f.shape, pool);
+    auto plain100 = csd::make_device(csd::storage_params{.block_tokens = 100}, f.pool.get(), f.layout, f.shape, pool);
+    auto plain = csd::make_device(csd::storage_params{}, f.pool.get(), f.layout, f.shape, pool);
+    // The step's disk positions: every position in written pages but a random quarter (hot ones).
+    std::vector<int32_t> disk;
+    for (const int32_t t : f.disk_positions()) {
+        if (rng() % 4 != 0) disk.push_back(t);
+    }
+    ASSERT_GT(int64_t(disk.size()), f.n / 2);
+    const int64_t n_groups = f.n_groups_of(disk);
     for (const select_granularity g : {select_granularity::layer, select_granularity::kv_head}) {
         for (const score_precision key : {score_precision::int8, score_precision::int4}) {
-            host_scorer hs(st.shape, score_params{key, query_precision::int8, score_aggregate::sum, g}, pool.n_threads());
+            SCOPED_TRACE(std::string(name(g)) + " " + std::string(name(key)));
+            const score_params sp{key, query_precision::int8, score_aggregate::sum, g};
+            host_scorer hs(f.shape, sp, pool.n_threads());
             hs.prepare_query(q.data());
-            const auto a = score_pass(*plain, hs, 0);
-            const auto b = score_pass(*emu, hs, 0);
-            EXPECT_EQ(int64_t(a.size()), on_disk);
-            EXPECT_EQ(a, b);
+            // The same blocks, bit for bit, from devices cutting blocks of the same size; and the same
+            // score per position from the plain SSD's default blocks.
+            const std::vector<score_block_copy> a = score_blocks(*plain100, f.pass(disk), hs);
+            const std::vector<score_block_copy> b = score_blocks(*emu, f.pass(disk), hs);
+            EXPECT_EQ(positions_of(b), disk);
+            EXPECT_TRUE(a == b) << "the score blocks differ";
+            EXPECT_EQ(b.size(), (disk.size() + 99) / 100);
+            for (const score_block_copy & blk : b) {
+                EXPECT_EQ(blk.layer, 0);
+                EXPECT_EQ(blk.n_group, hs.n_group());
+            }
+            EXPECT_EQ(score_pass(*plain, hs, f.pass(disk)), score_pass(*emu, hs, f.pass(disk)));
         }
     }
-    const csd::device_counters pc = plain->counters(), ec = emu->counters();
-    EXPECT_EQ(ec.tokens_scored, 4 * uint64_t(on_disk));
-    EXPECT_EQ(pc.tokens_scored, ec.tokens_scored);
-    // Link bytes of scoring: 6 bytes per token (10 with a score per KV head) plus the block headers and
-    // the query, against the key pages for the plain SSD.
-    const uint64_t tuples = 2 * uint64_t(on_disk) * 6 + 2 * uint64_t(on_disk) * 8;
-    const uint64_t query = 4 * uint64_t(8 * (64 + 4));
+    const csd::device_counters pc = plain100->counters(), ec = emu->counters();
+    EXPECT_EQ(ec.n_score_passes, 8u);
+    EXPECT_EQ(ec.tokens_scored, 8 * uint64_t(disk.size()));
+    EXPECT_EQ(pc.tokens_scored, 4 * uint64_t(disk.size()));
+    EXPECT_EQ(ec.score_blocks, 2 * pc.score_blocks);
+    // Link bytes of scoring: 6 bytes per token (8 with a score per KV head: 2 of them) plus the block
+    // headers and the query (int8 [8, 64] and f32 [8] scales), against the key pages for the plain SSD.
+    const uint64_t tuples = 4 * uint64_t(disk.size()) * 6 + 4 * uint64_t(disk.size()) * 8;
+    const uint64_t query = 8 * uint64_t(8 * (64 + 4));
     EXPECT_EQ(ec.link_score_bytes, tuples + query + 8 * ec.score_blocks);
-    EXPECT_GE(pc.link_score_bytes, 4 * uint64_t(on_disk) * st.layout.row_bytes());
+    EXPECT_EQ(pc.link_score_bytes, 4 * uint64_t(n_groups) * f.layout.page_bytes());
+    // Both read the key pages that hold a position, and only those: the same flash bytes.
+    EXPECT_EQ(ec.internal_read_bytes, 8 * uint64_t(n_groups) * f.layout.page_bytes());
+    EXPECT_EQ(pc.internal_read_bytes, pc.link_score_bytes);
 
-    // Reads: a random subset of the on-disk tokens, K and V as appended.
+    // Reads: a random subset of the disk positions, K and V as appended, each once, in position order.
     std::vector<int32_t> want;
-    for (int64_t t = 0; t < st.n; ++t) {
-        if (st.kv->on_disk(0, t) && rng() % 3 == 0) want.push_back(int32_t(t));
+    for (const int32_t t : disk) {
+        if (rng() % 3 == 0) want.push_back(t);
     }
     for (csd::device * d : {plain.get(), emu.get()}) {
-        std::vector<int> seen(size_t(st.n), 0);
-        d->read_begin(0, want);
-        d->read_drain([&](const kv_view & view, const int32_t * rows, const int32_t * tokens) {
-            const size_t rb = st.layout.row_bytes();
-            for (int64_t j = 0; j < view.n_kv; ++j) {
-                const int64_t r = rows != nullptr ? rows[j] : j;
-                const auto * kr = static_cast<const uint8_t *>(view.k) + size_t(r) * rb;
-                const auto * vr = static_cast<const uint8_t *>(view.v) + size_t(r) * rb;
-                ASSERT_EQ(std::memcmp(kr, st.k.data() + size_t(tokens[j]) * size_t(st.layout.n_embd_kv), rb), 0);
-                ASSERT_EQ(std::memcmp(vr, st.v.data() + size_t(tokens[j]) * size_t(st.layout.n_embd_kv), rb), 0);
-                ++seen[size_t(tokens[j])];
-            }
-        });
-        for (const int32_t t : want) EXPECT_EQ(seen[size_t(t)], 1) << "token " << t;
-        EXPECT_EQ(std::accumulate(seen.begin(), seen.end(), 0), int(want.size()));
+        SCOPED_TRACE(std::string(name(d->kind())));
+        EXPECT_EQ(read_pass(*d, f, f.pass(want)), want);
     }
+    const uint64_t kv_pages = 2 * uint64_t(f.n_groups_of(want)) * f.layout.page_bytes();
     EXPECT_EQ(emu->counters().tokens_read, want.size());
-    EXPECT_EQ(emu->counters().link_kv_bytes, want.size() * (2 * st.layout.row_bytes() + 4) +
-                                                 8 * ((want.size() + 255) / 256));
+    EXPECT_EQ(plain->counters().tokens_read, want.size());
+    EXPECT_EQ(emu->counters().link_kv_bytes,
+              want.size() * (2 * f.layout.row_bytes() + 4) + 8 * ((want.size() + 255) / 256));
+    EXPECT_EQ(plain->counters().link_kv_bytes, kv_pages);
+    EXPECT_EQ(emu->counters().internal_read_bytes - ec.internal_read_bytes, kv_pages);
 }
 
-// Moves through the device: a promoted token leaves a hole in its cold page, which neither device
-// scores any more; the page read back and the demoted pages written are counted.
-TEST(csd_device, moves_leave_holes_that_are_not_scored) {
-    cold_store st(3000, 11);
+// A pass covers exactly its positions: whatever subset of the written pages the step asks for (a hot
+// token is simply not in it), both devices score and return those positions, each once, in ascending
+// order, and read only the pages that hold them.
+TEST(csd_device, a_pass_covers_exactly_its_positions) {
+    HILL_FRESH_RNG(rng);
+    cold_log_fixture f(1000, rng_seed);
+    const int64_t pt = f.layout.page_tokens();
+    const auto on_disk = int32_t(f.log().n_on_disk());
+    ASSERT_EQ(on_disk, 992);
+    ASSERT_EQ(f.log().n_open, 8);
     thread_pool pool(1);
-    auto plain = csd::make_device(csd::storage_params{}, *st.kv, st.shape, pool);
-    auto emu = csd::make_device(csd::storage_params{.kind = csd::storage_kind::emulator}, *st.kv, st.shape, pool);
-    host_scorer hs(st.shape, score_params{.query = query_precision::int8}, 1);
-    std::vector<float> q(8 * 64, 0.5f);
+    auto plain = csd::make_device(csd::storage_params{.block_tokens = 7}, f.pool.get(), f.layout, f.shape, pool);
+    auto emu = csd::make_device(csd::storage_params{.kind = csd::storage_kind::emulator, .block_tokens = 7},
+                                f.pool.get(), f.layout, f.shape, pool);
+    host_scorer hs(f.shape, score_params{.query = query_precision::int8}, 1);
+    const std::vector<float> q = test::random_floats(rng, 8 * 64);
     hs.prepare_query(q.data());
-    const int32_t t = 100;
-    ASSERT_TRUE(st.kv->on_disk(0, t));
-    EXPECT_EQ(score_pass(*emu, hs, 0).count(t), 1u);
-    // Make room in the hot pool, then promote t through the emulator.
-    const int32_t hot_victim = int32_t(st.n - 1);
-    ASSERT_EQ(st.kv->where(0, hot_victim).tier, kv_tier::hot);
-    const uint64_t written0 = emu->counters().internal_write_bytes;
-    ASSERT_TRUE(emu->move(0, hot_victim, kv_tier::cold));
-    ASSERT_TRUE(emu->move(0, t, kv_tier::hot));
-    EXPECT_FALSE(st.kv->on_disk(0, t));
-    EXPECT_EQ(emu->counters().link_kv_bytes, 2 * st.layout.page_bytes());  // t's K and V pages read back
-    EXPECT_GE(emu->counters().internal_write_bytes, written0);
-    const auto a = score_pass(*plain, hs, 0), b = score_pass(*emu, hs, 0);
-    EXPECT_EQ(a, b);
-    EXPECT_EQ(b.count(t), 0u);
+    std::vector<std::vector<int32_t>> sets = {
+        {},                                    // nothing on disk wanted
+        {0},                                   // the first position
+        {on_disk - 1},                         // the last one in a written page
+        {int32_t(pt - 1), int32_t(pt)},        // both sides of a page boundary
+        {},                                    // the first and last row of every group
+        {},                                    // a dense run inside one group
+        {},                                    // every other group, whole
+        {},                                    // a random tenth
+    };
+    for (int32_t g = 0; g < on_disk / pt; ++g) {
+        sets[4].push_back(int32_t(g * pt));
+        sets[4].push_back(int32_t(g * pt + pt - 1));
+    }
+    for (int32_t t = 5 * int32_t(pt) + 3; t < 5 * int32_t(pt) + 11; ++t) sets[5].push_back(t);
+    for (int32_t t = 0; t < on_disk; ++t) {
+        if ((t / pt) % 2 == 0) sets[6].push_back(t);
+        if (rng() % 10 == 0) sets[7].push_back(t);
+    }
+    for (size_t i = 0; i < sets.size(); ++i) {
+        const std::vector<int32_t> & want = sets[i];
+        SCOPED_TRACE("set " + std::to_string(i) + " of " + std::to_string(want.size()) + " positions");
+        const uint64_t pages = uint64_t(f.n_groups_of(want)) * f.layout.page_bytes();
+        std::vector<score_block_copy> blocks[2];
+        for (csd::device * d : {plain.get(), emu.get()}) {
+            SCOPED_TRACE(std::string(name(d->kind())));
+            const csd::device_counters c0 = d->counters();
+            blocks[d == emu.get()] = score_blocks(*d, f.pass(want), hs);
+            EXPECT_EQ(positions_of(blocks[d == emu.get()]), want);
+            const csd::device_counters c1 = d->counters();
+            EXPECT_EQ(c1.tokens_scored - c0.tokens_scored, want.size());
+            EXPECT_EQ(c1.internal_read_bytes - c0.internal_read_bytes, pages) << "only the key pages of the positions";
+            EXPECT_EQ(read_pass(*d, f, f.pass(want)), want);
+            const csd::device_counters c2 = d->counters();
+            EXPECT_EQ(c2.tokens_read - c1.tokens_read, want.size());
+            EXPECT_EQ(c2.internal_read_bytes - c1.internal_read_bytes, 2 * pages)
+                << "only the K and V pages of the positions";
+        }
+        EXPECT_TRUE(blocks[0] == blocks[1]) << "the score blocks differ";
+    }
+    EXPECT_EQ(plain->counters().n_cancelled + emu->counters().n_cancelled, 0u);
+    EXPECT_EQ(plain->counters().n_errors + emu->counters().n_errors, 0u);
 }
 
 // A slow host: the device fills the packets in flight and waits (back-pressure), and every block still
 // arrives once, in order of the pages.
 TEST(csd_device, a_slow_host_applies_back_pressure) {
-    cold_store st(6000, 5);
+    cold_log_fixture f(6000, 5);
     thread_pool pool(1);
-    auto emu = csd::make_device(csd::storage_params{.kind = csd::storage_kind::emulator, .block_tokens = 32}, *st.kv,
-                                st.shape, pool);
-    host_scorer hs(st.shape, score_params{.query = query_precision::int8}, 1);
+    auto emu = csd::make_device(csd::storage_params{.kind = csd::storage_kind::emulator, .block_tokens = 32},
+                                f.pool.get(), f.layout, f.shape, pool);
+    host_scorer hs(f.shape, score_params{.query = query_precision::int8}, 1);
     std::vector<float> q(8 * 64, 0.5f);
     hs.prepare_query(q.data());
-    int64_t n_blocks = 0, n_tokens = 0;
-    emu->score_begin(0, hs);
-    emu->score_drain([&](const csd::score_block_view & b) {
+    const std::vector<int32_t> disk = f.disk_positions();
+    int64_t n_blocks = 0;
+    std::vector<int32_t> got;
+    emu->score_begin(f.pass(disk), hs);
+    while (const csd::score_block_view * b = emu->score_next()) {
         if (n_blocks++ < 12) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        n_tokens += b.n_tokens();
-    });
+        for (int64_t j = 0; j < b->n_tokens(); ++j) got.push_back(int32_t(b->position(j)));
+    }
     const csd::device_counters c = emu->counters();
-    EXPECT_EQ(uint64_t(n_tokens), c.tokens_scored);
+    EXPECT_EQ(got, disk);
+    EXPECT_EQ(uint64_t(got.size()), c.tokens_scored);
     EXPECT_EQ(uint64_t(n_blocks), c.score_blocks);
     EXPECT_GT(n_blocks, 100);
     EXPECT_GT(c.t_backpressure_us, 20000u);  // 12 sleeps of 5 ms, minus what 8 packets absorb
 }
 
+// Passes abandoned at once, after a while, or by the host throwing between blocks (a device_pass_guard
+// cancels), on either device: the next pass gives the full, right result.
 TEST(csd_device, cancellation_leaves_the_device_ready) {
     HILL_FRESH_RNG(rng);
-    cold_store st(4000, rng_seed);
+    cold_log_fixture f(4000, rng_seed);
     thread_pool pool(1);
-    auto emu = csd::make_device(csd::storage_params{.kind = csd::storage_kind::emulator, .block_tokens = 16}, *st.kv,
-                                st.shape, pool);
-    auto plain = csd::make_device(csd::storage_params{}, *st.kv, st.shape, pool);
-    host_scorer hs(st.shape, score_params{.query = query_precision::int8}, 1);
+    auto plain = csd::make_device(csd::storage_params{.block_tokens = 16}, f.pool.get(), f.layout, f.shape, pool);
+    auto emu = csd::make_device(csd::storage_params{.kind = csd::storage_kind::emulator, .block_tokens = 16},
+                                f.pool.get(), f.layout, f.shape, pool);
+    host_scorer hs(f.shape, score_params{.query = query_precision::int8}, 1);
     const std::vector<float> q = test::random_floats(rng, 8 * 64);
     hs.prepare_query(q.data());
-    const auto want = score_pass(*plain, hs, 0);
-    for (int rep = 0; rep < 20; ++rep) {
-        // Abandoned at once, after a while, or by the host throwing from a block.
-        emu->score_begin(0, hs);
-        if (rep % 3 == 1) std::this_thread::sleep_for(std::chrono::microseconds(200 * rep));
-        if (rep % 3 == 2) {
-            int seen = 0;
-            EXPECT_THROW(emu->score_drain([&](const csd::score_block_view &) {
-                if (++seen == rep) throw error(exit_code::interrupted, "host gave up");
-            }), error);
-        } else {
-            emu->cancel();
+    const std::vector<int32_t> disk = f.disk_positions();
+    const auto want = score_blocks(*plain, f.pass(disk), hs);
+    ASSERT_GT(want.size(), 200u);
+    for (csd::device * d : {emu.get(), plain.get()}) {
+        SCOPED_TRACE(std::string(name(d->kind())));
+        const uint64_t cancelled0 = d->counters().n_cancelled;
+        for (int rep = 0; rep < 20; ++rep) {
+            d->score_begin(f.pass(disk), hs);
+            if (rep % 3 == 1) std::this_thread::sleep_for(std::chrono::microseconds(200 * rep));
+            if (rep % 3 == 2) {
+                // The host pulls `rep` blocks, then throws out of the step; the guard cancels the pass.
+                EXPECT_THROW(
+                    {
+                        csd::device_pass_guard guard(*d);
+                        int seen = 0;
+                        while (d->score_next() != nullptr) {
+                            if (++seen == rep) throw error(exit_code::interrupted, "host gave up");
+                        }
+                        guard.done();
+                    },
+                    error);
+            } else {
+                d->cancel();
+            }
+            EXPECT_TRUE(score_blocks(*d, f.pass(disk), hs) == want) << "rep " << rep;
+            const std::vector<int32_t> some = {int32_t(f.n / 2)};
+            ASSERT_LT(some[0], f.log().n_on_disk());
+            d->read_begin(f.pass(some));
+            d->cancel();
         }
-        EXPECT_EQ(score_pass(*emu, hs, 0), want);
-        std::vector<int32_t> some = {int32_t(st.n / 2)};
-        ASSERT_TRUE(st.kv->on_disk(0, some[0]));
-        emu->read_begin(0, some);
-        emu->cancel();
+        // 20 reads; 20 scoring passes cancelled or thrown out of.
+        EXPECT_EQ(d->counters().n_cancelled - cancelled0, 40u);
+        d->cancel();  // idle: nothing to do
+        EXPECT_EQ(d->counters().n_cancelled - cancelled0, 40u);
+        EXPECT_EQ(read_pass(*d, f, f.pass(disk)), disk);
     }
-    EXPECT_EQ(emu->counters().n_cancelled, 40u);  // 20 reads; 20 scoring passes cancelled or thrown out of
-    emu->cancel();  // idle: nothing to do
 }
 
+// A read error on the emulator's own reads (its io_faults) fails that pass with a message naming the
+// layer, the page's file and the cause; a page changed on disk behind the pool's back fails its
+// checksum; the next pass works.
 TEST(csd_device, a_failed_read_is_an_error_of_that_pass) {
     std::atomic<bool> fail{false};
-    cold_store st(3000, 3, [&fail](const io_issue & is, int64_t r) { return fail && is.op == io_op::read ? -EIO : r; });
+    cold_log_fixture f(3000, 3);
     thread_pool pool(1);
     csd::storage_params ep{.kind = csd::storage_kind::emulator};
     ep.io_faults = [&fail](const io_issue &, int64_t r) { return fail ? int64_t(-EIO) : r; };
-    auto emu = csd::make_device(ep, *st.kv, st.shape, pool);
-    host_scorer hs(st.shape, score_params{.query = query_precision::int8}, 1);
+    auto emu = csd::make_device(ep, f.pool.get(), f.layout, f.shape, pool);
+    host_scorer hs(f.shape, score_params{.query = query_precision::int8}, 1);
     std::vector<float> q(8 * 64, 0.25f);
     hs.prepare_query(q.data());
+    const std::vector<int32_t> disk = f.disk_positions();
     fail = true;
     try {
-        score_pass(*emu, hs, 0);
+        score_pass(*emu, hs, f.pass(disk));
         FAIL() << "no error";
     } catch (const error & e) {
         EXPECT_NE(std::string(e.what()).find("layer 0"), std::string::npos) << e.what();
@@ -346,24 +494,68 @@ TEST(csd_device, a_failed_read_is_an_error_of_that_pass) {
         EXPECT_NE(std::string(e.what()).find("Input/output error"), std::string::npos) << e.what();
     }
     fail = false;
-    EXPECT_FALSE(score_pass(*emu, hs, 0).empty());
+    EXPECT_EQ(score_pass(*emu, hs, f.pass(disk)).size(), disk.size());
     EXPECT_EQ(emu->counters().n_errors, 1u);
+    fail = true;
+    EXPECT_THROW(read_pass(*emu, f, f.pass(disk)), error);
+    fail = false;
+    EXPECT_EQ(read_pass(*emu, f, f.pass(disk)), disk);
+    EXPECT_EQ(emu->counters().n_errors, 2u);
 
-    // A page changed on disk behind the store's back: the checksum catches it.
-    const cold_pool & cp = *st.kv->cold();
-    const uint32_t page = st.kv->cold_layer(0).groups[1].first;
-    const int fd = ::open(cp.file_path(page).c_str(), O_WRONLY);
+    // A page changed on disk behind the pool's back: the checksum catches it.
+    const uint32_t page = f.log().groups[1].first;
+    const int fd = ::open(f.pool->file_path(page).c_str(), O_WRONLY);
     ASSERT_GE(fd, 0);
     const char junk[8] = "garbage";
-    ASSERT_EQ(::pwrite(fd, junk, 8, off_t(cp.file_offset(page) + 100)), 8);
+    ASSERT_EQ(::pwrite(fd, junk, 8, off_t(f.pool->file_offset(page) + 100)), 8);
     ::close(fd);
     try {
-        score_pass(*emu, hs, 0);
+        score_pass(*emu, hs, f.pass(disk));
         FAIL() << "no error";
     } catch (const error & e) {
         EXPECT_NE(std::string(e.what()).find("checksum"), std::string::npos) << e.what();
         EXPECT_NE(std::string(e.what()).find("page " + std::to_string(page)), std::string::npos) << e.what();
     }
+    // Passes that do not touch the page still work.
+    const std::vector<int32_t> past = {int32_t(3 * f.layout.page_tokens()), int32_t(f.log().n_on_disk() - 1)};
+    EXPECT_EQ(score_pass(*emu, hs, f.pass(past)).size(), 2u);
+}
+
+// The plain SSD under the same contract (csd/device.h): a failed page read fails the pass with an error
+// naming the layer, the page's file and the cause, is counted, and leaves the device ready for the next
+// pass without the caller cancelling.
+TEST(csd_device, a_failed_read_on_the_plain_ssd_is_an_error_of_that_pass) {
+    std::atomic<bool> fail{false};
+    cold_log_fixture f(3000, 3);
+    thread_pool pool(1);
+    csd::storage_params pp;
+    pp.io_faults = [&fail](const io_issue &, int64_t r) { return fail ? int64_t(-EIO) : r; };
+    auto plain = csd::make_device(pp, f.pool.get(), f.layout, f.shape, pool);
+    host_scorer hs(f.shape, score_params{.query = query_precision::int8}, 1);
+    std::vector<float> q(8 * 64, 0.25f);
+    hs.prepare_query(q.data());
+    const std::vector<int32_t> disk = f.disk_positions();
+    fail = true;
+    try {
+        score_pass(*plain, hs, f.pass(disk));
+        FAIL() << "no error";
+    } catch (const error & e) {
+        EXPECT_NE(std::string(e.what()).find("hillinfer-cold-"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("Input/output error"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("layer 0"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(plain->counters().n_errors, 1u);
+    fail = false;
+    // The device is ready again, with no cancel() in between: a full pass, run in a child process so that
+    // a failed assertion of the device (an abort) fails this expectation and not the whole suite.
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(
+        {
+            const size_t n = score_pass(*plain, hs, f.pass(disk)).size();
+            std::_Exit(n == disk.size() ? 0 : 1);
+        },
+        testing::ExitedWithCode(0), "")
+        << "the plain SSD is not ready for a pass after a failed one";
 }
 
 TEST(csd_device, emulator_needs_integer_keys_and_an_int8_query) {
@@ -420,16 +612,17 @@ TEST(device_profile, names_and_files) {
 // A stop request (Ctrl-C) abandons a slow pass within a few of the drain's 20 ms polls, on either
 // device, and the device serves the next pass.
 TEST(csd_device, a_stop_request_abandons_the_pass) {
-    cold_store st(20000, 13);  // 3.7 MiB of cold keys: about 2 s at 2 MB/s
+    cold_log_fixture f(20000, 13);  // 4.9 MiB of cold keys: about 2 s at 2 MB/s
     thread_pool pool(1);
     std::atomic<bool> stop{false};
+    const std::vector<int32_t> disk = f.disk_positions();
     for (const csd::storage_kind kind : {csd::storage_kind::emulator, csd::storage_kind::plain}) {
         SCOPED_TRACE(std::string(name(kind)));
         csd::storage_params sp{.kind = kind, .block_tokens = 16};
         sp.profile.internal_read_bps = 2e6;  // 2 MB/s (after the bucket's 1 MiB burst)
         sp.stop_requested = [&stop] { return stop.load(); };
-        auto d = csd::make_device(sp, *st.kv, st.shape, pool);
-        host_scorer hs(st.shape, score_params{.query = query_precision::int8}, 1);
+        auto d = csd::make_device(sp, f.pool.get(), f.layout, f.shape, pool);
+        host_scorer hs(f.shape, score_params{.query = query_precision::int8}, 1);
         std::vector<float> q(8 * 64, 0.5f);
         hs.prepare_query(q.data());
         stop = false;
@@ -439,18 +632,17 @@ TEST(csd_device, a_stop_request_abandons_the_pass) {
         });
         const auto t0 = std::chrono::steady_clock::now();
         try {
-            score_pass(*d, hs, 0);
+            score_pass(*d, hs, f.pass(disk));
             ADD_FAILURE() << "not interrupted";
         } catch (const error & e) {
             EXPECT_EQ(e.code(), exit_code::interrupted) << e.what();
         }
         ctrl_c.join();
         EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+        EXPECT_EQ(d->counters().n_cancelled, 1u);
         stop = false;
-        d->read_begin(0, std::vector<int32_t>{int32_t(st.n / 2)});  // the device is ready again
-        int64_t rows = 0;
-        d->read_drain([&](const kv_view & v, const int32_t *, const int32_t *) { rows += v.n_kv; });
-        EXPECT_EQ(rows, 1);
+        const std::vector<int32_t> one = {int32_t(f.n / 2)};
+        EXPECT_EQ(read_pass(*d, f, f.pass(one)), one);  // the device is ready again
     }
 }
 
@@ -466,8 +658,108 @@ TEST(token_bucket, holds_its_rate) {
     EXPECT_FALSE(b.take(100000000, [] { return true; }, &waited));  // a cancelled wait gives up at once
 }
 
+// The emulator's reader thread reads the pages of one cold log while the owner thread writes new pages
+// of another log through cold_logs (cold_pool.h "Thread-safety": the owner does not free or rewrite the
+// pages a pass references; it may allocate, write and commit others). Under TSan: no data race; and
+// both sides' data is intact — the pass gives what the plain SSD gave before any write, and the new
+// log reads back as appended.
+TEST(csd_device, the_emulator_reads_one_log_while_the_owner_writes_another) {
+    HILL_FRESH_RNG(rng);
+    cold_log_fixture f(8000, rng_seed, 2, 8000);  // sequence 1: an empty log, written during the passes
+    thread_pool pool(1);
+    host_scorer hs(f.shape, score_params{.query = query_precision::int8}, 1);
+    const std::vector<float> q = test::random_floats(rng, 8 * 64);
+    hs.prepare_query(q.data());
+    const std::vector<int32_t> disk = f.disk_positions();
+    auto plain = csd::make_device(csd::storage_params{.block_tokens = 64}, f.pool.get(), f.layout, f.shape, pool);
+    const auto want = score_blocks(*plain, f.pass(disk), hs);
+    csd::storage_params ep{.kind = csd::storage_kind::emulator, .block_tokens = 64};
+    // 2 MB of keys at 8 MB/s past the 1 MiB burst: the reads last about 0.13 s, during the writes.
+    ep.profile.internal_read_bps = 8e6;
+    auto emu = csd::make_device(ep, f.pool.get(), f.layout, f.shape, pool);
+    const uint64_t key_pages = uint64_t(f.n_groups_of(disk)) * f.layout.page_bytes();
+    const int64_t step = 40;  // rows per append: 2.5 pages of K and as many of V, written as groups fill
+    int64_t written = 0, written_while_reading = 0;
+    const auto write_some = [&](uint64_t read_target) {
+        if (written + step > f.n_ctx) return;
+        f.append(1, step);
+        written += step;
+        if (emu->counters().internal_read_bytes < read_target) ++written_while_reading;
+    };
+
+    // Scoring: a write before the first block and after every block.
+    std::vector<score_block_copy> got;
+    emu->score_begin(f.pass(disk), hs);
+    write_some(key_pages);
+    while (const csd::score_block_view * b = emu->score_next()) {
+        score_block_copy c{b->layer(), b->n_group(), {}, {}};
+        for (int64_t j = 0; j < b->n_tokens(); ++j) {
+            c.positions.push_back(b->position(j));
+            for (int g = 0; g < b->n_group(); ++g) c.scores.push_back(f32_to_bits(b->score(j, g)));
+        }
+        got.push_back(std::move(c));
+        write_some(key_pages);
+    }
+    EXPECT_TRUE(got == want) << "the score blocks differ from the plain SSD's before the writes";
+
+    // Reading K and V of a random half of the log, with writes between the batches.
+    std::vector<int32_t> some;
+    for (const int32_t t : disk) {
+        if (rng() % 2 == 0) some.push_back(t);
+    }
+    const uint64_t read0 = emu->counters().internal_read_bytes;
+    const uint64_t kv_pages = 2 * uint64_t(f.n_groups_of(some)) * f.layout.page_bytes();
+    std::vector<int32_t> rows_seen;
+    int64_t wrong = 0;
+    const size_t rb = f.layout.row_bytes();
+    emu->read_begin(f.pass(some));
+    write_some(read0 + kv_pages);
+    kv_batch b;
+    while (emu->read_next(b)) {
+        for (int64_t j = 0; j < b.view.n_kv; ++j) {
+            const int32_t t = b.positions[j];
+            const size_t r = b.rows != nullptr ? size_t(b.rows[j]) : size_t(j);
+            const auto * kr = static_cast<const uint8_t *>(b.view.k) + r * rb;
+            const auto * vr = static_cast<const uint8_t *>(b.view.v) + r * rb;
+            if (std::memcmp(kr, f.k_row(0, t), rb) != 0 || std::memcmp(vr, f.v_row(0, t), rb) != 0) ++wrong;
+            rows_seen.push_back(t);
+        }
+        write_some(read0 + kv_pages);
+    }
+    EXPECT_EQ(rows_seen, some);
+    EXPECT_EQ(wrong, 0);
+    EXPECT_GT(written_while_reading, 0) << "no page was written while the device was reading";
+
+    // The log written meanwhile reads back as appended, through the host's reader and the emulator's.
+    while (written + step <= f.n_ctx) {
+        f.append(1, step);
+        written += step;
+    }
+    ASSERT_EQ(f.log(1).n_tokens(), written);
+    const std::vector<int32_t> disk1 = f.disk_positions(1);
+    cold_reader host(*f.pool);
+    cold_gather g(host, f.layout);
+    g.begin(f.log(1).groups, disk1, true);
+    std::vector<int32_t> host_seen;
+    while (g.next(b)) {
+        for (int64_t j = 0; j < b.view.n_kv; ++j) {
+            const int32_t t = b.positions[j];
+            const auto * kr = static_cast<const uint8_t *>(b.view.k) + size_t(b.rows[j]) * rb;
+            const auto * vr = static_cast<const uint8_t *>(b.view.v) + size_t(b.rows[j]) * rb;
+            if (std::memcmp(kr, f.k_row(1, t), rb) != 0 || std::memcmp(vr, f.v_row(1, t), rb) != 0) ++wrong;
+            host_seen.push_back(t);
+        }
+    }
+    EXPECT_EQ(host_seen, disk1);
+    EXPECT_EQ(wrong, 0);
+    EXPECT_EQ(read_pass(*emu, f, f.pass(disk1, 1), 1), disk1);
+    EXPECT_EQ(emu->counters().n_errors, 0u);
+}
+
 // Decoding under the emulator equals decoding under the plain SSD, token for token and logit for logit,
-// for every policy, with 75% of the KV cold.
+// for every policy (hillinfer at α = 0.1 and at α = 1, which scores the middle all the same), with 200 hot
+// slots per layer for a 700-token prompt (at least 500 tokens per layer cold): the same selection at the
+// same scoring precision, the same KV, the same attention order — so the same step statistics too.
 TEST(csd_session, decoding_under_the_emulator_equals_the_plain_ssd) {
     test::temp_dir dir;
     const std::string path = dir.file("m.gguf");
@@ -478,44 +770,69 @@ TEST(csd_session, decoding_under_the_emulator_equals_the_plain_ssd) {
     std::vector<int32_t> prompt(700);
     for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(3 + (i * 37 + 11) % 290);
     const uint64_t budget = 200 * m->hp().kv_bytes_per_token(ggml_type::f16);
-    for (const policy_kind kind : {policy_kind::full, policy_kind::hillinfer, policy_kind::streaming}) {
-        for (const select_granularity g : {select_granularity::layer, select_granularity::kv_head}) {
-            if (kind != policy_kind::hillinfer && g == select_granularity::kv_head) continue;
-            SCOPED_TRACE(std::string(name(kind)) + " " + std::string(name(g)));
-            policy_params pp{.kind = kind, .alpha = 0.1};
-            pp.score = score_params{score_precision::int4, query_precision::int8, score_aggregate::sum, g};
-            std::vector<std::vector<float>> logits[2];
-            std::vector<int32_t> ids[2];
-            csd::device_counters c[2];
-            for (int e = 0; e < 2; ++e) {
-                context_params sp{.n_ctx = 1024, .kv_host_budget = budget, .kv_dir = dir.file("kv"), .policy = pp};
-                sp.storage.kind = e == 0 ? csd::storage_kind::plain : csd::storage_kind::emulator;
-                sp.storage.block_tokens = 50;
-                session s(*m, sp, pool);
-                s.eval(prompt);
-                int32_t tok = 5;
-                for (int i = 0; i < 12; ++i) {
-                    s.eval(std::span<const int32_t>(&tok, 1));
-                    const float * l = s.logits();
-                    logits[e].emplace_back(l, l + 300);
-                    tok = int32_t(std::max_element(l, l + 300) - l);
-                    ids[e].push_back(tok);
-                }
-                c[e] = s.storage().counters();
+    struct run_case {
+        std::string policy;
+        double alpha;
+        select_granularity g;
+    };
+    for (const run_case & rc : {run_case{"full", 0.2, select_granularity::layer},
+                                run_case{"hillinfer", 0.1, select_granularity::layer},
+                                run_case{"hillinfer", 0.1, select_granularity::kv_head},
+                                run_case{"hillinfer", 1.0, select_granularity::layer},
+                                run_case{"streaming", 0.2, select_granularity::layer}}) {
+        SCOPED_TRACE(rc.policy + " alpha " + std::to_string(rc.alpha) + " " + std::string(name(rc.g)));
+        policy_params pp{.name = rc.policy, .alpha = rc.alpha};
+        pp.score = score_params{score_precision::int4, query_precision::int8, score_aggregate::sum, rc.g};
+        std::vector<std::vector<float>> logits[2];
+        std::vector<int32_t> ids[2];
+        csd::device_counters c[2];
+        step_stats st[2];
+        for (int e = 0; e < 2; ++e) {
+            context_params sp{.n_ctx = 1024, .kv_host_budget = budget, .kv_dir = dir.file("kv"), .policy = pp};
+            sp.storage.kind = e == 0 ? csd::storage_kind::plain : csd::storage_kind::emulator;
+            sp.storage.block_tokens = 50;
+            session s(*m, sp, pool);
+            s.eval(prompt);
+            const kv_cells & cells = s.ctx().cells();
+            for (int il = 0; il < cells.n_layer(); ++il) {
+                EXPECT_GE(cells.n_tokens(0) - cells.n_hot(il), 500) << "cold tokens of layer " << il;
             }
-            EXPECT_EQ(ids[0], ids[1]);
-            EXPECT_EQ(logits[0], logits[1]);  // bit for bit: same selection, same KV, same attention order
-            if (kind == policy_kind::hillinfer) {  // scored by the devices
-                EXPECT_EQ(c[0].tokens_scored, c[1].tokens_scored);
-                EXPECT_GT(c[1].tokens_scored, 12u * 2u * 400u);
-                // 6 (10 per KV head) bytes per token against a 64-byte key row.
-                EXPECT_LT(c[1].link_score_bytes, c[0].link_score_bytes / 4);
+            int32_t tok = 5;
+            for (int i = 0; i < 12; ++i) {
+                s.eval(std::span<const int32_t>(&tok, 1));
+                const float * l = s.logits();
+                logits[e].emplace_back(l, l + 300);
+                tok = int32_t(std::max_element(l, l + 300) - l);
+                ids[e].push_back(tok);
             }
-            EXPECT_EQ(c[0].tokens_read, c[1].tokens_read);
-            if (kind == policy_kind::full) {
-                EXPECT_GT(c[1].tokens_read, 12u * 2u * 400u);
-            }
+            c[e] = s.ctx().storage().counters();
+            st[e] = s.ctx().decode_stats();
         }
+        EXPECT_EQ(ids[0], ids[1]);
+        EXPECT_EQ(logits[0], logits[1]);  // bit for bit: same selection, same KV, same attention order
+        ASSERT_EQ(st[0].layers.size(), st[1].layers.size());
+        for (size_t il = 0; il < st[0].layers.size(); ++il) {
+            EXPECT_EQ(st[0].layers[il].n_attended, st[1].layers[il].n_attended) << "layer " << il;
+            EXPECT_EQ(st[0].layers[il].n_attended_hot, st[1].layers[il].n_attended_hot) << "layer " << il;
+            EXPECT_EQ(st[0].layers[il].n_attended_open, st[1].layers[il].n_attended_open) << "layer " << il;
+            EXPECT_EQ(st[0].layers[il].n_attended_disk, st[1].layers[il].n_attended_disk) << "layer " << il;
+        }
+        EXPECT_EQ(st[0].promotions, st[1].promotions);
+        EXPECT_EQ(st[0].evictions, st[1].evictions);
+        EXPECT_EQ(st[0].n_failed + st[1].n_failed, 0u);
+        if (rc.policy == "hillinfer") {  // scored by the devices
+            EXPECT_EQ(c[0].tokens_scored, c[1].tokens_scored);
+            EXPECT_GT(c[1].tokens_scored, 12u * 2u * 400u);
+            // 6 (8 per KV head) bytes per token against a 64-byte key row.
+            EXPECT_LT(c[1].link_score_bytes, c[0].link_score_bytes / 4);
+        } else {
+            EXPECT_EQ(c[0].tokens_scored + c[1].tokens_scored, 0u);
+        }
+        EXPECT_EQ(c[0].tokens_read, c[1].tokens_read);
+        if (rc.policy == "full" || rc.alpha == 1.0) {
+            EXPECT_GT(c[1].tokens_read, 12u * 2u * 400u);
+        }
+        EXPECT_EQ(c[0].n_errors + c[1].n_errors + c[0].n_cancelled + c[1].n_cancelled, 0u);
     }
 }
 

@@ -97,11 +97,10 @@ TEST(golden, stories260k_prefill_equals_decode) {
 }
 
 
-// With 75% of the KV in the cold pool, dense attention over the tiers gives the logits of the
-// all-in-RAM run at every step of the golden decode, and the same ids. F32 KV: ≤ 1e-5 relative
-// (the tiers only change the order of the softmax sums: measured ≤ 5e-7). F16 KV: the same order
-// change moves a K/V value by ~1e-7, which now and then rounds to the neighbouring f16 (a 5e-4
-// step) in the next layer's stored K/V; measured 3.5e-4 over the 256 steps, bounded here by 1e-3.
+// With 75% of the KV only in the cold tier, dense attention over the tiers gives the logits of the
+// all-in-RAM run bit for bit at every step of the golden decode, for F32 and F16 KV, and the same ids:
+// the decode step attends in position order, window by window, wherever each token lives
+// (kv/ordered_gather.h), so the tiers change neither the values nor the order of the softmax sums.
 TEST(golden, stories260k_with_75_percent_of_the_kv_cold) {
     HILL_REQUIRE_DATA(path, "models/gguf/stories260K.gguf");
     HILL_REQUIRE_DATA(ref, "models/llama2c/stories260K.greedy256.json");
@@ -109,31 +108,38 @@ TEST(golden, stories260k_with_75_percent_of_the_kv_cold) {
     const golden g = read_golden(ref);
     test::temp_dir dir;
     thread_pool pool(2);
+    const int32_t n_vocab = m->hp().n_vocab;
     for (ggml_type type : {ggml_type::f32, ggml_type::f16}) {
+        SCOPED_TRACE(std::string(ggml_type_name(type)));
         const uint64_t per_token = m->hp().kv_bytes_per_token(type);
         session ram(*m, context_params{512, type}, pool);
         // 64 hot tokens per layer: after 256 steps, 75% of the KV is cold.
         session tiered(*m, context_params{.n_ctx = 512, .kv_type = type, .kv_host_budget = per_token * 64,
                                           .kv_dir = dir.file("kv")}, pool);
+        ASSERT_EQ(ram.ctx().cold(), nullptr);
+        ASSERT_NE(tiered.ctx().cold(), nullptr);
         std::vector<int32_t> ids = {g.ids[0]};
-        double worst = 0.0;
         for (size_t step = 0; step + 1 < g.ids.size(); ++step) {
             ram.eval(std::span<const int32_t>(&ids.back(), 1));
             tiered.eval(std::span<const int32_t>(&ids.back(), 1));
-            double max_ref = 0.0, max_err = 0.0;
-            for (int32_t i = 0; i < m->hp().n_vocab; ++i) {
-                max_ref = std::max(max_ref, std::abs(double(ram.logits()[i])));
-                max_err = std::max(max_err, std::abs(double(tiered.logits()[i]) - double(ram.logits()[i])));
+            for (int32_t i = 0; i < n_vocab; ++i) {
+                ASSERT_EQ(f32_to_bits(tiered.logits()[i]), f32_to_bits(ram.logits()[i]))
+                    << "step " << step << " logit " << i << ": tiered " << tiered.logits()[i] << ", in RAM "
+                    << ram.logits()[i];
             }
-            worst = std::max(worst, max_err / max_ref);
-            ASSERT_LE(max_err / max_ref, type == ggml_type::f32 ? 1e-5 : 1e-3) << ggml_type_name(type) << " step " << step;
-            ids.push_back(int32_t(std::max_element(ram.logits(), ram.logits() + m->hp().n_vocab) - ram.logits()));
+            ids.push_back(int32_t(std::max_element(ram.logits(), ram.logits() + n_vocab) - ram.logits()));
         }
-        std::printf("%s KV, 75%% cold: max relative logit difference over 256 steps %.2e\n",
-                    std::string(ggml_type_name(type)).c_str(), worst);
         EXPECT_EQ(ids, g.ids);
-        for (int il = 0; il < m->hp().n_layer; ++il) EXPECT_GE(tiered.kv().n_cold(il) * 4, 3 * tiered.kv().n_tokens(il));
-        EXPECT_GT(tiered.kv().stats().cold_read_bytes, 0u);
+        const kv_cells & c = tiered.ctx().cells();
+        for (int il = 0; il < m->hp().n_layer; ++il) {
+            EXPECT_GE(4 * (c.n_tokens(0) - c.n_hot(il)), 3 * c.n_tokens(0)) << "layer " << il;
+        }
+        // The cold tokens were read from the cold pool's pages by the storage device.
+        const csd::device_counters dc = tiered.ctx().storage().counters();
+        EXPECT_GT(dc.tokens_read, 0u);
+        EXPECT_GT(dc.internal_read_bytes, 0u);
+        EXPECT_GT(tiered.ctx().io_stats().cold_write_bytes, 0u);
+        EXPECT_EQ(tiered.ctx().decode_stats().n_failed, 0u);
     }
 }
 

@@ -43,16 +43,28 @@ protected:
 TEST_F(prompt_cache_test, load_then_continue_equals_full_prefill) {
     const std::string path = dir.file("p.cache");
     std::vector<int32_t> first(prompt.begin(), prompt.begin() + 100);
-    {
-        session s(*m, params(), pool);
-        s.eval(first);
-        save_prompt_cache(path, s, first);
-    }
+    session saver(*m, params(), pool);
+    saver.eval(first);
+    save_prompt_cache(path, saver, first);
+    // Most of the KV was only in the cold tier: saving read its pages back.
+    EXPECT_GT(saver.ctx().io_stats().cold_read_bytes, 0u);
     session full(*m, params(), pool);
     full.eval(prompt);
     session cached(*m, params(), pool);
     EXPECT_EQ(load_prompt_cache(path, cached, prompt), 100);
     EXPECT_EQ(cached.n_past(), 100);
+    // The loaded KV is the saved KV bit for bit, every layer; it went to the cold logs (written pages)
+    // and at most the hot pool's 40 tokens per layer have a hot copy.
+    const hparams & hp = m->hp();
+    const size_t layer_bytes = size_t(100 * hp.n_embd_kv()) * 4;
+    std::vector<uint8_t> k0(layer_bytes), v0(layer_bytes), k1(layer_bytes), v1(layer_bytes);
+    for (int il = 0; il < hp.n_layer; ++il) {
+        saver.ctx().export_layer(0, il, k0.data(), v0.data());
+        cached.ctx().export_layer(0, il, k1.data(), v1.data());
+        EXPECT_TRUE(k0 == k1 && v0 == v1) << "layer " << il;
+        EXPECT_LE(cached.ctx().cells().n_hot(il), 40) << "layer " << il;
+    }
+    EXPECT_GT(cached.ctx().io_stats().cold_write_bytes, 0u);
     cached.eval(std::span<const int32_t>(prompt).subspan(100));
     double max_ref = 0.0, max_err = 0.0;
     for (int32_t i = 0; i < m->hp().n_vocab; ++i) {
