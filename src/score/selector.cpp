@@ -23,46 +23,9 @@ uint64_t select_rank_key(float x, int64_t i) {
     return uint64_t(ord) << 32 | (uint32_t(0xffffffffu) - uint32_t(i));
 }
 
-namespace {
-
-inline int32_t token_of_key(uint64_t key) {
-    return int32_t(uint32_t(0xffffffffu) - uint32_t(key));
-}
-
-}  // namespace
-
 select_middle middle_of(int64_t n, int64_t n_sinks, int64_t n_window) {
     const int64_t s_end = std::min(n_sinks, n);
     return {s_end, std::max(s_end, n - n_window)};
-}
-
-running_topk::running_topk(int64_t k_max) {
-    HILL_ASSERT(k_max >= 0);
-    cand_.reserve(size_t(2 * k_max + 64));
-}
-
-void running_topk::begin(int64_t k) {
-    HILL_ASSERT(k >= 0);
-    k_ = k;
-    threshold_ = k == 0 ? ~uint64_t(0) : 0;  // k = 0: nothing is kept (every key is below ~0 but one)
-    cand_.clear();
-}
-
-void running_topk::cut() {
-    if (int64_t(cand_.size()) <= k_) return;
-    const auto nth = cand_.begin() + (k_ - 1);
-    std::nth_element(cand_.begin(), nth, cand_.end(), std::greater<>());
-    threshold_ = *nth;
-    cand_.resize(size_t(k_));
-}
-
-void running_topk::finish(std::vector<int32_t> & out) {
-    if (k_ == 0) return;
-    cut();
-    picked_.clear();
-    for (const uint64_t key : cand_) picked_.push_back(token_of_key(key));
-    std::sort(picked_.begin(), picked_.end());
-    out.insert(out.end(), picked_.begin(), picked_.end());
 }
 
 int64_t n_top_for(double alpha, int64_t n) {

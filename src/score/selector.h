@@ -28,8 +28,7 @@ inline f16_bits score_to_f16(float x) {
 }
 inline float round_score_f16(float x) { return fp16_to_fp32(score_to_f16(x)); }
 
-// The rank of token i with score x as one integer, higher = better, all distinct (the order above);
-// shared by token_selector and running_topk so that both select the same tokens.
+// The rank of token i with score x as one integer, higher = better, all distinct (the order above).
 uint64_t select_rank_key(float x, int64_t i);
 
 // The middle of n tokens, between the sinks and the recent window: [s_end, w_begin).
@@ -38,34 +37,6 @@ struct select_middle {
     int64_t w_begin = 0;  // window: [w_begin, n)
 };
 select_middle middle_of(int64_t n, int64_t n_sinks, int64_t n_window);
-
-// A running top-k (HillInfer paper, §4.2 "Hierarchical Importance Evaluation": the host merges score
-// blocks as they stream in): scores are pushed in any order, from several sources; the k best so far
-// are kept as candidates, and once 2k + 64 have gathered they are cut back to k, raising a threshold
-// under which later scores are dropped at once. O(1) amortized per push, O(k) memory beyond the first
-// cut. finish() gives the same tokens as token_selector would for the same scores (same rank order).
-class running_topk {
-public:
-    explicit running_topk(int64_t k_max = 0);
-    // Starts a selection of the k best (k >= 0).
-    void begin(int64_t k);
-    // Offers token `token` (>= 0, each at most once per selection) with score x.
-    void push(float x, int32_t token) {
-        const uint64_t key = select_rank_key(x, token);
-        if (key < threshold_) return;
-        cand_.push_back(key);
-        if (int64_t(cand_.size()) >= 2 * k_ + 64) cut();
-    }
-    // Appends the min(k, pushed) best tokens to out, ascending.
-    void finish(std::vector<int32_t> & out);
-
-private:
-    void cut();  // keeps the k best candidates and sets the threshold to the k-th
-    int64_t k_ = 0;
-    uint64_t threshold_ = 0;      // candidates below it cannot be among the k best
-    std::vector<uint64_t> cand_;  // u64 [<= 2k + 64] rank keys of the candidates
-    std::vector<int32_t> picked_; // finish() scratch
-};
 
 // ⌈α·n⌉ for α in (0, 1] and n >= 0 (asserted): how many tokens the retention ratio α keeps of n.
 // α·n is lowered by a relative 1e-12 before rounding up, so that the binary rounding of a decimal α
