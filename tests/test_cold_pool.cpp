@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -436,18 +437,28 @@ TEST(cold_pool_dir, impossible_kv_dir_is_a_clear_error) {
 }
 
 TEST(cold_pool_dir, unwritable_kv_dir_is_a_clear_error) {
-    if (::geteuid() == 0) GTEST_SKIP() << "root writes into any directory (the path-under-a-file case covers root)";
+    // Root writes into any directory: the pool is opened in a child process, as user nobody (65534)
+    // when the test runs as root.
     test::temp_dir dir;
+    fs::permissions(dir.path, fs::perms::owner_all | fs::perms::others_read | fs::perms::others_exec);
     const std::string ro = dir.file("ro");
     fs::create_directories(ro);
-    fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec);
+    fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::others_read | fs::perms::others_exec);
     cold_pool_params p;
     p.page_bytes = 4096;
     p.n_pages = 4;
     p.kv_dir = ro;
-    const std::string msg = error_message([&] { cold_pool pool(p); });
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(
+        {
+            if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) std::_Exit(2);
+            const std::string msg = error_message([&] { cold_pool pool(p); });
+            std::fprintf(stderr, "%s\n", msg.c_str());
+            std::_Exit(msg.find("'" + ro + "' is not writable") != std::string::npos ? 0 : 1);
+        },
+        testing::ExitedWithCode(0), "")
+        << "exit 1: another message; exit 2: cannot switch to user nobody";
     fs::permissions(ro, fs::perms::owner_all);
-    EXPECT_NE(msg.find("'" + ro + "' is not writable"), std::string::npos) << msg;
 }
 
 TEST(cold_pool_dir, page_size_must_be_a_multiple_of_4096) {

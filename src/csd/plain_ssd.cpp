@@ -30,7 +30,17 @@ bool plain_ssd::next_batch(kv_batch & out, uint64_t & link_bytes) {
     const auto stop = [this] { return params_.stop_requested && params_.stop_requested(); };
     const uint64_t before = gather_->read_bytes();
     const int64_t t0 = time_us();
-    if (!gather_->next(out)) return false;
+    bool more = false;
+    try {
+        more = gather_->next(out);
+    } catch (const error & e) {
+        // A failed or corrupt page read fails this pass only (csd/device.h): the device is ready again.
+        ++counters_.n_errors;
+        scorer_ = nullptr;
+        reading_ = false;
+        fail_input("plain SSD: layer {}: {}", il_, e.what());
+    }
+    if (!more) return false;
     counters_.t_read_us += uint64_t(time_us() - t0);
     const uint64_t bytes = gather_->read_bytes() - before;
     counters_.internal_read_bytes += bytes;

@@ -4,8 +4,10 @@
 #include "core/fp16.h"
 #include "core/sys_info.h"
 #include "kv/page_table.h"
+#include "score/selector.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -197,7 +199,7 @@ void context::prefill_segment(int seq, const int32_t * tokens, int64_t n, bool l
     std::vector<float> importance(measure ? size_t(p0 + n) : 0);
     std::vector<float> seg_scores;
     // Room for this sequence's window and sinks and the next step's appends.
-    make_room(std::min<int64_t>(params_.policy.n_sinks + params_.policy.n_window, p0 + n) + n_active(seq));
+    make_room(room_for(seq, p0, p0 + n));
 
     const attention_shape shape = attn_shape();
     std::vector<layer_append> appends(size_t(hp.n_layer));
@@ -279,8 +281,9 @@ void context::append_layer(int seq, int il, int64_t p0, int64_t n, const uint8_t
     }
     prefill_plan plan;
     policy_->place_prefill(prefill_place_input{il, seq, p0, p0 + n, cells_.get(), importance, cells_->n_hot_free(il),
-                                               n_active(seq)}, plan);
+                                               cells_->n_appending(std::array{std::pair{seq, p0 + n}})}, plan);
     // Evictions now: metadata only (the cold copies exist), so that their slots take the new hot set.
+    HILL_ASSERT(logs_ != nullptr || plan.evict.empty());  // without a cold tier the hot pool holds all
     for (const int32_t t : plan.evict) cells_->drop_hot(seq, il, t);
     io_stats_.prefill_evicted += plan.evict.size();
     out.place = plan.place;
@@ -354,13 +357,20 @@ void context::abandon(std::vector<layer_append> & layers) {
     }
 }
 
-int64_t context::n_active(int seq) const {
-    int64_t n = 0;
-    for (int s = 0; s < cells_->n_seq(); ++s) n += (cells_->n_tokens(s) > 0 || s == seq) ? 1 : 0;
-    return n;
+std::vector<int64_t> context::room_for(int seq, int64_t p0, int64_t n_after) const {
+    const policy_params & p = policy_->params();
+    const int64_t n_next = cells_->n_appending(std::array{std::pair{seq, n_after}});
+    std::vector<int64_t> need(size_t(cells_->n_layer()), n_next);
+    for (int il = 0; il < cells_->n_layer(); ++il) {
+        const auto [s_end, w_begin] = middle_of(n_after, p.n_sinks, p.n_window);
+        const auto needs_slot = [&](int64_t t) { return t >= p0 || !cells_->is_hot(seq, il, t) ? 1 : 0; };
+        for (int64_t t = 0; t < s_end; ++t) need[size_t(il)] += needs_slot(t);
+        for (int64_t t = w_begin; t < n_after; ++t) need[size_t(il)] += needs_slot(t);
+    }
+    return need;
 }
 
-void context::make_room(int64_t n) {
+void context::make_room(std::span<const int64_t> need_free) {
     const policy_params & p = policy_->params();
     struct victim {
         uint16_t hits;
@@ -369,7 +379,7 @@ void context::make_room(int64_t n) {
     };
     std::vector<victim> v;
     for (int il = 0; il < cells_->n_layer(); ++il) {
-        const int64_t need = n - cells_->n_hot_free(il);
+        const int64_t need = need_free[size_t(il)] - cells_->n_hot_free(il);
         if (need <= 0) continue;
         v.clear();
         for (int seq = 0; seq < cells_->n_seq(); ++seq) {
@@ -380,6 +390,7 @@ void context::make_room(int64_t n) {
             }
         }
         const size_t k = std::min(v.size(), size_t(need));
+        HILL_ASSERT(logs_ != nullptr || k == 0);
         std::partial_sort(v.begin(), v.begin() + ptrdiff_t(k), v.end(), [](const victim & a, const victim & b) {
             if (a.hits != b.hits) return a.hits < b.hits;
             return a.pos != b.pos ? a.pos < b.pos : a.seq < b.seq;
@@ -402,7 +413,9 @@ void context::decode(std::span<const int> seqs, std::span<const int32_t> tokens,
                        n_past(seqs[b]), params_.n_ctx);
         }
     }
-    make_room(int64_t(seqs.size()));  // nothing to do unless the capacity changed
+    // The placement of every step and prefill leaves a free slot for each sequence that holds tokens;
+    // nothing to do unless one decodes without any.
+    make_room(std::vector<int64_t>(size_t(cells_->n_layer()), int64_t(seqs.size())));
     step_->run(seqs, tokens, logits);
 }
 
@@ -430,7 +443,7 @@ void context::export_layer(int seq, int il, void * k_out, void * v_out) {
 void context::import_kv(int seq, int64_t n, std::span<const void * const> k, std::span<const void * const> v) {
     HILL_ASSERT(n_past(seq) == 0 && n > 0 && n <= params_.n_ctx);
     HILL_ASSERT(k.size() == size_t(layout_.n_layer) && v.size() == k.size());
-    make_room(std::min<int64_t>(params_.policy.n_sinks + params_.policy.n_window, n) + n_active(seq));
+    make_room(room_for(seq, 0, n));
     std::vector<layer_append> appends(size_t(layout_.n_layer));
     try {
         for (int il = 0; il < layout_.n_layer; ++il) {

@@ -137,12 +137,12 @@ private:
     void commit(int seq, int64_t n, std::vector<layer_append> & layers);
     void abandon(std::vector<layer_append> & layers);
     // Evicts hot tokens outside sinks and windows (lowest hit count first, oldest first among equals)
-    // until every layer has n free hot slots, or no such token is left: room for a sequence that
-    // starts or grows (its sinks and window stay hot), and for a step after a capacity change.
-    // Metadata only: every token keeps its cold copy.
-    void make_room(int64_t n);
-    // Sequences with tokens, and seq.
-    int64_t n_active(int seq) const;
+    // until layer il has need_free[il] free hot slots, or no such token is left. Metadata only: every
+    // token keeps its cold copy.
+    void make_room(std::span<const int64_t> need_free);
+    // The free hot slots, per layer, that seq growing from p0 to n_after tokens needs: its sinks and
+    // window tokens not hot now (the new ones among them), and the next decode step's appends.
+    std::vector<int64_t> room_for(int seq, int64_t p0, int64_t n_after) const;
     // Calls fn(view, rows, positions) for the sequence's tokens [0, n_past) of layer il: hot rows in
     // place, open rows, then cold pages batch by batch (with_v: K and V; else K only).
     template <class F>

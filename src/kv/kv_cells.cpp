@@ -21,6 +21,16 @@ kv_cells::kv_cells(const kv_cells_params & p) : p_(p), capacity_(p.hot_slots) {
     n_hot_.assign(size_t(p.n_layer), 0);
 }
 
+int64_t kv_cells::n_appending(std::span<const std::pair<int, int64_t>> after) const {
+    int64_t k = 0;
+    for (int s = 0; s < n_seq(); ++s) {
+        int64_t n = n_tokens(s);
+        for (const auto & [seq, m] : after) n = seq == s ? m : n;
+        k += n > 0 && n < n_ctx() ? 1 : 0;
+    }
+    return k;
+}
+
 int64_t kv_cells::n_hot_free(int il) const {
     return std::max<int64_t>(0, std::min<int64_t>(int64_t(free_[size_t(il)].size()), capacity_ - n_hot_[size_t(il)]));
 }

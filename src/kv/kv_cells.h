@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace hill {
@@ -43,6 +44,10 @@ public:
     int n_seq() const { return p_.n_seq; }
     int32_t n_ctx() const { return p_.n_ctx; }
     int64_t n_tokens(int seq) const { return n_tokens_[size_t(seq)]; }
+    // The hot slots the next decode step's appends take: one per sequence that holds tokens and has room
+    // for another (0 < n_tokens < n_ctx; a sequence at n_ctx appends no more), where the sequences in
+    // `after` (sequence id, tokens) are counted as holding those many tokens.
+    int64_t n_appending(std::span<const std::pair<int, int64_t>> after = {}) const;
 
     // ---- per token (t < n_tokens(seq)) ----
     uint32_t hot_slot(int seq, int il, int64_t t) const { return col(hot_, seq, il)[t]; }

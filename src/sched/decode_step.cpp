@@ -103,6 +103,9 @@ void decode_step::run(std::span<const int> seqs, std::span<const int32_t> tokens
         HILL_ASSERT(pos_[size_t(b)] < cells_.n_ctx());
     }
     for (int il = 0; il < cells_.n_layer(); ++il) HILL_ASSERT(cells_.n_hot_free(il) >= nb);
+    std::vector<std::pair<int, int64_t>> after;
+    for (int64_t b = 0; b < nb; ++b) after.emplace_back(seqs_[size_t(b)], pos_[size_t(b)] + 1);
+    n_reserve_ = cells_.n_appending(after);
     prepared & prep = *prep_;
     prep.pending = true;
     try {
@@ -157,10 +160,8 @@ void decode_step::layer(int il, prepared & prep) {
     }
     // Placement for the batch: promotions into the slots left after the appends.
     t0 = time_us();
-    int64_t n_active = 0;
-    for (int s = 0; s < cells_.n_seq(); ++s) n_active += cells_.n_tokens(s) > 0 ? 1 : 0;
     const int64_t max_prom = prep.max_promotions;
-    place_input in{il, step_, &cells_, prep.place, cells_.n_hot_free(il) - nb, std::max(n_active, nb), max_prom};
+    place_input in{il, step_, &cells_, prep.place, cells_.n_hot_free(il) - nb, n_reserve_, max_prom};
     policy_->place(in, L.plan);
     HILL_ASSERT(int64_t(L.plan.promote.size()) <= max_prom);
     stats_.t_select_us += uint64_t(time_us() - t0);
@@ -385,6 +386,7 @@ void decode_step::apply(prepared & prep) {
             }
         }
         // Evictions, then promotions into the free slots: a promoted token may take an evicted one's slot.
+        HILL_ASSERT(logs_ != nullptr || L.plan.evict.empty());  // without a cold tier the hot pool holds all
         for (const auto & [seq, t] : L.plan.evict) {
             if (undoes_recent_move(cells_.last_move(seq, il, t), step_, false)) ++stats_.pingpong;
             cells_.drop_hot(seq, il, t);

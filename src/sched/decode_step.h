@@ -137,6 +137,7 @@ private:
     // The batch, for the step in flight.
     std::vector<int> seqs_;
     std::vector<int32_t> pos_;                     // [B] the new tokens' positions
+    int64_t n_reserve_ = 0;                        // free hot slots the next step's appends take
     std::vector<float> x_;                         // f32 [B, n_embd] residual streams
     std::vector<float> q_, k_, v_;                 // f32 [B, n_embd_q] / [B, n_embd_kv]
     std::vector<float> attn_;                      // f32 [B, n_embd_q]
