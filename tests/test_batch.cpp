@@ -158,5 +158,31 @@ TEST_F(batch_test, tiered_decode_is_bit_identical_to_all_in_ram) {
     }
 }
 
+// Without a cold tier the hot pool holds every token of every sequence (kv/kv_cells.h): prefills in
+// segments, steps of batches and sequences filled to the last position of the context evict nothing,
+// so no token loses its only copy of the KV.
+TEST_F(batch_test, in_ram_every_token_stays_hot_up_to_a_full_context) {
+    for (const std::string policy : {"full", "hillinfer"}) {
+        SCOPED_TRACE(policy);
+        context ctx(*m, params(2, false, policy), pool);
+        std::vector<float> logits(size_t(2 * m->hp().n_vocab));
+        // Sequence 0 in three prompt segments (a chat's turns), sequence 1 in one.
+        for (int turn = 0; turn < 3; ++turn) ctx.prefill(0, std::span(prompts[3]).first(10), false, logits.data());
+        ctx.prefill(1, prompts[5], false, logits.data());
+        while (ctx.n_past(0) < n_ctx || ctx.n_past(1) < n_ctx) {
+            std::vector<int> seqs;
+            for (const int s : {0, 1}) {
+                if (ctx.n_past(s) < n_ctx) seqs.push_back(s);
+            }
+            const std::vector<int32_t> tokens(seqs.size(), 7);
+            ctx.decode(seqs, tokens, logits.data());
+            ASSERT_EQ(ctx.n_cold_cells(), 0) << "at " << ctx.n_past(0) << " and " << ctx.n_past(1) << " tokens";
+        }
+        EXPECT_EQ(ctx.io_stats().room_evicted, 0u);
+        EXPECT_EQ(ctx.io_stats().prefill_evicted, 0u);
+        EXPECT_EQ(ctx.decode_stats().evictions, 0u);
+    }
+}
+
 }  // namespace
 }  // namespace hill
