@@ -96,10 +96,12 @@ int main(int argc, char ** argv) {
                 tokens[size_t(s)] = 1 + (s * 31) % (hp.n_vocab - 1);
             }
             std::vector<double> ms;
+            step_stats warm;  // after the first step, which warms up: not counted
             for (int step = 0; step < n_gen; ++step) {
                 const int64_t t0 = time_us();
                 ctx.decode(seqs, tokens, logits.data());
-                if (step > 0) ms.push_back(double(time_us() - t0) / 1e3);  // the first step warms up
+                if (step > 0) ms.push_back(double(time_us() - t0) / 1e3);
+                if (step == 0) warm = ctx.decode_stats();
                 for (int s = 0; s < nb; ++s) {
                     const float * l = logits.data() + size_t(s) * size_t(hp.n_vocab);
                     tokens[size_t(s)] = int32_t(std::max_element(l, l + hp.n_vocab) - l);
@@ -109,10 +111,11 @@ int main(int argc, char ** argv) {
             const double tps = double(nb) / (st.median / 1e3);
             if (nb == 1) tps1 = tps;
             const double ratio = tps1 > 0.0 ? tps / tps1 : 0.0;
-            // Stage times per step, over every step (the warm-up included).
+            // Stage times per step, over the timed steps.
             const step_stats & ss = ctx.decode_stats();
-            const double per = 1e3 * double(n_gen);
-            const double fwd = double(ss.t_forward_us) / per, att = double(ss.t_attend_us) / per;
+            const double per = 1e3 * double(ms.size());
+            const double fwd = double(ss.t_forward_us - warm.t_forward_us) / per;
+            const double att = double(ss.t_attend_us - warm.t_attend_us) / per;
             double total = 0.0;
             for (const double x : ms) total += x;
             const double other = total / double(ms.size()) - fwd - att;
