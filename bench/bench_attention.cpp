@@ -1,11 +1,11 @@
 // Speed of attention_head_accumulate (through attention_decode_accumulate), scalar and AVX2: one
 // decode query of n_head heads against n_kv random keys, on the threads of the pool.
 //
-//   bench_attention [--head-dim 8] [--n-kv 32768] [--n-head 8] [--type f16|f32] [--rows] [-t 1]
+//   bench_attention [--head-dim 8] [--n-kv 32768] [--n-head 8] [--n-head-kv N] [--type f16|f32] [--rows] [-t 1]
 //                   [--reps 9] [--json FILE]
 //
-// Prints nanoseconds per key per head and the K/V bytes read per second (each KV head's K and V
-// rows once per query head: n_head · n_kv · head_dim · 2 elements), median with min and max over
+// Prints nanoseconds per key per query head and the K/V bytes read per second (the KV once: each KV
+// head's K and V rows are read once for all its query heads, n_head_kv · n_kv · head_dim · 2 elements), median with min and max over
 // --reps, for each kernel mode this CPU runs, beside the DRAM read bandwidth of the same threads. --rows feeds the keys
 // through a shuffled row index list (the tiered store's gathers) instead of in order. Prefill runs the same kernel per
 // (query token, head), so its cost is this one's times n_tok.
@@ -55,13 +55,14 @@ struct result {
 
 int main(int argc, char ** argv) {
     CLI::App app{"HillInfer attention kernel benchmark (one decode query, scalar and AVX2)"};
-    int head_dim = 8, n_head = 8, n_threads = 1, reps = 9;
+    int head_dim = 8, n_head = 8, n_head_kv = 0, n_threads = 1, reps = 9;
     int64_t n_kv = 32768;
     std::string type_name = "f16", json_path;
     bool use_rows = false;
     app.add_option("--head-dim", head_dim, "elements per head")->capture_default_str();
     app.add_option("--n-kv", n_kv, "keys attended to")->capture_default_str();
-    app.add_option("--n-head", n_head, "query heads (one KV head each)")->capture_default_str();
+    app.add_option("--n-head", n_head, "query heads")->capture_default_str();
+    app.add_option("--n-head-kv", n_head_kv, "KV heads, dividing --n-head (default: --n-head)");
     app.add_option("--type", type_name, "K/V type: f16 or f32")->capture_default_str();
     app.add_flag("--rows", use_rows, "read the keys through a shuffled row index list");
     app.add_option("-t,--threads", n_threads, "threads")->capture_default_str();
@@ -72,17 +73,21 @@ int main(int argc, char ** argv) {
         if (head_dim < 1 || n_head < 1 || n_kv < 1 || n_threads < 1 || reps < 1) {
             fail_usage("--head-dim, --n-head, --n-kv, --threads and --reps must be >= 1");
         }
+        if (n_head_kv == 0) n_head_kv = n_head;
+        if (n_head_kv < 1 || n_head % n_head_kv != 0) {
+            fail_usage("--n-head-kv must divide --n-head ({}), got {}", n_head, n_head_kv);
+        }
         if (type_name != "f16" && type_name != "f32") fail_usage("--type must be f16 or f32, not '{}'", type_name);
         const ggml_type type = type_name == "f16" ? ggml_type::f16 : ggml_type::f32;
         const size_t eb = type == ggml_type::f16 ? 2 : 4;
-        const attention_shape s{n_head, n_head, head_dim, 1.0f / std::sqrt(float(head_dim))};
-        const int64_t row_stride = int64_t(n_head) * head_dim;
+        const attention_shape s{n_head, n_head_kv, head_dim, 1.0f / std::sqrt(float(head_dim))};
+        const int64_t row_stride = int64_t(n_head_kv) * head_dim;
 
         // Random K, V and q in [-1, 1) (q scaled up so that the softmax is not flat).
         std::mt19937 rng(1234);
         std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
         const size_t n_elem = size_t(n_kv * row_stride);
-        std::vector<float> kf(n_elem), vf(n_elem), q(static_cast<size_t>(row_stride));
+        std::vector<float> kf(n_elem), vf(n_elem), q(size_t(n_head) * size_t(head_dim));
         for (float & x : kf) x = dist(rng);
         for (float & x : vf) x = dist(rng);
         for (float & x : q) x = 3.0f * dist(rng);
@@ -107,7 +112,7 @@ int main(int argc, char ** argv) {
         thread_pool pool(n_threads);
         std::vector<float> acc(q.size());
         std::vector<softmax_state> st(static_cast<size_t>(n_head));
-        const double kv_bytes = double(n_head) * double(n_kv) * head_dim * 2.0 * double(eb);
+        const double kv_bytes = double(n_head_kv) * double(n_kv) * head_dim * 2.0 * double(eb);
         std::vector<result> results;
         const kernel_mode saved = kernel_mode_get();
         for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
@@ -136,8 +141,8 @@ int main(int argc, char ** argv) {
             "machine: {}, {} thread(s) ({} physical cores), DRAM read {:.1f} GB/s (fresh 1 GiB buffer, best of "
             "3)\n",
             cpu_name(), n_threads, physical_core_count(), dram_gbps);
-        fmt::print("attention: {} heads, head_dim {}, n_kv {}, {} K/V{} ({} MiB of K/V), {} reps\n", n_head, head_dim,
-                   n_kv, type_name, use_rows ? " through a shuffled row list" : "", kv_bytes / (1 << 20), reps);
+        fmt::print("attention: {} query / {} KV heads, head_dim {}, n_kv {}, {} K/V{} ({} MiB of K/V), {} reps\n", n_head,
+                   n_head_kv, head_dim, n_kv, type_name, use_rows ? " through a shuffled row list" : "", kv_bytes / (1 << 20), reps);
         for (const result & r : results) {
             fmt::print(
                 "{:6}: {:7.3f} ns per key per head (min {:.3f}, max {:.3f}), K/V read {:6.2f} GB/s (min {:.2f}, "
@@ -149,6 +154,7 @@ int main(int argc, char ** argv) {
             nlohmann::json j = {{"cpu", cpu_name()},
                                 {"n_threads", n_threads},
                                 {"n_head", n_head},
+                                {"n_head_kv", n_head_kv},
                                 {"head_dim", head_dim},
                                 {"n_kv", n_kv},
                                 {"type", type_name},

@@ -949,6 +949,53 @@ TEST(attention, prefill_equals_decode_per_token) {
 }
 
 
+// The GQA decode path (each KV head's K and V read once, block by block, for all its query heads, in
+// slices when there are fewer KV heads than threads) equals the per-head path bit for bit: MHA, GQA
+// and MQA, keys in one and in several blocks of 512, through a row list and contiguous, any thread
+// count.
+TEST(attention, decode_accumulate_by_kv_head_equals_per_head) {
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    mode_guard g;
+    thread_pool p1(1), p2(2), p3(3);
+    for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
+        if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+        kernel_mode_set(m);
+        for (const attention_shape s : {attention_shape{8, 8, 32, 0.17f}, attention_shape{8, 2, 32, 0.17f},
+                                        attention_shape{5, 1, 64, 0.125f}}) {
+            for (ggml_type t : {ggml_type::f32, ggml_type::f16}) {
+                for (const int64_t n_kv : {int64_t(77), int64_t(1300)}) {
+                    const std::string what = std::string(ggml_type_name(t)) + (m == kernel_mode::avx2 ? " avx2" : " scalar") +
+                                             " heads " + std::to_string(s.n_head) + "/" + std::to_string(s.n_head_kv) +
+                                             " n_kv " + std::to_string(n_kv);
+                    const kv_data kv = make_kv(t, n_kv, s.n_head_kv, s.head_dim, 3, rng);
+                    const std::vector<float> q = random_floats(rng, sz(s.n_head * s.head_dim), -3.0f, 3.0f);
+                    std::vector<float> want(q.size());
+                    attention_decode(s, q.data(), kv.view(n_kv), want.data(), p1);
+                    std::vector<int32_t> rows(static_cast<size_t>(n_kv));
+                    for (int32_t i = 0; i < int32_t(n_kv); ++i) rows[size_t(i)] = i;
+                    for (const bool listed : {false, true}) {
+                        for (thread_pool * p : {&p1, &p2, &p3}) {
+                            std::vector<float> out(q.size(), 0.0f);
+                            std::vector<softmax_state> st(size_t(s.n_head));
+                            attention_decode_accumulate(s, q.data(), kv.view(n_kv), listed ? rows.data() : nullptr,
+                                                        out.data(), st.data(), *p);
+                            for (int h = 0; h < s.n_head; ++h) {
+                                attention_head_finish(out.data() + h * s.head_dim, st[size_t(h)], s.head_dim,
+                                                      out.data() + h * s.head_dim);
+                            }
+                            expect_bitwise_equal(out, want, what + (listed ? " rows" : " contiguous") + " threads " +
+                                                                std::to_string(p->n_threads()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+
 // Attention over the keys fed in segments, in any order and through index lists, equals attention
 // over all keys at once: how attention runs over KV spread across tiers.
 TEST(attention, segments_in_any_order_equal_one_pass) {

@@ -71,6 +71,11 @@ void check_shape(const attention_shape & s, const kv_view & kv) {
     HILL_ASSERT(kv.n_kv == 0 || (kv.k != nullptr && kv.v != nullptr));
 }
 
+// Keys per block of the GQA paths (attention_decode_accumulate, attention_prefill_accumulate): a
+// multiple of the kernels' chunks (64 AVX2, 32 scalar), so that walking the keys block by block gives
+// the chunks, and the result, of one pass over all of them.
+constexpr int64_t key_block = 512;
+
 // Query head h of token row q_tok [n_head, head_dim] against KV tokens [0, n).
 void attend_one(const attention_shape & s, const float * q_tok, const kv_view & kv, int64_t n, int h, float * out_tok) {
     const int group = s.n_head / s.n_head_kv;
@@ -148,14 +153,32 @@ void attention_head(const float * q, ggml_type kv_type, const void * k, const vo
 void attention_decode_accumulate(const attention_shape & s, const float * q, const kv_view & kv, const int32_t * rows,
                                  float * acc, softmax_state * st, thread_pool & pool) {
     check_shape(s, kv);
+    if (kv.n_kv == 0) return;
     const int group = s.n_head / s.n_head_kv;
     const size_t eb = kv.type == ggml_type::f16 ? 2 : 4;
-    pool.parallel_for(s.n_head, [&](int64_t h0, int64_t h1) {
-        for (int64_t h = h0; h < h1; ++h) {
-            const size_t head_off = size_t(h / group) * size_t(s.head_dim) * eb;
-            attention_head_accumulate(q + h * s.head_dim, kv.type, static_cast<const uint8_t *>(kv.k) + head_off,
-                                      static_cast<const uint8_t *>(kv.v) + head_off, rows, kv.n_kv, kv.row_stride,
-                                      s.head_dim, s.scale, acc + h * s.head_dim, st[h]);
+    // Work items: one KV head and a slice of its query heads — all of them, unless there are fewer KV
+    // heads than threads (then as many slices as fill the threads). An item walks the keys in blocks
+    // of key_block, every query head of its slice continuing its online softmax over a block before
+    // the next: the block's K and V are read from memory once per item, not once per query head
+    // (GQA), and the chunks — the result — are those of one call per head over all the keys.
+    const int slices = std::min(group, (pool.n_threads() + s.n_head_kv - 1) / s.n_head_kv);
+    const size_t block_bytes = size_t(key_block * kv.row_stride) * eb;
+    pool.parallel_for(int64_t(s.n_head_kv) * slices, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+            const int g = int(i / slices), sl = int(i % slices);
+            const int h0 = g * group + sl * group / slices, h1 = g * group + (sl + 1) * group / slices;
+            const size_t head_off = size_t(g) * size_t(s.head_dim) * eb;
+            const auto * kb = static_cast<const uint8_t *>(kv.k) + head_off;
+            const auto * vb = static_cast<const uint8_t *>(kv.v) + head_off;
+            for (int64_t j0 = 0; j0 < kv.n_kv; j0 += key_block) {
+                const size_t off = rows != nullptr ? 0 : size_t(j0 / key_block) * block_bytes;
+                const int64_t n = std::min(key_block, kv.n_kv - j0);
+                for (int h = h0; h < h1; ++h) {
+                    attention_head_accumulate(q + int64_t(h) * s.head_dim, kv.type, kb + off, vb + off,
+                                              rows != nullptr ? rows + j0 : nullptr, n, kv.row_stride, s.head_dim,
+                                              s.scale, acc + int64_t(h) * s.head_dim, st[h]);
+                }
+            }
         }
     });
 }
@@ -184,7 +207,7 @@ void attention_prefill_accumulate(const attention_shape & s, const float * q, in
     // kernels' chunk sizes (64 AVX2, 32 scalar), so the chunks — and the result — are those of one
     // call over all the keys (row t still equals attention_decode bit for bit). Items are taken
     // from a shared counter, latest tiles (the longest rows of a causal triangle) first.
-    constexpr int64_t tile_tokens = 16, key_block = 512;
+    constexpr int64_t tile_tokens = 16;
     const int64_t n_tiles = (n_tok + tile_tokens - 1) / tile_tokens;
     const int64_t n_items = n_tiles * s.n_head_kv;
     std::atomic<int64_t> next{0};
