@@ -309,7 +309,12 @@ TEST_F(cli, storage_emulator_gives_the_same_tokens_and_reports_its_link) {
     EXPECT_EQ(text.code, 0) << text.out;
     EXPECT_NE(text.out.find("storage: emulator, profile smartssd (read 3.2 GB/s, score 16 GB/s, link 3.5 GB/s)"),
               std::string::npos) << text.out;
-    EXPECT_NE(text.out.find("B per token (a plain SSD moves the key row: 64 B per token)"), std::string::npos) << text.out;
+    EXPECT_NE(text.out.find("B per token (a plain SSD moves at least the key row: 64 B per token)"), std::string::npos)
+        << text.out;
+    const result plain_text = run(base + "--storage plain");
+    EXPECT_EQ(plain_text.code, 0) << plain_text.out;
+    EXPECT_NE(plain_text.out.find("B per token (the host reads whole key pages, hot tokens' rows and page padding "
+                                  "included; a key row: 64 B per token)"), std::string::npos) << plain_text.out;
     EXPECT_TRUE(in_order(text.out, {"selected KV: ", " cold tokens, ", " over the link; flash read "})) << text.out;
     EXPECT_NE(text.out.find("from the cold tier ("), std::string::npos) << text.out;
 

@@ -59,8 +59,11 @@ TEST_F(cli_batch, prompts_decode_in_batches_what_they_decode_alone_in_input_orde
         ASSERT_EQ(r.code, 0) << r.out;
         alone.push_back(nlohmann::json::parse(r.out)["ids"].get<std::vector<int>>());
     }
-    for (const std::string & kv : {std::string(), " --kv-host-budget 30K --kv-dir " + dir->file("kv")}) {
+    for (const bool cold : {false, true}) {
         for (const int parallel : {1, 2, 5}) {
+            // Cold: 24 hot tokens per sequence and layer (256 B each), the sinks, the window and 3 more.
+            const std::string kv =
+                cold ? " --kv-host-budget " + std::to_string(6 * parallel) + "K --kv-dir " + dir->file("kv") : "";
             SCOPED_TRACE("parallel " + std::to_string(parallel) + kv);
             const auto r = run_cli("generate -m " + model() + " --prompts " + file + " --parallel " +
                                    std::to_string(parallel) + " --temp 0 --json" + kv, " 2>" + dir->file("err"));
@@ -75,11 +78,19 @@ TEST_F(cli_batch, prompts_decode_in_batches_what_they_decode_alone_in_input_orde
             }
             const std::string err = test::read_whole_file(dir->file("err"));
             EXPECT_NE(err.find("largest batch " + std::to_string(parallel)), std::string::npos) << err;
-            if (!kv.empty()) {
-                EXPECT_NE(err.find("KV cache:"), std::string::npos) << err;
+            if (cold) {
+                // The cold share counts the finished sequences as they ended (their KV is freed by then).
+                const size_t at = err.find("KV cache: ");
+                ASSERT_NE(at, std::string::npos) << err;
+                EXPECT_GT(std::stod(err.substr(at + 10)), 0.0) << err;
             }
         }
     }
+    // More parallel sequences than prompts: as many as there are prompts.
+    const auto wide = run_cli("generate -m " + model() + " --prompts " + file + " --parallel 100 --temp 0 --json",
+                              " 2>" + dir->file("err"));
+    EXPECT_EQ(wide.code, 0) << wide.out;
+    EXPECT_NE(test::read_whole_file(dir->file("err")).find("parallel 5;"), std::string::npos);
     // Text mode: each prompt and its completion, in input order.
     const auto t = run_cli("generate -m " + model() + " --prompts " + file + " --temp 0", " 2>/dev/null");
     ASSERT_EQ(t.code, 0) << t.out;
@@ -103,10 +114,15 @@ TEST_F(cli_batch, bad_prompt_files_name_the_line_and_the_field) {
         EXPECT_EQ(r.code, 1) << text << r.out;
         EXPECT_NE(r.out.find(expected), std::string::npos) << text << r.out;
     }
-    EXPECT_EQ(run_cli(g + write("empty.jsonl", "\n\n")).code, 2);
+    const auto empty = run_cli(g + write("empty.jsonl", "\n\n"));
+    EXPECT_EQ(empty.code, 1) << empty.out;  // a bad input file (exit 2 is for flags and missing files)
+    EXPECT_NE(empty.out.find("holds no prompt"), std::string::npos) << empty.out;
     EXPECT_EQ(run_cli(g + dir->file("missing.jsonl")).code, 2);
     EXPECT_EQ(run_cli(g + write("ok.jsonl", "{\"prompt\": \"a\"}\n") + " --parallel 0").code, 2);
     EXPECT_EQ(run_cli(g + write("ok2.jsonl", "{\"prompt\": \"a\"}\n") + " -p b").code, 2);
+    const auto lone = run_cli("generate -m " + model() + " -p hi -n 1 --parallel 3");
+    EXPECT_EQ(lone.code, 2) << lone.out;
+    EXPECT_NE(lone.out.find("--parallel goes with --prompts"), std::string::npos) << lone.out;
 }
 
 // A prompt longer than the context fails alone; the others are generated; exit code 1 at the end.
@@ -114,8 +130,13 @@ TEST_F(cli_batch, a_prompt_longer_than_the_context_fails_alone) {
     std::string longp;
     for (int i = 0; i < 80; ++i) longp += "word ";
     const std::string file = write("long.jsonl", "{\"prompt\": \"hi\"}\n{\"prompt\": \"" + longp + "\"}\n{\"prompt\": \"yo\"}\n");
-    const auto r = run_cli("generate -m " + model() + " --prompts " + file + " -c 64 -n 4 --temp 0 --json", " 2>/dev/null");
+    const auto r = run_cli("generate -m " + model() + " --prompts " + file + " -c 64 -n 4 --temp 0 --json",
+                           " 2>" + dir->file("err"));
     EXPECT_EQ(r.code, 1) << r.out;
+    // The failure is on stderr too (stdout may go to a pipe), naming the prompt.
+    const std::string err = test::read_whole_file(dir->file("err"));
+    EXPECT_NE(err.find("prompt 2 failed: "), std::string::npos) << err;
+    EXPECT_NE(err.find("1 failed"), std::string::npos) << err;
     const auto objs = json_lines(r.out);
     ASSERT_EQ(objs.size(), 3u);
     EXPECT_EQ(objs[0]["stop"], "length");

@@ -66,7 +66,7 @@ std::vector<std::pair<std::string, int32_t>> read_prompts(const std::string & pa
         out.emplace_back(root.required<std::string>("/prompt"),
                          int32_t(root.optional_int("/n_predict", 0, INT32_MAX).value_or(n_default)));
     }
-    if (out.empty()) fail_usage("--prompts '{}' holds no prompt", path);
+    if (out.empty()) fail_input("--prompts '{}' holds no prompt", path);
     return out;
 }
 
@@ -90,7 +90,8 @@ int run_generate_prompts(const generate_opts & o, const sampler_params & sp, int
         reqs[i].sampling = sp;
         reqs[i].sampling.seed = sp.seed + i;  // one stream per prompt, whatever the batch
     }
-    const int parallel = o.parallel > 0 ? o.parallel : int(std::min<size_t>(prompts.size(), 8));
+    // No more sequences than prompts (each takes its share of the hot pool and its scratch).
+    const int parallel = int(std::min<size_t>(prompts.size(), size_t(o.parallel > 0 ? o.parallel : 8)));
     thread_pool pool(n_threads);
     context ctx(*m, o.kv.context(n_ctx, pol, parallel), pool);
     batch_generator gen(ctx, parallel, tok.vocab().eos);
@@ -101,6 +102,7 @@ int run_generate_prompts(const generate_opts & o, const sampler_params & sp, int
     const auto emit = [&] {
         for (; next_out < prompts.size() && finished[next_out] != 0; ++next_out) {
             const generation_result & r = done[next_out];
+            if (!r.error.empty()) fmt::print(stderr, "prompt {} failed: {}\n", next_out + 1, r.error);
             std::string text;
             for (const int32_t id : r.ids) text += tok.token_to_piece(id);
             if (o.json) {
@@ -161,6 +163,7 @@ int run_generate(const generate_opts & o) {
     const int n_threads = o.threads.resolve();
     const policy_params pol = o.policy.resolve(o.kv.storage_kind());
     if (!o.prompts_file.empty()) return run_generate_prompts(o, sp, n_threads, pol);
+    if (o.parallel_opt->count() > 0) fail_usage("--parallel goes with --prompts (sequences decoded together)");
     const std::string prompt = o.prompt.read();
     if (o.prompt_cache_opt->count() > 0 && o.prompt_cache.empty()) fail_usage("--prompt-cache needs a file name");
     if (o.prompt_cache_fallback && o.prompt_cache.empty()) fail_usage("--prompt-cache-fallback needs --prompt-cache FILE");

@@ -38,7 +38,7 @@ std::vector<generation_result> batch_generator::run(std::span<const generation_r
         generation_result & res = results[r.request];
         res.stop = stop;
         res.error = error;
-        ctx_.truncate(r.seq, 0);  // frees its KV in every tier (no I/O at 0)
+        ctx_.release(r.seq);  // frees its KV in every tier
         free_seqs.push_back(r.seq);
         if (cb.on_done) cb.on_done(r.request, res);
     };

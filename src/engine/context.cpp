@@ -109,11 +109,12 @@ const kv_io_stats & context::io_stats() const {
     return io_stats_;
 }
 
-int64_t context::n_cold_cells() const {
+int64_t context::n_cold_cells(int seq) const {
     int64_t n = 0;
-    for (int seq = 0; seq < cells_->n_seq(); ++seq) {
+    for (int s = 0; s < cells_->n_seq(); ++s) {
+        if (seq >= 0 && s != seq) continue;
         for (int il = 0; il < cells_->n_layer(); ++il) {
-            for (const uint32_t s : cells_->hot_slots(seq, il)) n += s == kv_cells::no_slot ? 1 : 0;
+            for (const uint32_t slot : cells_->hot_slots(s, il)) n += slot == kv_cells::no_slot ? 1 : 0;
         }
     }
     return n;
@@ -423,6 +424,14 @@ void context::truncate(int seq, int64_t n) {
     HILL_ASSERT(n >= 0 && n <= n_past(seq));
     if (logs_ != nullptr) logs_->truncate(seq, n, *reader_);  // may read, may fail: first
     cells_->truncate(seq, n);
+}
+
+void context::release(int seq) {
+    const uint64_t cells = uint64_t(n_past(seq)) * uint64_t(cells_->n_layer());
+    const uint64_t cold = uint64_t(n_cold_cells(seq));
+    truncate(seq, 0);  // no I/O at 0: cannot fail
+    io_stats_.released_cells += cells;
+    io_stats_.released_cold_cells += cold;
 }
 
 void context::export_layer(int seq, int il, void * k_out, void * v_out) {

@@ -69,6 +69,8 @@ struct kv_io_stats {
     uint64_t prefill_placed_hot = 0;    // tokens placed hot after prefills (all layers)
     uint64_t prefill_evicted = 0;       // hot tokens prefill placement evicted
     uint64_t room_evicted = 0;          // hot tokens evicted to make room for a sequence's sinks and window
+    uint64_t released_cells = 0;        // token-layers of the sequences release() ended
+    uint64_t released_cold_cells = 0;   // of those, without a hot copy at the end
 };
 
 class context {
@@ -101,6 +103,9 @@ public:
     // Forgets tokens [n, n_past(seq)) of seq (n <= n_past). May read one cold page back per layer;
     // on a read error (hill::error) the sequence is as it was.
     void truncate(int seq, int64_t n);
+    // Ends sequence seq (it is empty afterwards, for another to take): truncate(seq, 0), counting its
+    // token-layers, and how many were only in the cold tier, into io_stats() for the run report.
+    void release(int seq);
 
     // The KV of tokens [0, n_past(seq)) of layer il in position order: k_out, v_out kv type
     // [n_past, n_embd_kv] each (hot rows copied, open rows copied, pages read). Errors: cold reads.
@@ -123,8 +128,8 @@ public:
     const device_tier & device() const { return *device_; }
     const step_stats & decode_stats() const { return step_->stats(); }
     const kv_io_stats & io_stats() const;
-    // Tokens of every sequence, all layers, without a hot copy: read from the cold tier.
-    int64_t n_cold_cells() const;
+    // Tokens of every sequence (seq < 0) or of one, all layers, without a hot copy: read from the cold tier.
+    int64_t n_cold_cells(int seq = -1) const;
 
 private:
     struct layer_append;  // one layer's prepared KV append to a sequence (prefill and import)

@@ -124,7 +124,7 @@ namespace {
 
 // The KV numbers of a run, for kv_summary and kv_json.
 struct kv_totals {
-    double cold_share = 0.0;  // of the cells (token, layer) of every sequence: without a hot copy
+    double cold_share = 0.0;  // of the cells (token, layer) of every sequence (released ones as they ended): without a hot copy
     uint64_t moves = 0;       // promotions + demotions
     double pingpong_rate = 0.0;
 };
@@ -132,10 +132,12 @@ struct kv_totals {
 kv_totals kv_count(const context & ctx) {
     const kv_cells & c = ctx.cells();
     const step_stats & st = ctx.decode_stats();
-    int64_t n_cells = 0;
+    // The sequences still in the context, and those released (a batch's finished ones) as they ended.
+    const kv_io_stats & io = ctx.io_stats();
+    int64_t n_cells = int64_t(io.released_cells);
     for (int s = 0; s < c.n_seq(); ++s) n_cells += c.n_tokens(s) * c.n_layer();
     kv_totals t;
-    t.cold_share = ratio(double(ctx.n_cold_cells()), double(n_cells));
+    t.cold_share = ratio(double(ctx.n_cold_cells() + int64_t(io.released_cold_cells)), double(n_cells));
     t.moves = st.promotions + st.evictions;
     t.pingpong_rate = ratio(double(st.pingpong), double(t.moves));
     return t;
@@ -149,8 +151,9 @@ std::string kv_summary(const context & ctx) {
     const step_stats & st = ctx.decode_stats();
     const kv_totals t = kv_count(ctx);
     return fmt::format("KV cache: {:.0f}% of the tokens only in the cold tier ({} hot slots per layer; the cold pool "
-                       "holds every token, the last, unfilled page of each layer in RAM); {} read by the host from and {} "
-                       "written to the cold pool\n"
+                       "holds every token, the last, unfilled page of each layer in RAM); {} read by the host from the "
+                       "cold pool outside the storage device's passes (prefill, truncation, prompt cache; decode reads "
+                       "are under storage:) and {} written to it\n"
                        "migration: {} promotions, {} demotions, {} into the hot pool (copied from the step's gathers: no "
                        "extra reads; a demotion writes nothing), ping-pong {:.1f}% ({} of {} moves undone within {} steps); "
                        "prefill placed {} token-layers hot\n",
@@ -184,9 +187,12 @@ std::string storage_summary(const context & ctx) {
     if (c.n_score_passes + c.n_read_passes == 0) return "";
     std::string out = fmt::format("storage: {}, profile {}\n", name(d.kind()), csd::describe(d.profile()));
     if (c.tokens_scored > 0) {
-        out += fmt::format("  scoring: {} cold tokens in {} passes, {} over the link = {:.2f} B per token (a plain SSD "
-                           "moves the key row: {} B per token), {} blocks\n", c.tokens_scored, c.n_score_passes,
-                           format_bytes(c.link_score_bytes), double(c.link_score_bytes) / double(c.tokens_scored),
+        const bool plain = d.kind() == csd::storage_kind::plain;
+        out += fmt::format("  scoring: {} cold tokens in {} passes, {} over the link = {:.2f} B per token ({}: {} B per "
+                           "token), {} blocks\n", c.tokens_scored, c.n_score_passes, format_bytes(c.link_score_bytes),
+                           double(c.link_score_bytes) / double(c.tokens_scored),
+                           plain ? "the host reads whole key pages, hot tokens' rows and page padding included; a key row"
+                                 : "a plain SSD moves at least the key row",
                            ctx.layout().row_bytes(), c.score_blocks);
     }
     out += fmt::format("  selected KV: {} cold tokens, {} over the link; flash read {}; device time read {:.2f} s, kernel "
