@@ -2,7 +2,8 @@
 # Builds and runs the test suites on a fresh machine: installs dependencies, then
 #   1. Release build (warnings fatal): ctest labels unit and model (model tests skip cleanly when
 #      ../shared/data, or $HILLINFER_DATA, is absent);
-#   2. ASan+UBSan build: unit tests (every parser and bad-input path runs under the sanitizers);
+#   2. ASan+UBSan build of the unit-test executables (and the CLI they run): unit tests (every parser
+#      and bad-input path runs under the sanitizers);
 #   3. TSan build: the threaded tests (thread pool, kernels, sessions, io queue, cold pool, KV cells
 #      and logs, policies, the storage device emulator, batches of sequences, KV faults);
 #   4. libFuzzer: the GGUF and safetensors readers, $HILL_FUZZ_SECONDS seconds each (default 30), from
@@ -19,7 +20,7 @@ cmake --build --preset release -j "$jobs"
 ctest --test-dir build/release -L 'unit|model' --no-tests=error --output-on-failure -j "$jobs" "$@"
 
 cmake --preset asan -DHILL_WERROR=ON > /dev/null
-cmake --build --preset asan -j "$jobs"
+cmake --build --preset asan -j "$jobs" --target hill_unit_tests
 ctest --test-dir build/asan -L unit --no-tests=error --output-on-failure -j "$jobs"
 
 cmake --preset tsan -DHILL_WERROR=ON > /dev/null
