@@ -646,5 +646,70 @@ TEST_F(cli, prompt_cache_corrupt_in_a_late_layer_falls_back_to_the_same_text) {
     EXPECT_FALSE(json_ids(plain.out).empty());
 }
 
+TEST_F(cli, bench_step_measures_every_configuration_and_writes_json_and_a_plot) {
+    test::temp_dir d;
+    const std::string json = d.file("step.json"), png = d.file("step.png");
+    const test::cli_result r = test::run_cli(
+        "bench step --ctx 1024 --layers 1 --heads 4 --kv-heads 2 --head-dim 64 --cold 0,0.5 --policies full,hillinfer "
+        "--storage plain,emulator --profile none --steps 2 --warmup 1 -t 1 --kv-dir " + d.file("kv") + " --json " + json +
+        " --plot " + png);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("speedup over full"), std::string::npos) << r.out;
+    const nlohmann::json j = nlohmann::json::parse(test::read_whole_file(json));
+    EXPECT_NEAR(j["workload"]["overlap"].get<double>(), 0.90, 0.01);
+    EXPECT_NEAR(j["workload"]["mass"].get<double>(), 0.94, 0.01);
+    // In RAM: full and hillinfer; 50% cold: each policy on the plain SSD and the emulator.
+    ASSERT_EQ(j["results"].size(), 6u) << j.dump(1);
+    int n_cold = 0;
+    for (const auto & x : j["results"]) {
+        ASSERT_TRUE(x["step_ms"].is_number()) << x;
+        EXPECT_GT(x["step_ms"].get<double>(), 0.0);
+        EXPECT_LE(x["step_ms_min"].get<double>(), x["step_ms"].get<double>());
+        EXPECT_GE(x["step_ms_max"].get<double>(), x["step_ms"].get<double>());
+        EXPECT_NEAR(x["hot_share"].get<double>() + x["open_share"].get<double>() + x["disk_share"].get<double>(), 1.0, 1e-9);
+        const bool full = x["policy"] == "full";
+        const double attended = x["attended_per_layer"].get<double>();
+        // full attends every token (1024 and the new ones); hillinfer ⌈0.2·n⌉ scored plus sinks and window.
+        if (full) {
+            EXPECT_GE(attended, 1024.0) << x;
+        } else {
+            EXPECT_NEAR(attended, std::ceil(0.2 * 1026) + 20, 25.0) << x;
+        }
+        if (x["cold"].get<double>() == 0.0) {
+            EXPECT_EQ(x["storage"], "ram");
+            EXPECT_EQ(x["hot_share"].get<double>(), 1.0);
+            EXPECT_EQ(x["host_budget_bytes"].get<uint64_t>(), 0u);
+        } else {
+            ++n_cold;
+            EXPECT_GT(x["host_budget_bytes"].get<uint64_t>(), 0u);
+            // full reads every token without a hot copy: about half of them.
+            if (full) {
+                EXPECT_NEAR(x["disk_share"].get<double>(), 0.5, 0.05) << x;
+            }
+        }
+    }
+    EXPECT_EQ(n_cold, 4);
+    ASSERT_EQ(j["ratios"].size(), 3u) << j["ratios"];
+    for (const auto & x : j["ratios"]) {
+        EXPECT_EQ(x["policy"], "hillinfer");
+        EXPECT_GT(x["speedup_over_full"].get<double>(), 0.0);
+        EXPECT_GT(x["ratio_to_full_in_ram"].get<double>(), 0.0);
+    }
+    ASSERT_TRUE(std::filesystem::exists(png));
+    EXPECT_GT(std::filesystem::file_size(png), 1000u);
+    EXPECT_EQ(test::read_whole_file(png).substr(1, 3), "PNG");
+}
+
+TEST_F(cli, bench_step_refuses_bad_grids_before_measuring) {
+    for (const char * bad : {"--cold 1", "--cold 0,-0.5", "--ctx 100", "--policies full,nope", "--storage disk",
+                             "--profile nonexistent_profile", "--steps 0", "--head-dim 63", "--heads 6 --kv-heads 4"}) {
+        const test::cli_result r = test::run_cli(std::string("bench step --layers 1 --kv-dir /tmp ") + bad);
+        EXPECT_EQ(r.code, 2) << bad << "\n" << r.out;
+        EXPECT_NE(r.out.find("error"), std::string::npos) << bad << "\n" << r.out;
+    }
+    const test::cli_result r = test::run_cli("bench");
+    EXPECT_EQ(r.code, 2) << r.out;
+}
+
 }  // namespace
 }  // namespace hill

@@ -18,5 +18,6 @@ command_fn add_make_model(CLI::App & app);
 command_fn add_perplexity(CLI::App & app);
 command_fn add_demo(CLI::App & app);
 command_fn add_convert(CLI::App & app);
+command_fn add_bench(CLI::App & app);
 
 }  // namespace hill::cli

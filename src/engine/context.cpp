@@ -75,7 +75,8 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
         reader_ = std::make_unique<cold_reader>(*cold_, io);
         gather_ = std::make_unique<cold_gather>(*reader_, layout_);
     }
-    forward_ = make_forward(m, pool, std::max<int64_t>(p.n_batch, p.n_seq));
+    const int64_t n_rows_max = std::max<int64_t>(p.n_batch, p.n_seq);
+    forward_ = p.forward ? p.forward(m, pool, n_rows_max) : make_forward(m, pool, n_rows_max);
     storage_ = csd::make_device(p.storage, cold_.get(), layout_, attn_shape(), pool);
     device_ = make_cpu_device_tier(pool, std::max<int64_t>(std::min(p.n_segment, p.n_ctx), p.n_seq), hp.n_embd_q(),
                                    hp.n_head);

@@ -60,6 +60,8 @@ struct context_params {
     csd::storage_params storage;        // the device that holds the cold pool (plain SSD or CSD emulator)
     io_fault_hook io_faults;            // tests: injected cold-pool I/O results of the host's reads and writes
     int32_t n_seq = 1;                  // sequences at once (>= 1)
+    // Benchmarks: a forward pass other than the model's (make_forward's signature); empty: the model's.
+    std::function<std::unique_ptr<arch_forward>(const hill::model &, thread_pool &, int64_t)> forward;
 };
 
 // Bytes moved by the cache's own reads and writes (not the storage device's passes).

@@ -1,0 +1,5 @@
+# The `hillinfer bench` experiments: workloads and runners over the engine (above engine/).
+hill_add_library(hill_experiments
+  experiments/step_bench.cpp
+)
+target_link_libraries(hill_experiments PUBLIC hill_engine)

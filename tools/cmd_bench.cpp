@@ -1,0 +1,211 @@
+// hillinfer bench: experiments that measure the engine (src/experiments). `bench step` is the
+// decode-step benchmark of experiments/step_bench.h.
+#include "commands.h"
+#include "common.h"
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/sys_info.h"
+#include "experiments/step_bench.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
+namespace hill::cli {
+
+namespace {
+
+struct step_opts {
+    step_bench_params p;
+    thread_opts threads;
+    std::string json_path, plot_path;
+};
+
+std::string label(const step_config & c) {
+    if (c.cold == 0.0) return fmt::format("{} in RAM", c.policy);
+    std::string s = fmt::format("{} {:.0f}% cold {}", c.policy, 100 * c.cold, c.storage);
+    if (c.storage == "emulator") s += " " + c.profile;
+    return s;
+}
+
+nlohmann::json to_json(const step_result & r) {
+    const step_config & c = r.config;
+    return {{"ctx", c.ctx}, {"cold", c.cold}, {"policy", c.policy}, {"storage", c.storage}, {"profile", c.profile},
+            {"host_budget_bytes", r.host_budget}, {"step_ms", r.step_ms}, {"step_ms_min", r.step_ms_min},
+            {"step_ms_max", r.step_ms_max}, {"forward_ms", r.forward_ms}, {"score_host_ms", r.score_host_ms},
+            {"score_device_ms", r.score_device_ms}, {"select_ms", r.select_ms}, {"attend_ms", r.attend_ms},
+            {"write_ms", r.write_ms}, {"hot_bytes", r.hot_bytes}, {"open_bytes", r.open_bytes},
+            {"disk_kv_bytes", r.disk_kv_bytes}, {"flash_read_bytes", r.flash_read_bytes},
+            {"link_bytes", r.link_bytes}, {"host_read_bytes", r.host_read_bytes}, {"hot_share", r.hot_share},
+            {"open_share", r.open_share}, {"disk_share", r.disk_share},
+            {"attended_per_layer", r.attended_per_layer}, {"promotions", r.promotions}};
+}
+
+// A bar chart of the step times, one group of bars per context length (gnuplot, PNG).
+void write_plot(const std::string & path, const std::vector<step_result> & rs) {
+    std::vector<std::string> labels;
+    std::vector<int64_t> ctxs;
+    for (const step_result & r : rs) {
+        if (std::find(labels.begin(), labels.end(), label(r.config)) == labels.end()) labels.push_back(label(r.config));
+        if (std::find(ctxs.begin(), ctxs.end(), r.config.ctx) == ctxs.end()) ctxs.push_back(r.config.ctx);
+    }
+    std::string data;
+    for (const std::string & l : labels) {
+        data += "\"" + l + "\"";
+        for (const int64_t n : ctxs) {
+            double ms = NAN;
+            for (const step_result & r : rs) {
+                if (r.config.ctx == n && label(r.config) == l) ms = r.step_ms;
+            }
+            data += std::isnan(ms) ? " NaN" : fmt::format(" {:.3f}", ms);
+        }
+        data += "\n";
+    }
+    std::string script = fmt::format(
+        "set terminal pngcairo size 1200,700 noenhanced\nset output '{}'\nset title 'hillinfer bench step: decode step "
+        "time'\nset ylabel 'ms per step (log)'\nset logscale y\nset style data histograms\nset style histogram "
+        "clustered gap 1\nset style fill solid 0.8 border -1\nset xtics rotate by -30\nset key top left\nset grid y\n"
+        "$data << EOD\n{}EOD\nplot ", path, data);
+    for (size_t i = 0; i < ctxs.size(); ++i) {
+        script += fmt::format("{}$data using {}{} title 'ctx {}'", i > 0 ? ", " : "", i + 2, i == 0 ? ":xtic(1)" : "",
+                              ctxs[i]);
+    }
+    script += "\n";
+    FILE * gp = popen("gnuplot 2>&1", "w");
+    if (gp == nullptr) fail_input("--plot needs gnuplot (Debian: apt-get install gnuplot-nox)");
+    std::fwrite(script.data(), 1, script.size(), gp);
+    const int rc = pclose(gp);
+    if (rc != 0 || !std::filesystem::exists(path) || std::filesystem::file_size(path) == 0) {
+        fail_input("gnuplot could not write the plot '{}' (exit status {}); is gnuplot installed (apt-get install "
+                   "gnuplot-nox) and the directory writable?", path, rc);
+    }
+}
+
+int run_step(step_opts & o) {
+    const int n_threads = o.threads.resolve();
+    if (o.p.kv_dir.empty()) o.p.kv_dir = cache_dir() + "/kv";
+    if (!o.plot_path.empty()) {
+        // Refuse early, before minutes of measuring, when no plot could be written.
+        if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) {
+            fail_usage("--plot needs gnuplot (Debian: apt-get install gnuplot-nox)");
+        }
+    }
+    check(o.p);
+    thread_pool pool(n_threads);
+    const workload_params & wp = o.p.workload;
+    fmt::print(stderr, "bench step: calibrating the synthetic workload ...\n");
+    const synthetic_workload w(wp);
+    const workload_calibration & cal = w.calibration();
+    fmt::print("bench step: {} layers, {} query / {} KV heads of {}, f16 KV, alpha {}, {} warm-up + {} measured steps, "
+               "{} threads, kv-dir {}\n", wp.n_layer, wp.n_head, wp.n_head_kv, wp.head_dim, wp.alpha, o.p.n_warmup,
+               o.p.n_steps, n_threads, o.p.kv_dir);
+    fmt::print("workload: top-alpha overlap of consecutive steps {:.3f} (target {}), attention mass of the top alpha "
+               "{:.3f} (target {}), head agreement {} ({}-token sample; query correlation {:.4f}, logit scale {:.2f})\n",
+               cal.overlap, wp.target_overlap, cal.mass, wp.target_mass, wp.agreement, cal.sample_tokens, cal.rho,
+               cal.logit_scale);
+    fmt::print("\n{:>7} {:32} {:>20} {:>44} {:>10} {:>10} {:>10} {:>17}\n", "ctx", "configuration", "step ms (min-max)",
+               "forward / score / device / select / attend ms", "hot/step", "SSD/step", "link/step",
+               "hot/open/disk %");
+    const std::vector<step_result> rs = run_step_bench(o.p, w, pool, [](const step_result & r) {
+        fmt::print("{:>7} {:32} {:>8.1f} ({:.1f}-{:.1f}) {:>8.1f} / {:.1f} / {:.1f} / {:.1f} / {:.1f} {:>10} {:>10} {:>10} "
+                   "{:>5.1f}/{:.1f}/{:.1f}\n", r.config.ctx, label(r.config), r.step_ms, r.step_ms_min, r.step_ms_max,
+                   r.forward_ms, r.score_host_ms, r.score_device_ms, r.select_ms, r.attend_ms,
+                   format_bytes(uint64_t(r.hot_bytes)), format_bytes(uint64_t(r.disk_kv_bytes + r.host_read_bytes)),
+                   format_bytes(uint64_t(r.link_bytes)), 100 * r.hot_share, 100 * r.open_share, 100 * r.disk_share);
+        std::fflush(stdout);
+    });
+    // Ratios from this run: each sparse configuration against `full` over the same tiers and against
+    // `full` with everything in RAM.
+    const auto find = [&](const step_config & c) -> const step_result * {
+        for (const step_result & r : rs) {
+            const step_config & d = r.config;
+            if (d.ctx == c.ctx && d.cold == c.cold && d.policy == c.policy && d.storage == c.storage && d.profile == c.profile) {
+                return &r;
+            }
+        }
+        return nullptr;
+    };
+    nlohmann::json ratios = nlohmann::json::array();
+    bool header = false;
+    for (const step_result & r : rs) {
+        if (r.config.policy == "full") continue;
+        step_config same = r.config, ram{r.config.ctx, 0.0, "full", "ram", "none"};
+        same.policy = "full";
+        const step_result * f = find(same);
+        const step_result * fr = find(ram);
+        if (f == nullptr && fr == nullptr) continue;
+        if (!header) {
+            fmt::print("\n{:>7} {:32} {:>26} {:>26}\n", "ctx", "configuration", "speedup over full, same tiers",
+                       "step / full step in RAM");
+            header = true;
+        }
+        const double speedup = f != nullptr ? f->step_ms / r.step_ms : NAN;
+        const double vs_ram = fr != nullptr ? r.step_ms / fr->step_ms : NAN;
+        fmt::print("{:>7} {:32} {:>25.2f}x {:>25.2f}x\n", r.config.ctx, label(r.config), speedup, vs_ram);
+        nlohmann::json j = {{"ctx", r.config.ctx}, {"cold", r.config.cold}, {"policy", r.config.policy},
+                            {"storage", r.config.storage}, {"profile", r.config.profile}};
+        j["speedup_over_full"] = f != nullptr ? nlohmann::json(speedup) : nlohmann::json(nullptr);
+        j["ratio_to_full_in_ram"] = fr != nullptr ? nlohmann::json(vs_ram) : nlohmann::json(nullptr);
+        ratios.push_back(std::move(j));
+    }
+    if (!o.json_path.empty()) {
+        nlohmann::json out = {{"layers", wp.n_layer}, {"n_head", wp.n_head}, {"n_head_kv", wp.n_head_kv},
+                              {"head_dim", wp.head_dim}, {"alpha", wp.alpha}, {"steps", o.p.n_steps},
+                              {"warmup", o.p.n_warmup}, {"threads", n_threads},
+                              {"workload", {{"overlap", cal.overlap}, {"mass", cal.mass}, {"agreement", wp.agreement},
+                                            {"target_overlap", wp.target_overlap}, {"target_mass", wp.target_mass},
+                                            {"rho", cal.rho}, {"logit_scale", cal.logit_scale},
+                                            {"sample_tokens", cal.sample_tokens}}},
+                              {"results", nlohmann::json::array()}, {"ratios", ratios}};
+        for (const step_result & r : rs) out["results"].push_back(to_json(r));
+        const std::string text = out.dump(2) + "\n";
+        atomic_file f(o.json_path);
+        f.write(text.data(), text.size());
+        f.commit();
+    }
+    if (!o.plot_path.empty()) write_plot(o.plot_path, rs);
+    return 0;
+}
+
+}  // namespace
+
+command_fn add_bench(CLI::App & app) {
+    CLI::App * bench = app.add_subcommand("bench", "Benchmarks of the engine (bench step: the decode step over the KV tiers)");
+    bench->require_subcommand(1);
+    auto o = std::make_shared<step_opts>();
+    CLI::App * step = bench->add_subcommand(
+        "step", "Decode-step time per policy, context length, cold share and storage device, over a synthetic workload "
+                "calibrated to a trained model's attention statistics");
+    step_bench_params & p = o->p;
+    workload_params & w = p.workload;
+    step->add_option("--ctx", p.ctxs, "context lengths in tokens (comma-separated)")->delimiter(',')->capture_default_str();
+    step->add_option("--layers", w.n_layer, "layers")->capture_default_str();
+    step->add_option("--heads", w.n_head, "query heads")->capture_default_str();
+    step->add_option("--kv-heads", w.n_head_kv, "KV heads")->capture_default_str();
+    step->add_option("--head-dim", w.head_dim, "head dimension")->capture_default_str();
+    step->add_option("--cold", p.colds, "shares of the KV without a hot copy, in [0, 1); 0: all in RAM (comma-separated)")
+        ->delimiter(',')->capture_default_str();
+    step->add_option("--alpha", w.alpha, "retention ratio")->capture_default_str();
+    step->add_option("--policies", p.policies, "policies (comma-separated)")->delimiter(',')->capture_default_str();
+    step->add_option("--storage", p.storages, "storage devices of the cold pool: plain, emulator (comma-separated)")
+        ->delimiter(',')->capture_default_str();
+    step->add_option("--profile", p.profiles, "emulator device profiles: none, smartssd, FILE.json (comma-separated)")
+        ->delimiter(',')->capture_default_str();
+    step->add_option("--steps", p.n_steps, "measured decode steps per configuration")->capture_default_str();
+    step->add_option("--warmup", p.n_warmup, "decode steps before the measured ones")->capture_default_str();
+    step->add_option("--head-agreement", w.agreement,
+                     "share of the query's and key's variance common to all heads, in [0, 1)")->capture_default_str();
+    step->add_option("--kv-dir", p.kv_dir, "cold pool directory (default: the cache directory's kv/)");
+    step->add_option("--json", o->json_path, "also write the results as JSON");
+    step->add_option("--plot", o->plot_path, "also draw the step times as a PNG bar chart (gnuplot)");
+    o->threads.add(*step);
+    return [o, step]() -> int {
+        if (step->parsed()) return run_step(*o);
+        return int(exit_code::usage);
+    };
+}
+
+}  // namespace hill::cli
