@@ -180,7 +180,6 @@ gguf_value read_value(cursor & c, gguf_value_type t, const std::string & file, c
     return v;
 }
 
-bool mul_overflows(uint64_t a, uint64_t b, uint64_t & out) { return __builtin_mul_overflow(a, b, &out); }
 
 std::string shape_string(const gguf_tensor_info & t) {
     std::string s = "[";
@@ -332,7 +331,7 @@ void gguf_file::parse_all(const uint8_t * data, size_t size) {
         // Element count and byte size, both checked for 64-bit overflow.
         uint64_t n_el = 1;
         for (int d = 0; d < t.n_dims; ++d) {
-            if (mul_overflows(n_el, uint64_t(t.ne[d]), n_el) || n_el > uint64_t(std::numeric_limits<int64_t>::max())) {
+            if (__builtin_mul_overflow(n_el, uint64_t(t.ne[d]), &n_el) || n_el > uint64_t(std::numeric_limits<int64_t>::max())) {
                 fail_input("{}: {}: shape {} overflows: its element count does not fit in 63 bits", file, ctx,
                            shape_string(t));
             }
@@ -344,8 +343,8 @@ void gguf_file::parse_all(const uint8_t * data, size_t size) {
         }
         // Not ggml_row_bytes(): its size_t product would wrap silently for a crafted ne[0].
         uint64_t bytes = 0;
-        bool overflow = mul_overflows(uint64_t(t.ne[0] / block), ggml_block_bytes(t.type), bytes);
-        for (int d = 1; d < t.n_dims && !overflow; ++d) overflow = mul_overflows(bytes, uint64_t(t.ne[d]), bytes);
+        bool overflow = __builtin_mul_overflow(uint64_t(t.ne[0] / block), ggml_block_bytes(t.type), &bytes);
+        for (int d = 1; d < t.n_dims && !overflow; ++d) overflow = __builtin_mul_overflow(bytes, uint64_t(t.ne[d]), &bytes);
         if (overflow) {
             fail_input("{}: {}: shape {} of type {} overflows: its byte size does not fit in 64 bits", file, ctx,
                        shape_string(t), ggml_type_name(t.type));

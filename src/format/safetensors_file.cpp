@@ -25,7 +25,6 @@ constexpr std::string_view known_dtypes[] = {
 };
 constexpr std::string_view supported_dtypes = "F32, F16, BF16";
 
-bool mul_overflows(uint64_t a, uint64_t b, uint64_t & out) { return __builtin_mul_overflow(a, b, &out); }
 
 std::string shape_string(const std::vector<int64_t> & shape) {
     return fmt::format("[{}]", fmt::join(shape, ", "));
@@ -170,14 +169,14 @@ void safetensors_file::parse_all(const uint8_t * data, size_t size) {
                            json_describe(v));
             }
             t.shape.push_back(v.get<int64_t>());
-            if (mul_overflows(n_el, v.get<uint64_t>(), n_el) || n_el > uint64_t(std::numeric_limits<int64_t>::max())) {
+            if (__builtin_mul_overflow(n_el, v.get<uint64_t>(), &n_el) || n_el > uint64_t(std::numeric_limits<int64_t>::max())) {
                 fail_input("{}: tensor '{}': shape {} overflows: its element count does not fit in 63 bits", file,
                            name, shape.dump());
             }
         }
         const uint64_t elt = ggml_block_bytes(t.type);  // block size 1 for float types
         uint64_t bytes = 0;
-        if (mul_overflows(n_el, elt, bytes)) {
+        if (__builtin_mul_overflow(n_el, elt, &bytes)) {
             fail_input("{}: tensor '{}': shape {} of dtype {} overflows: its byte size does not fit in 64 bits", file,
                        name, shape_string(t.shape), dtype_str);
         }

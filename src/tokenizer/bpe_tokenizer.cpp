@@ -1,7 +1,6 @@
 #include "tokenizer/bpe_tokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
-#include <xxhash.h>
 #include <pcre2.h>
 
 #include <algorithm>
@@ -9,15 +8,11 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "tokenizer/pieces.h"
 
 namespace hill {
 
 namespace {
-
-// Hash of a piece's bytes for the open-addressing tables (XXH3-64).
-inline uint64_t hash_text(std::string_view s) {
-    return XXH3_64bits(s.data(), s.size());
-}
 
 // GPT-2's byte-to-unicode table: the 188 printable bytes '!'..'~', U+00A1..U+00AC, U+00AE..U+00FF
 // stand for themselves; the other 68 bytes, in increasing order, for U+0100, U+0101, ... so that
@@ -189,7 +184,7 @@ bpe_tokenizer::bpe_tokenizer(bpe_config c)
     for (size_t id = 0; id < n_vocab; ++id) {
         if (v.kinds[id] != token_kind::normal || v.pieces[id].empty()) continue;
         if (find_piece(v.pieces[id]) >= 0) continue;
-        size_t h = hash_text(v.pieces[id]) & piece_mask;
+        size_t h = pieces::hash(v.pieces[id]) & piece_mask;
         while (piece_slots_[h] >= 0) h = (h + 1) & piece_mask;
         piece_slots_[h] = int32_t(id);
     }
@@ -293,7 +288,7 @@ bpe_tokenizer::bpe_tokenizer(bpe_config c)
 
 int32_t bpe_tokenizer::find_piece(std::string_view piece) const {
     const size_t mask = piece_slots_.size() - 1;
-    for (size_t h = hash_text(piece) & mask;; h = (h + 1) & mask) {
+    for (size_t h = pieces::hash(piece) & mask;; h = (h + 1) & mask) {
         const int32_t id = piece_slots_[h];
         if (id < 0) return -1;
         if (vocab_.pieces[size_t(id)] == piece) return id;

@@ -1,6 +1,5 @@
 #include "tokenizer/spm_tokenizer.h"
 
-#include <xxhash.h>
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -8,17 +7,12 @@
 #include <utility>
 
 #include "core/error.h"
+#include "tokenizer/pieces.h"
 
 namespace hill {
 
 namespace {
 
-// Hash of a piece's bytes for the open-addressing tables (XXH3-64).
-inline uint64_t hash_text(std::string_view s) {
-    return XXH3_64bits(s.data(), s.size());
-}
-
-constexpr std::string_view k_space_marker = "\xE2\x96\x81";   // U+2581, SentencePiece's escaped space
 constexpr std::string_view k_unk_surface = " \xE2\x81\x87 ";  // " U+2047 ", SentencePiece's default
 
 // Length of the valid UTF-8 sequence starting at s[i] (1..4), or 0 when s[i] does not start one:
@@ -144,17 +138,17 @@ spm_tokenizer::spm_tokenizer(hill::vocab v) : vocab_(std::move(v)) {
         const int32_t id = int32_t(i);
         switch (vocab_.kinds[i]) {
             case token_kind::normal:
-                surface_[i] = replace_all(piece, k_space_marker, " ");
+                surface_[i] = replace_all(piece, pieces::space_marker, " ");
                 piece_keys_[i] = surface_[i];
                 targets.push_back(id);
                 break;
             case token_kind::user_defined:
                 surface_[i] = piece;
-                piece_keys_[i] = replace_all(piece, k_space_marker, " ");
+                piece_keys_[i] = replace_all(piece, pieces::space_marker, " ");
                 targets.push_back(id);
                 break;
             case token_kind::unused:
-                piece_keys_[i] = replace_all(piece, k_space_marker, " ");
+                piece_keys_[i] = replace_all(piece, pieces::space_marker, " ");
                 targets.push_back(id);
                 break;
             case token_kind::byte: {
@@ -184,7 +178,7 @@ spm_tokenizer::spm_tokenizer(hill::vocab v) : vocab_(std::move(v)) {
             piece_keys_[id].clear();
             continue;
         }
-        const uint64_t h = hash_text(key);
+        const uint64_t h = pieces::hash(key);
         size_t k = size_t(h) & piece_mask;
         while (piece_slots_[k].id >= 0) k = (k + 1) & piece_mask;
         piece_slots_[k] = {uint32_t(h >> 32), id};
@@ -212,7 +206,7 @@ spm_tokenizer::spm_tokenizer(hill::vocab v) : vocab_(std::move(v)) {
 
 int32_t spm_tokenizer::find_piece(std::string_view s) const {
     if (s.size() > max_key_size_) return -1;
-    const uint64_t h = hash_text(s);
+    const uint64_t h = pieces::hash(s);
     const uint32_t tag = uint32_t(h >> 32);
     const size_t mask = piece_slots_.size() - 1;
     for (size_t k = size_t(h) & mask;; k = (k + 1) & mask) {

@@ -13,13 +13,12 @@
 #include "format/gguf_file.h"
 #include "format/json_file.h"
 #include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/pieces.h"
 #include "tokenizer/spm_tokenizer.h"
 
 namespace hill {
 
 namespace {
-
-constexpr std::string_view k_space_marker = "\xE2\x96\x81";  // U+2581
 
 bool is_byte_piece(std::string_view p) {
     const auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'F') || (c >= 'a' && c <= 'f'); };
@@ -220,7 +219,7 @@ std::unique_ptr<tokenizer> load_llama2c_tokenizer(const std::string & path, int3
         piece.reserve(raw.size());
         for (const char c : raw) {
             if (c == ' ') {
-                piece.append(k_space_marker);
+                piece.append(pieces::space_marker);
             } else {
                 piece.push_back(c);
             }
