@@ -40,7 +40,7 @@ protected:
         p.policy.name = policy;
         p.policy.alpha = 0.3;
         if (cold) {
-            p.kv_host_budget = m->hp().kv_bytes_per_token(ggml_type::f16) * 24 * uint64_t(n_seq);
+            p.kv_host_budget = context::host_budget_for(*m, p, 24 * int64_t(n_seq));
             p.kv_dir = dir.file("kv" + std::to_string(n_dirs++));
         }
         return p;

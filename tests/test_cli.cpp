@@ -13,6 +13,7 @@
 #include <fstream>
 #include <initializer_list>
 #include <optional>
+#include <regex>
 #include <string_view>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -278,7 +279,7 @@ TEST_F(cli, storage_emulator_gives_the_same_tokens_and_reports_its_link) {
     const std::string base = "generate -m " + m1k + " -f " + dir->file("long.txt") + " -n 30 -c 1024 --kv-host-budget 4K "
                              "--kv-dir " + dir->file("kv") + " --policy hillinfer --alpha 0.2 --window 8 ";
     const std::string g = base + "--seed 3 --json ";
-    const result plain = run(g + "--query-precision int8", " 2>/dev/null");
+    const result plain = run(g + "--query-precision int8 --score-copy off", " 2>/dev/null");  // the stored keys, as the emulator
     const result emu = run(g + "--storage emulator --score-block 4", " 2>/dev/null");  // int8 query by default
     ASSERT_EQ(plain.code, 0) << plain.out;
     ASSERT_EQ(emu.code, 0) << emu.out;
@@ -311,10 +312,22 @@ TEST_F(cli, storage_emulator_gives_the_same_tokens_and_reports_its_link) {
               std::string::npos) << text.out;
     EXPECT_NE(text.out.find("B per token (a plain SSD moves at least the key row: 64 B per token)"), std::string::npos)
         << text.out;
-    const result plain_text = run(base + "--storage plain");
+    const result plain_text = run(base + "--storage plain --score-copy off");
     EXPECT_EQ(plain_text.code, 0) << plain_text.out;
     EXPECT_NE(plain_text.out.find("B per token (the host reads whole key pages, hot tokens' rows and page padding "
                                   "included; a key row: 64 B per token)"), std::string::npos) << plain_text.out;
+    // With the scoring copy (the default), whose 1024 positions × 2 layers × 2 KV heads × (8 + 4) bytes, and
+    // per layer 33 rows of f32 channel scales and first keys (8.2 KiB in all), the budget holds too: nothing
+    // is scored on the SSD.
+    const std::string copy_base = std::regex_replace(base, std::regex("--kv-host-budget 4K"), "--kv-host-budget 64K");
+    const result copy_text = run(copy_base + "--storage plain");
+    EXPECT_EQ(copy_text.code, 0) << copy_text.out;
+    EXPECT_NE(copy_text.out.find("scoring: every token from the scoring copy of the keys in DRAM (56.2 KiB, 24 B per "
+                                 "token and layer"), std::string::npos) << copy_text.out;
+    EXPECT_EQ(copy_text.out.find("cold tokens in"), std::string::npos) << copy_text.out;
+    const result too_small = run(base + "--storage plain");
+    EXPECT_EQ(too_small.code, 2) << too_small.out;
+    EXPECT_NE(too_small.out.find("after the 56.2 KiB scoring copy of the keys"), std::string::npos) << too_small.out;
     EXPECT_TRUE(in_order(text.out, {"selected KV: ", " cold tokens, ", " over the link; flash read "})) << text.out;
     EXPECT_NE(text.out.find("from the cold tier ("), std::string::npos) << text.out;
 

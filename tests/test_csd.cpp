@@ -759,7 +759,8 @@ TEST(csd_device, the_emulator_reads_one_log_while_the_owner_writes_another) {
 // Decoding under the emulator equals decoding under the plain SSD, token for token and logit for logit,
 // for every policy (hillinfer at α = 0.1 and at α = 1, which scores the middle all the same), with 200 hot
 // slots per layer for a 700-token prompt (at least 500 tokens per layer cold): the same selection at the
-// same scoring precision, the same KV, the same attention order — so the same step statistics too.
+// same scoring precision, the same KV, the same attention order — so the same step statistics too. The
+// plain SSD scores the stored keys here (no scoring copy), as the emulator does.
 TEST(csd_session, decoding_under_the_emulator_equals_the_plain_ssd) {
     test::temp_dir dir;
     const std::string path = dir.file("m.gguf");
@@ -788,7 +789,8 @@ TEST(csd_session, decoding_under_the_emulator_equals_the_plain_ssd) {
         csd::device_counters c[2];
         step_stats st[2];
         for (int e = 0; e < 2; ++e) {
-            context_params sp{.n_ctx = 1024, .kv_host_budget = budget, .kv_dir = dir.file("kv"), .policy = pp};
+            context_params sp{.n_ctx = 1024, .kv_host_budget = budget, .kv_dir = dir.file("kv"), .policy = pp,
+                              .score_copy = false};
             sp.storage.kind = e == 0 ? csd::storage_kind::plain : csd::storage_kind::emulator;
             sp.storage.block_tokens = 50;
             session s(*m, sp, pool);

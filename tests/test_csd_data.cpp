@@ -28,7 +28,9 @@ TEST(csd_data, emulator_equals_host_scoring_on_a_real_models_keys) {
     std::vector<float> logits[2];  // f32 [400, n_vocab]
     csd::device_counters c[2];
     for (int e = 0; e < 2; ++e) {
-        context_params sp{.n_ctx = 512, .kv_host_budget = budget, .kv_dir = dir.file("kv"), .policy = pp};
+        // The plain SSD scores the stored keys (no scoring copy), as the emulator does.
+        context_params sp{.n_ctx = 512, .kv_host_budget = budget, .kv_dir = dir.file("kv"), .policy = pp,
+                          .score_copy = false};
         sp.storage.kind = e == 0 ? csd::storage_kind::plain : csd::storage_kind::emulator;
         session s(*m, sp, pool);
         ids[e] = {m->tokenizer().vocab().bos};

@@ -34,12 +34,13 @@ protected:
     // (storage_params::io_faults: a decode step reads its cold pages through the device).
     context_params params(const io_fault_hook & hook = {}, policy_params pol = {}) {
         // 32 hot tokens per layer (F16 rows of 64 bytes: 64-token pages): most of the prompt goes cold.
-        return context_params{.n_ctx = 400,
-                              .kv_host_budget = m->hp().kv_bytes_per_token(ggml_type::f16) * 32,
-                              .kv_dir = dir.file("kv" + std::to_string(n_dirs++)),
-                              .policy = std::move(pol),
-                              .storage = csd::storage_params{.io_faults = hook},
-                              .io_faults = hook};
+        context_params p{.n_ctx = 400,
+                         .kv_dir = dir.file("kv" + std::to_string(n_dirs++)),
+                         .policy = std::move(pol),
+                         .storage = csd::storage_params{.io_faults = hook},
+                         .io_faults = hook};
+        p.kv_host_budget = context::host_budget_for(*m, p, 32);
+        return p;
     }
     // One decode step; the error message, or "" when it succeeded.
     static std::string step(session & s, int32_t tok) {

@@ -30,7 +30,7 @@ placement_run run(const model & m, const std::vector<int32_t> & ids, const std::
     p.policy.name = policy;
     p.policy.placement = k;
     if (!kv_dir.empty()) {
-        p.kv_host_budget = 128 * m.hp().kv_bytes_per_token(ggml_type::f16);  // a quarter of the 512-token window
+        p.kv_host_budget = context::host_budget_for(m, p, 128);  // a quarter of the 512-token window
         p.kv_dir = kv_dir;
     }
     session s(m, p, pool);

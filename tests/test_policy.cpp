@@ -38,7 +38,7 @@ protected:
     std::unique_ptr<session> make(const policy_params & p, ggml_type type, int64_t budget_tokens) {
         context_params cp{.n_ctx = 300, .kv_type = type, .n_batch = 64, .policy = p};
         if (budget_tokens > 0) {
-            cp.kv_host_budget = uint64_t(budget_tokens) * m->hp().kv_bytes_per_token(type);
+            cp.kv_host_budget = context::host_budget_for(*m, cp, budget_tokens);
             cp.kv_dir = dir.file("kv" + std::to_string(n_dirs++));
         }
         return std::make_unique<session>(*m, cp, pool);
@@ -80,8 +80,11 @@ TEST_F(policy_test, selecting_everything_equals_dense_attention_at_any_tier_spli
                 if (budget > 0) {
                     EXPECT_GE(n_cold(*sparse, 0) * 4, sparse->n_past() * 3);
                     EXPECT_GT(L.n_attended_disk, 0u);  // the cold pages were read
-                    // α = 1 runs the scoring path too (policy hillinfer.cpp): the device scored the cold tokens.
-                    EXPECT_GT(sparse->ctx().storage().counters().tokens_scored, 0u);
+                    // α = 1 runs the scoring path too (policy hillinfer.cpp): from the scoring copy in DRAM
+                    // (the plain SSD scores nothing, reads only the selected KV).
+                    ASSERT_NE(sparse->ctx().scoring_copy(), nullptr);
+                    EXPECT_EQ(sparse->ctx().storage().counters().tokens_scored, 0u);
+                    EXPECT_EQ(sparse->ctx().storage().counters().n_score_passes, 0u);
                 } else {
                     EXPECT_EQ(L.n_attended_hot, L.n_attended);
                 }
@@ -214,12 +217,14 @@ TEST(hillinfer_step, sparse_attention_equals_attention_over_the_reference_set) {
             SCOPED_TRACE(std::string(name(g)) + " " + std::string(name(agg)));
             policy_params p{.name = "hillinfer", .alpha = 0.05, .n_sinks = 4, .n_window = 8};
             p.score = score_params{.key = score_precision::fp16, .aggregate = agg, .granularity = g};
+            // Scored from the stored keys (FP16), not the scoring copy: the reference ranks exact scores.
             session s(*m,
                       context_params{.n_ctx = 512,
                                      .kv_type = ggml_type::f32,
                                      .kv_host_budget = 60 * m->hp().kv_bytes_per_token(ggml_type::f32),
                                      .kv_dir = dir.file("kv" + std::to_string(n_dirs++)),
-                                     .policy = p},
+                                     .policy = p,
+                                     .score_copy = false},
                       pool);
             s.eval(prompt);
             // The cache's keys and values of positions [0, n - 1), then the step's own row.

@@ -118,7 +118,8 @@ std::optional<uint64_t> parse_seed(const std::string & text, const char * flag, 
 void kv_opts::add(CLI::App & app) {
     app.add_option("--cache-type", cache_type, "KV cache element type: f16 or f32")->capture_default_str();
     budget_opt = app.add_option("--kv-host-budget", host_budget,
-                   "hot KV pool in DRAM, bytes with K/M/G/T suffix (default: a quarter of physical memory)");
+                   "KV cache in DRAM (the hot pool and the scoring copy), bytes with K/M/G/T suffix (default: a quarter "
+                   "of physical memory)");
     dir_opt = app.add_option("--kv-dir", dir, "cold KV pool directory (default: $XDG_CACHE_HOME/hillinfer/kv or "
                              "~/.cache/hillinfer/kv)");
     app.add_option("--storage", storage, "device holding the cold pool: plain (the host reads and scores its keys) or "
@@ -127,6 +128,9 @@ void kv_opts::add(CLI::App & app) {
                    "JSON file")->capture_default_str();
     app.add_option("--score-block", score_block, "tokens per score block the storage device streams back")
         ->capture_default_str();
+    app.add_option("--score-copy", score_copy, "plain storage: score from an INT4 copy of the keys in DRAM (on, counted "
+                   "in --kv-host-budget) or from the stored keys, reading the cold ones every step (off)")
+        ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
 }
 
 csd::storage_kind kv_opts::storage_kind() const {
@@ -145,6 +149,7 @@ context_params kv_opts::context(int32_t n_ctx, const policy_params & p, int32_t 
     sp.storage.kind = storage_kind();
     sp.storage.profile = csd::load_device_profile(csd_profile);
     sp.storage.block_tokens = score_block;
+    sp.score_copy = score_copy == "on";
     sp.storage.stop_requested = interrupted;  // Ctrl-C abandons a device pass in progress
     return sp;
 }

@@ -53,6 +53,7 @@ struct kv_opts {
     std::string storage = "plain";     // --storage plain|emulator
     std::string csd_profile = "none";  // --csd-profile none|smartssd|FILE.json
     int32_t score_block = 1024;        // --score-block: tokens per score block
+    std::string score_copy = "on";     // --score-copy on|off
     CLI::Option * budget_opt = nullptr;
     CLI::Option * dir_opt = nullptr;
     void add(CLI::App & app);

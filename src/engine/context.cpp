@@ -40,20 +40,29 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
     // The hot pool: the budget's slots per layer, at most every token of every sequence.
     const uint64_t per_slot = uint64_t(hp.n_layer) * layout_.token_layer_bytes();
     const uint64_t all_tokens = uint64_t(p.n_seq) * uint64_t(p.n_ctx);
-    const uint64_t budget = p.kv_host_budget == 0 ? per_slot * all_tokens : p.kv_host_budget;
-    const int64_t hot_slots = int64_t(std::min<uint64_t>(budget / per_slot, all_tokens));
+    const uint64_t copy_bytes = scoring_copy_bytes(m, p);
+    const bool with_copy = copy_bytes > 0;
+    const uint64_t budget = p.kv_host_budget == 0 ? per_slot * all_tokens + copy_bytes : p.kv_host_budget;
+    const int64_t hot_slots = int64_t(std::min<uint64_t>(budget > copy_bytes ? (budget - copy_bytes) / per_slot : 0, all_tokens));
     const bool cold = uint64_t(hot_slots) < all_tokens;
     const std::string seqs = p.n_seq > 1 ? fmt::format(" for {} sequences", p.n_seq) : std::string();
     if (cold && p.kv_dir.empty()) {
-        fail_usage("the KV cache of {} tokens{} needs {} but the host budget is {}; give a --kv-dir for the cold pool "
-                   "or raise --kv-host-budget", p.n_ctx, seqs, format_bytes(per_slot * all_tokens), format_bytes(budget));
+        fail_usage("the KV cache of {} tokens{} needs {}{} but the host budget is {}; give a --kv-dir for the cold pool "
+                   "or raise --kv-host-budget", p.n_ctx, seqs, format_bytes(per_slot * all_tokens + copy_bytes),
+                   with_copy ? fmt::format(" (with the {} scoring copy of the keys)", format_bytes(copy_bytes)) : "",
+                   format_bytes(budget));
     }
     const policy_params & pp = p.policy;
     const int64_t per_seq_min = std::min<int64_t>(int64_t(pp.n_sinks) + pp.n_window + 1, p.n_ctx);
     if (cold && hot_slots < int64_t(p.n_seq) * per_seq_min) {
-        fail_usage("--kv-host-budget {} holds {} tokens per layer; at least {} are needed{} (the {} sinks, the {}-token "
+        const std::string copy = with_copy ? fmt::format(" after the {} scoring copy of the keys", format_bytes(copy_bytes))
+                                           : std::string();
+        fail_usage("--kv-host-budget {} holds {} tokens per layer{}; at least {} are needed{} (the {} sinks, the {}-token "
                    "window and the new token of each sequence stay hot; {} per token)", format_bytes(budget), hot_slots,
-                   int64_t(p.n_seq) * per_seq_min, seqs, pp.n_sinks, pp.n_window, format_bytes(per_slot));
+                   copy, int64_t(p.n_seq) * per_seq_min, seqs, pp.n_sinks, pp.n_window, format_bytes(per_slot));
+    }
+    if (with_copy) {
+        copy_ = std::make_unique<score_copy>(attn_shape(), pp.score, p.n_seq, hp.n_layer, p.n_ctx, pool.n_threads());
     }
     cells_ = std::make_unique<kv_cells>(kv_cells_params{hp.n_layer, p.n_seq, p.n_ctx, hot_slots});
     hot_ = std::make_unique<hot_arena>(layout_, hot_slots, ordered_gather::window_tokens);
@@ -80,12 +89,27 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
     storage_ = csd::make_device(p.storage, cold_.get(), layout_, attn_shape(), pool);
     device_ = make_cpu_device_tier(pool, std::max<int64_t>(std::min(p.n_segment, p.n_ctx), p.n_seq), hp.n_embd_q(),
                                    hp.n_head);
-    step_ = std::make_unique<decode_step>(m, *forward_, *cells_, *hot_, logs_.get(), reader_.get(), *storage_, *device_,
-                                          pool);
+    step_ = std::make_unique<decode_step>(m, *forward_, *cells_, *hot_, logs_.get(), reader_.get(), copy_.get(),
+                                          *storage_, *device_, pool);
     set_policy(p.policy);
 }
 
 context::~context() = default;
+
+uint64_t context::scoring_copy_bytes(const hill::model & m, const context_params & p) {
+    // Over a plain SSD a scoring policy scores from the scoring copy of the keys in DRAM
+    // (score/score_copy.h), which the budget holds beside the hot pool.
+    const hparams & hp = m.hp();
+    if (!p.score_copy || p.storage.kind != csd::storage_kind::plain || !make_policy(p.policy, hp.n_head_kv)->uses_scores()) {
+        return 0;
+    }
+    return score_copy::bytes_for(attention_shape{hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f}, p.n_seq, hp.n_layer,
+                                 p.n_ctx);
+}
+
+uint64_t context::host_budget_for(const hill::model & m, const context_params & p, int64_t hot_tokens) {
+    return uint64_t(hot_tokens) * m.hp().kv_bytes_per_token(p.kv_type) + scoring_copy_bytes(m, p);
+}
 
 attention_shape context::attn_shape() const {
     const hparams & hp = model_.hp();
@@ -281,6 +305,7 @@ void context::append_layer(int seq, int il, int64_t p0, int64_t n, const uint8_t
         logs_->prepare(seq, il, n, k, v, out.app);
         out.appended = true;
     }
+    if (copy_ != nullptr) copy_->write(seq, il, p0, n, layout_.type, k, layout_.n_embd_kv);
     prefill_plan plan;
     policy_->place_prefill(prefill_place_input{il, seq, p0, p0 + n, cells_.get(), importance, cells_->n_hot_free(il),
                                                cells_->n_appending(std::array{std::pair{seq, p0 + n}})}, plan);

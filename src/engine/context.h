@@ -39,6 +39,7 @@
 #include "policy/policy.h"
 #include "sched/decode_step.h"
 #include "score/host_scorer.h"
+#include "score/score_copy.h"
 
 #include <cstdint>
 #include <functional>
@@ -54,10 +55,16 @@ struct context_params {
     ggml_type kv_type = ggml_type::f16; // f16 or f32
     int32_t n_batch = 256;              // prompt tokens per forward chunk (activation memory)
     int32_t n_segment = 8192;           // prompt tokens per layer-major pass; longer prompts go segment by segment
-    uint64_t kv_host_budget = 0;        // hot pool bytes (all layers, all sequences); 0: everything in RAM
+    uint64_t kv_host_budget = 0;        // host bytes of the KV cache (all layers, all sequences): the hot pool and,
+                                        // with a cold pool on a plain SSD and a scoring policy, the scoring copy of
+                                        // the keys (score/score_copy.h); 0: everything in RAM
     std::string kv_dir;                 // cold pool directory (needed when the budget is below the KV of every sequence)
     policy_params policy;               // decode attention policy and placement
     csd::storage_params storage;        // the device that holds the cold pool (plain SSD or CSD emulator)
+    // A scoring policy over a plain SSD scores from an INT4 copy of the keys in DRAM (score/score_copy.h),
+    // counted in kv_host_budget, in RAM and tiered alike; false: from the stored keys (the cold ones read
+    // from the SSD at every step). The emulator scores the cold keys where they live either way.
+    bool score_copy = true;
     io_fault_hook io_faults;            // tests: injected cold-pool I/O results of the host's reads and writes
     int32_t n_seq = 1;                  // sequences at once (>= 1)
     // Benchmarks: a forward pass other than the model's (make_forward's signature); empty: the model's.
@@ -84,6 +91,11 @@ public:
     context(const model & m, const context_params & p, thread_pool & pool);
     ~context();
     context(const context &) = delete;
+
+    // Bytes of the scoring copy a context of m under p keeps in DRAM (0: none); part of kv_host_budget.
+    static uint64_t scoring_copy_bytes(const hill::model & m, const context_params & p);
+    // The kv_host_budget under which p (its budget ignored) gets hot_tokens hot slots per layer.
+    static uint64_t host_budget_for(const hill::model & m, const context_params & p, int64_t hot_tokens);
     context & operator=(const context &) = delete;
 
     const hill::model & model() const { return model_; }
@@ -126,6 +138,8 @@ public:
     const kv_layout & layout() const { return layout_; }
     const cold_pool * cold() const { return cold_.get(); }  // nullptr when everything fits the host budget
     const cold_logs * logs() const { return logs_.get(); }
+    // The scoring copy of the keys in DRAM; nullptr unless a scoring policy runs over a cold pool on a plain SSD.
+    const score_copy * scoring_copy() const { return copy_.get(); }
     const csd::device & storage() const { return *storage_; }
     const device_tier & device() const { return *device_; }
     const step_stats & decode_stats() const { return step_->stats(); }
@@ -168,6 +182,7 @@ private:
     std::unique_ptr<cold_logs> logs_;
     std::unique_ptr<cold_reader> reader_;
     std::unique_ptr<cold_gather> gather_;
+    std::unique_ptr<score_copy> copy_;
     std::unique_ptr<ordered_gather> ordered_;  // prefill's attention over the tiers, in position order
     std::unique_ptr<csd::device> storage_;
     std::unique_ptr<device_tier> device_;

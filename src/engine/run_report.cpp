@@ -168,6 +168,7 @@ nlohmann::json kv_json(const context & ctx) {
     const kv_totals t = kv_count(ctx);
     return {{"hot_slots_per_layer", ctx.cells().hot_capacity()},
             {"cold_pool", ctx.cold() != nullptr},
+            {"scoring_copy_bytes", context::scoring_copy_bytes(ctx.model(), ctx.params())},
             {"cold_share", t.cold_share},
             {"cold_read_bytes", io.cold_read_bytes},
             {"cold_write_bytes", io.cold_write_bytes},
@@ -186,6 +187,12 @@ std::string storage_summary(const context & ctx) {
     const csd::device_counters c = d.counters();
     if (c.n_score_passes + c.n_read_passes == 0) return "";
     std::string out = fmt::format("storage: {}, profile {}\n", name(d.kind()), csd::describe(d.profile()));
+    if (const score_copy * copy = ctx.scoring_copy(); copy != nullptr) {
+        out += fmt::format("  scoring: every token from the scoring copy of the keys in DRAM ({}, {} B per token and "
+                           "layer: INT4 keys after per-channel scales); the SSD reads only the selected KV\n",
+                           format_bytes(context::scoring_copy_bytes(ctx.model(), ctx.params())),
+                           score_copy::bytes_per_token_layer(copy->shape()));
+    }
     if (c.tokens_scored > 0) {
         const bool plain = d.kind() == csd::storage_kind::plain;
         out += fmt::format("  scoring: {} cold tokens in {} passes, {} over the link = {:.2f} B per token ({}: {} B per "

@@ -29,9 +29,9 @@ struct decode_step::prepared {
 };
 
 decode_step::decode_step(const model & m, arch_forward & forward, kv_cells & cells, hot_arena & hot,
-                         cold_logs * logs, cold_reader * reader, csd::device & device, device_tier & dev,
-                         thread_pool & pool)
-    : model_(m), forward_(forward), cells_(cells), hot_(hot), logs_(logs), reader_(reader), device_(device),
+                         cold_logs * logs, cold_reader * reader, score_copy * copy, csd::device & device,
+                         device_tier & dev, thread_pool & pool)
+    : model_(m), forward_(forward), cells_(cells), hot_(hot), logs_(logs), reader_(reader), copy_(copy), device_(device),
       dev_(dev), pool_(pool), layout_(hot.layout()), n_seq_max_(cells.n_seq()), prep_(std::make_unique<prepared>()),
       gather_(hot) {
     const hparams & hp = m.hp();
@@ -149,6 +149,7 @@ void decode_step::layer(int il, prepared & prep) {
             logs_->prepare(seqs_[size_t(b)], il, 1, kr, vr, L.append[size_t(b)]);
             L.appended[size_t(b)] = 1;
         }
+        if (copy_ != nullptr) copy_->write(seqs_[size_t(b)], il, pos_[size_t(b)], 1, layout_.type, kr, layout_.n_embd_kv);
     }
     stats_.t_write_us += uint64_t(time_us() - t0);
 
@@ -182,7 +183,15 @@ void decode_step::score_sequence(int il, int b, prepared & prep) {
     const int n_group = policy_->n_group();
     prepared::layer_prep & L = prep.layers[size_t(il)];
     const float * scores = nullptr;
-    if (policy_->wants_scores(n)) {
+    if (policy_->wants_scores(n) && copy_ != nullptr) {
+        // Every token from the scoring copy in DRAM (the step's own key was written to it above).
+        const int64_t t0 = time_us();
+        copy_->prepare_query(seq, il, q_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim));
+        copy_->score(n, scores_.data(), n, pool_);
+        for (size_t i = 0, m = size_t(n_group) * size_t(n); i < m; ++i) scores_[i] = round_score_f16(scores_[i]);
+        stats_.t_score_host_us += uint64_t(time_us() - t0);
+        scores = scores_.data();
+    } else if (policy_->wants_scores(n)) {
         const cold_log_view log = logs_ != nullptr ? logs_->log(seq, il) : cold_log_view{};
         table_.clear();
         table_.add(cells_, logs_ != nullptr ? &log : nullptr, seq, il, {}, true);

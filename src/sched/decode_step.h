@@ -2,13 +2,15 @@
 // weights are read once per layer for all of them (the architecture's forward pass over B rows), and
 // per layer il the step runs, in this order:
 //   1. the forward pass to Q, K, V of the B tokens; each token's K and V go into a reserved hot slot
-//      (the recent window is hot) and are prepared for its cold log (kv/cold_logs.h: a page write
-//      when its group fills);
-//   2. per sequence: a page table of where its tokens live (kv/page_table.h); when the policy wants
-//      scores, the query packet is broadcast — the host scorer scores the tokens in DRAM while the
-//      storage device scores those in written cold pages and streams score blocks — and the scores
-//      are merged into one f16-rounded score per token (HillInfer paper §4.2 "Hierarchical Importance
-//      Evaluation");
+//      (the recent window is hot), are prepared for its cold log (kv/cold_logs.h: a page write when
+//      its group fills), and its key is written to the scoring copy (at a position no reader sees
+//      before apply);
+//   2. per sequence, when the policy wants scores: with a scoring copy of the keys in DRAM
+//      (score/score_copy.h: a plain SSD), every token is scored from it and the SSD is not read;
+//      otherwise a page table of where its tokens live (kv/page_table.h), the query packet is
+//      broadcast — the host scorer scores the tokens in DRAM while the storage device scores those in
+//      written cold pages and streams score blocks — and the scores are merged (HillInfer paper §4.2
+//      "Hierarchical Importance Evaluation"); either way one f16-rounded score per token;
 //   3. the policy selects (policy/policy.h) and decides placement for the batch: promotions of
 //      selected cold tokens into free hot slots, evictions of stale hot ones;
 //   4. gather and attend in the device tier, in position order (kv/ordered_gather.h: the result does
@@ -41,6 +43,7 @@
 #include "policy/policy.h"
 #include "score/attention_recall.h"
 #include "score/host_scorer.h"
+#include "score/score_copy.h"
 
 #include <cstdint>
 #include <memory>
@@ -84,9 +87,10 @@ struct step_stats {
 class decode_step {
 public:
     // The step over the cache's parts (all owned by the caller, engine/context.h). logs and reader
-    // are nullptr without a cold tier. n_threads: the pool's threads (scorer scratch).
+    // are nullptr without a cold tier; copy (the scoring copy of the keys, whose positions below each
+    // sequence's length the caller keeps written) is nullptr when the step scores the stored keys.
     decode_step(const model & m, arch_forward & forward, kv_cells & cells, hot_arena & hot, cold_logs * logs,
-                cold_reader * reader, csd::device & device, device_tier & dev, thread_pool & pool);
+                cold_reader * reader, score_copy * copy, csd::device & device, device_tier & dev, thread_pool & pool);
     ~decode_step();
 
     // The policy to decide with (owned by the caller; replaced between steps). Errors (usage): scoring
@@ -118,6 +122,7 @@ private:
     hot_arena & hot_;
     cold_logs * logs_;
     cold_reader * reader_;
+    score_copy * copy_;
     csd::device & device_;
     device_tier & dev_;
     thread_pool & pool_;

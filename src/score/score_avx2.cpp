@@ -181,6 +181,64 @@ void dots_block(const Q * q, int n_q, const uint8_t * const * k, int n_k, int n,
     if (h < n_q) dots_heads<Tile, 1>(q + h * n, n_q, k, n_k, n, out + h);
 }
 
+// Nibble i of a packed int4 head vector of n elements (score_copy.h): in its block of b elements
+// (32, the last one n mod 32), byte j holds elements j (low nibble) and j + b/2 (high nibble).
+inline int32_t nibble(const uint8_t * row, int n, int i) {
+    const int b0 = i / 32 * 32, half = (n - b0 < 32 ? n - b0 : 32) / 2, j = i - b0;
+    const uint8_t byte = row[b0 / 2 + (j < half ? j : j - half)];
+    return j < half ? byte & 0x0f : byte >> 4;
+}
+
+// A tile of TK packed int4 keys × TH int8 query heads (dots_u4_i8). Per block of 32 elements a key's
+// 16 bytes are loaded into both 128-bit lanes and the upper lane shifted right by 4, so that after the
+// mask the low lane holds elements 0..15 and the high lane 16..31, the query's order. maddubs takes
+// the key as unsigned (the stored k̂ + 8 in [1, 15]) and the query as signed: each pair sum is at most
+// 2 · 15 · 127 = 3810, so 8 blocks add up in int16 (30480 < 32767) before madd with ones widens them
+// to int32 — one widening per 8 blocks instead of one per block. TK · TH = 8 int16 accumulators, the
+// key and three constants fit the 16 registers; the query vectors are read from L1 as memory operands.
+struct tile_u4 {
+    template <int TK, int TH>
+    static void run(const int8_t * q, int n_q, const uint8_t * const * k, int n, int32_t * out) {
+        const int n_full = n / 32 * 32;
+        const __m256i shift = _mm256_setr_epi64x(0, 0, 4, 4);
+        const __m256i low4 = _mm256_set1_epi8(0x0f);
+        const __m256i ones = _mm256_set1_epi16(1);
+        __m256i acc[TK * TH];
+#pragma GCC unroll 8
+        for (auto & a : acc) a = _mm256_setzero_si256();
+        for (int i0 = 0; i0 < n_full; i0 += 256) {
+            const int i1 = i0 + 256 < n_full ? i0 + 256 : n_full;
+            __m256i a16[TK * TH];
+#pragma GCC unroll 8
+            for (auto & a : a16) a = _mm256_setzero_si256();
+            for (int i = i0; i < i1; i += 32) {
+#pragma GCC unroll 8
+                for (int t = 0; t < TK; ++t) {
+                    const __m256i b =
+                        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(k[t] + i / 2)));
+                    const __m256i kv = _mm256_and_si256(_mm256_srlv_epi64(b, shift), low4);
+#pragma GCC unroll 8
+                    for (int h = 0; h < TH; ++h) {
+                        const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(q + h * n + i));
+                        a16[t * TH + h] = _mm256_add_epi16(a16[t * TH + h], _mm256_maddubs_epi16(kv, qv));
+                    }
+                }
+            }
+#pragma GCC unroll 8
+            for (int r = 0; r < TK * TH; ++r) acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(a16[r], ones));
+        }
+        int32_t s[TK * TH];
+        reduce(acc, s);
+        for (int t = 0; t < TK; ++t) {
+            for (int h = 0; h < TH; ++h) {
+                int32_t v = s[t * TH + h];
+                for (int j = n_full; j < n; ++j) v += int32_t(q[h * n + j]) * nibble(k[t], n, j);
+                out[t * n_q + h] = v;
+            }
+        }
+    }
+};
+
 // The maximum of the sign-cleared f32 bit patterns (f16 elements widened exactly) as integers: for
 // IEEE floats of one sign that order is the numeric one, with inf above every finite value and NaN
 // above inf, so the result is exact and does not depend on the order of the elements (a float max
@@ -246,6 +304,10 @@ void dots_i8(const float * q, int n_q, const uint8_t * const * k, int n_k, int n
 
 void dots_i8_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out) {
     dots_block<tile<math_i8>>(q, n_q, k, n_k, n, out);
+}
+
+void dots_u4_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out) {
+    dots_block<tile_u4>(q, n_q, k, n_k, n, out);
 }
 
 float amax_f32(const uint8_t * x, int n) {

@@ -1,13 +1,15 @@
-// AVX2/FMA/F16C kernels of the host scorer (private to src/score). Defined in score_avx2.cpp, the
-// only file of src/score compiled with -mavx2 -mfma -mf16c; call them only when kernel_mode_get() ==
-// kernel_mode::avx2. Each has a scalar reference in host_scorer.cpp that tests compare it with.
+// AVX2/FMA/F16C kernels of the host scorer and the scoring copy (private to src/score). Defined in
+// score_avx2.cpp, the only file of src/score compiled with -mavx2 -mfma -mf16c; call them only when
+// kernel_mode_get() == kernel_mode::avx2. Each has a scalar reference in host_scorer.cpp (dots_u4_i8:
+// in score_copy.cpp) that tests compare it with.
 //
 // Same rule as compute/kernels_avx2.h: score_avx2.cpp calls no inline or template function that other
 // files also use (fp16.h, std:: algorithms), since the linker keeps one copy of such a function and it
 // could be the AVX2-compiled one. Hence plain pointers here, and the file's own helpers.
 //
 // Shapes: q holds n_q query heads of n elements each, outermost first. A key head vector (one token,
-// one KV head) is n elements at a byte pointer: f32, f16 bits or int8, as the kernel's name says.
+// one KV head) is n elements at a byte pointer: f32, f16 bits, int8 or packed int4, as the kernel's
+// name says.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +27,14 @@ void dots_i8(const float * q, int n_q, const uint8_t * const * k, int n_k, int n
 // The same with q int8 [n_q, n] and int8 keys, all values in [-127, 127] (the kernel relies on it:
 // |k|·q pairs fit int16). Exact int32 accumulation.
 void dots_i8_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out);
+
+// int4 keys of the scoring copy against int8 query heads: k[t] points at one packed head vector of n
+// elements (n even), packed as score_copy.h describes (blocks of 32, the last one n mod 32; nibbles
+// k̂ + 8 in [1, 15]); q int8 [n_q, n] in [-127, 127]:
+//   out[t · n_q + h] = Σ_i q[h · n + i] · nibble_i(k[t])      (out: [n_k, n_q])
+// exact in int32: the dot with k̂ + 8, from which the caller subtracts 8 · Σ_i q[h · n + i]. Asserted
+// nowhere: n <= score_max_head_dim keeps the sums far inside int32.
+void dots_u4_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out);
 
 // max_i |x[i]| over x[n] (f32 or f16 bits): +inf if some element is infinite and none NaN, NaN if
 // some element is NaN, else the exact maximum.

@@ -1,9 +1,11 @@
-# Importance scoring and token selection (DESIGN.md §3 steps 2-3): the host scorer and the selector.
+# Importance scoring and token selection (DESIGN.md §3 steps 2-3): the host scorer, the
+# scoring copy and the selector.
 hill_add_library(hill_score
   score/attention_recall.cpp
   score/host_scorer.cpp
   score/score_avx2.cpp
   score/score_config.cpp
+  score/score_copy.cpp
   score/selector.cpp
 )
 # Only this file is compiled for AVX2/FMA/F16C; it runs only when cpu_has_avx2() says so.

@@ -1,0 +1,302 @@
+#include "score/score_copy.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <limits>
+#include <new>
+
+#include "compute/kernel_mode.h"
+#include "core/error.h"
+#include "core/fp16.h"
+#include "score/host_scorer.h"
+#include "score/score_avx2.h"
+
+namespace hill {
+
+namespace {
+
+// Nibble i of a packed head vector of n elements (score_copy.h): in its block of b elements (32, the
+// last one n mod 32), byte j holds element j (low nibble) and element j + b/2 (high nibble).
+inline int32_t nibble(const uint8_t * row, int n, int i) {
+    const int b0 = i / 32 * 32, half = std::min(n - b0, 32) / 2, j = i - b0;
+    const uint8_t byte = row[b0 / 2 + (j < half ? j : j - half)];
+    return j < half ? byte & 0x0f : byte >> 4;
+}
+
+// Scalar reference of score_avx2::dots_u4_i8.
+void dots_u4_i8_scalar(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out) {
+    for (int t = 0; t < n_k; ++t) {
+        for (int h = 0; h < n_q; ++h) {
+            int32_t s = 0;
+            for (int i = 0; i < n; ++i) s += int32_t(q[h * n + i]) * nibble(k[t], n, i);
+            out[t * n_q + h] = s;
+        }
+    }
+}
+
+// Element i of a key row of type f16 or f32.
+inline float key_elem(bool f16, const void * k, int64_t i) {
+    return f16 ? fp16_to_fp32(static_cast<const f16_bits *>(k)[i]) : static_cast<const float *>(k)[i];
+}
+
+// The limits of the channel scales (score_copy.h): below max_d c_d · channel_floor a channel's scale is
+// raised to it, so that a channel silent in the first rows cannot turn a later token's k / c into the
+// only non-zero value of its head (or overflow); below channel_min every scale is 1.
+constexpr float channel_floor = 1e-3f;
+constexpr float channel_min = 0x1p-60f;
+
+// quantize_symmetric's lower limit of max|x| (host_scorer.cpp): q_max / max|x| must stay finite.
+constexpr float min_amax = 0x1p-100f;
+
+// Sum or max of a and b; max propagates NaN (as host_scorer.cpp's combine).
+inline float combine(score_aggregate agg, float a, float b) {
+    if (agg == score_aggregate::sum) return a + b;
+    return (b > a || std::isnan(b)) && !std::isnan(a) ? b : a;
+}
+
+// n elements, not zero-filled; nullptr when the system refuses.
+template <class T>
+std::unique_ptr<T[]> allocate(size_t n) {
+    return std::unique_ptr<T[]>(new (std::nothrow) T[n]);
+}
+
+}  // namespace
+
+score_copy::score_copy(const attention_shape & s, const score_params & p, int n_seq, int n_layer, int64_t n_ctx,
+                       int n_threads)
+    : shape_(s), params_(p), n_seq_(n_seq), n_layer_(n_layer), n_ctx_(n_ctx), n_threads_(n_threads) {
+    HILL_ASSERT(s.n_head > 0 && s.n_head_kv > 0 && s.n_head % s.n_head_kv == 0);
+    HILL_ASSERT(s.head_dim > 0 && s.head_dim % 2 == 0 && s.head_dim <= score_max_head_dim);
+    HILL_ASSERT(n_seq >= 1 && n_layer >= 1 && n_ctx >= 1 && n_threads >= 1);
+    group_ = s.n_head / s.n_head_kv;
+    row_bytes_ = size_t(s.n_head_kv) * size_t(s.head_dim / 2);
+    dots_stride_ = (score_block * group_ + 15) / 16 * 16;
+    const size_t n_rows = size_t(n_seq) * size_t(n_layer) * size_t(n_ctx);
+    keys_ = allocate<uint8_t>(n_rows * row_bytes_);
+    scales_ = allocate<float>(n_rows * size_t(s.n_head_kv));
+    if (keys_ == nullptr || scales_ == nullptr) {
+        fail_input("cannot allocate the scoring copy: {} bytes for {} sequences × {} layers × {} positions",
+                   n_rows * bytes_per_token_layer(s), n_seq, n_layer, n_ctx);
+    }
+    channel_.assign(size_t(n_seq) * size_t(n_layer) * size_t(s.n_head_kv) * size_t(s.head_dim), 1.0f);
+    first_.resize(size_t(n_seq) * size_t(n_layer) * size_t(scale_rows) * size_t(s.n_head_kv) * size_t(s.head_dim));
+    const size_t nq = size_t(s.n_head) * size_t(s.head_dim);
+    q_scaled_.resize(nq);
+    q_i8_.resize(nq);
+    q_scale_.resize(size_t(s.n_head));
+    q_offset_.resize(size_t(s.n_head));
+    dots_.resize(size_t(n_threads) * size_t(dots_stride_));
+    row_keys_.resize(row_bytes_);
+    row_scales_.resize(size_t(s.n_head_kv));
+}
+
+uint64_t score_copy::bytes_per_token_layer(const attention_shape & s) {
+    return uint64_t(s.n_head_kv) * (uint64_t(s.head_dim / 2) + sizeof(float));
+}
+
+uint64_t score_copy::bytes_for(const attention_shape & s, int n_seq, int n_layer, int64_t n_ctx) {
+    const uint64_t pairs = uint64_t(n_seq) * uint64_t(n_layer);
+    return pairs * (uint64_t(n_ctx) * bytes_per_token_layer(s) +
+                    uint64_t(scale_rows + 1) * uint64_t(s.n_head_kv) * uint64_t(s.head_dim) * sizeof(float));
+}
+
+uint64_t score_copy::bytes() const {
+    const uint64_t n_rows = uint64_t(n_seq_) * uint64_t(n_layer_) * uint64_t(n_ctx_);
+    return n_rows * bytes_per_token_layer(shape_) + (channel_.size() + first_.size()) * sizeof(float) +
+           q_scaled_.size() * sizeof(float) +
+           q_i8_.size() + (q_scale_.size() + q_offset_.size() + row_scales_.size()) * 4 + dots_.size() * 4 +
+           row_keys_.size();
+}
+
+int score_copy::n_group() const {
+    return params_.granularity == select_granularity::layer ? 1 : shape_.n_head_kv;
+}
+
+size_t score_copy::pair_index(int seq, int il) const {
+    HILL_ASSERT(seq >= 0 && seq < n_seq_ && il >= 0 && il < n_layer_);
+    return size_t(seq) * size_t(n_layer_) + size_t(il);
+}
+
+const uint8_t * score_copy::keys(int seq, int il) const {
+    return keys_.get() + pair_index(seq, il) * size_t(n_ctx_) * row_bytes_;
+}
+
+const float * score_copy::key_scales(int seq, int il) const {
+    return scales_.get() + pair_index(seq, il) * size_t(n_ctx_) * size_t(shape_.n_head_kv);
+}
+
+const float * score_copy::channel_scales(int seq, int il) const {
+    return channel_.data() + pair_index(seq, il) * size_t(shape_.n_head_kv) * size_t(shape_.head_dim);
+}
+
+void score_copy::quantize_row(ggml_type type, const void * k, const float * c, uint8_t * packed, float * scale) const {
+    const int hd = shape_.head_dim;
+    const bool f16 = type == ggml_type::f16;
+    for (int g = 0; g < shape_.n_head_kv; ++g) {
+        const float * cg = c + size_t(g) * size_t(hd);
+        const int64_t e0 = int64_t(g) * hd;
+        uint8_t * out = packed + size_t(g) * size_t(hd / 2);
+        // quantize_symmetric(f32 k̃, int4) without a k̃ buffer: k̃_i = k_i / c_i is computed the same way
+        // in both passes. A NaN anywhere makes the maximum NaN, as amax in host_scorer.cpp.
+        float amax = 0.0f;
+        for (int i = 0; i < hd; ++i) {
+            const float a = std::fabs(key_elem(f16, k, e0 + i) / cg[i]);
+            if (std::isnan(a)) {
+                amax = a;
+                break;
+            }
+            amax = std::max(amax, a);
+        }
+        if (!(amax <= FLT_MAX) || amax < min_amax) {  // inf or NaN element, or (nearly) all zeros
+            std::fill(out, out + hd / 2, uint8_t(0x88));
+            scale[g] = amax < min_amax ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+            continue;
+        }
+        const float inv = 7.0f / amax;
+        // |k̃ · inv| <= max|k̃| · 7 / max|k̃|, which rounds to 7: the values fit [-7, 7].
+        auto level = [&](int i) { return uint8_t(std::lrint(key_elem(f16, k, e0 + i) / cg[i] * inv) + 8); };
+        for (int b0 = 0; b0 < hd; b0 += 32) {
+            const int half = std::min(hd - b0, 32) / 2;
+            for (int j = 0; j < half; ++j) out[b0 / 2 + j] = uint8_t(level(b0 + j) | level(b0 + j + half) << 4);
+        }
+        scale[g] = amax / 7.0f;
+    }
+}
+
+void score_copy::write(int seq, int il, int64_t p0, int64_t n, ggml_type type, const void * k, int64_t row_stride) {
+    const size_t pair = pair_index(seq, il);
+    const int hd = shape_.head_dim, n_kv = shape_.n_head_kv;
+    const int64_t width = int64_t(n_kv) * hd;
+    HILL_ASSERT(p0 >= 0 && n >= 0 && p0 + n <= n_ctx_);
+    HILL_ASSERT(type == ggml_type::f16 || type == ggml_type::f32);
+    HILL_ASSERT(row_stride >= width);
+    if (n == 0) return;
+    HILL_ASSERT(k != nullptr);
+    const bool f16 = type == ggml_type::f16;
+    const size_t elem_bytes = f16 ? 2 : 4;
+    auto row = [&](int64_t r) { return static_cast<const uint8_t *>(k) + size_t(r * row_stride) * elem_bytes; };
+    float * c = channel_.data() + pair * size_t(width);
+    uint8_t * keys = keys_.get() + pair * size_t(n_ctx_) * row_bytes_;
+    float * scales = scales_.get() + pair * size_t(n_ctx_) * size_t(n_kv);
+    const int64_t n_first = std::min(p0 + n, scale_rows);
+    if (p0 < scale_rows) {
+        // The rows among the first scale_rows positions are kept (f32) and the channel scales are taken
+        // again from positions [0, n_first): per KV head the largest finite |k_d|, floored at
+        // channel_floor of the head's largest; all 1 when that largest is below channel_min. The
+        // positions before p0 are quantized again under them.
+        float * first = first_.data() + pair * size_t(scale_rows) * size_t(width);
+        for (int64_t r = p0; r < n_first; ++r) {
+            for (int64_t i = 0; i < width; ++i) first[r * width + i] = key_elem(f16, row(r - p0), i);
+        }
+        std::fill(c, c + width, 0.0f);
+        for (int64_t r = 0; r < n_first; ++r) {
+            for (int64_t i = 0; i < width; ++i) {
+                const float x = std::fabs(first[r * width + i]);
+                if (x <= FLT_MAX) c[i] = std::max(c[i], x);
+            }
+        }
+        for (int g = 0; g < n_kv; ++g) {
+            float * cg = c + size_t(g) * size_t(hd);
+            const float m = *std::max_element(cg, cg + hd);
+            for (int i = 0; i < hd; ++i) cg[i] = m < channel_min ? 1.0f : std::max(cg[i], m * channel_floor);
+        }
+        for (int64_t r = 0; r < p0; ++r) {
+            quantize_row(ggml_type::f32, first + r * width, c, keys + size_t(r) * row_bytes_, scales + size_t(r) * size_t(n_kv));
+        }
+    }
+    for (int64_t r = 0; r < n; ++r) {
+        const size_t t = size_t(p0 + r);
+        quantize_row(type, row(r), c, keys + t * row_bytes_, scales + t * size_t(n_kv));
+    }
+}
+
+void score_copy::prepare_query(int seq, int il, const float * q) {
+    query_pair_ = pair_index(seq, il);
+    HILL_ASSERT(q != nullptr);
+    const int hd = shape_.head_dim;
+    const float * c = channel_.data() + query_pair_ * size_t(shape_.n_head_kv) * size_t(hd);
+    for (int h = 0; h < shape_.n_head; ++h) {
+        const size_t o = size_t(h) * size_t(hd);
+        const float * cg = c + size_t(h / group_) * size_t(hd);
+        for (int i = 0; i < hd; ++i) q_scaled_[o + size_t(i)] = q[o + size_t(i)] * cg[i];
+        q_scale_[size_t(h)] =
+            quantize_symmetric(ggml_type::f32, q_scaled_.data() + o, hd, score_precision::int8, q_i8_.data() + o);
+        int32_t sum = 0;
+        for (int i = 0; i < hd; ++i) sum += q_i8_[o + size_t(i)];
+        q_offset_[size_t(h)] = 8 * sum;
+    }
+    query_ready_ = true;
+}
+
+score_copy::dots_u4_fn score_copy::kernel() {
+    return kernel_mode_get() == kernel_mode::avx2 ? score_avx2::dots_u4_i8 : dots_u4_i8_scalar;
+}
+
+void score_copy::score_tokens(dots_u4_fn dots_fn, const uint8_t * keys, const float * scales, int nb, int n_next,
+                              int32_t * dots, float * out, int64_t stride) const {
+    const int hd = shape_.head_dim, n_kv = shape_.n_head_kv, group = group_;
+    const bool per_layer = params_.granularity == select_granularity::layer;
+    const score_aggregate agg = params_.aggregate;
+    const uint8_t * k[score_block];
+    float token_score[score_block];
+    for (int g = 0; g < n_kv; ++g) {
+        const size_t h0 = size_t(g) * size_t(group);  // first query head of KV head g
+        for (int t = 0; t < nb; ++t) k[t] = keys + size_t(t) * row_bytes_ + size_t(g) * size_t(hd / 2);
+        for (int t = 0; t < n_next; ++t) {
+            const uint8_t * next = k[0] + size_t(nb + t) * row_bytes_;
+            for (size_t o = 0; o < size_t(hd / 2); o += 64) __builtin_prefetch(next + o, 0, 3);
+        }
+        dots_fn(q_i8_.data() + h0 * size_t(hd), group, k, nb, hd, dots);
+        for (int t = 0; t < nb; ++t) {
+            const int32_t * d = dots + t * group;
+            const float s_k = scales[size_t(t) * size_t(n_kv) + size_t(g)];
+            float head_score = 0.0f;
+            for (int h = 0; h < group; ++h) {
+                const float v = float(d[h] - q_offset_[h0 + size_t(h)]) * q_scale_[h0 + size_t(h)] * s_k;
+                head_score = h == 0 ? v : combine(agg, head_score, v);
+            }
+            if (!per_layer) {
+                out[int64_t(g) * stride + t] = head_score;
+            } else {
+                token_score[t] = g == 0 ? head_score : combine(agg, token_score[t], head_score);
+            }
+        }
+    }
+    if (per_layer) std::copy(token_score, token_score + nb, out);
+}
+
+void score_copy::score(int64_t n, float * scores, int64_t stride, thread_pool & pool) {
+    HILL_ASSERT(query_ready_);
+    HILL_ASSERT(n >= 0 && n <= n_ctx_);
+    HILL_ASSERT(n == 0 || scores != nullptr);
+    HILL_ASSERT(n_group() == 1 || stride >= n);
+    HILL_ASSERT(pool.n_threads() <= n_threads_);
+    const dots_u4_fn dots_fn = kernel();
+    const uint8_t * keys = keys_.get() + query_pair_ * size_t(n_ctx_) * row_bytes_;
+    const float * scales = scales_.get() + query_pair_ * size_t(n_ctx_) * size_t(shape_.n_head_kv);
+    const size_t n_kv = size_t(shape_.n_head_kv);
+    pool.run([&](int ith, int nth) {
+        int32_t * dots = dots_.data() + size_t(ith) * size_t(dots_stride_);
+        const int64_t j_end = n * (ith + 1) / nth;
+        for (int64_t j0 = n * ith / nth; j0 < j_end; j0 += score_block) {
+            const int nb = int(std::min<int64_t>(score_block, j_end - j0));
+            const int n_next = int(std::clamp<int64_t>(j_end - j0 - score_block, 0, score_block));
+            const float * next_scales = scales + size_t(j0 + score_block) * n_kv;
+            for (size_t o = 0; o < size_t(n_next) * n_kv; o += 16) __builtin_prefetch(next_scales + o, 0, 3);
+            score_tokens(dots_fn, keys + size_t(j0) * row_bytes_, scales + size_t(j0) * n_kv, nb, n_next, dots,
+                         scores + j0, stride);
+        }
+    });
+}
+
+void score_copy::score_row(ggml_type type, const void * k, float * scores, int64_t stride) {
+    HILL_ASSERT(query_ready_);
+    HILL_ASSERT(type == ggml_type::f16 || type == ggml_type::f32);
+    HILL_ASSERT(k != nullptr && scores != nullptr);
+    const float * c = channel_.data() + query_pair_ * size_t(shape_.n_head_kv) * size_t(shape_.head_dim);
+    quantize_row(type, k, c, row_keys_.data(), row_scales_.data());
+    score_tokens(kernel(), row_keys_.data(), row_scales_.data(), 1, 0, dots_.data(), scores, stride);
+}
+
+}  // namespace hill

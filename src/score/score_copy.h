@@ -1,0 +1,193 @@
+// The scoring copy (DESIGN.md §1 "scoring copy", §3 "Scoring copy"): a compact INT4 copy of every key,
+// kept in DRAM only to score tokens, so that a plain SSD reads only the selected tokens' KV instead of
+// every cold key at every decode step.
+//
+// Why per-channel scales. Keys of real models have outlier channels, a few channels 10-50 times the
+// rest. A per-token INT4 cast (host_scorer's score_precision::int4: one scale per token and KV head)
+// takes its scale from the outlier and rounds most other channels to zero: among keys N(0, 1) with one
+// channel ×50, it finds 9 of 16 planted needle tokens on average (5 to 14 over 300 draws) where FP16,
+// per-token INT8 and this copy find 16 (15 at worst; tests/test_score_copy.cpp, needles_*).
+// The copy therefore divides out a per-channel scale first, as KIVI quantizes keys per channel (Liu
+// et al., "KIVI: A Tuning-Free Asymmetric 2bit Quantization for KV Cache", ICML 2024, §3), then
+// quantizes each token symmetrically, so that every channel keeps its 7 levels.
+//
+// Method. Per (sequence, layer, KV head g), channel scales c[head_dim] from the keys of the sequence's
+// first scale_rows (32) positions (re-derived, and those positions re-quantized, while they arrive):
+//     c_d = max over those rows of |k_d|  (finite elements only),
+//     then c_d = max(c_d, 1e-3 · max_d c_d)  — a silent channel must not blow up later tokens' k / c;
+//     all 1 when max_d c_d < 2^-60 (every value 0, or negligible).
+// Later writes keep them. Per (token, KV head), in f32:
+//     k̃ = k / c (elementwise),  s_k = max|k̃| / 7,  k̂ = round(k̃ · 7 / max|k̃|) in [-7, 7],
+// to nearest, ties to even: exactly quantize_symmetric(f32 k̃, int4) of host_scorer.h, including its
+// special cases (max|k̃| < 2^-100: k̂ = 0, s_k = 0; an inf or NaN in k̃: k̂ = 0, s_k = NaN).
+// The decode query of (sequence, layer), per query head h of KV head g(h) = h / (n_head / n_head_kv):
+//     q'_h = q_h ⊙ c_g(h),  q̂'_h, s_q = quantize_symmetric(f32 q'_h, int8)   (scale max|q'_h| / 127),
+// so that q_h · k = q'_h · k̃ ≈ s_q · s_k · Σ_d q̂'_h,d · k̂_d, the sum exact in int32. A score is the raw
+// inner product, no softmax and no 1/√d (HillInfer paper, §4.4 "CSD-based Evaluation Configuration",
+// "Algorithmic Simplification": ranking needs only the order). Per head, in f32:
+//     dot_h = (float(Σ q̂'·k̂) · s_q) · s_k,
+// aggregated exactly as host_scorer does (score_params: granularity layer → one score per token over all
+// query heads, kv_head → one per KV head over its query heads; sum or max; heads in order, then KV
+// heads in order; max propagates NaN).
+//
+// Error against the exact q·k, per head: |q'·k̃ − s_q s_k Σ q̂'k̂| ≤ Σ|q'| · s_k/2 + s_q/2 · Σ|k̂| s_k
+// (each key element rounds to the nearest multiple of s_k, each query element to the nearest multiple
+// of s_q), plus f32 rounding.
+//
+// Layout, per (sequence, layer), allocated once for n_ctx positions (outermost first):
+//     keys    u8  [n_ctx, n_head_kv, head_dim / 2]  k̂ + 8 in [1, 15], two per byte;
+//     scales  f32 [n_ctx, n_head_kv]                s_k (f32: 4 bytes of 68 per head vector at
+//                                                   head_dim 128; f16 would save 3% and lose the
+//                                                   exact scale of quantize_symmetric);
+//     channel f32 [n_head_kv, head_dim]             c.
+// Packing of one head vector: its elements in blocks of 32, the last block the remaining head_dim mod
+// 32 (even); byte j of a block of b elements holds element j in its low nibble and element j + b/2 in
+// its high nibble (the Q4_0 order of core/ggml_type.h), so that one 16-byte load and a shift give 32
+// elements in query order. Keys are token-major: scoring streams the copy once, in address order.
+// Bytes per token and layer: n_head_kv · (head_dim / 2 + 4) (544 at 8 KV heads of 128; f16 keys take
+// 2048: the copy is 27% of the keys, 13% of K and V).
+//
+// Kernels: AVX2 (score_avx2.cpp, dots_u4_i8) or the scalar reference, per kernel_mode_get() at each
+// call; both give the same int32 sums and share the f32 scaling and aggregation, so scores are
+// bit-identical in both modes. Writing is scalar (the same in both modes). Throughput:
+// bench/bench_score.cpp (row "copy").
+//
+// Threads: score() splits tokens over the pool. The other methods run on the caller's thread. write()
+// calls touch only their positions (and, at p0 == 0, their pair's channel scales): calls for different
+// (sequence, layer) pairs, or for disjoint positions p0 > 0 of one pair, may run concurrently, with
+// each other and with score() of another pair. prepare_query(), score() and score_row() share the
+// prepared query and scratch: one caller at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "compute/attention.h"
+#include "core/ggml_type.h"
+#include "core/thread_pool.h"
+#include "score/score_config.h"
+
+namespace hill {
+
+class score_copy {
+public:
+    // s: the layer shape (n_head, n_head_kv, head_dim; s.scale is not used); p: granularity and aggregate
+    // (p.key and p.query are ignored: the copy always scores INT4 keys against an INT8 query); room for
+    // n_seq sequences × n_layer layers × n_ctx positions, allocated here once (not zero-filled: pages are
+    // touched as positions are written; channel scales start at 1); n_threads: the most threads of the
+    // pools score() will run on (per-thread scratch).
+    // Asserts: n_head, n_head_kv > 0, n_head % n_head_kv == 0, head_dim even, 0 < head_dim <=
+    // score_max_head_dim, n_seq, n_layer, n_ctx, n_threads >= 1.
+    // Errors (hill::error, exit_code::bad_input): the allocation fails, naming its size.
+    score_copy(const attention_shape & s, const score_params & p, int n_seq, int n_layer, int64_t n_ctx, int n_threads);
+
+    // What the copy of n_seq sequences × n_layer layers × n_ctx positions stores: n_ctx tokens per
+    // (sequence, layer) at bytes_per_token_layer, plus per (sequence, layer) the channel scales and the
+    // first scale_rows keys in f32 ((scale_rows + 1) · n_head_kv · head_dim · 4 bytes).
+    static uint64_t bytes_for(const attention_shape & s, int n_seq, int n_layer, int64_t n_ctx);
+    // Bytes one token of one layer costs: n_head_kv · (head_dim / 2 + sizeof(float)).
+    static uint64_t bytes_per_token_layer(const attention_shape & s);
+
+    // Everything allocated: n_seq · n_layer · (n_ctx · bytes_per_token_layer + channel scales), plus the
+    // prepared query and the per-thread scratch.
+    uint64_t bytes() const;
+
+    // Rows of the first write of a sequence the channel scales come from (outlier channels are
+    // channels of every token: a few rows find them).
+    static constexpr int64_t scale_rows = 32;
+
+    // Score rows per call: 1 (layer granularity) or n_head_kv (kv_head).
+    int n_group() const;
+
+    const attention_shape & shape() const { return shape_; }
+    const score_params & params() const { return params_; }
+    int64_t n_ctx() const { return n_ctx_; }
+
+    // Writes n keys k (f16 or f32, [n, n_head_kv · head_dim], rows row_stride elements apart, row_stride
+    // >= n_head_kv · head_dim) at positions [p0, p0 + n) of (seq, il), overwriting what was there.
+    // The channel scales of (seq, il) are those of its first scale_rows positions: a write that reaches
+    // into them keeps those keys (f32), takes the channel scales again from positions [0, min(p0 + n,
+    // scale_rows)) and quantizes positions [0, p0) again under them; later writes keep them. So they are a
+    // function of the sequence's first keys alone, not of how the keys came in (a prompt of 1 token and
+    // then decode steps, or a whole prompt; a sequence truncated and one prefilled with the same tokens
+    // score alike). The copy does not track lengths: the caller knows which positions hold keys (the
+    // others score unspecified values); positions past p0 + n keep their quantization.
+    // n == 0 does nothing. Does not allocate.
+    // Asserts: seq, il in range, 0 <= p0, n >= 0, p0 + n <= n_ctx, k != nullptr when n > 0.
+    void write(int seq, int il, int64_t p0, int64_t n, ggml_type type, const void * k, int64_t row_stride);
+
+    // Before score() and score_row(): q f32 [n_head, head_dim], the decode query of (seq, il); copies
+    // it (the caller may reuse q) scaled by the channel scales of (seq, il) as they are now, and
+    // quantizes it. A later write at p0 == 0 to (seq, il) needs a new prepare_query. Does not allocate.
+    void prepare_query(int seq, int il, const float * q);
+
+    // scores[g · stride + t] for g in [0, n_group()), t in [0, n): the scores of positions [0, n) of the
+    // prepared (seq, il). stride >= n when n_group() > 1. Positions are split into contiguous ranges
+    // over the pool; a token's score does not depend on the thread count. Does not allocate.
+    // Asserts: prepare_query() was called, 0 <= n <= n_ctx, pool.n_threads() <= n_threads.
+    void score(int64_t n, float * scores, int64_t stride, thread_pool & pool);
+
+    // One key row from outside the copy (a token not written yet, e.g. the decode step's new one):
+    // scores[g · stride] for g in [0, n_group()) of k (f16 or f32, [n_head_kv · head_dim]), quantized as
+    // write() would at p0 > 0 (the channel scales the query was prepared with): the same bits as score()
+    // gives once the row is written. Does not allocate.
+    void score_row(ggml_type type, const void * k, float * scores, int64_t stride);
+
+    // The stored copy of (seq, il) (layout above): keys u8 [n_ctx, n_head_kv, head_dim / 2], their
+    // scales f32 [n_ctx, n_head_kv], the channel scales f32 [n_head_kv, head_dim]. For tests and for a
+    // consumer that ships the copy elsewhere.
+    const uint8_t * keys(int seq, int il) const;
+    const float * key_scales(int seq, int il) const;
+    const float * channel_scales(int seq, int il) const;
+
+private:
+    // Tokens per kernel call: amortizes the call over tiles of keys (up to 8 tokens, for MHA). While
+    // score_tokens() scores a block, KV head by KV head, it prefetches the same KV head's bytes of the
+    // next block (score() the next block's scales): the kernel reads each token row 64 bytes at a time
+    // (at head_dim 128), once per KV head, a pattern the hardware prefetchers follow poorly. On the
+    // 2-core AMD EPYC (Zen 3) test VM, one thread, 8 KV heads × 128, 32 query heads, the copy of 128K
+    // tokens in DRAM (another process busy on the machine: means of 8 runs, ±20%): no prefetch, blocks
+    // of 32: 1.3 million tokens per CPU-second; the whole next block prefetched at once: 2.0 (blocks of
+    // 32), 2.3 (16); spread over the KV heads as now: 3.1 (16), 2.8 (8). With the copy in L3: 1.7
+    // without prefetch, 2.7 to 3.8 with.
+    static constexpr int score_block = 16;
+
+    // dots_u4_i8 of score_avx2.h or its scalar reference, per kernel_mode_get().
+    using dots_u4_fn = void (*)(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out);
+    static dots_u4_fn kernel();
+
+    size_t pair_index(int seq, int il) const;
+    // Quantizes the head vectors of one key row (f16 or f32 at k) under channel scales c f32 [n_head_kv,
+    // head_dim] into packed u8 [n_head_kv, head_dim / 2] and scales f32 [n_head_kv].
+    void quantize_row(ggml_type type, const void * k, const float * c, uint8_t * packed, float * scale) const;
+    // out[g · stride + t] for t in [0, nb <= score_block): the scores of nb quantized tokens, packed keys
+    // u8 [nb, n_head_kv, head_dim / 2] and scales f32 [nb, n_head_kv], against the prepared query; dots:
+    // int32 scratch of dots_stride_. Prefetches the keys of the n_next tokens that follow the nb.
+    void score_tokens(dots_u4_fn dots_fn, const uint8_t * keys, const float * scales, int nb, int n_next,
+                      int32_t * dots, float * out, int64_t stride) const;
+
+    attention_shape shape_;
+    score_params params_;
+    int n_seq_, n_layer_;
+    int64_t n_ctx_;
+    int n_threads_;
+    int group_;                        // query heads per KV head: n_head / n_head_kv
+    size_t row_bytes_;                 // packed bytes of one token: n_head_kv · head_dim / 2
+    int dots_stride_;                  // score_block · group rounded up to 16: per-thread dots a cache line apart
+    std::unique_ptr<uint8_t[]> keys_;  // u8  [n_seq, n_layer, n_ctx, n_head_kv, head_dim / 2]
+    std::unique_ptr<float[]> scales_;  // f32 [n_seq, n_layer, n_ctx, n_head_kv]
+    std::vector<float> channel_;       // f32 [n_seq, n_layer, n_head_kv, head_dim]
+    std::vector<float> first_;         // f32 [n_seq, n_layer, scale_rows, n_head_kv, head_dim]: the first keys
+    bool query_ready_ = false;
+    size_t query_pair_ = 0;          // pair_index of the prepared (seq, il)
+    std::vector<float> q_scaled_;    // f32 [n_head, head_dim]: q ⊙ c, the prepared query
+    std::vector<int8_t> q_i8_;       // int8 [n_head, head_dim]: its int8 values
+    std::vector<float> q_scale_;     // f32 [n_head]: their scales
+    std::vector<int32_t> q_offset_;  // int32 [n_head]: 8 · Σ q̂'_h, the +8 of the stored nibbles
+    std::vector<int32_t> dots_;      // int32 [n_threads, dots_stride]: a block's dots [score_block, group]
+    std::vector<uint8_t> row_keys_;  // u8 [n_head_kv, head_dim / 2]: score_row's quantized key
+    std::vector<float> row_scales_;  // f32 [n_head_kv]: its scales
+};
+
+}  // namespace hill
