@@ -1,14 +1,16 @@
-// Speed of attention_head_accumulate (through attention_decode_accumulate), scalar and AVX2: one
-// decode query of n_head heads against n_kv random keys, on the threads of the pool.
+// Speed of attention_decode_accumulate (the AVX2 kernel, a KV head's query heads together, and the
+// scalar reference): one decode query of n_head heads against n_kv random keys, on the threads of
+// the pool.
 //
 //   bench_attention [--head-dim 8] [--n-kv 32768] [--n-head 8] [--n-head-kv N] [--type f16|f32] [--rows] [-t 1]
-//                   [--reps 9] [--json FILE]
+//                   [--kernel all|avx2|scalar] [--reps 9] [--json FILE]
 //
 // Prints nanoseconds per key per query head and the K/V bytes read per second (the KV once: each KV
-// head's K and V rows are read once for all its query heads, n_head_kv · n_kv · head_dim · 2 elements), median with min and max over
-// --reps, for each kernel mode this CPU runs, beside the DRAM read bandwidth of the same threads. --rows feeds the keys
-// through a shuffled row index list (the tiered store's gathers) instead of in order. Prefill runs the same kernel per
-// (query token, head), so its cost is this one's times n_tok.
+// head's K and V rows are read once for all its query heads, n_head_kv · n_kv · head_dim · 2
+// elements), median with min and max over --reps, for each kernel mode this CPU runs (--kernel: one
+// of them), beside the DRAM read bandwidth of the same threads. --rows feeds the keys through a
+// shuffled row index list (the tiered store's gathers) instead of in order. Prefill runs the same
+// kernel per (query token, KV head), so its cost is about this one's times n_tok.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -57,7 +59,7 @@ int main(int argc, char ** argv) {
     CLI::App app{"HillInfer attention kernel benchmark (one decode query, scalar and AVX2)"};
     int head_dim = 8, n_head = 8, n_head_kv = 0, n_threads = 1, reps = 9;
     int64_t n_kv = 32768;
-    std::string type_name = "f16", json_path;
+    std::string type_name = "f16", json_path, kernel_name = "all";
     bool use_rows = false;
     app.add_option("--head-dim", head_dim, "elements per head")->capture_default_str();
     app.add_option("--n-kv", n_kv, "keys attended to")->capture_default_str();
@@ -66,6 +68,7 @@ int main(int argc, char ** argv) {
     app.add_option("--type", type_name, "K/V type: f16 or f32")->capture_default_str();
     app.add_flag("--rows", use_rows, "read the keys through a shuffled row index list");
     app.add_option("-t,--threads", n_threads, "threads")->capture_default_str();
+    app.add_option("--kernel", kernel_name, "kernel modes to run: all, avx2 or scalar")->capture_default_str();
     app.add_option("--reps", reps, "repetitions (median reported)")->capture_default_str();
     app.add_option("--json", json_path, "also write the results as JSON");
     CLI11_PARSE(app, argc, argv);
@@ -78,6 +81,9 @@ int main(int argc, char ** argv) {
             fail_usage("--n-head-kv must divide --n-head ({}), got {}", n_head, n_head_kv);
         }
         if (type_name != "f16" && type_name != "f32") fail_usage("--type must be f16 or f32, not '{}'", type_name);
+        if (kernel_name != "all" && kernel_name != "avx2" && kernel_name != "scalar") {
+            fail_usage("--kernel must be all, avx2 or scalar, not '{}'", kernel_name);
+        }
         const ggml_type type = type_name == "f16" ? ggml_type::f16 : ggml_type::f32;
         const size_t eb = type == ggml_type::f16 ? 2 : 4;
         const attention_shape s{n_head, n_head_kv, head_dim, 1.0f / std::sqrt(float(head_dim))};
@@ -117,6 +123,7 @@ int main(int argc, char ** argv) {
         const kernel_mode saved = kernel_mode_get();
         for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
             if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+            if (kernel_name != "all" && kernel_name != (m == kernel_mode::avx2 ? "avx2" : "scalar")) continue;
             kernel_mode_set(m);
             std::vector<double> ns, gbps;
             for (int r = 0; r < reps + 1; ++r) {  // the first repetition warms the caches and is dropped

@@ -919,28 +919,33 @@ TEST(attention, prefill_equals_decode_per_token) {
     std::mt19937 rng(seed);
     mode_guard g;
     thread_pool p1(1), p2(2), p3(3);
-    const attention_shape s{8, 2, 32, 1.0f / std::sqrt(32.0f)};
-    const int64_t qs = int64_t(s.n_head) * s.head_dim;
-    for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
-        if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
-        kernel_mode_set(m);
-        for (ggml_type t : {ggml_type::f32, ggml_type::f16}) {
-            for (int64_t p0 : {0, 5, 40, 1100}) {  // 1100: keys in several blocks of 512
-                for (int64_t n_tok : {1, 7, 19, 40}) {  // 40: several tiles of 16
-                    const std::string what = std::string(ggml_type_name(t)) +
-                                             (m == kernel_mode::avx2 ? " avx2" : " scalar") + " p0 " +
-                                             std::to_string(p0) + " n_tok " + std::to_string(n_tok);
-                    const int64_t n_kv = p0 + n_tok + 2;  // more KV than the causal mask lets in
-                    const kv_data kv = make_kv(t, n_kv, s.n_head_kv, s.head_dim, 1, rng);
-                    const std::vector<float> q = random_floats(rng, sz(n_tok * qs), -3.0f, 3.0f);
-                    std::vector<float> want(q.size());
-                    for (int64_t tk = 0; tk < n_tok; ++tk) {
-                        attention_decode(s, q.data() + tk * qs, kv.view(p0 + tk + 1), want.data() + tk * qs, p1);
-                    }
-                    for (thread_pool * p : {&p1, &p2, &p3}) {
-                        std::vector<float> out(q.size(), std::nanf(""));
-                        attention_prefill(s, q.data(), n_tok, p0, kv.view(n_kv), out.data(), *p);
-                        expect_bitwise_equal(out, want, what + " threads " + std::to_string(p->n_threads()));
+    // head_dim 32: the group kernel's p·V per head (one slice of 4 column blocks); 64: in tiles of
+    // heads (a group of 6: tiles of 4 and 2 heads).
+    for (const attention_shape s :
+         {attention_shape{8, 2, 32, 1.0f / std::sqrt(32.0f)}, attention_shape{12, 2, 64, 0.125f}}) {
+        const int64_t qs = int64_t(s.n_head) * s.head_dim;
+        for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
+            if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+            kernel_mode_set(m);
+            for (ggml_type t : {ggml_type::f32, ggml_type::f16}) {
+                for (int64_t p0 : {0, 5, 40, 1100}) {       // 1100: keys in several blocks of 512
+                    for (int64_t n_tok : {1, 7, 19, 40}) {  // 40: several tiles of 16
+                        const std::string what = std::string(ggml_type_name(t)) +
+                                                 (m == kernel_mode::avx2 ? " avx2" : " scalar") + " head_dim " +
+                                                 std::to_string(s.head_dim) + " p0 " + std::to_string(p0) + " n_tok " +
+                                                 std::to_string(n_tok);
+                        const int64_t n_kv = p0 + n_tok + 2;  // more KV than the causal mask lets in
+                        const kv_data kv = make_kv(t, n_kv, s.n_head_kv, s.head_dim, 1, rng);
+                        const std::vector<float> q = random_floats(rng, sz(n_tok * qs), -3.0f, 3.0f);
+                        std::vector<float> want(q.size());
+                        for (int64_t tk = 0; tk < n_tok; ++tk) {
+                            attention_decode(s, q.data() + tk * qs, kv.view(p0 + tk + 1), want.data() + tk * qs, p1);
+                        }
+                        for (thread_pool * p : {&p1, &p2, &p3}) {
+                            std::vector<float> out(q.size(), std::nanf(""));
+                            attention_prefill(s, q.data(), n_tok, p0, kv.view(n_kv), out.data(), *p);
+                            expect_bitwise_equal(out, want, what + " threads " + std::to_string(p->n_threads()));
+                        }
                     }
                 }
             }
@@ -948,11 +953,11 @@ TEST(attention, prefill_equals_decode_per_token) {
     }
 }
 
-
-// The GQA decode path (each KV head's K and V read once, block by block, for all its query heads, in
-// slices when there are fewer KV heads than threads) equals the per-head path bit for bit: MHA, GQA
-// and MQA, keys in one and in several blocks of 512, through a row list and contiguous, any thread
-// count.
+// The GQA decode path (each KV head's K and V read once, block by block, for all its query heads —
+// with the AVX2 group kernel where head_dim % 8 == 0 —, in slices when there are fewer KV heads than
+// threads) equals the per-head path bit for bit: MHA, GQA (groups of 4 and 8) and MQA, head dims of
+// one, one and a part, and two slices of 64 columns, keys in one and in several blocks, through a
+// row list and contiguous, any thread count.
 TEST(attention, decode_accumulate_by_kv_head_equals_per_head) {
     const uint32_t seed = fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
@@ -962,8 +967,9 @@ TEST(attention, decode_accumulate_by_kv_head_equals_per_head) {
     for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
         if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
         kernel_mode_set(m);
-        for (const attention_shape s : {attention_shape{8, 8, 32, 0.17f}, attention_shape{8, 2, 32, 0.17f},
-                                        attention_shape{5, 1, 64, 0.125f}}) {
+        for (const attention_shape s :
+             {attention_shape{8, 8, 32, 0.17f}, attention_shape{8, 2, 32, 0.17f}, attention_shape{5, 1, 64, 0.125f},
+              attention_shape{32, 8, 128, 0.088f}, attention_shape{16, 2, 80, 0.11f}}) {
             for (ggml_type t : {ggml_type::f32, ggml_type::f16}) {
                 for (const int64_t n_kv : {int64_t(77), int64_t(1300)}) {
                     const std::string what = std::string(ggml_type_name(t)) + (m == kernel_mode::avx2 ? " avx2" : " scalar") +
@@ -1168,6 +1174,93 @@ TEST(attention, accumulate_avx2_matches_scalar_with_moving_max) {
                     // move l by as much relative: 1e-4 leaves room.
                     EXPECT_NEAR(sa.m, ss.m, 1e-5 * (1.0 + std::fabs(ss.m)));
                     EXPECT_NEAR(sa.l * std::exp(double(sa.m) - double(ss.m)), ss.l, 1e-4 * ss.l);
+                }
+            }
+        }
+    }
+}
+
+// The group kernel (avx2::attention_group_accumulate: the query heads of one KV head together, each
+// K and V row loaded and widened once for all of them) on fresh random q, K and V: every head's
+// accumulator and softmax state equal, bit for bit, those of the kernel run for that head alone
+// (n_q = 1: attention_head_accumulate's AVX2 path), and once finished are within 1e-5 of the scalar
+// reference. Group sizes 1 to 8 (register tiles of 4, 2 and 1 heads, and their mixes); head dims of
+// one slice of up to 64 columns (8, 16, 40: an odd number of 8-column blocks, 64), of two (128) and
+// of one and a part (80: the last slice's 2 blocks in accumulator sets); keys in order and through a
+// shuffled row list over a larger buffer, fed in two segments of random length (so that chunks of
+// 64 keys start at random places), queries large enough that the running maxima move.
+TEST(attention, group_kernel_equals_per_head_and_matches_scalar) {
+    HILL_REQUIRE_AVX2();
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    mode_guard g;
+    for (ggml_type t : {ggml_type::f32, ggml_type::f16}) {
+        for (int head_dim : {8, 16, 40, 64, 80, 128}) {
+            for (int n_q : {1, 2, 3, 4, 5, 8}) {
+                for (bool use_rows : {false, true}) {
+                    const int64_t n = std::uniform_int_distribution<int64_t>(1, 300)(rng);
+                    const std::string what = std::string(ggml_type_name(t)) + " head_dim " + std::to_string(head_dim) +
+                                             " n_q " + std::to_string(n_q) + " n " + std::to_string(n) +
+                                             (use_rows ? " rows" : "");
+                    SCOPED_TRACE(what);
+                    const int64_t n_buf = use_rows ? n + 17 : n;
+                    const kv_data kv = make_kv(t, n_buf, 2, head_dim, 3, rng);
+                    std::vector<int32_t> rows(sz(n_buf));
+                    for (int64_t j = 0; j < n_buf; ++j) rows[sz(j)] = int32_t(j);
+                    if (use_rows) std::shuffle(rows.begin(), rows.end(), rng);
+                    const std::vector<float> q = random_floats(rng, sz(n_q * head_dim), -4.0f, 4.0f);
+                    const float scale = 1.0f / std::sqrt(float(head_dim));
+                    const int64_t split = std::uniform_int_distribution<int64_t>(0, n)(rng);
+                    const kv_view v = kv.view(n_buf);
+                    const size_t eb = t == ggml_type::f16 ? 2 : 4;
+                    const size_t row_bytes = sz(kv.row_stride) * eb;
+                    const auto * k1 = static_cast<const uint8_t *>(v.k) + sz(head_dim) * eb;  // KV head 1
+                    const auto * v1 = static_cast<const uint8_t *>(v.v) + sz(head_dim) * eb;
+                    // The second segment: keys [split, n), as rows + split or rows from k1 + split rows on.
+                    const size_t skip = use_rows ? 0 : sz(split) * row_bytes;
+                    const int32_t * r1 = use_rows ? rows.data() : nullptr;
+                    const int32_t * r2 = use_rows ? rows.data() + split : nullptr;
+                    // Heads [i0, i0 + nq) of q in one kernel call per segment.
+                    auto run = [&](int i0, int nq, float * acc, float * m, double * l) {
+                        const float * qi = q.data() + i0 * head_dim;
+                        // The first segment may prefetch the second's keys.
+                        avx2::attention_group_accumulate(qi, nq, t, k1, v1, r1, split, n - split, row_bytes, head_dim,
+                                                         scale, acc, m, l);
+                        avx2::attention_group_accumulate(qi, nq, t, k1 + skip, v1 + skip, r2, n - split, 0, row_bytes,
+                                                         head_dim, scale, acc, m, l);
+                    };
+                    std::vector<float> acc(q.size(), 0.0f);
+                    std::vector<float> m(sz(n_q), -std::numeric_limits<float>::infinity());
+                    std::vector<double> l(sz(n_q), 0.0);
+                    run(0, n_q, acc.data(), m.data(), l.data());
+                    for (int i = 0; i < n_q; ++i) {
+                        const std::string head = what + " head " + std::to_string(i);
+                        const auto slice = [&](const std::vector<float> & x) {
+                            return std::vector<float>(x.begin() + i * head_dim, x.begin() + (i + 1) * head_dim);
+                        };
+                        std::vector<float> acc1(sz(head_dim), 0.0f);
+                        float m1 = -std::numeric_limits<float>::infinity();
+                        double l1 = 0.0;
+                        run(i, 1, acc1.data(), &m1, &l1);
+                        expect_bitwise_equal(slice(acc), acc1, head + " group vs alone");
+                        EXPECT_EQ(std::memcmp(&m[sz(i)], &m1, sizeof m1), 0)
+                            << head << ": m " << m[sz(i)] << " vs " << m1;
+                        EXPECT_EQ(std::memcmp(&l[sz(i)], &l1, sizeof l1), 0)
+                            << head << ": l " << l[sz(i)] << " vs " << l1;
+
+                        kernel_mode_set(kernel_mode::scalar);
+                        std::vector<float> ref(sz(head_dim), 0.0f);
+                        softmax_state st;
+                        attention_head_accumulate(q.data() + i * head_dim, t, k1, v1, r1, split, kv.row_stride,
+                                                  head_dim, scale, ref.data(), st);
+                        attention_head_accumulate(q.data() + i * head_dim, t, k1 + skip, v1 + skip, r2, n - split,
+                                                  kv.row_stride, head_dim, scale, ref.data(), st);
+                        attention_head_finish(ref.data(), st, head_dim, ref.data());
+                        std::vector<float> out = slice(acc);
+                        attention_head_finish(out.data(), softmax_state{m[sz(i)], l[sz(i)]}, head_dim, out.data());
+                        expect_close(out, ref, std::vector<double>(sz(head_dim), 1e-5), head + " group vs scalar");
+                    }
                 }
             }
         }

@@ -71,10 +71,25 @@ void check_shape(const attention_shape & s, const kv_view & kv) {
     HILL_ASSERT(kv.n_kv == 0 || (kv.k != nullptr && kv.v != nullptr));
 }
 
-// Keys per block of the GQA paths (attention_decode_accumulate, attention_prefill_accumulate): a
-// multiple of the kernels' chunks (64 AVX2, 32 scalar), so that walking the keys block by block gives
-// the chunks, and the result, of one pass over all of them.
+// Whether attention_head_accumulate runs the fused AVX2 kernel (avx2::attention_group_accumulate).
+bool fused_kernel(int head_dim) {
+    return kernel_mode_get() == kernel_mode::avx2 && head_dim % 8 == 0;
+}
+
+// Keys per block of the GQA paths (attention_decode_accumulate, attention_prefill_accumulate) with
+// the dot/axpy kernels and the scalar reference: a multiple of their chunk (32 keys), so that walking
+// the keys block by block gives the chunks, and the result, of one pass over all of them; the block's
+// K and V are read from memory once for all the query heads (and tokens) that walk it.
 constexpr int64_t key_block = 512;
+
+// Keys per block of the GQA paths with the fused AVX2 kernel: one chunk of it (a block must be a
+// multiple of it). A KV head's query heads take a block together (accumulate_group), so the block
+// size is for the caches: the 64 keys of one KV head (head_dim 128, f16: 32 KiB of K and V) stay in
+// L2 while the 16 tokens of a prefill tile read them, where 512 keys (256 KiB in rows 2 KiB apart,
+// which collide in the cache sets) did not. On the AMD EPYC test VM (32 query / 8 KV heads of 128,
+// f16, 64 tokens after 8,192, one thread): prefill 14-23 ns per (token, key, head) against 26-27
+// with blocks of 512 (44-46 before the group kernel).
+constexpr int64_t fused_block = avx2::attn_chunk;
 
 // Query head h of token row q_tok [n_head, head_dim] against KV tokens [0, n).
 void attend_one(const attention_shape & s, const float * q_tok, const kv_view & kv, int64_t n, int h, float * out_tok) {
@@ -93,10 +108,10 @@ void attention_head_accumulate(const float * q, ggml_type kv_type, const void * 
                                softmax_state & st) {
     HILL_ASSERT(head_dim > 0 && n >= 0);
     const head_kernels kern = select_kernels(kv_type);
-    if (kernel_mode_get() == kernel_mode::avx2 && head_dim % 8 == 0) {  // the fused kernel, same online softmax
-        avx2::attention_head_accumulate(q, kv_type, static_cast<const uint8_t *>(k), static_cast<const uint8_t *>(v),
-                                        rows, n, size_t(row_stride) * kern.elem_bytes, head_dim, scale, acc, st.m,
-                                        st.l);
+    if (fused_kernel(head_dim)) {  // the group kernel with one head, same online softmax
+        avx2::attention_group_accumulate(q, 1, kv_type, static_cast<const uint8_t *>(k),
+                                         static_cast<const uint8_t *>(v), rows, n, 0,
+                                         size_t(row_stride) * kern.elem_bytes, head_dim, scale, acc, &st.m, &st.l);
         return;
     }
     const size_t stride_bytes = size_t(row_stride) * kern.elem_bytes;
@@ -137,6 +152,46 @@ void attention_head_accumulate(const float * q, ggml_type kv_type, const void * 
     st.l = l;
 }
 
+namespace {
+
+// attention_head_accumulate for n_q query heads of one KV head over the same n keys (q, acc: f32
+// [n_q, head_dim], st [n_q]; k, v, rows as there): the fused AVX2 kernel takes them together, in
+// calls of up to avx2::attn_group_max heads (each K and V row read and widened once per call, not
+// once per head), with each head's result that of attention_head_accumulate alone, bit for bit;
+// otherwise one attention_head_accumulate per head. n_ahead: the keys after the n that the fused
+// kernel may prefetch (the caller's next block; 0 for none).
+void accumulate_group(const float * q, int n_q, ggml_type kv_type, const void * k, const void * v, const int32_t * rows,
+                      int64_t n, int64_t n_ahead, int64_t row_stride, int head_dim, float scale, float * acc,
+                      softmax_state * st) {
+    if (!fused_kernel(head_dim)) {
+        for (int i = 0; i < n_q; ++i) {
+            attention_head_accumulate(q + int64_t(i) * head_dim, kv_type, k, v, rows, n, row_stride, head_dim, scale,
+                                      acc + int64_t(i) * head_dim, st[i]);
+        }
+        return;
+    }
+    HILL_ASSERT(n >= 0 && (kv_type == ggml_type::f32 || kv_type == ggml_type::f16));
+    const size_t row_bytes = size_t(row_stride) * (kv_type == ggml_type::f16 ? 2 : 4);
+    for (int i0 = 0; i0 < n_q; i0 += avx2::attn_group_max) {
+        const int nq = std::min(avx2::attn_group_max, n_q - i0);
+        float m[avx2::attn_group_max];
+        double l[avx2::attn_group_max];
+        for (int i = 0; i < nq; ++i) {
+            m[i] = st[i0 + i].m;
+            l[i] = st[i0 + i].l;
+        }
+        avx2::attention_group_accumulate(q + int64_t(i0) * head_dim, nq, kv_type, static_cast<const uint8_t *>(k),
+                                         static_cast<const uint8_t *>(v), rows, n, n_ahead, row_bytes, head_dim, scale,
+                                         acc + int64_t(i0) * head_dim, m, l);
+        for (int i = 0; i < nq; ++i) {
+            st[i0 + i].m = m[i];
+            st[i0 + i].l = l[i];
+        }
+    }
+}
+
+}  // namespace
+
 void attention_head_finish(const float * acc, const softmax_state & st, int head_dim, float * out) {
     const float inv = st.l > 0.0 ? float(1.0 / st.l) : 0.0f;
     for (int i = 0; i < head_dim; ++i) out[i] = acc[i] * inv;
@@ -157,27 +212,36 @@ void attention_decode_accumulate(const attention_shape & s, const float * q, con
     const int group = s.n_head / s.n_head_kv;
     const size_t eb = kv.type == ggml_type::f16 ? 2 : 4;
     // Work items: one KV head and a slice of its query heads — all of them, unless there are fewer KV
-    // heads than threads (then as many slices as fill the threads). An item walks the keys in blocks
-    // of key_block, every query head of its slice continuing its online softmax over a block before
-    // the next: the block's K and V are read from memory once per item, not once per query head
-    // (GQA), and the chunks — the result — are those of one call per head over all the keys.
+    // heads than threads (then as many slices as fill the threads). Each thread takes a contiguous
+    // range of items and walks the keys in blocks, every item of its range continuing its online
+    // softmax over a block (accumulate_group: all the item's query heads at once) before the next
+    // block. A block's K and V are read from memory once per item, not once per query head; the
+    // chunks — the result — are those of one attention_head_accumulate per head over all the keys,
+    // whatever the thread count. With the fused AVX2 kernel a block is fused_block keys, and the
+    // kernel prefetches, while it scores a block, the item's rows of the next block (n_ahead): the
+    // thread reads its part of each token's row nearly in address order, with the prefetches spread
+    // over the computation. On the AMD EPYC test VM (32 query / 8 KV heads, f16, 32,768 keys; a
+    // loaded VM, runs' medians) this took, with 2 threads, 19-25 ns per key per query head at
+    // head_dim 64 where prefetching each next block at once before its first item took 30-37 (the
+    // per-head walk before the group kernel: 28-40), and 34-47 against 50-54 through a shuffled row
+    // list at head_dim 128; with one thread, 50-60 ns at head_dim 128 where walking all the keys of
+    // one KV head after another took 70-90.
     const int slices = std::min(group, (pool.n_threads() + s.n_head_kv - 1) / s.n_head_kv);
-    const size_t block_bytes = size_t(key_block * kv.row_stride) * eb;
+    const int64_t block = fused_kernel(s.head_dim) ? fused_block : key_block;
+    const size_t row_bytes = size_t(kv.row_stride) * eb;
     pool.parallel_for(int64_t(s.n_head_kv) * slices, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) {
-            const int g = int(i / slices), sl = int(i % slices);
-            const int h0 = g * group + sl * group / slices, h1 = g * group + (sl + 1) * group / slices;
-            const size_t head_off = size_t(g) * size_t(s.head_dim) * eb;
-            const auto * kb = static_cast<const uint8_t *>(kv.k) + head_off;
-            const auto * vb = static_cast<const uint8_t *>(kv.v) + head_off;
-            for (int64_t j0 = 0; j0 < kv.n_kv; j0 += key_block) {
-                const size_t off = rows != nullptr ? 0 : size_t(j0 / key_block) * block_bytes;
-                const int64_t n = std::min(key_block, kv.n_kv - j0);
-                for (int h = h0; h < h1; ++h) {
-                    attention_head_accumulate(q + int64_t(h) * s.head_dim, kv.type, kb + off, vb + off,
-                                              rows != nullptr ? rows + j0 : nullptr, n, kv.row_stride, s.head_dim,
-                                              s.scale, acc + int64_t(h) * s.head_dim, st[h]);
-                }
+        for (int64_t j0 = 0; j0 < kv.n_kv; j0 += block) {
+            const int64_t n = std::min(block, kv.n_kv - j0), n_ahead = std::min(block, kv.n_kv - j0 - n);
+            const size_t off = rows != nullptr ? 0 : size_t(j0) * row_bytes;
+            for (int64_t i = i0; i < i1; ++i) {
+                const int g = int(i / slices), sl = int(i % slices);
+                const int h0 = g * group + sl * group / slices, h1 = g * group + (sl + 1) * group / slices;
+                const size_t head_off = size_t(g) * size_t(s.head_dim) * eb + off;
+                const auto * kb = static_cast<const uint8_t *>(kv.k) + head_off;
+                const auto * vb = static_cast<const uint8_t *>(kv.v) + head_off;
+                accumulate_group(q + int64_t(h0) * s.head_dim, h1 - h0, kv.type, kb, vb,
+                                 rows != nullptr ? rows + j0 : nullptr, n, n_ahead, kv.row_stride, s.head_dim, s.scale,
+                                 acc + int64_t(h0) * s.head_dim, st + h0);
             }
         }
     });
@@ -201,13 +265,15 @@ void attention_prefill_accumulate(const attention_shape & s, const float * q, in
     const size_t eb = kv.type == ggml_type::f16 ? 2 : 4;
     const int64_t qo_stride = int64_t(s.n_head) * s.head_dim;
     // Work items: a tile of up to tile_tokens query tokens × one KV head. An item walks the keys in
-    // blocks of key_block, and every query row of the tile (its tokens × the KV head's query heads)
+    // blocks (fused_block keys with the fused AVX2 kernel, else key_block), and every query row of
+    // the tile (its tokens × the KV head's query heads, a token's query heads in one accumulate_group)
     // continues its online softmax over a block before the next block: the block's K and V are read
-    // from memory once per tile instead of once per (token, head). key_block is a multiple of the
-    // kernels' chunk sizes (64 AVX2, 32 scalar), so the chunks — and the result — are those of one
-    // call over all the keys (row t still equals attention_decode bit for bit). Items are taken
-    // from a shared counter, latest tiles (the longest rows of a causal triangle) first.
+    // from memory once per tile instead of once per (token, head). A block is a multiple of the
+    // kernels' chunks, so the chunks — and the result — are those of one call over all the keys (row
+    // t still equals attention_decode bit for bit). Items are taken from a shared counter, latest
+    // tiles (the longest rows of a causal triangle) first.
     constexpr int64_t tile_tokens = 16;
+    const int64_t block = fused_kernel(s.head_dim) ? fused_block : key_block;
     const int64_t n_tiles = (n_tok + tile_tokens - 1) / tile_tokens;
     const int64_t n_items = n_tiles * s.n_head_kv;
     std::atomic<int64_t> next{0};
@@ -222,18 +288,15 @@ void attention_prefill_accumulate(const attention_shape & s, const float * q, in
             const size_t head_off = size_t(g) * size_t(s.head_dim) * eb;
             const auto * kb = static_cast<const uint8_t *>(kv.k) + head_off;
             const auto * vb = static_cast<const uint8_t *>(kv.v) + head_off;
-            const size_t block_bytes = size_t(key_block * kv.row_stride) * eb;
-            for (int64_t j0 = 0; j0 < n_max; j0 += key_block) {
-                const size_t off = rows != nullptr ? 0 : size_t(j0 / key_block) * block_bytes;
+            for (int64_t j0 = 0; j0 < n_max; j0 += block) {
+                const size_t off = rows != nullptr ? 0 : size_t(j0 * kv.row_stride) * eb;
                 for (int64_t t = t0; t < t1; ++t) {
-                    const int64_t n = std::clamp<int64_t>(causal_p0 + t + 1 - j0, 0, std::min(key_block, kv.n_kv - j0));
+                    const int64_t n = std::clamp<int64_t>(causal_p0 + t + 1 - j0, 0, std::min(block, kv.n_kv - j0));
                     if (n == 0) continue;
-                    for (int h = g * group; h < (g + 1) * group; ++h) {
-                        attention_head_accumulate(q + t * qo_stride + int64_t(h) * s.head_dim, kv.type, kb + off, vb + off,
-                                                  rows != nullptr ? rows + j0 : nullptr, n, kv.row_stride, s.head_dim,
-                                                  s.scale, acc + t * qo_stride + int64_t(h) * s.head_dim,
-                                                  st[t * s.n_head + h]);
-                    }
+                    const int64_t h0 = int64_t(g) * group;
+                    accumulate_group(q + t * qo_stride + h0 * s.head_dim, group, kv.type, kb + off, vb + off,
+                                     rows != nullptr ? rows + j0 : nullptr, n, 0, kv.row_stride, s.head_dim, s.scale,
+                                     acc + t * qo_stride + h0 * s.head_dim, st + t * s.n_head + h0);
                 }
             }
         }

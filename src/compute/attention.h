@@ -65,7 +65,12 @@ void attention_head_finish(const float * acc, const softmax_state & st, int head
 
 // attention_head_accumulate for every query head of a decode query q f32 [n_head, head_dim] over
 // the tokens of kv (rows: as above, kv.n_kv of them; nullptr = rows 0..n_kv-1): acc f32
-// [n_head, head_dim], st [n_head]. Heads split across the pool as in attention_decode.
+// [n_head, head_dim], st [n_head]. The KV heads (slices of a KV head's query heads when there are
+// fewer KV heads than threads) split across the pool in contiguous ranges; a thread walks the keys
+// in blocks over all of its KV heads, and with the AVX2 kernel (head_dim % 8 == 0) the query heads
+// of a KV head take each block together, each K and V row read and widened once for all of them
+// (avx2::attention_group_accumulate). Each head's result is that of attention_head_accumulate over
+// all the keys, bit for bit, whatever the thread count.
 void attention_decode_accumulate(const attention_shape & s, const float * q, const kv_view & kv, const int32_t * rows,
                                  float * acc, softmax_state * st, thread_pool & pool);
 
@@ -80,9 +85,10 @@ inline constexpr int64_t no_causal_mask = INT64_MAX / 4;
 // the tiered store). Keys [j0, j1) of the prompt's KV passed on their own take causal_p0 - j0,
 // which may be negative (the chunk's first queries see none of them). Work items (a tile of 16
 // query tokens, one KV head) are taken dynamically across the pool, longest first; each walks the
-// keys in blocks of 512 that all its query rows consume before the next block (K/V read once per
-// tile), with the same kernel chunks as one pass, so the result is that of attention_head_accumulate
-// per (token, head) bit for bit.
+// keys in blocks (64 keys with the AVX2 kernel, where a token's query heads take a block together
+// as in decode; 512 otherwise) that all its query rows consume before the next block (K/V read
+// once per tile), with the same kernel chunks as one pass, so the result is that of
+// attention_head_accumulate per (token, head) bit for bit.
 void attention_prefill_accumulate(const attention_shape & s, const float * q, int64_t n_tok, const kv_view & kv,
                                   const int32_t * rows, int64_t causal_p0, float * acc, softmax_state * st,
                                   thread_pool & pool);

@@ -1,6 +1,7 @@
 // AVX2/FMA/F16C kernels; see kernels_avx2.h for the rules of this file. Scalar references:
-// gemv_batch_rows -> matmul.cpp, dot/axpy and attention_head_accumulate -> attention.cpp, fp16 rows and
-// sum_squares -> ops.cpp; exp_nonpositive_row is checked against std::exp.
+// gemv_batch_rows -> matmul.cpp, dot/axpy and attention_group_accumulate -> attention.cpp (its
+// attention_head_accumulate), fp16 rows and sum_squares -> ops.cpp; exp_nonpositive_row is checked
+// against std::exp.
 #include "compute/kernels_avx2.h"
 
 #include <immintrin.h>
@@ -433,7 +434,7 @@ using float_tiles = tile_table<float_kernel<L>, 1, 2, 3, 4, 5, 6>;
 template <class Q>
 using quant_tiles = tile_table<quant_kernel<Q>, 1, 2, 3, 4, 5, 6, 7, 8>;
 
-// ---- attention: one query head's online softmax over chunks of keys ----
+// ---- attention: the online softmax of a KV head's query heads over chunks of keys ----
 
 constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 
@@ -471,48 +472,100 @@ inline float hmax(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-// Keys per chunk: one max, one rescale of the accumulator and one pass over the V rows per chunk.
-// On the AMD EPYC test VM (K/V in cache), 32 and 128 keys measured within 5% of 64 for head_dim
-// 8 to 128; 64 keys of head_dim 128 are 16 KiB of f16 V, still in L1 when the second 64-column
-// slice reads them again.
-constexpr int attn_chunk = 64;
-
-// Software prefetch: while scoring keys [j, j + 8) the kernel prefetches the K and V rows of keys
-// [j + 64, j + 72), when a head's row is at least a cache line. The hardware prefetchers cannot
-// follow a row index list, and follow a head's strided rows (one head_dim slice of each
-// n_head_kv · head_dim row) only partly. Measured on the AMD EPYC test VM (bench_attention, 8
-// heads, f16, n_kv 32768, K/V in DRAM; this VM's bandwidth varies from run to run): through a
-// shuffled row list, head_dim 64 went from ~43 to ~26 ns per key and 128 from ~70-100 to ~50-75;
-// in order, head_dim 64 from ~41 to ~23-37 and 128 from ~58-78 to ~56-59; with the K/V in L3
-// (n_kv 2048) it cost 0-20%. 32 or 128 keys ahead did no better. For head_dim 8 (16-byte rows)
-// the prefetch instructions cost more than they saved (2.0 vs 2.7 ns per key).
+// Software prefetch: while scoring keys [j, j + 8) (for all the call's query heads) the kernel
+// prefetches the K and V rows of keys [j + 64, j + 72) among its n + n_ahead keys, when a head's
+// row is at least a cache line. The hardware prefetchers cannot follow a row index list, and follow
+// a head's strided rows (one head_dim slice of each n_head_kv · head_dim row) only partly. (Decode
+// feeds the kernel one chunk at a time, with the next chunk as n_ahead.) Measured with one query
+// head per call on the AMD EPYC test VM (bench_attention, 8 heads, f16, n_kv 32768, K/V in DRAM;
+// this VM's bandwidth varies from run to run): through a shuffled row list, head_dim 64 went
+// from ~43 to ~26 ns per key and 128 from ~70-100 to ~50-75; in order, head_dim 64 from ~41 to
+// ~23-37 and 128 from ~58-78 to ~56-59; with the K/V in L3 (n_kv 2048) it cost 0-20%. 32 or 128
+// keys ahead did no better. For head_dim 8 (16-byte rows) the prefetch instructions cost more than
+// they saved (2.0 vs 2.7 ns per key).
 constexpr int attn_prefetch_keys = 64;
 constexpr size_t attn_prefetch_min_bytes = 64;
 
-// Lane i: the K row at k + off[i] · q, head_dim = 8 · nb. Eight independent FMA chains (one per
-// key), then one transpose-and-add of the eight sums.
-template <class L>
-inline __m256 scores8(const float * q, const uint8_t * k, const size_t * off, int nb) {
-    __m256 d[8];
-    const __m256 q0 = _mm256_loadu_ps(q);
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) d[i] = _mm256_mul_ps(L::load8(k + off[i], 0), q0);
-    for (int b = 1; b < nb; ++b) {
-        const __m256 qb = _mm256_loadu_ps(q + 8 * b);
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; ++i) d[i] = _mm256_fmadd_ps(L::load8(k + off[i], 8 * b), qb, d[i]);
+// Columns [8b, 8b + 8) of scores_tile's dot products: d[r][h] = K_r · q_h (first) or d[r][h] +=
+// K_r · q_h (FMA). The H q vectors stay in registers (R · H accumulators + H + 1 registers, 13 at
+// most); each K vector is used as soon as it is loaded.
+template <class L, int R, int H, bool first>
+inline void scores_step(const float * q, int head_dim, const uint8_t * k, const size_t * off, int j, int b,
+                        __m256 (&d)[R][H]) {
+    __m256 qh[H];
+#pragma GCC unroll 4
+    for (int h = 0; h < H; ++h) {
+        qh[h] = _mm256_loadu_ps(q + h * head_dim + 8 * b);
+        // Keeps qh[h] in a register: GCC would otherwise fold the load into each of the R FMAs (R
+        // loads of q instead of one), which made the 2 × 4 tile load-bound (0.21 against 0.16 ns per
+        // FMA with K in L1 on the AMD EPYC test VM).
+        __asm__("" : "+x"(qh[h]));
     }
-    // hadd(a, b) = [a0+a1, a2+a3, b0+b1, b2+b3 | a4+a5, a6+a7, b4+b5, b6+b7]: after two rounds
-    // u0 = [Σ_lo d0, Σ_lo d1, Σ_lo d2, Σ_lo d3 | Σ_hi d0 .. Σ_hi d3] (lo, hi: 128-bit halves).
-    const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(d[0], d[1]), _mm256_hadd_ps(d[2], d[3]));
-    const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(d[4], d[5]), _mm256_hadd_ps(d[6], d[7]));
-    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+        const __m256 kr = L::load8(k + off[j + r], 8 * b);
+#pragma GCC unroll 4
+        for (int h = 0; h < H; ++h) d[r][h] = first ? _mm256_mul_ps(kr, qh[h]) : _mm256_fmadd_ps(kr, qh[h], d[r][h]);
+    }
+}
+
+// Scores of R keys × H query heads: keys j .. j + R - 1 of the chunk (K rows at k + off[j + r]),
+// query head i's row at q + i · head_dim (head_dim = 8 · nb), times scale, to p[i · attn_chunk + j + r].
+// Per (key, head), one 8-lane chain d = K[0, 8)·q[0, 8), then d += K[8b, 8b + 8)·q[8b, 8b + 8) (FMA)
+// for b = 1 .. nb - 1, reduced as ((d0 + d1) + (d2 + d3)) + ((d4 + d5) + (d6 + d7)): the same
+// arithmetic for every (R, H), so that a head's scores depend neither on the tile nor on the other
+// heads of the group. Each K vector is loaded and widened once for the H heads, each q vector loaded
+// once for the R keys; the R · H = 8 independent chains cover the FMA latency (4 cycles, 2 per cycle).
+template <class L, int R, int H>
+inline void scores_tile(const float * q, int head_dim, const uint8_t * k, const size_t * off, int j, __m256 vscale,
+                        float * p) {
+    static_assert(R * H == 8);
+    __m256 d[R][H];
+    scores_step<L, R, H, true>(q, head_dim, k, off, j, 0, d);
+    for (int b = 1; b < head_dim / 8; ++b) scores_step<L, R, H, false>(q, head_dim, k, off, j, b, d);
+    // hadd(a, b) = [a0+a1, a2+a3, b0+b1, b2+b3 | a4+a5, a6+a7, b4+b5, b6+b7]; Σ_lo x = (x0 + x1) +
+    // (x2 + x3) and Σ_hi x = (x4 + x5) + (x6 + x7) of a chain x; the score is Σ_lo + Σ_hi.
+    if constexpr (H == 1) {
+        // u0 = [Σ_lo d0 .. Σ_lo d3 | Σ_hi d0 .. Σ_hi d3], u1 the same of d4 .. d7.
+        const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(d[0][0], d[1][0]), _mm256_hadd_ps(d[2][0], d[3][0]));
+        const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(d[4][0], d[5][0]), _mm256_hadd_ps(d[6][0], d[7][0]));
+        const __m256 s = _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+        _mm256_storeu_ps(p + j, _mm256_mul_ps(s, vscale));
+    } else if constexpr (H == 2) {
+        // u_i = [Σ_lo of keys 0 .. 3 | Σ_hi of keys 0 .. 3] of head i; s = [head 0 | head 1].
+        __m256 u[2];
+        for (int h = 0; h < 2; ++h) {
+            u[h] = _mm256_hadd_ps(_mm256_hadd_ps(d[0][h], d[1][h]), _mm256_hadd_ps(d[2][h], d[3][h]));
+        }
+        const __m256 s = _mm256_mul_ps(
+            _mm256_add_ps(_mm256_permute2f128_ps(u[0], u[1], 0x20), _mm256_permute2f128_ps(u[0], u[1], 0x31)), vscale);
+        _mm_storeu_ps(p + j, _mm256_castps256_ps128(s));
+        _mm_storeu_ps(p + attn_chunk + j, _mm256_extractf128_ps(s, 1));
+    } else {
+        static_assert(H == 4);
+        // t_i = [key 0: x0+x1, x2+x3; key 1: the same | key 0: x4+x5, x6+x7; key 1] of head i;
+        // w01 = [Σ_lo of (head 0, key 0), (0, 1), (1, 0), (1, 1) | their Σ_hi], w23 of heads 2, 3;
+        // s = [(0, 0), (0, 1), (1, 0), (1, 1) | (2, 0), (2, 1), (3, 0), (3, 1)].
+        __m256 t[4];
+#pragma GCC unroll 4
+        for (int h = 0; h < 4; ++h) t[h] = _mm256_hadd_ps(d[0][h], d[1][h]);
+        const __m256 w01 = _mm256_hadd_ps(t[0], t[1]), w23 = _mm256_hadd_ps(t[2], t[3]);
+        const __m256 s = _mm256_mul_ps(
+            _mm256_add_ps(_mm256_permute2f128_ps(w01, w23, 0x20), _mm256_permute2f128_ps(w01, w23, 0x31)), vscale);
+        const __m128 s01 = _mm256_castps256_ps128(s), s23 = _mm256_extractf128_ps(s, 1);
+        _mm_storel_pi(reinterpret_cast<__m64 *>(p + j), s01);
+        _mm_storeh_pi(reinterpret_cast<__m64 *>(p + attn_chunk + j), s01);
+        _mm_storel_pi(reinterpret_cast<__m64 *>(p + 2 * attn_chunk + j), s23);
+        _mm_storeh_pi(reinterpret_cast<__m64 *>(p + 3 * attn_chunk + j), s23);
+    }
 }
 
 // acc[8 · NB] = acc · c + Σ_j p[j] · (V row at v + off[j], columns [col, col + 8 · NB)), j < nj,
-// with the accumulator in registers. Small slices keep n_set accumulator sets (key j goes to set
-// j % n_set, the sets are added at the end) so that at least 4 independent FMA chains hide the
-// FMA latency: head_dim 8 went from 1.72 to 1.57 ns per key with 4 sets instead of 2.
+// with the accumulator in registers: one query head, one slice of columns (the single-head kernel's
+// p·V, and the group kernel's for slices of up to 4 column blocks). Small slices keep n_set
+// accumulator sets (key j goes to set j % n_set, the keys past the last whole n_set to set 0, the
+// sets are added in order at the end) so that at least 4 independent FMA chains hide the FMA
+// latency: head_dim 8 went from 1.72 to 1.57 ns per key with 4 sets instead of 2.
 template <class L, int NB>
 void pv_slice(const uint8_t * v, const size_t * off, const float * p, int nj, int col, float c, float * acc) {
     constexpr int n_set = NB <= 2 ? 4 : NB <= 4 ? 2 : 1;
@@ -548,31 +601,82 @@ void pv_slice(const uint8_t * v, const size_t * off, const float * p, int nj, in
 template <class L>
 using pv_slice_fn = void (*)(const uint8_t *, const size_t *, const float *, int, int, float, float *);
 
+// p·V of H query heads over C column blocks: for head i (p_i at p + i · attn_chunk, c_i = c[i], its
+// accumulator at acc + i · head_dim), acc_i[col, col + 8C) = acc_i · c_i + Σ_j p_i[j] · V_j[col, col
+// + 8C), keys j < nj in order: per (head, 8 columns) one FMA chain, the arithmetic of pv_slice with
+// one accumulator set (its slices of 5 to 8 blocks). Each V vector is loaded and widened once for
+// the H heads; the H · C accumulators stay in registers over the chunk's keys.
+template <class L, int C, int H>
+void pv_tile(const uint8_t * v, const size_t * off, const float * p, int nj, int col, const float * c, float * acc,
+             int head_dim) {
+    __m256 a[H][C];
+#pragma GCC unroll 4
+    for (int h = 0; h < H; ++h) {
+        const __m256 vc = _mm256_set1_ps(c[h]);
+#pragma GCC unroll 4
+        for (int i = 0; i < C; ++i) a[h][i] = _mm256_mul_ps(_mm256_loadu_ps(acc + h * head_dim + col + 8 * i), vc);
+    }
+    for (int j = 0; j < nj; ++j) {
+        const uint8_t * row = v + off[j];
+        __m256 ph[H];
+#pragma GCC unroll 4
+        for (int h = 0; h < H; ++h) ph[h] = _mm256_broadcast_ss(p + h * attn_chunk + j);
+#pragma GCC unroll 4
+        for (int i = 0; i < C; ++i) {
+            const __m256 vv = L::load8(row, col + 8 * i);
+#pragma GCC unroll 4
+            for (int h = 0; h < H; ++h) a[h][i] = _mm256_fmadd_ps(ph[h], vv, a[h][i]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int h = 0; h < H; ++h) {
+#pragma GCC unroll 4
+        for (int i = 0; i < C; ++i) _mm256_storeu_ps(acc + h * head_dim + col + 8 * i, a[h][i]);
+    }
+}
+
+// Column blocks [b0, b1) of H heads' p·V in tiles of up to C blocks (pv_tile).
+template <class L, int C, int H>
+void pv_tiles(const uint8_t * v, const size_t * off, const float * p, int nj, int b0, int b1, const float * c,
+              float * acc, int head_dim) {
+    int b = b0;
+    for (; b + C <= b1; b += C) pv_tile<L, C, H>(v, off, p, nj, 8 * b, c, acc, head_dim);
+    if constexpr (C > 1) {
+        if (b < b1) pv_tiles<L, C / 2, H>(v, off, p, nj, b, b1, c, acc, head_dim);
+    }
+}
+
 // Prefetches the lines of `bytes` (> 0) bytes at p: one every 64 bytes and the last byte's.
 inline void prefetch_range(const uint8_t * p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) prefetch(p + o);
     prefetch(p + bytes - 1);
 }
 
-// See attention_head_accumulate in kernels_avx2.h. Per chunk of keys: scores (8 keys at a time),
-// the chunk max, one rescale of the accumulator if the running max grew, p = e^(s - m) and the
-// chunk's Σp (f32, then added to the double l), then acc += Σ p·V in slices of up to 64 columns
-// held in registers.
+// See attention_group_accumulate in kernels_avx2.h. Per chunk of keys: the scores of all n_q heads
+// (8 keys at a time: scores_tile of 2 keys × 4 heads, 4 keys × 2 heads or 8 keys × 1 head), then per
+// head the chunk max, one rescale of its accumulator if its running max grew, p = e^(s - m) and the
+// chunk's Σp (f32, then added to the double l), then acc += Σ p·V per slice of up to 8 column blocks
+// (64 columns): slices of 5 to 8 blocks in pv_tile's tiles of up to 4 heads, smaller slices (and one
+// head) in pv_slice per head.
 template <class L>
-void attention_chunked(const float * q, const uint8_t * k, const uint8_t * v, const int32_t * rows, int64_t n,
-                       size_t row_bytes, int head_dim, float scale, float * acc, float & m_io, double & l_io) {
+void attention_group_chunked(const float * q, int n_q, const uint8_t * k, const uint8_t * v, const int32_t * rows,
+                             int64_t n, int64_t n_ahead, size_t row_bytes, int head_dim, float scale, float * acc,
+                             float * m_io, double * l_io) {
     static constexpr pv_slice_fn<L> pv[9] = {nullptr,        pv_slice<L, 1>, pv_slice<L, 2>,
                                              pv_slice<L, 3>, pv_slice<L, 4>, pv_slice<L, 5>,
                                              pv_slice<L, 6>, pv_slice<L, 7>, pv_slice<L, 8>};
     const int nb = head_dim / 8;
     const size_t head_bytes = size_t(head_dim) * L::size;
     const bool prefetch = head_bytes >= attn_prefetch_min_bytes;
-    const __m256 lane = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
     const __m256 vscale = _mm256_set1_ps(scale);
-    alignas(32) float p[attn_chunk];
-    size_t off[attn_chunk];  // byte offset of each key's row
-    float m = m_io;
-    double l = l_io;
+    alignas(32) float p[attn_group_max * attn_chunk];  // p[i · attn_chunk + j]: head i, key j of the chunk
+    size_t off[attn_chunk];                            // byte offset of each key's row
+    float m[attn_group_max], c[attn_group_max];        // c: rescale of the accumulator, e^(m_old - m_new)
+    double l[attn_group_max];
+    for (int i = 0; i < n_q; ++i) {
+        m[i] = m_io[i];
+        l[i] = l_io[i];
+    }
     for (int64_t j0 = 0; j0 < n; j0 += attn_chunk) {
         const int nj = n - j0 < attn_chunk ? int(n - j0) : attn_chunk;
         const int nj8 = (nj + 7) & ~7;
@@ -581,52 +685,78 @@ void attention_chunked(const float * q, const uint8_t * k, const uint8_t * v, co
         } else {
             for (int j = 0; j < nj; ++j) off[j] = size_t(j0 + j) * row_bytes;
         }
-        for (int j = nj; j < nj8; ++j) off[j] = off[nj - 1];  // padding lanes: scored, then masked to -inf
-        __m256 vmax = _mm256_set1_ps(neg_inf);
+        for (int j = nj; j < nj8; ++j) off[j] = off[nj - 1];  // padding keys: scored, then set to -inf
+
         for (int g = 0; g < nj8; g += 8) {
             if (prefetch) {
-                const int64_t ja = j0 + g + attn_prefetch_keys, jb = ja + 8 < n ? ja + 8 : n;
+                const int64_t ja = j0 + g + attn_prefetch_keys, jb = ja + 8 < n + n_ahead ? ja + 8 : n + n_ahead;
                 for (int64_t j = ja; j < jb; ++j) {
                     const size_t o = size_t(rows != nullptr ? int64_t(rows[j]) : j) * row_bytes;
                     prefetch_range(k + o, head_bytes);
                     prefetch_range(v + o, head_bytes);
                 }
             }
-            __m256 s = _mm256_mul_ps(scores8<L>(q, k, off + g, nb), vscale);
-            if (nj - g < 8) {
-                const __m256 real = _mm256_cmp_ps(lane, _mm256_set1_ps(float(nj - g)), _CMP_LT_OQ);
-                s = _mm256_blendv_ps(_mm256_set1_ps(neg_inf), s, real);
+            int i = 0;
+            for (; i + 4 <= n_q; i += 4) {
+                for (int r = 0; r < 8; r += 2) {
+                    scores_tile<L, 2, 4>(q + i * head_dim, head_dim, k, off, g + r, vscale, p + i * attn_chunk);
+                }
             }
-            _mm256_store_ps(p + g, s);
-            vmax = _mm256_max_ps(vmax, s);
+            if (i + 2 <= n_q) {
+                scores_tile<L, 4, 2>(q + i * head_dim, head_dim, k, off, g, vscale, p + i * attn_chunk);
+                scores_tile<L, 4, 2>(q + i * head_dim, head_dim, k, off, g + 4, vscale, p + i * attn_chunk);
+                i += 2;
+            }
+            if (i < n_q) scores_tile<L, 8, 1>(q + i * head_dim, head_dim, k, off, g, vscale, p + i * attn_chunk);
         }
 
-        const float cm = hmax(vmax);
-        float c = 1.0f;  // rescale of the accumulator: e^(m_old - m_new)
-        if (cm > m) {
-            if (l > 0.0) {
-                c = _mm256_cvtss_f32(exp_nonpositive(_mm256_set1_ps(m - cm)));
-                l *= c;
+        for (int i = 0; i < n_q; ++i) {
+            float * pi = p + i * attn_chunk;
+            for (int j = nj; j < nj8; ++j) pi[j] = neg_inf;
+            __m256 vmax = _mm256_set1_ps(neg_inf);
+            for (int g = 0; g < nj8; g += 8) vmax = _mm256_max_ps(vmax, _mm256_load_ps(pi + g));
+            const float cm = hmax(vmax);
+            c[i] = 1.0f;
+            if (cm > m[i]) {
+                if (l[i] > 0.0) {
+                    c[i] = _mm256_cvtss_f32(exp_nonpositive(_mm256_set1_ps(m[i] - cm)));
+                    l[i] *= c[i];
+                }
+                m[i] = cm;
             }
-            m = cm;
+            const __m256 vm = _mm256_set1_ps(m[i]);
+            // Σp of the chunk in f32 (8 lanes of at most 8 terms each, all <= 1: relative error below
+            // 1e-6), added to l in double: 7% faster for head_dim 8 than widening every p to double.
+            __m256 lsum = _mm256_setzero_ps();
+            for (int g = 0; g < nj8; g += 8) {
+                const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_load_ps(pi + g), vm));  // padding: 0
+                _mm256_store_ps(pi + g, e);
+                lsum = _mm256_add_ps(lsum, e);
+            }
+            l[i] += double(hsum(lsum));
         }
-        const __m256 vm = _mm256_set1_ps(m);
-        // Σp of the chunk in f32 (8 lanes of at most 8 terms each, all <= 1: relative error below
-        // 1e-6), added to l in double: 7% faster for head_dim 8 than widening every p to double.
-        __m256 lsum = _mm256_setzero_ps();
-        for (int g = 0; g < nj8; g += 8) {
-            const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_load_ps(p + g), vm));  // padding: 0
-            _mm256_store_ps(p + g, e);
-            lsum = _mm256_add_ps(lsum, e);
-        }
-        l += double(hsum(lsum));
 
         for (int b0 = 0; b0 < nb; b0 += 8) {
-            pv[nb - b0 < 8 ? nb - b0 : 8](v, off, p, nj, 8 * b0, c, acc + 8 * b0);
+            const int b1 = nb - b0 < 8 ? nb : b0 + 8;
+            int i = 0;
+            if (b1 - b0 >= 5) {
+                for (; i + 4 <= n_q; i += 4) {
+                    pv_tiles<L, 2, 4>(v, off, p + i * attn_chunk, nj, b0, b1, c + i, acc + i * head_dim, head_dim);
+                }
+                if (i + 2 <= n_q) {
+                    pv_tiles<L, 4, 2>(v, off, p + i * attn_chunk, nj, b0, b1, c + i, acc + i * head_dim, head_dim);
+                    i += 2;
+                }
+            }
+            for (; i < n_q; ++i) {
+                pv[b1 - b0](v, off, p + i * attn_chunk, nj, 8 * b0, c[i], acc + i * head_dim + 8 * b0);
+            }
         }
     }
-    m_io = m;
-    l_io = l;
+    for (int i = 0; i < n_q; ++i) {
+        m_io[i] = m[i];
+        l_io[i] = l[i];
+    }
 }
 
 }  // namespace
@@ -731,13 +861,14 @@ void fp32_to_fp16_row(const float * src, uint16_t * dst, int64_t n) {
     for (; i < n; ++i) dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
-void attention_head_accumulate(const float * q, ggml_type kv_type, const uint8_t * k, const uint8_t * v,
-                               const int32_t * rows, int64_t n, size_t row_bytes, int head_dim, float scale,
-                               float * acc, float & m, double & l) {
+void attention_group_accumulate(const float * q, int n_q, ggml_type kv_type, const uint8_t * k, const uint8_t * v,
+                                const int32_t * rows, int64_t n, int64_t n_ahead, size_t row_bytes, int head_dim,
+                                float scale, float * acc, float * m, double * l) {
+    if (n_q < 1 || n_q > attn_group_max) __builtin_trap();  // the caller splits larger groups
     if (kv_type == ggml_type::f16) {
-        attention_chunked<load_f16>(q, k, v, rows, n, row_bytes, head_dim, scale, acc, m, l);
+        attention_group_chunked<load_f16>(q, n_q, k, v, rows, n, n_ahead, row_bytes, head_dim, scale, acc, m, l);
     } else {
-        attention_chunked<load_f32>(q, k, v, rows, n, row_bytes, head_dim, scale, acc, m, l);
+        attention_group_chunked<load_f32>(q, n_q, k, v, rows, n, n_ahead, row_bytes, head_dim, scale, acc, m, l);
     }
 }
 
