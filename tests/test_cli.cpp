@@ -13,7 +13,6 @@
 #include <fstream>
 #include <initializer_list>
 #include <optional>
-#include <regex>
 #include <string_view>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -319,7 +318,8 @@ TEST_F(cli, storage_emulator_gives_the_same_tokens_and_reports_its_link) {
     // With the scoring copy (the default), whose 1024 positions × 2 layers × 2 KV heads × (8 + 4) bytes, and
     // per layer 33 rows of f32 channel scales and first keys (8.2 KiB in all), the budget holds too: nothing
     // is scored on the SSD.
-    const std::string copy_base = std::regex_replace(base, std::regex("--kv-host-budget 4K"), "--kv-host-budget 64K");
+    std::string copy_base = base;
+    copy_base.replace(copy_base.find("--kv-host-budget 4K"), std::string("--kv-host-budget 4K").size(), "--kv-host-budget 64K");
     const result copy_text = run(copy_base + "--storage plain");
     EXPECT_EQ(copy_text.code, 0) << copy_text.out;
     EXPECT_NE(copy_text.out.find("scoring: every token from the scoring copy of the keys in DRAM (56.2 KiB, 24 B per "
