@@ -103,26 +103,16 @@ float q_max_of(score_precision p) {
     return p == score_precision::int8 ? 127.0f : 7.0f;
 }
 
-// Below this max|x| a head vector quantizes to zeros: q_max / max|x| must stay finite (127 · 2^100 is
-// far below FLT_MAX), and such a vector contributes nothing measurable to a score.
-constexpr float min_amax = 0x1p-100f;
-
 // quantize_symmetric with given kernels and q_max.
 float quantize_with(const score_kernels & kern, const uint8_t * x, int n, float q_max, int8_t * out) {
     const float amax = kern.amax(x, n);
-    if (!(amax <= FLT_MAX) || amax < min_amax) {  // inf or NaN element, or (nearly) all zeros
+    if (!(amax <= FLT_MAX) || amax < quantize_min_amax) {  // inf or NaN element, or (nearly) all zeros
         std::fill(out, out + n, int8_t(0));
-        return amax < min_amax ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+        return amax < quantize_min_amax ? 0.0f : std::numeric_limits<float>::quiet_NaN();
     }
     // |x · inv| <= max|x| · q_max / max|x|, which rounds to q_max: the values fit [-q_max, q_max].
     kern.quantize(x, n, q_max / amax, out);
     return amax / q_max;
-}
-
-// Sum or max of a and b; max propagates NaN (a NaN head score makes the token's score NaN, as sum does).
-inline float combine(score_aggregate agg, float a, float b) {
-    if (agg == score_aggregate::sum) return a + b;
-    return (b > a || std::isnan(b)) && !std::isnan(a) ? b : a;
 }
 
 }  // namespace
@@ -243,11 +233,11 @@ void host_scorer::score(const kv_view & keys, const int32_t * rows, float * scor
                 for (int t = 0; t < nb; ++t) {
                     const float * d = dots + t * group;
                     float head_score = d[0];
-                    for (int h = 1; h < group; ++h) head_score = combine(agg, head_score, d[h]);
+                    for (int h = 1; h < group; ++h) head_score = combine_scores(agg, head_score, d[h]);
                     if (!per_layer) {
                         scores[int64_t(g) * scores_stride + j0 + t] = head_score;
                     } else {
-                        token_score[t] = g == 0 ? head_score : combine(agg, token_score[t], head_score);
+                        token_score[t] = g == 0 ? head_score : combine_scores(agg, token_score[t], head_score);
                     }
                 }
             }

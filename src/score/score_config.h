@@ -6,6 +6,7 @@
 // INT4 for scoring only; the stored KV stays FP16 ("Streaming Execution and Asymmetric Precision").
 #pragma once
 
+#include <cmath>
 #include <string_view>
 
 namespace hill {
@@ -40,6 +41,18 @@ struct score_params {
     score_aggregate aggregate = score_aggregate::sum;
     select_granularity granularity = select_granularity::layer;
 };
+
+// Sum or max of two head scores a and b of a token (score_aggregate); max propagates NaN, so that a NaN
+// head score makes the token's score NaN under either aggregate. Heads are combined in order.
+inline float combine_scores(score_aggregate agg, float a, float b) {
+    if (agg == score_aggregate::sum) return a + b;
+    return (b > a || std::isnan(b)) && !std::isnan(a) ? b : a;
+}
+
+// Below this max|x| a head vector quantizes to zeros with scale 0 (symmetric quantization, the host
+// scorer and the scoring copy): q_max / max|x| must stay finite (127 · 2^100 is far below FLT_MAX), and
+// such a vector contributes nothing measurable to a score.
+inline constexpr float quantize_min_amax = 0x1p-100f;
 
 // Names as the CLI spells them: fp16 int8 int4 / fp32 int8 / sum max / layer kv_head.
 std::string_view name(score_precision p);
