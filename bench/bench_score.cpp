@@ -1,7 +1,7 @@
 // Host scorer throughput (DESIGN.md §3 step 2, §4 f_c): bytes of FP16 keys scored per second, for
 // each key precision (fp16, int8, int4) and query precision (fp32, int8), and for the scoring copy
-// (score/score_copy.h: INT4 keys with per-channel scales in DRAM, int8 query; keys "copy"), beside this
-// machine's DRAM read bandwidth.
+// (score/score_copy.h: INT4 or INT2 keys with per-channel scales in DRAM, int8 query; keys "copy4",
+// "copy2"), beside this machine's DRAM read bandwidth.
 //
 //   bench_score [--n-tokens 131072] [--head-dim 128] [--n-head 32] [--n-head-kv 8] [--reps 5] [-t N]
 //               [--granularity layer|kv_head] [--aggregate sum|max] [--rows] [--json FILE]
@@ -11,9 +11,10 @@
 // mode this CPU runs (the first, warm-up repetition dropped). Prints GB/s of f16 keys (1e9 bytes),
 // median with min and max, in total and per thread, as a share of the DRAM read bandwidth of the same
 // threads, and million tokens per second. --rows scores through a shuffled row index list (how the
-// hot pool hands out its slots) instead of in order. The copy row counts the f16 keys it stands for,
-// so that its GB/s compares with the others (it reads its own bytes_per_token_layer per token from
-// DRAM: 27% of the f16 keys at head_dim 128), and always scores in order (--rows does not apply).
+// hot pool hands out its slots) instead of in order. The copy rows count the f16 keys they stand for,
+// so that their GB/s compares with the others (they read their own bytes_per_token_layer per token
+// from DRAM: 27% of the f16 keys at 4 bits, 14% at 2 bits, at head_dim 128), and always score in
+// order (--rows does not apply).
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -21,7 +22,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
-#include <optional>
 #include <random>
 #include <vector>
 
@@ -44,7 +44,7 @@ using bench::summarize;
 
 struct result {
     kernel_mode mode;
-    std::string key;  // score_precision name, or "copy" (the scoring copy)
+    std::string key;  // score_precision name, or "copy4" / "copy2" (the scoring copy)
     query_precision query;
     stat3 gbps;  // f16 key bytes scored per second, all threads, in GB/s
 };
@@ -111,17 +111,18 @@ int main(int argc, char ** argv) {
 
         const double dram = bench::dram_read_gbps(pool, size_t(1) << 30, 5);
 
-        // The scoring copy of the same keys (an even head_dim only): the channel scales from the first
-        // 4096 tokens (a prompt), the rest written in parallel (disjoint positions of one sequence and
-        // layer).
-        std::optional<score_copy> copy;
-        if (head_dim % 2 == 0) {
-            copy.emplace(s, params, 1, 1, n_tokens, n_threads);
+        // The scoring copies of the same keys at 4 and 2 bits (where head_dim allows): the channel
+        // scales from the first 4096 tokens (a prompt), the rest written in parallel (disjoint positions
+        // of one sequence and layer).
+        std::vector<score_copy> copies;
+        for (const int bits : {4, 2}) {
+            if (!score_copy::supports(head_dim, bits)) continue;
+            score_copy & copy = copies.emplace_back(s, params, bits, 1, 1, n_tokens, n_threads);
             const int64_t n_prompt = std::min<int64_t>(n_tokens, 4096);
-            copy->write(0, 0, 0, n_prompt, ggml_type::f16, keys.data(), row_stride);
+            copy.write(0, 0, 0, n_prompt, ggml_type::f16, keys.data(), row_stride);
             pool.parallel_for(n_tokens - n_prompt, [&](int64_t i0, int64_t i1) {
-                copy->write(0, 0, n_prompt + i0, i1 - i0, ggml_type::f16,
-                            keys.data() + size_t((n_prompt + i0) * row_stride), row_stride);
+                copy.write(0, 0, n_prompt + i0, i1 - i0, ggml_type::f16, keys.data() + size_t((n_prompt + i0) * row_stride),
+                           row_stride);
             });
         }
 
@@ -153,16 +154,17 @@ int main(int argc, char ** argv) {
                 }
                 results.push_back({m, std::string(name(c.key)), c.query, summarize(gbps)});
             }
-            if (!copy) continue;
-            scores.resize(size_t(copy->n_group() * n_tokens));
-            std::vector<double> gbps;
-            for (int r = 0; r < reps + 1; ++r) {
-                const int64_t t0 = time_us();
-                copy->prepare_query(0, 0, q.data());
-                copy->score(n_tokens, scores.data(), n_tokens, pool);
-                if (r > 0) gbps.push_back(key_bytes / (double(time_us() - t0) * 1e3));
+            for (score_copy & copy : copies) {
+                scores.resize(size_t(copy.n_group() * n_tokens));
+                std::vector<double> gbps;
+                for (int r = 0; r < reps + 1; ++r) {
+                    const int64_t t0 = time_us();
+                    copy.prepare_query(0, 0, q.data());
+                    copy.score(n_tokens, scores.data(), n_tokens, pool);
+                    if (r > 0) gbps.push_back(key_bytes / (double(time_us() - t0) * 1e3));
+                }
+                results.push_back({m, fmt::format("copy{}", copy.bits()), query_precision::int8, summarize(gbps)});
             }
-            results.push_back({m, "copy", query_precision::int8, summarize(gbps)});
         }
         kernel_mode_set(saved);
 
@@ -175,13 +177,18 @@ int main(int argc, char ** argv) {
             "reps; {}\n",
             n_tokens, n_head, n_head_kv, head_dim, key_bytes / (1 << 20),
             use_rows ? " through a shuffled row list" : "", name(params.granularity), name(params.aggregate), reps,
-            copy ? fmt::format("the scoring copy: {:.0f} MiB ({} bytes per token)", double(copy->bytes()) / (1 << 20),
-                               score_copy::bytes_per_token_layer(s))
-                 : std::string("no scoring copy (odd head_dim)"));
-        fmt::print("{:6}  {:4}  {:5}  {:>7}  {:>15}  {:>13}  {:>6}  {:>8}\n", "mode", "keys", "query", "GB/s",
+            copies.empty() ? std::string("no scoring copy (odd head_dim)") : [&] {
+                std::string d = "the scoring copies:";
+                for (const score_copy & c : copies) {
+                    d += fmt::format(" copy{} {:.0f} MiB ({} bytes per token)", c.bits(), double(c.bytes()) / (1 << 20),
+                                     score_copy::bytes_per_token_layer(s, c.bits()));
+                }
+                return d;
+            }());
+        fmt::print("{:6}  {:5}  {:5}  {:>7}  {:>15}  {:>13}  {:>6}  {:>8}\n", "mode", "keys", "query", "GB/s",
                    "(min .. max)", "GB/s / thread", "% DRAM", "Mtok/s");
         for (const result & r : results) {
-            fmt::print("{:6}  {:4}  {:5}  {:7.2f}  ({:5.2f} .. {:5.2f})  {:13.2f}  {:5.0f}%  {:8.2f}\n",
+            fmt::print("{:6}  {:5}  {:5}  {:7.2f}  ({:5.2f} .. {:5.2f})  {:13.2f}  {:5.0f}%  {:8.2f}\n",
                        mode_name(r.mode), r.key, name(r.query), r.gbps.median, r.gbps.lo, r.gbps.hi,
                        r.gbps.median / n_threads, 100.0 * r.gbps.median / dram,
                        r.gbps.median * 1e9 / key_bytes * double(n_tokens) / 1e6);
@@ -197,7 +204,8 @@ int main(int argc, char ** argv) {
                                 {"rows", use_rows},
                                 {"reps", reps},
                                 {"key_bytes", key_bytes},
-                                {"copy_bytes_per_token", score_copy::bytes_per_token_layer(s)},
+                                {"copy4_bytes_per_token", score_copy::bytes_per_token_layer(s, 4)},
+                                {"copy2_bytes_per_token", score_copy::bytes_per_token_layer(s, 2)},
                                 {"dram_read_gbps", dram},
                                 {"results", nlohmann::json::array()}};
             for (const result & r : results) {

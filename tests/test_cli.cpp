@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <initializer_list>
 #include <optional>
@@ -315,19 +316,19 @@ TEST_F(cli, storage_emulator_gives_the_same_tokens_and_reports_its_link) {
     EXPECT_EQ(plain_text.code, 0) << plain_text.out;
     EXPECT_NE(plain_text.out.find("B per token (the host reads whole key pages, hot tokens' rows and page padding "
                                   "included; a key row: 64 B per token)"), std::string::npos) << plain_text.out;
-    // With the scoring copy (the default), whose 1024 positions × 2 layers × 2 KV heads × (8 + 4) bytes, and
-    // per layer 33 rows of f32 channel scales and first keys (8.2 KiB in all), the budget holds too: nothing
-    // is scored on the SSD.
+    // With the scoring copy (the default: INT2 keys), whose 1024 positions × 2 layers × 2 KV heads × (16 · 2 / 8
+    // + 4) bytes, and per layer 33 rows of f32 channel scales and first keys (8.2 KiB in all), the budget
+    // holds too: nothing is scored on the SSD.
     std::string copy_base = base;
     copy_base.replace(copy_base.find("--kv-host-budget 4K"), std::string("--kv-host-budget 4K").size(), "--kv-host-budget 64K");
     const result copy_text = run(copy_base + "--storage plain");
     EXPECT_EQ(copy_text.code, 0) << copy_text.out;
-    EXPECT_NE(copy_text.out.find("scoring: every token from the scoring copy of the keys in DRAM (56.2 KiB, 24 B per "
-                                 "token and layer"), std::string::npos) << copy_text.out;
+    EXPECT_NE(copy_text.out.find("scoring: every token from the scoring copy of the keys in DRAM (40.2 KiB, 16 B per "
+                                 "token and layer: INT2 keys"), std::string::npos) << copy_text.out;
     EXPECT_EQ(copy_text.out.find("cold tokens in"), std::string::npos) << copy_text.out;
     const result too_small = run(base + "--storage plain");
     EXPECT_EQ(too_small.code, 2) << too_small.out;
-    EXPECT_NE(too_small.out.find("after the 56.2 KiB scoring copy of the keys"), std::string::npos) << too_small.out;
+    EXPECT_NE(too_small.out.find("after the 40.2 KiB scoring copy of the keys"), std::string::npos) << too_small.out;
     EXPECT_TRUE(in_order(text.out, {"selected KV: ", " cold tokens, ", " over the link; flash read "})) << text.out;
     EXPECT_NE(text.out.find("from the cold tier ("), std::string::npos) << text.out;
 
@@ -664,17 +665,23 @@ TEST_F(cli, bench_step_measures_every_configuration_and_writes_json_and_a_plot) 
     const std::string json = d.file("step.json"), png = d.file("step.png");
     const test::cli_result r = test::run_cli(
         "bench step --ctx 1024 --layers 1 --heads 4 --kv-heads 2 --head-dim 64 --cold 0,0.5 --policies full,hillinfer "
-        "--storage plain,emulator --profile none --steps 2 --warmup 1 -t 1 --kv-dir " + d.file("kv") + " --json " + json +
-        " --plot " + png);
+        "--storage plain,emulator --profile none --score-copy int4,int2 --steps 2 --warmup 1 -t 1 --kv-dir " +
+        d.file("kv") + " --json " + json + " --plot " + png);
     ASSERT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("speedup over full"), std::string::npos) << r.out;
     const nlohmann::json j = nlohmann::json::parse(test::read_whole_file(json));
     EXPECT_NEAR(j["workload"]["overlap"].get<double>(), 0.90, 0.01);
     EXPECT_NEAR(j["workload"]["mass"].get<double>(), 0.94, 0.01);
-    // In RAM: full and hillinfer; 50% cold: each policy on the plain SSD and the emulator.
-    ASSERT_EQ(j["results"].size(), 6u) << j.dump(1);
+    // In RAM: full, and hillinfer with each scoring copy; 50% cold: each policy on the plain SSD (hillinfer
+    // with each copy) and the emulator.
+    ASSERT_EQ(j["results"].size(), 8u) << j.dump(1);
     int n_cold = 0;
+    std::map<std::string, uint64_t> copy_bytes;  // of hillinfer at 50% cold on the plain SSD, per copy
     for (const auto & x : j["results"]) {
+        const bool with_copy = x["policy"] == "hillinfer" && x["storage"] != "emulator";
+        EXPECT_EQ(x["score_copy"] == "-", !with_copy) << x;
+        EXPECT_EQ(x["scoring_copy_bytes"].get<uint64_t>() > 0, with_copy) << x;
+        if (with_copy && x["cold"].get<double>() > 0.0) copy_bytes[x["score_copy"]] = x["scoring_copy_bytes"].get<uint64_t>();
         ASSERT_TRUE(x["step_ms"].is_number()) << x;
         EXPECT_GT(x["step_ms"].get<double>(), 0.0);
         EXPECT_LE(x["step_ms_min"].get<double>(), x["step_ms"].get<double>());
@@ -701,8 +708,12 @@ TEST_F(cli, bench_step_measures_every_configuration_and_writes_json_and_a_plot) 
             }
         }
     }
-    EXPECT_EQ(n_cold, 4);
-    ASSERT_EQ(j["ratios"].size(), 3u) << j["ratios"];
+    EXPECT_EQ(n_cold, 5);
+    // 1028 positions (the context, 1 + 2 steps and the next token) of 2 KV heads of 64: 2 · (32 + 4) B per
+    // token at 4 bits, 2 · (16 + 4) at 2 bits, plus 33 rows of f32 channel scales and first keys.
+    EXPECT_EQ(copy_bytes["int4"], 1028u * 72u + 33u * 128u * 4u);
+    EXPECT_EQ(copy_bytes["int2"], 1028u * 40u + 33u * 128u * 4u);
+    ASSERT_EQ(j["ratios"].size(), 5u) << j["ratios"];
     for (const auto & x : j["ratios"]) {
         EXPECT_EQ(x["policy"], "hillinfer");
         EXPECT_GT(x["speedup_over_full"].get<double>(), 0.0);
@@ -715,7 +726,8 @@ TEST_F(cli, bench_step_measures_every_configuration_and_writes_json_and_a_plot) 
 
 TEST_F(cli, bench_step_refuses_bad_grids_before_measuring) {
     for (const char * bad : {"--cold 1", "--cold 0,-0.5", "--ctx 100", "--policies full,nope", "--storage disk",
-                             "--profile nonexistent_profile", "--steps 0", "--head-dim 63", "--heads 6 --kv-heads 4"}) {
+                             "--profile nonexistent_profile", "--steps 0", "--head-dim 63", "--heads 6 --kv-heads 4",
+                             "--score-copy int3"}) {
         const test::cli_result r = test::run_cli(std::string("bench step --layers 1 --kv-dir /tmp ") + bad);
         EXPECT_EQ(r.code, 2) << bad << "\n" << r.out;
         EXPECT_NE(r.out.find("error"), std::string::npos) << bad << "\n" << r.out;

@@ -790,7 +790,7 @@ TEST(csd_session, decoding_under_the_emulator_equals_the_plain_ssd) {
         step_stats st[2];
         for (int e = 0; e < 2; ++e) {
             context_params sp{.n_ctx = 1024, .kv_host_budget = budget, .kv_dir = dir.file("kv"), .policy = pp,
-                              .score_copy = false};
+                              .score_copy_bits = 0};
             sp.storage.kind = e == 0 ? csd::storage_kind::plain : csd::storage_kind::emulator;
             sp.storage.block_tokens = 50;
             session s(*m, sp, pool);

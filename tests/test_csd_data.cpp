@@ -30,7 +30,7 @@ TEST(csd_data, emulator_equals_host_scoring_on_a_real_models_keys) {
     for (int e = 0; e < 2; ++e) {
         // The plain SSD scores the stored keys (no scoring copy), as the emulator does.
         context_params sp{.n_ctx = 512, .kv_host_budget = budget, .kv_dir = dir.file("kv"), .policy = pp,
-                          .score_copy = false};
+                          .score_copy_bits = 0};
         sp.storage.kind = e == 0 ? csd::storage_kind::plain : csd::storage_kind::emulator;
         session s(*m, sp, pool);
         ids[e] = {m->tokenizer().vocab().bos};

@@ -224,7 +224,7 @@ TEST(hillinfer_step, sparse_attention_equals_attention_over_the_reference_set) {
                                      .kv_host_budget = 60 * m->hp().kv_bytes_per_token(ggml_type::f32),
                                      .kv_dir = dir.file("kv" + std::to_string(n_dirs++)),
                                      .policy = p,
-                                     .score_copy = false},
+                                     .score_copy_bits = 0},
                       pool);
             s.eval(prompt);
             // The cache's keys and values of positions [0, n - 1), then the step's own row.

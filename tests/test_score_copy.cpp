@@ -82,14 +82,37 @@ key_rows random_keys(ggml_type type, int64_t n, const attention_shape & s, std::
     return make_rows(type, v, width);
 }
 
-// The stored nibble of element i of a packed head vector of n elements, decoded as score_copy.h
-// documents it: blocks of 32 (the last one n mod 32), byte j of a block of b holding elements j (low
-// nibble) and j + b/2 (high nibble), each k̂ + 8.
-int stored_level(const uint8_t * packed, int n, int i) {
+// The level k̂ of element i of a packed head vector of n elements, decoded as score_copy.h documents
+// it: blocks of 32 (the last one n mod 32); at 4 bits byte j of a block of b holds elements j (low
+// nibble) and j + b/2 (high nibble), each k̂ + 8; at 2 bits elements j + m · b/4 in bits 2m, 2m + 1,
+// each u with k̂ = 2u − 3.
+int stored_level(const uint8_t * packed, int n, int i, int bits) {
     const int b0 = i / 32 * 32, b = std::min(32, n - b0), j = i - b0;
+    if (bits == 2) {
+        const uint8_t byte = packed[b0 / 4 + j % (b / 4)];
+        return 2 * ((byte >> (2 * (j / (b / 4)))) & 3) - 3;
+    }
     const uint8_t byte = packed[b0 / 2 + j % (b / 2)];
     return (j < b / 2 ? byte & 15 : byte >> 4) - 8;
 }
+
+// The documented 2-bit quantization of a head vector x[n] (finite, not all near zero): levels 2u − 3,
+// u = clamp(round((x · 3 / max|x| + 3) / 2), 0, 3), scale max|x| / 3 — written out here independently
+// of the copy.
+float quantize_int2(const float * x, int n, int8_t * level) {
+    float amax = 0.0f;
+    for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float inv = 3.0f / amax;
+    for (int i = 0; i < n; ++i) {
+        const long u = std::clamp<long>(std::lrint((x[i] * inv + 3.0f) * 0.5f), 0, 3);
+        level[i] = int8_t(2 * u - 3);
+    }
+    return amax / 3.0f;
+}
+
+class score_copy_w : public ::testing::TestWithParam<int> {};
+INSTANTIATE_TEST_SUITE_P(bits, score_copy_w, ::testing::Values(4, 2),
+                         [](const ::testing::TestParamInfo<int> & i) { return "int" + std::to_string(i.param); });
 
 float combine(score_aggregate agg, float a, float b) {
     return agg == score_aggregate::sum ? a + b : std::max(a, b);
@@ -115,12 +138,12 @@ std::vector<float> documented_scores(const score_copy & copy, int seq, int il, c
     for (int64_t t = 0; t < n; ++t) {
         float token = 0.0f;
         for (int g = 0; g < s.n_head_kv; ++g) {
-            const uint8_t * k = copy.keys(seq, il) + (t * s.n_head_kv + g) * (hd / 2);
+            const uint8_t * k = copy.keys(seq, il) + (t * s.n_head_kv + g) * (hd * copy.bits() / 8);
             const float s_k = copy.key_scales(seq, il)[t * s.n_head_kv + g];
             float head = 0.0f;
             for (int h = g * group; h < (g + 1) * group; ++h) {
                 int64_t dot = 0;
-                for (int i = 0; i < hd; ++i) dot += int64_t(q_i8[sz(h * hd + i)]) * stored_level(k, hd, i);
+                for (int i = 0; i < hd; ++i) dot += int64_t(q_i8[sz(h * hd + i)]) * stored_level(k, hd, i, copy.bits());
                 const float v = float(dot) * q_scale[sz(h)] * s_k;
                 head = h == g * group ? v : combine(p.aggregate, head, v);
             }
@@ -172,19 +195,22 @@ const int head_dims[] = {8, 40, 64, 80, 128, 288, 520};
 
 // ---------------------------------------------------------------------------------------------
 
-TEST(score_copy, bytes_per_token_layer_and_bytes) {
+TEST_P(score_copy_w, bytes_per_token_layer_and_bytes) {
+    const int bits = GetParam();
     const attention_shape s{32, 8, 128, 0.0f};
-    EXPECT_EQ(score_copy::bytes_per_token_layer(s), 8u * (64u + 4u));
-    const score_copy copy(s, score_params{}, 2, 3, 1000, 2);
+    const uint64_t per_token = bits == 4 ? 8u * (64u + 4u) : 8u * (32u + 4u);  // 544 or 288
+    EXPECT_EQ(score_copy::bytes_per_token_layer(s, bits), per_token);
+    const score_copy copy(s, score_params{}, bits, 2, 3, 1000, 2);
     // Per (sequence, layer): 1000 tokens, the channel scales and the first 32 keys in f32.
-    const uint64_t stored = 2u * 3u * (1000u * 544u + 33u * 8u * 128u * 4u);
-    EXPECT_EQ(score_copy::bytes_for(s, 2, 3, 1000), stored);
+    const uint64_t stored = 2u * 3u * (1000u * per_token + 33u * 8u * 128u * 4u);
+    EXPECT_EQ(score_copy::bytes_for(s, bits, 2, 3, 1000), stored);
     EXPECT_GE(copy.bytes(), stored);
     EXPECT_LT(copy.bytes(), stored + 64 * 1024) << "beyond the copy, only the query and a little scratch";
     EXPECT_EQ(copy.n_ctx(), 1000);
 }
 
-TEST(score_copy, write_stores_quantize_symmetric_of_k_over_c) {
+TEST_P(score_copy_w, write_stores_quantize_symmetric_of_k_over_c) {
+    const int bits = GetParam();
     HILL_FRESH_RNG(rng);
     for (ggml_type t : {ggml_type::f16, ggml_type::f32}) {
         for (int hd : {8, 80, 128}) {
@@ -201,7 +227,7 @@ TEST(score_copy, write_stores_quantize_symmetric_of_k_over_c) {
             std::vector<float> v(sz(n * width));
             for (int64_t r = 0; r < n; ++r) std::copy_n(k.f32.begin() + r * k.stride, width, v.begin() + r * width);
             k = make_rows(t, v, width);
-            score_copy copy(s, score_params{}, 1, 1, n, 1);
+            score_copy copy(s, score_params{}, bits, 1, 1, n, 1);
             copy.write(0, 0, 0, n, t, k.data(), k.stride);
             const float * c = copy.channel_scales(0, 0);
             for (int g = 0; g < 2; ++g) {
@@ -223,29 +249,32 @@ TEST(score_copy, write_stores_quantize_symmetric_of_k_over_c) {
             for (int64_t r = 0; r < n; ++r) {
                 for (int g = 0; g < 2; ++g) {
                     for (int i = 0; i < hd; ++i) kt[sz(i)] = k.at(r, g * hd + i) / c[g * hd + i];
-                    const float sc =
-                        quantize_symmetric(ggml_type::f32, kt.data(), hd, score_precision::int4, want.data());
+                    const bool inf = r == 7 && g == 1;
+                    const float sc = bits == 4 || inf
+                                         ? quantize_symmetric(ggml_type::f32, kt.data(), hd, score_precision::int4, want.data())
+                                         : quantize_int2(kt.data(), hd, want.data());
                     const float got_sc = copy.key_scales(0, 0)[r * 2 + g];
-                    const uint8_t * packed = copy.keys(0, 0) + (r * 2 + g) * (hd / 2);
+                    const uint8_t * packed = copy.keys(0, 0) + (r * 2 + g) * (hd * bits / 8);
                     const std::string what = std::string(ggml_type_name(t)) + ", head_dim " + std::to_string(hd) +
                                              ", token " + std::to_string(r) + ", KV head " + std::to_string(g);
-                    if (r == 7 && g == 1) {  // the inf: zeros and a NaN scale
+                    if (inf) {  // a NaN scale (the stored levels do not matter)
                         EXPECT_TRUE(std::isnan(got_sc)) << what;
-                    } else {
-                        EXPECT_EQ(got_sc, sc) << what;
+                        continue;
                     }
+                    EXPECT_EQ(got_sc, sc) << what;
                     for (int i = 0; i < hd; ++i)
-                        ASSERT_EQ(stored_level(packed, hd, i), want[sz(i)]) << what << " element " << i;
+                        ASSERT_EQ(stored_level(packed, hd, i, bits), want[sz(i)]) << what << " element " << i;
                 }
             }
         }
     }
 }
 
-TEST(score_copy, zero_keys_give_unit_channel_scales_and_zero_scores) {
+TEST_P(score_copy_w, zero_keys_give_unit_channel_scales_and_zero_scores) {
+    const int bits = GetParam();
     thread_pool pool(1);
     const attention_shape s{4, 2, 64, 0.0f};
-    score_copy copy(s, score_params{}, 1, 1, 4, 1);
+    score_copy copy(s, score_params{}, bits, 1, 1, 4, 1);
     const std::vector<float> zeros(sz(4 * 128), 0.0f);
     copy.write(0, 0, 0, 4, ggml_type::f32, zeros.data(), 128);
     for (int i = 0; i < 128; ++i) ASSERT_EQ(copy.channel_scales(0, 0)[i], 1.0f);
@@ -255,7 +284,8 @@ TEST(score_copy, zero_keys_give_unit_channel_scales_and_zero_scores) {
 
 // Test 1: the AVX2 kernel and the scalar reference give the scores the header documents, bit for bit,
 // for every head layout, head_dim, key type, granularity and aggregate, on 1 and 3 threads.
-TEST(score_copy, avx2_and_scalar_match_the_documented_scores_bit_for_bit) {
+TEST_P(score_copy_w, avx2_and_scalar_match_the_documented_scores_bit_for_bit) {
+    const int bits = GetParam();
     HILL_FRESH_RNG(rng);
     mode_guard mg;
     thread_pool p1(1), p3(3);
@@ -268,7 +298,7 @@ TEST(score_copy, avx2_and_scalar_match_the_documented_scores_bit_for_bit) {
                 const key_rows k = random_keys(t, n, s, rng);
                 for (const score_params & p : all_params()) {
                     const std::string what = case_name(s, p, t);
-                    score_copy copy(s, p, 2, 2, n + 5, 3);
+                    score_copy copy(s, p, bits, 2, 2, n + 5, 3);
                     copy.write(1, 1, 0, n, t, k.data(), k.stride);
                     const std::vector<float> want = documented_scores(copy, 1, 1, q, n);
                     kernel_mode_set(kernel_mode::scalar);
@@ -284,7 +314,8 @@ TEST(score_copy, avx2_and_scalar_match_the_documented_scores_bit_for_bit) {
     }
 }
 
-TEST(score_copy, stride_places_each_group_row) {
+TEST_P(score_copy_w, stride_places_each_group_row) {
+    const int bits = GetParam();
     HILL_FRESH_RNG(rng);
     thread_pool pool(2);
     const attention_shape s{8, 2, 64, 0.0f};
@@ -293,7 +324,7 @@ TEST(score_copy, stride_places_each_group_row) {
     const std::vector<float> q = random_floats(rng, sz(8 * 64));
     score_params p;
     p.granularity = select_granularity::kv_head;
-    score_copy copy(s, p, 1, 1, n, 2);
+    score_copy copy(s, p, bits, 1, 1, n, 2);
     ASSERT_EQ(copy.n_group(), 2);
     copy.write(0, 0, 0, n, ggml_type::f32, k.data(), k.stride);
     const std::vector<float> dense = copy_scores(copy, 0, 0, q, n, pool);  // [2, n]
@@ -307,10 +338,12 @@ TEST(score_copy, stride_places_each_group_row) {
     }
 }
 
-// The extremes of the int16 sums in the AVX2 kernel: every stored nibble 15 (k̂ = 7) against a query
-// of ±127 over 8 blocks is ±30480 per int16 lane before widening. Constant keys and queries make k̃ = 1,
-// k̂ = 7 and q̂ = ±127 everywhere, so the score is ±127 · 7 · head_dim · s_q · s_k = ±q·k exactly.
-TEST(score_copy, extreme_values_sum_exactly) {
+// The extremes of the int16 sums in the AVX2 kernels: every stored nibble 15 (k̂ = 7) against a query
+// of ±127 over 8 blocks is ±30480 per int16 lane before widening (2 bits: u = 3, ±6096). Constant keys
+// and queries make k̃ = 1, k̂ = L (the top level: 7 at 4 bits, 3 at 2 bits) and q̂ = ±127 everywhere, so
+// the score is ±127 · L · head_dim · s_q · s_k = ±q·k exactly.
+TEST_P(score_copy_w, extreme_values_sum_exactly) {
+    const int bits = GetParam();
     mode_guard mg;
     thread_pool pool(1);
     for (int hd : {256, 288, 512}) {
@@ -319,14 +352,15 @@ TEST(score_copy, extreme_values_sum_exactly) {
             const std::vector<float> keys(sz(3 * hd), 2.0f), q(sz(4 * hd), 0.25f * sign);
             score_params p;
             p.granularity = select_granularity::kv_head;
-            score_copy copy(s, p, 1, 1, 3, 1);
+            score_copy copy(s, p, bits, 1, 1, 3, 1);
             copy.write(0, 0, 0, 3, ggml_type::f32, keys.data(), hd);
             for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
                 if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
                 kernel_mode_set(m);
-                // c = 2, k̃ = 1, s_k = 1/7; q' = ±0.5, s_q = 0.5/127: per head 127 · 7 · head_dim · s_q · s_k,
+                // c = 2, k̃ = 1, s_k = 1/L; q' = ±0.5, s_q = 0.5/127: per head 127 · L · head_dim · s_q · s_k,
                 // in f32 as the copy computes it, four heads summed: ≈ ±2 · head_dim.
-                const float head = float(127 * 7 * hd) * sign * (0.5f / 127.0f) * (1.0f / 7.0f);
+                const int L = bits == 4 ? 7 : 3;
+                const float head = float(127 * L * hd) * sign * (0.5f / 127.0f) * (1.0f / float(L));
                 const float want = ((head + head) + head) + head;
                 EXPECT_NEAR(want, 2.0f * float(hd) * sign, 1e-4f * float(hd));
                 EXPECT_EQ(copy_scores(copy, 0, 0, q, 3, pool), std::vector<float>(3, want)) << "head_dim " << hd;
@@ -336,10 +370,11 @@ TEST(score_copy, extreme_values_sum_exactly) {
 }
 
 // Test 2: against the exact q·k (f32 inputs, double arithmetic), per head
-//   |q·k − score| <= Σ|q'| · s_k · c + s_q · c · Σ(|k̃| + s_k · c),   c = 1/2 + 1e-4
+//   |q·k − score| <= Σ|q'| · s_k · e + s_q · c · Σ(|k̃| + s_k · e),   c = 1/2 + 1e-4, e = c (4 bits) or 1 + 1e-4 (2 bits)
 // (score_copy.h; the 1e-4 covers the f32 rounding of x · q_max / max|x| and of the scales), aggregated
 // as the scores are, plus the f32 rounding of q' = q ⊙ c, k̃ = k / c and the sums.
-TEST(score_copy, scores_within_documented_bound_of_exact) {
+TEST_P(score_copy_w, scores_within_documented_bound_of_exact) {
+    const int bits = GetParam();
     HILL_FRESH_RNG(rng);
     thread_pool pool(2);
     for (int hd : {64, 80, 128}) {
@@ -349,12 +384,12 @@ TEST(score_copy, scores_within_documented_bound_of_exact) {
         const key_rows k = random_keys(ggml_type::f16, n, s, rng);
         const std::vector<float> q = random_floats(rng, sz(s.n_head * hd));
         for (const score_params & p : all_params()) {
-            score_copy copy(s, p, 1, 1, n, 2);
+            score_copy copy(s, p, bits, 1, 1, n, 2);
             copy.write(0, 0, 0, n, ggml_type::f16, k.data(), k.stride);
             const std::vector<float> got = copy_scores(copy, 0, 0, q, n, pool);
             const float * cs = copy.channel_scales(0, 0);
             const bool layer = p.granularity == select_granularity::layer;
-            const double c = 0.5 + 1e-4;
+            const double c = 0.5 + 1e-4, e = bits == 4 ? c : 1.0 + 1e-4;
             int bad = 0;
             for (int64_t t = 0; t < n; ++t) {
                 double token = 0.0, token_bound = 0.0, token_mag = 0.0;
@@ -371,7 +406,7 @@ TEST(score_copy, scores_within_documented_bound_of_exact) {
                             qs_max = std::max(qs_max, std::fabs(qi * ci));
                             kt_abs += std::fabs(ki / ci);
                         }
-                        const double b = qs_abs * s_k * c + qs_max / 127.0 * c * (kt_abs + hd * s_k * c);
+                        const double b = qs_abs * s_k * e + qs_max / 127.0 * c * (kt_abs + hd * s_k * e);
                         const bool first = h == g * group;
                         head = first ? dot : (p.aggregate == score_aggregate::sum ? head + dot : std::max(head, dot));
                         head_bound =
@@ -454,7 +489,7 @@ struct portable_rng {
 // the outlier channel): with layer granularity and sum, their scores stand out by strength · Σ_g
 // |Σ_{h in g} q_h| ≈ strength · 180, against a spread of about 64 among the other tokens.
 // Returns how many needles each path puts in its top 16.
-needle_counts find_needles(uint32_t seed, float strength, thread_pool & pool) {
+needle_counts find_needles(uint32_t seed, float strength, int bits, thread_pool & pool) {
     portable_rng rng{std::mt19937(seed)};
     const attention_shape s{32, 8, 128, 0.0f};
     const int hd = 128, group = 4, width = 8 * 128;
@@ -495,7 +530,7 @@ needle_counts find_needles(uint32_t seed, float strength, thread_pool & pool) {
         sc.score(view, nullptr, out.data(), n, pool);
         return count_found(out, needles);
     };
-    score_copy copy(s, score_params{}, 1, 1, n, pool.n_threads());
+    score_copy copy(s, score_params{}, bits, 1, 1, n, pool.n_threads());
     copy.write(0, 0, 0, n, ggml_type::f16, k.data(), k.stride);
     return {host(score_precision::fp16, query_precision::fp32), host(score_precision::int8, query_precision::int8),
             host(score_precision::int4, query_precision::int8),
@@ -506,9 +541,10 @@ needle_counts find_needles(uint32_t seed, float strength, thread_pool & pool) {
 // 15..16 (15.91), per-token int4 5..14 (9.3; above 12 in 10 of 300), the copy 15..16 (15.91); at
 // 2.5: fp16 and the copy 15..16 (15.99), int4 6..15 (10.4). So the fixed seed asserts all four
 // counts, and fresh seeds, at 2.5, what holds for every seed: fp16 and the copy find >= 15.
-TEST(score_copy, needles_among_outlier_channel_keys) {
+TEST_P(score_copy_w, needles_among_outlier_channel_keys) {
+    const int bits = GetParam();
     thread_pool pool(2);
-    const needle_counts c = find_needles(1, 2.25f, pool);
+    const needle_counts c = find_needles(1, 2.25f, bits, pool);
     EXPECT_GE(c.fp16, 15) << "exact scoring should find the needles";
     EXPECT_GE(c.int8, 15) << "per-token int8 should find the needles";
     EXPECT_LE(c.int4, 12) << "per-token int4 should lose needles to the outlier channel";
@@ -520,7 +556,7 @@ TEST(score_copy, needles_among_outlier_channel_keys) {
 
     const uint32_t seed = test::fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
-    const needle_counts f = find_needles(seed, 2.5f, pool);
+    const needle_counts f = find_needles(seed, 2.5f, bits, pool);
     EXPECT_GE(f.fp16, 15) << "exact scoring should find the needles";
     EXPECT_GE(f.copy, 15) << "the scoring copy should find the needles";
     EXPECT_GE(f.copy, f.int4);
@@ -529,12 +565,13 @@ TEST(score_copy, needles_among_outlier_channel_keys) {
 // ---------------------------------------------------------------------------------------------
 // Test 4: channel scales across writes, and score_row.
 
-TEST(score_copy, write_after_start_keeps_channel_scales_and_start_resets_them) {
+TEST_P(score_copy_w, write_after_start_keeps_channel_scales_and_start_resets_them) {
+    const int bits = GetParam();
     HILL_FRESH_RNG(rng);
     thread_pool pool(1);
     const attention_shape s{8, 2, 64, 0.0f};
     const int64_t n = 40;
-    score_copy copy(s, score_params{}, 2, 2, 3 * n, 1);
+    score_copy copy(s, score_params{}, bits, 2, 2, 3 * n, 1);
     const key_rows a = random_keys(ggml_type::f16, n, s, rng);
     key_rows b = random_keys(ggml_type::f32, n, s, rng);
     for (float & x : b.f32) x *= 3.0f;  // other keys, other channel scales
@@ -576,7 +613,8 @@ TEST(score_copy, write_after_start_keeps_channel_scales_and_start_resets_them) {
     EXPECT_EQ(std::vector<float>(copy.channel_scales(1, 0), copy.channel_scales(1, 0) + 128), c_b);
 }
 
-TEST(score_copy, score_row_equals_the_written_row) {
+TEST_P(score_copy_w, score_row_equals_the_written_row) {
+    const int bits = GetParam();
     HILL_FRESH_RNG(rng);
     mode_guard mg;
     thread_pool pool(2);
@@ -590,7 +628,7 @@ TEST(score_copy, score_row_equals_the_written_row) {
                     if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
                     kernel_mode_set(m);
                     const std::string what = case_name(s, p, t) + (m == kernel_mode::avx2 ? ", avx2" : ", scalar");
-                    score_copy copy(s, p, 1, 1, n + 1, 2);
+                    score_copy copy(s, p, bits, 1, 1, n + 1, 2);
                     copy.write(0, 0, 0, n, t, k.data(), k.stride);
                     copy.prepare_query(0, 0, q.data());
                     const int n_group = copy.n_group();
@@ -609,7 +647,8 @@ TEST(score_copy, score_row_equals_the_written_row) {
     }
 }
 
-TEST(score_copy, non_finite_key_scores_nan_only_where_it_is) {
+TEST_P(score_copy_w, non_finite_key_scores_nan_only_where_it_is) {
+    const int bits = GetParam();
     HILL_FRESH_RNG(rng);
     thread_pool pool(1);
     const attention_shape s{8, 2, 64, 0.0f};
@@ -618,7 +657,7 @@ TEST(score_copy, non_finite_key_scores_nan_only_where_it_is) {
     k.f16[sz(3 * k.stride + 64 + 10)] = 0x7c00;  // +inf in token 3, KV head 1
     const std::vector<float> q = random_floats(rng, sz(8 * 64));
     for (const score_params & p : all_params()) {
-        score_copy copy(s, p, 1, 1, n, 1);
+        score_copy copy(s, p, bits, 1, 1, n, 1);
         copy.write(0, 0, 0, n, ggml_type::f16, k.data(), k.stride);
         for (int i = 0; i < 128; ++i) ASSERT_TRUE(std::isfinite(copy.channel_scales(0, 0)[i]));
         const std::vector<float> got = copy_scores(copy, 0, 0, q, n, pool);
@@ -629,7 +668,8 @@ TEST(score_copy, non_finite_key_scores_nan_only_where_it_is) {
     }
 }
 
-TEST(score_copy, the_first_keys_set_the_scales_however_they_come_in) {
+TEST_P(score_copy_w, the_first_keys_set_the_scales_however_they_come_in) {
+    const int bits = GetParam();
     // One write of 60 keys, against the same keys one at a time (a 1-token prompt, then decode steps),
     // against 10 then 50: the same channel scales and the same scores, bit for bit.
     HILL_FRESH_RNG(rng);
@@ -637,7 +677,8 @@ TEST(score_copy, the_first_keys_set_the_scales_however_they_come_in) {
     const attention_shape s{8, 2, 64, 0.0f};
     const int64_t n = 60;
     const key_rows k = random_keys(ggml_type::f16, n, s, rng);
-    score_copy whole(s, score_params{}, 1, 1, n, 1), single(s, score_params{}, 1, 1, n, 1), split(s, score_params{}, 1, 1, n, 1);
+    score_copy whole(s, score_params{}, bits, 1, 1, n, 1), single(s, score_params{}, bits, 1, 1, n, 1),
+        split(s, score_params{}, bits, 1, 1, n, 1);
     whole.write(0, 0, 0, n, ggml_type::f16, k.data(), k.stride);
     for (int64_t r = 0; r < n; ++r) single.write(0, 0, r, 1, ggml_type::f16, k.row(r), k.stride);
     split.write(0, 0, 0, 10, ggml_type::f16, k.data(), k.stride);
@@ -650,7 +691,7 @@ TEST(score_copy, the_first_keys_set_the_scales_however_they_come_in) {
     EXPECT_TRUE(same_bits(copy_scores(single, 0, 0, q, n, pool), want));
     EXPECT_TRUE(same_bits(copy_scores(split, 0, 0, q, n, pool), want));
     // Scales after the first key alone are that key's; after all, those of the first 32.
-    score_copy one(s, score_params{}, 1, 1, n, 1);
+    score_copy one(s, score_params{}, bits, 1, 1, n, 1);
     one.write(0, 0, 0, 1, ggml_type::f16, k.data(), k.stride);
     EXPECT_NE(std::vector<float>(one.channel_scales(0, 0), one.channel_scales(0, 0) + 128), c);
 }

@@ -25,16 +25,17 @@ struct step_opts {
 };
 
 std::string label(const step_config & c) {
-    if (c.cold == 0.0) return fmt::format("{} in RAM", c.policy);
-    std::string s = fmt::format("{} {:.0f}% cold {}", c.policy, 100 * c.cold, c.storage);
+    std::string s = c.cold == 0.0 ? fmt::format("{} in RAM", c.policy) : fmt::format("{} {:.0f}% cold {}", c.policy, 100 * c.cold, c.storage);
     if (c.storage == "emulator") s += " " + c.profile;
+    if (c.score_copy != "-") s += " " + c.score_copy;
     return s;
 }
 
 nlohmann::json to_json(const step_result & r) {
     const step_config & c = r.config;
     return {{"ctx", c.ctx}, {"cold", c.cold}, {"policy", c.policy}, {"storage", c.storage}, {"profile", c.profile},
-            {"host_budget_bytes", r.host_budget}, {"step_ms", r.step_ms}, {"step_ms_min", r.step_ms_min},
+            {"score_copy", c.score_copy}, {"host_budget_bytes", r.host_budget}, {"scoring_copy_bytes", r.copy_bytes},
+            {"hot_slots_per_layer", r.hot_slots}, {"step_ms", r.step_ms}, {"step_ms_min", r.step_ms_min},
             {"step_ms_max", r.step_ms_max}, {"forward_ms", r.forward_ms}, {"score_host_ms", r.score_host_ms},
             {"score_device_ms", r.score_device_ms}, {"select_ms", r.select_ms}, {"attend_ms", r.attend_ms},
             {"write_ms", r.write_ms}, {"hot_bytes", r.hot_bytes}, {"open_bytes", r.open_bytes},
@@ -106,11 +107,11 @@ int run_step(step_opts & o) {
                "{:.3f} (target {}), head agreement {} ({}-token sample; query correlation {:.4f}, logit scale {:.2f})\n",
                cal.overlap, wp.target_overlap, cal.mass, wp.target_mass, wp.agreement, cal.sample_tokens, cal.rho,
                cal.logit_scale);
-    fmt::print("\n{:>7} {:32} {:>20} {:>44} {:>10} {:>10} {:>10} {:>17}\n", "ctx", "configuration", "step ms (min-max)",
+    fmt::print("\n{:>7} {:38} {:>20} {:>44} {:>10} {:>10} {:>10} {:>17}\n", "ctx", "configuration", "step ms (min-max)",
                "forward / score / device / select / attend ms", "hot/step", "SSD/step", "link/step",
                "hot/open/disk %");
     const std::vector<step_result> rs = run_step_bench(o.p, w, pool, [](const step_result & r) {
-        fmt::print("{:>7} {:32} {:>8.1f} ({:.1f}-{:.1f}) {:>8.1f} / {:.1f} / {:.1f} / {:.1f} / {:.1f} {:>10} {:>10} {:>10} "
+        fmt::print("{:>7} {:38} {:>8.1f} ({:.1f}-{:.1f}) {:>8.1f} / {:.1f} / {:.1f} / {:.1f} / {:.1f} {:>10} {:>10} {:>10} "
                    "{:>5.1f}/{:.1f}/{:.1f}\n", r.config.ctx, label(r.config), r.step_ms, r.step_ms_min, r.step_ms_max,
                    r.forward_ms, r.score_host_ms, r.score_device_ms, r.select_ms, r.attend_ms,
                    format_bytes(uint64_t(r.hot_bytes)), format_bytes(uint64_t(r.disk_kv_bytes + r.host_read_bytes)),
@@ -122,7 +123,8 @@ int run_step(step_opts & o) {
     const auto find = [&](const step_config & c) -> const step_result * {
         for (const step_result & r : rs) {
             const step_config & d = r.config;
-            if (d.ctx == c.ctx && d.cold == c.cold && d.policy == c.policy && d.storage == c.storage && d.profile == c.profile) {
+            if (d.ctx == c.ctx && d.cold == c.cold && d.policy == c.policy && d.storage == c.storage && d.profile == c.profile &&
+                d.score_copy == c.score_copy) {
                 return &r;
             }
         }
@@ -132,21 +134,23 @@ int run_step(step_opts & o) {
     bool header = false;
     for (const step_result & r : rs) {
         if (r.config.policy == "full") continue;
-        step_config same = r.config, ram{r.config.ctx, 0.0, "full", "ram", "none"};
+        step_config same = r.config, ram{r.config.ctx, 0.0, "full", "ram", "none", "-"};
         same.policy = "full";
+        same.score_copy = "-";
         const step_result * f = find(same);
         const step_result * fr = find(ram);
         if (f == nullptr && fr == nullptr) continue;
         if (!header) {
-            fmt::print("\n{:>7} {:32} {:>26} {:>26}\n", "ctx", "configuration", "speedup over full, same tiers",
+            fmt::print("\n{:>7} {:38} {:>26} {:>26}\n", "ctx", "configuration", "speedup over full, same tiers",
                        "step / full step in RAM");
             header = true;
         }
         const double speedup = f != nullptr ? f->step_ms / r.step_ms : NAN;
         const double vs_ram = fr != nullptr ? r.step_ms / fr->step_ms : NAN;
-        fmt::print("{:>7} {:32} {:>25.2f}x {:>25.2f}x\n", r.config.ctx, label(r.config), speedup, vs_ram);
+        fmt::print("{:>7} {:38} {:>25.2f}x {:>25.2f}x\n", r.config.ctx, label(r.config), speedup, vs_ram);
         nlohmann::json j = {{"ctx", r.config.ctx}, {"cold", r.config.cold}, {"policy", r.config.policy},
-                            {"storage", r.config.storage}, {"profile", r.config.profile}};
+                            {"storage", r.config.storage}, {"profile", r.config.profile},
+                            {"score_copy", r.config.score_copy}};
         j["speedup_over_full"] = f != nullptr ? nlohmann::json(speedup) : nlohmann::json(nullptr);
         j["ratio_to_full_in_ram"] = fr != nullptr ? nlohmann::json(vs_ram) : nlohmann::json(nullptr);
         ratios.push_back(std::move(j));
@@ -194,8 +198,11 @@ command_fn add_bench(CLI::App & app) {
         ->delimiter(',')->capture_default_str();
     step->add_option("--profile", p.profiles, "emulator device profiles: none, smartssd, FILE.json (comma-separated)")
         ->delimiter(',')->capture_default_str();
+    step->add_option("--score-copy", p.score_copies, "scoring copies of a scoring policy off the emulator: int4, int2, "
+                     "off (comma-separated)")->delimiter(',')->capture_default_str();
     step->add_option("--steps", p.n_steps, "measured decode steps per configuration")->capture_default_str();
-    step->add_option("--warmup", p.n_warmup, "decode steps before the measured ones")->capture_default_str();
+    step->add_option("--warmup", p.n_warmup, "decode steps before the measured ones (the hot pool settles)")
+        ->capture_default_str();
     step->add_option("--head-agreement", w.agreement,
                      "share of the query's and key's variance common to all heads, in [0, 1)")->capture_default_str();
     step->add_option("--kv-dir", p.kv_dir, "cold pool directory (default: the cache directory's kv/)");

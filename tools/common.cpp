@@ -128,9 +128,9 @@ void kv_opts::add(CLI::App & app) {
                    "JSON file")->capture_default_str();
     app.add_option("--score-block", score_block, "tokens per score block the storage device streams back")
         ->capture_default_str();
-    app.add_option("--score-copy", score_copy, "plain storage: score from an INT4 copy of the keys in DRAM (on, counted "
-                   "in --kv-host-budget) or from the stored keys, reading the cold ones every step (off)")
-        ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
+    app.add_option("--score-copy", score_copy, "plain storage: score from an INT4 or INT2 copy of the keys in DRAM "
+                   "(int4, int2; counted in --kv-host-budget) or from the stored keys, reading the cold ones every step (off)")
+        ->check(CLI::IsMember({"int4", "int2", "off"}))->capture_default_str();
 }
 
 csd::storage_kind kv_opts::storage_kind() const {
@@ -149,7 +149,7 @@ context_params kv_opts::context(int32_t n_ctx, const policy_params & p, int32_t 
     sp.storage.kind = storage_kind();
     sp.storage.profile = csd::load_device_profile(csd_profile);
     sp.storage.block_tokens = score_block;
-    sp.score_copy = score_copy == "on";
+    sp.score_copy_bits = parse_score_copy(score_copy);
     sp.storage.stop_requested = interrupted;  // Ctrl-C abandons a device pass in progress
     return sp;
 }

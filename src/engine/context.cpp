@@ -62,7 +62,8 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
                    copy, int64_t(p.n_seq) * per_seq_min, seqs, pp.n_sinks, pp.n_window, format_bytes(per_slot));
     }
     if (with_copy) {
-        copy_ = std::make_unique<score_copy>(attn_shape(), pp.score, p.n_seq, hp.n_layer, p.n_ctx, pool.n_threads());
+        copy_ = std::make_unique<score_copy>(attn_shape(), pp.score, scoring_copy_bits(m, p), p.n_seq, hp.n_layer, p.n_ctx,
+                                             pool.n_threads());
     }
     cells_ = std::make_unique<kv_cells>(kv_cells_params{hp.n_layer, p.n_seq, p.n_ctx, hot_slots});
     hot_ = std::make_unique<hot_arena>(layout_, hot_slots, ordered_gather::window_tokens);
@@ -96,15 +97,26 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
 
 context::~context() = default;
 
-uint64_t context::scoring_copy_bytes(const hill::model & m, const context_params & p) {
+int context::scoring_copy_bits(const hill::model & m, const context_params & p) {
     // Over a plain SSD a scoring policy scores from the scoring copy of the keys in DRAM
     // (score/score_copy.h), which the budget holds beside the hot pool.
     const hparams & hp = m.hp();
-    if (!p.score_copy || p.storage.kind != csd::storage_kind::plain || !make_policy(p.policy, hp.n_head_kv)->uses_scores()) {
+    if (p.score_copy_bits == 0 || p.storage.kind != csd::storage_kind::plain ||
+        !make_policy(p.policy, hp.n_head_kv)->uses_scores()) {
         return 0;
     }
-    return score_copy::bytes_for(attention_shape{hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f}, p.n_seq, hp.n_layer,
-                                 p.n_ctx);
+    for (const int bits : {p.score_copy_bits, 4}) {
+        if (score_copy::supports(hp.head_dim, bits)) return bits;
+    }
+    return 0;
+}
+
+uint64_t context::scoring_copy_bytes(const hill::model & m, const context_params & p) {
+    const int bits = scoring_copy_bits(m, p);
+    if (bits == 0) return 0;
+    const hparams & hp = m.hp();
+    return score_copy::bytes_for(attention_shape{hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f}, bits, p.n_seq,
+                                 hp.n_layer, p.n_ctx);
 }
 
 uint64_t context::host_budget_for(const hill::model & m, const context_params & p, int64_t hot_tokens) {

@@ -61,10 +61,12 @@ struct context_params {
     std::string kv_dir;                 // cold pool directory (needed when the budget is below the KV of every sequence)
     policy_params policy;               // decode attention policy and placement
     csd::storage_params storage;        // the device that holds the cold pool (plain SSD or CSD emulator)
-    // A scoring policy over a plain SSD scores from an INT4 copy of the keys in DRAM (score/score_copy.h),
-    // counted in kv_host_budget, in RAM and tiered alike; false: from the stored keys (the cold ones read
-    // from the SSD at every step). The emulator scores the cold keys where they live either way.
-    bool score_copy = true;
+    // A scoring policy over a plain SSD scores from a copy of the keys in DRAM of this many bits per
+    // element, 4 or 2 (score/score_copy.h; 2 needs head_dim % 4 == 0, else 4 is used), counted in
+    // kv_host_budget, in RAM and tiered alike; 0: from the stored keys (the cold ones read from the SSD
+    // at every step). The emulator scores the cold keys where they live either way. The default is
+    // chosen by attention recall and perplexity at equal bytes (docs/storage.md "The scoring copy").
+    int score_copy_bits = 2;
     io_fault_hook io_faults;            // tests: injected cold-pool I/O results of the host's reads and writes
     int32_t n_seq = 1;                  // sequences at once (>= 1)
     // Benchmarks: a forward pass other than the model's (make_forward's signature); empty: the model's.
@@ -92,7 +94,9 @@ public:
     ~context();
     context(const context &) = delete;
 
-    // Bytes of the scoring copy a context of m under p keeps in DRAM (0: none); part of kv_host_budget.
+    // The key width of the scoring copy a context of m under p keeps in DRAM (0: none), and its bytes;
+    // part of kv_host_budget.
+    static int scoring_copy_bits(const hill::model & m, const context_params & p);
     static uint64_t scoring_copy_bytes(const hill::model & m, const context_params & p);
     // The kv_host_budget under which p (its budget ignored) gets hot_tokens hot slots per layer.
     static uint64_t host_budget_for(const hill::model & m, const context_params & p, int64_t hot_tokens);

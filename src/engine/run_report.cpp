@@ -169,6 +169,7 @@ nlohmann::json kv_json(const context & ctx) {
     return {{"hot_slots_per_layer", ctx.cells().hot_capacity()},
             {"cold_pool", ctx.cold() != nullptr},
             {"scoring_copy_bytes", context::scoring_copy_bytes(ctx.model(), ctx.params())},
+            {"scoring_copy_bits", context::scoring_copy_bits(ctx.model(), ctx.params())},
             {"cold_share", t.cold_share},
             {"cold_read_bytes", io.cold_read_bytes},
             {"cold_write_bytes", io.cold_write_bytes},
@@ -189,9 +190,9 @@ std::string storage_summary(const context & ctx) {
     std::string out = fmt::format("storage: {}, profile {}\n", name(d.kind()), csd::describe(d.profile()));
     if (const score_copy * copy = ctx.scoring_copy(); copy != nullptr) {
         out += fmt::format("  scoring: every token from the scoring copy of the keys in DRAM ({}, {} B per token and "
-                           "layer: INT4 keys after per-channel scales); the SSD reads only the selected KV\n",
+                           "layer: INT{} keys after per-channel scales); the SSD reads only the selected KV\n",
                            format_bytes(context::scoring_copy_bytes(ctx.model(), ctx.params())),
-                           score_copy::bytes_per_token_layer(copy->shape()));
+                           score_copy::bytes_per_token_layer(copy->shape(), copy->bits()), copy->bits());
     }
     if (c.tokens_scored > 0) {
         const bool plain = d.kind() == csd::storage_kind::plain;

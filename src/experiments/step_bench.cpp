@@ -335,7 +335,7 @@ step_result measure(context & ctx, const step_config & cfg, int n_warmup, int n_
     std::sort(ms.begin(), ms.end());
     step_result r;
     r.config = cfg;
-    r.step_ms = ms[ms.size() / 2];
+    r.step_ms = (ms[(ms.size() - 1) / 2] + ms[ms.size() / 2]) / 2;  // the median (of an even count: the mean of the middle two)
     r.step_ms_min = ms.front();
     r.step_ms_max = ms.back();
     const double per = 1.0 / double(n_steps), per_ms = per / 1e3;
@@ -366,6 +366,8 @@ step_result measure(context & ctx, const step_config & cfg, int n_warmup, int n_
     r.attended_per_layer = double(att) * per / double(b.st.layers.size());
     r.promotions = double(b.st.promotions - a.st.promotions) * per;
     r.host_budget = ctx.params().kv_host_budget;
+    r.copy_bytes = context::scoring_copy_bytes(ctx.model(), ctx.params());
+    r.hot_slots = ctx.cells().hot_capacity();
     return r;
 }
 
@@ -373,8 +375,9 @@ step_result measure(context & ctx, const step_config & cfg, int n_warmup, int n_
 
 void check(const step_bench_params & p) {
     check(p.workload);
-    if (p.ctxs.empty() || p.colds.empty() || p.policies.empty() || p.storages.empty() || p.profiles.empty()) {
-        fail_usage("bench step: --ctx, --cold, --policies, --storage and --profile need at least one value each");
+    if (p.ctxs.empty() || p.colds.empty() || p.policies.empty() || p.storages.empty() || p.profiles.empty() ||
+        p.score_copies.empty()) {
+        fail_usage("bench step: --ctx, --cold, --policies, --storage, --profile and --score-copy need at least one value each");
     }
     for (const int64_t n : p.ctxs) {
         if (n < 1024 || n > (int64_t(1) << 28)) fail_usage("--ctx values must be in [1024, 2^28] tokens, got {}", n);
@@ -384,6 +387,7 @@ void check(const step_bench_params & p) {
     }
     for (const std::string & s : p.storages) (void)csd::parse_storage(s);
     for (const std::string & s : p.profiles) (void)csd::load_device_profile(s);
+    for (const std::string & s : p.score_copies) (void)parse_score_copy(s);
     for (const std::string & s : p.policies) (void)make_policy(policy_params{.name = s}, p.workload.n_head_kv);
     if (p.n_steps < 1) fail_usage("--steps must be at least 1, got {}", p.n_steps);
     if (p.n_warmup < 0) fail_usage("--warmup must be at least 0, got {}", p.n_warmup);
@@ -437,29 +441,35 @@ std::vector<step_result> run_step_bench(const step_bench_params & p, const synth
         }
         for (const double cold : p.colds) {
             for (const std::string & pol : p.policies) {
-                const std::vector<std::string> ram = {"ram"};
+                const bool scores = make_policy(policy_params{.name = pol}, hp.n_head_kv)->uses_scores();
+                const std::vector<std::string> ram = {"ram"}, no_copy = {"-"};
                 for (const std::string & storage : cold > 0.0 ? p.storages : ram) {
                     const bool emulator = storage == "emulator";
                     for (size_t pi = 0; pi < (emulator ? profiles.size() : 1); ++pi) {
-                        step_config cfg{n, cold, pol, storage, emulator ? profiles[pi].name : "none"};
-                        context_params cp;
-                        cp.n_ctx = int32_t(n + extra);
-                        cp.kv_type = ggml_type::f16;
-                        cp.kv_host_budget = cold > 0.0 ? uint64_t(double(n) * (1.0 - cold)) * per_token : 0;
-                        cp.kv_dir = cold > 0.0 ? p.kv_dir : std::string();
-                        cp.policy.name = pol;
-                        cp.policy.alpha = wp.alpha;
-                        cp.policy.score.query = query_precision::int8;  // the device's integer kernel
-                        if (cold > 0.0) {
-                            cp.storage.kind = csd::parse_storage(storage);
-                            if (emulator) cp.storage.profile = profiles[pi];
+                        for (const std::string & copy : scores && !emulator ? p.score_copies : no_copy) {
+                            step_config cfg{n, cold, pol, storage, emulator ? profiles[pi].name : "none", copy};
+                            context_params cp;
+                            cp.n_ctx = int32_t(n + extra);
+                            cp.kv_type = ggml_type::f16;
+                            cp.kv_host_budget = cold > 0.0 ? uint64_t(double(n) * (1.0 - cold)) * per_token : 0;
+                            cp.kv_dir = cold > 0.0 ? p.kv_dir : std::string();
+                            cp.policy.name = pol;
+                            cp.policy.alpha = wp.alpha;
+                            cp.policy.score.query = query_precision::int8;  // the device's integer kernel
+                            if (cold > 0.0) {
+                                cp.storage.kind = csd::parse_storage(storage);
+                                if (emulator) cp.storage.profile = profiles[pi];
+                            }
+                            if (copy != "-") cp.score_copy_bits = parse_score_copy(copy);
+                            cp.forward = [&w](const model & mm, thread_pool &, int64_t) {
+                                return w.make_forward(mm.hp().n_vocab);
+                            };
+                            context ctx(*m, cp, pool);
+                            ctx.import_kv(0, n, kp, vp);
+                            step_result r = measure(ctx, cfg, p.n_warmup, p.n_steps);
+                            if (on_result) on_result(r);
+                            out.push_back(std::move(r));
                         }
-                        cp.forward = [&w](const model & mm, thread_pool &, int64_t) { return w.make_forward(mm.hp().n_vocab); };
-                        context ctx(*m, cp, pool);
-                        ctx.import_kv(0, n, kp, vp);
-                        step_result r = measure(ctx, cfg, p.n_warmup, p.n_steps);
-                        if (on_result) on_result(r);
-                        out.push_back(std::move(r));
                     }
                 }
             }

@@ -97,6 +97,7 @@ struct step_config {
     std::string policy;
     std::string storage;      // plain or emulator ("ram" when cold == 0)
     std::string profile;      // device profile of the emulator (none, smartssd, ...)
+    std::string score_copy;   // the scoring copy of a scoring policy off the emulator: int4, int2 or off; "-": none applies
 };
 
 struct step_result {
@@ -110,6 +111,8 @@ struct step_result {
     // Shares of the attended tokens by tier; attended tokens per layer and step; promotions per step.
     double hot_share = 0, open_share = 0, disk_share = 0, attended_per_layer = 0, promotions = 0;
     uint64_t host_budget = 0;  // --kv-host-budget the configuration ran with (0: all in RAM)
+    uint64_t copy_bytes = 0;   // of the budget, the scoring copy's (context::scoring_copy_bytes)
+    int64_t hot_slots = 0;     // hot-pool slots per layer (kv_cells::hot_capacity)
 };
 
 struct step_bench_params {
@@ -119,8 +122,12 @@ struct step_bench_params {
     std::vector<std::string> policies = {"full", "hillinfer"};
     std::vector<std::string> storages = {"plain", "emulator"};
     std::vector<std::string> profiles = {"none", "smartssd"};
+    std::vector<std::string> score_copies = {"int2"};  // context_params::score_copy_bits by name (parse_score_copy)
     int n_steps = 5;
-    int n_warmup = 2;         // steps run before the measured ones (placement settles)
+    // Steps run before the measured ones, so that placement settles: hkm promotes at most 1/16 of the
+    // hot capacity per step, and the hot pool's share of the selected tokens reaches its steady value
+    // after about 16 to 24 steps (docs/benchmarks.md "Decode step").
+    int n_warmup = 24;
     std::string kv_dir;       // cold pool directory
 };
 
@@ -128,7 +135,7 @@ struct step_bench_params {
 void check(const step_bench_params & p);
 
 // Runs the grid: per context length, per cold share, per policy, per storage (cold > 0 only), per
-// profile (emulator only). on_result is called after each configuration (progress, printing).
+// profile (emulator only), per scoring copy (a scoring policy off the emulator only). on_result is called after each configuration (progress, printing).
 // Errors: hill::error for bad parameters (usage: empty lists, a context below 1024 tokens, a cold share
 // outside [0, 1), an unknown policy, storage or profile) and for cold-pool or device faults.
 std::vector<step_result> run_step_bench(const step_bench_params & p, const synthetic_workload & w,

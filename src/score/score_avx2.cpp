@@ -239,6 +239,60 @@ struct tile_u4 {
     }
 };
 
+// Element i of a packed int2 head vector of n elements (score_copy.h): in its block of b elements (32,
+// the last one n mod 32), byte j holds elements j + m · b/4 in bits 2m, 2m + 1 (m = 0..3).
+inline int32_t crumb(const uint8_t * row, int n, int i) {
+    const int b0 = i / 32 * 32, quarter = (n - b0 < 32 ? n - b0 : 32) / 4, j = i - b0;
+    return (row[b0 / 4 + j % quarter] >> (2 * (j / quarter))) & 3;
+}
+
+// A tile of TK packed int2 keys × TH int8 query heads (dots_u2_i8): per block of 32 elements a key's 8
+// bytes are broadcast to the four 64-bit lanes and lane m shifted right by 2m, so that after the mask
+// byte j of lane m holds element j + 8m, the query's order. Each maddubs pair sum is at most
+// 2 · 3 · 127 = 762: 8 blocks add up in int16 as in tile_u4.
+struct tile_u2 {
+    template <int TK, int TH>
+    static void run(const int8_t * q, int n_q, const uint8_t * const * k, int n, int32_t * out) {
+        const int n_full = n / 32 * 32;
+        const __m256i shift = _mm256_setr_epi64x(0, 2, 4, 6);
+        const __m256i low2 = _mm256_set1_epi8(0x03);
+        const __m256i ones = _mm256_set1_epi16(1);
+        __m256i acc[TK * TH];
+#pragma GCC unroll 8
+        for (auto & a : acc) a = _mm256_setzero_si256();
+        for (int i0 = 0; i0 < n_full; i0 += 256) {
+            const int i1 = i0 + 256 < n_full ? i0 + 256 : n_full;
+            __m256i a16[TK * TH];
+#pragma GCC unroll 8
+            for (auto & a : a16) a = _mm256_setzero_si256();
+            for (int i = i0; i < i1; i += 32) {
+#pragma GCC unroll 8
+                for (int t = 0; t < TK; ++t) {
+                    int64_t bytes;
+                    std::memcpy(&bytes, k[t] + i / 4, 8);
+                    const __m256i kv = _mm256_and_si256(_mm256_srlv_epi64(_mm256_set1_epi64x(bytes), shift), low2);
+#pragma GCC unroll 8
+                    for (int h = 0; h < TH; ++h) {
+                        const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(q + h * n + i));
+                        a16[t * TH + h] = _mm256_add_epi16(a16[t * TH + h], _mm256_maddubs_epi16(kv, qv));
+                    }
+                }
+            }
+#pragma GCC unroll 8
+            for (int r = 0; r < TK * TH; ++r) acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(a16[r], ones));
+        }
+        int32_t s[TK * TH];
+        reduce(acc, s);
+        for (int t = 0; t < TK; ++t) {
+            for (int h = 0; h < TH; ++h) {
+                int32_t v = s[t * TH + h];
+                for (int j = n_full; j < n; ++j) v += int32_t(q[h * n + j]) * crumb(k[t], n, j);
+                out[t * n_q + h] = v;
+            }
+        }
+    }
+};
+
 // The maximum of the sign-cleared f32 bit patterns (f16 elements widened exactly) as integers: for
 // IEEE floats of one sign that order is the numeric one, with inf above every finite value and NaN
 // above inf, so the result is exact and does not depend on the order of the elements (a float max
@@ -308,6 +362,10 @@ void dots_i8_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, i
 
 void dots_u4_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out) {
     dots_block<tile_u4>(q, n_q, k, n_k, n, out);
+}
+
+void dots_u2_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out) {
+    dots_block<tile_u2>(q, n_q, k, n_k, n, out);
 }
 
 float amax_f32(const uint8_t * x, int n) {

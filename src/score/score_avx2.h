@@ -1,7 +1,7 @@
 // AVX2/FMA/F16C kernels of the host scorer and the scoring copy (private to src/score). Defined in
 // score_avx2.cpp, the only file of src/score compiled with -mavx2 -mfma -mf16c; call them only when
-// kernel_mode_get() == kernel_mode::avx2. Each has a scalar reference in host_scorer.cpp (dots_u4_i8:
-// in score_copy.cpp) that tests compare it with.
+// kernel_mode_get() == kernel_mode::avx2. Each has a scalar reference in host_scorer.cpp (dots_u4_i8,
+// dots_u2_i8: in score_copy.cpp) that tests compare it with.
 //
 // Same rule as compute/kernels_avx2.h: score_avx2.cpp calls no inline or template function that other
 // files also use (fp16.h, std:: algorithms), since the linker keeps one copy of such a function and it
@@ -35,6 +35,10 @@ void dots_i8_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, i
 // exact in int32: the dot with k̂ + 8, from which the caller subtracts 8 · Σ_i q[h · n + i]. Asserted
 // nowhere: n <= score_max_head_dim keeps the sums far inside int32.
 void dots_u4_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out);
+// The same with int2 keys (n a multiple of 4), packed as score_copy.h describes (blocks of 32, the last
+// one n mod 32; 2-bit fields u in [0, 3] for the levels 2u − 3): the dot with u, from which the caller
+// gets the one with 2u − 3 as 2 · dot − 3 · Σ_i q[h · n + i].
+void dots_u2_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out);
 
 // max_i |x[i]| over x[n] (f32 or f16 bits): +inf if some element is infinite and none NaN, NaN if
 // some element is NaN, else the exact maximum.

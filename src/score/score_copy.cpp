@@ -24,12 +24,20 @@ inline int32_t nibble(const uint8_t * row, int n, int i) {
     return j < half ? byte & 0x0f : byte >> 4;
 }
 
-// Scalar reference of score_avx2::dots_u4_i8.
-void dots_u4_i8_scalar(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out) {
+// 2-bit field i of a packed int2 head vector of n elements (score_copy.h): in its block of b elements
+// (32, the last one n mod 32), byte j holds elements j + m · b/4 in bits 2m, 2m + 1 (m = 0..3).
+inline int32_t crumb(const uint8_t * row, int n, int i) {
+    const int b0 = i / 32 * 32, quarter = std::min(n - b0, 32) / 4, j = i - b0;
+    return (row[b0 / 4 + j % quarter] >> (2 * (j / quarter))) & 3;
+}
+
+// Scalar references of score_avx2::dots_u4_i8 and dots_u2_i8.
+template <int32_t (*Elem)(const uint8_t *, int, int)>
+void dots_packed_scalar(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out) {
     for (int t = 0; t < n_k; ++t) {
         for (int h = 0; h < n_q; ++h) {
             int32_t s = 0;
-            for (int i = 0; i < n; ++i) s += int32_t(q[h * n + i]) * nibble(k[t], n, i);
+            for (int i = 0; i < n; ++i) s += int32_t(q[h * n + i]) * Elem(k[t], n, i);
             out[t * n_q + h] = s;
         }
     }
@@ -46,15 +54,6 @@ inline float key_elem(bool f16, const void * k, int64_t i) {
 constexpr float channel_floor = 1e-3f;
 constexpr float channel_min = 0x1p-60f;
 
-// quantize_symmetric's lower limit of max|x| (host_scorer.cpp): q_max / max|x| must stay finite.
-constexpr float min_amax = 0x1p-100f;
-
-// Sum or max of a and b; max propagates NaN (as host_scorer.cpp's combine).
-inline float combine(score_aggregate agg, float a, float b) {
-    if (agg == score_aggregate::sum) return a + b;
-    return (b > a || std::isnan(b)) && !std::isnan(a) ? b : a;
-}
-
 // n elements, not zero-filled; nullptr when the system refuses.
 template <class T>
 std::unique_ptr<T[]> allocate(size_t n) {
@@ -63,21 +62,29 @@ std::unique_ptr<T[]> allocate(size_t n) {
 
 }  // namespace
 
-score_copy::score_copy(const attention_shape & s, const score_params & p, int n_seq, int n_layer, int64_t n_ctx,
-                       int n_threads)
-    : shape_(s), params_(p), n_seq_(n_seq), n_layer_(n_layer), n_ctx_(n_ctx), n_threads_(n_threads) {
+int parse_score_copy(std::string_view name) {
+    if (name == "int4") return 4;
+    if (name == "int2") return 2;
+    if (name == "off") return 0;
+    fail_usage("unknown scoring copy '{}': expected int4, int2 or off", name);
+}
+
+score_copy::score_copy(const attention_shape & s, const score_params & p, int bits, int n_seq, int n_layer,
+                       int64_t n_ctx, int n_threads)
+    : shape_(s), params_(p), bits_(bits), n_seq_(n_seq), n_layer_(n_layer), n_ctx_(n_ctx), n_threads_(n_threads) {
     HILL_ASSERT(s.n_head > 0 && s.n_head_kv > 0 && s.n_head % s.n_head_kv == 0);
-    HILL_ASSERT(s.head_dim > 0 && s.head_dim % 2 == 0 && s.head_dim <= score_max_head_dim);
+    HILL_ASSERT(supports(s.head_dim, bits) && s.head_dim <= score_max_head_dim);
     HILL_ASSERT(n_seq >= 1 && n_layer >= 1 && n_ctx >= 1 && n_threads >= 1);
     group_ = s.n_head / s.n_head_kv;
-    row_bytes_ = size_t(s.n_head_kv) * size_t(s.head_dim / 2);
+    head_bytes_ = size_t(s.head_dim) * size_t(bits) / 8;
+    row_bytes_ = size_t(s.n_head_kv) * head_bytes_;
     dots_stride_ = (score_block * group_ + 15) / 16 * 16;
     const size_t n_rows = size_t(n_seq) * size_t(n_layer) * size_t(n_ctx);
     keys_ = allocate<uint8_t>(n_rows * row_bytes_);
     scales_ = allocate<float>(n_rows * size_t(s.n_head_kv));
     if (keys_ == nullptr || scales_ == nullptr) {
         fail_input("cannot allocate the scoring copy: {} bytes for {} sequences × {} layers × {} positions",
-                   n_rows * bytes_per_token_layer(s), n_seq, n_layer, n_ctx);
+                   n_rows * bytes_per_token_layer(s, bits), n_seq, n_layer, n_ctx);
     }
     channel_.assign(size_t(n_seq) * size_t(n_layer) * size_t(s.n_head_kv) * size_t(s.head_dim), 1.0f);
     first_.resize(size_t(n_seq) * size_t(n_layer) * size_t(scale_rows) * size_t(s.n_head_kv) * size_t(s.head_dim));
@@ -91,19 +98,23 @@ score_copy::score_copy(const attention_shape & s, const score_params & p, int n_
     row_scales_.resize(size_t(s.n_head_kv));
 }
 
-uint64_t score_copy::bytes_per_token_layer(const attention_shape & s) {
-    return uint64_t(s.n_head_kv) * (uint64_t(s.head_dim / 2) + sizeof(float));
+bool score_copy::supports(int head_dim, int bits) {
+    return head_dim > 0 && ((bits == 4 && head_dim % 2 == 0) || (bits == 2 && head_dim % 4 == 0));
 }
 
-uint64_t score_copy::bytes_for(const attention_shape & s, int n_seq, int n_layer, int64_t n_ctx) {
+uint64_t score_copy::bytes_per_token_layer(const attention_shape & s, int bits) {
+    return uint64_t(s.n_head_kv) * (uint64_t(s.head_dim) * uint64_t(bits) / 8 + sizeof(float));
+}
+
+uint64_t score_copy::bytes_for(const attention_shape & s, int bits, int n_seq, int n_layer, int64_t n_ctx) {
     const uint64_t pairs = uint64_t(n_seq) * uint64_t(n_layer);
-    return pairs * (uint64_t(n_ctx) * bytes_per_token_layer(s) +
+    return pairs * (uint64_t(n_ctx) * bytes_per_token_layer(s, bits) +
                     uint64_t(scale_rows + 1) * uint64_t(s.n_head_kv) * uint64_t(s.head_dim) * sizeof(float));
 }
 
 uint64_t score_copy::bytes() const {
     const uint64_t n_rows = uint64_t(n_seq_) * uint64_t(n_layer_) * uint64_t(n_ctx_);
-    return n_rows * bytes_per_token_layer(shape_) + (channel_.size() + first_.size()) * sizeof(float) +
+    return n_rows * bytes_per_token_layer(shape_, bits_) + (channel_.size() + first_.size()) * sizeof(float) +
            q_scaled_.size() * sizeof(float) +
            q_i8_.size() + (q_scale_.size() + q_offset_.size() + row_scales_.size()) * 4 + dots_.size() * 4 +
            row_keys_.size();
@@ -136,7 +147,7 @@ void score_copy::quantize_row(ggml_type type, const void * k, const float * c, u
     for (int g = 0; g < shape_.n_head_kv; ++g) {
         const float * cg = c + size_t(g) * size_t(hd);
         const int64_t e0 = int64_t(g) * hd;
-        uint8_t * out = packed + size_t(g) * size_t(hd / 2);
+        uint8_t * out = packed + size_t(g) * head_bytes_;
         // quantize_symmetric(f32 k̃, int4) without a k̃ buffer: k̃_i = k_i / c_i is computed the same way
         // in both passes. A NaN anywhere makes the maximum NaN, as amax in host_scorer.cpp.
         float amax = 0.0f;
@@ -148,9 +159,27 @@ void score_copy::quantize_row(ggml_type type, const void * k, const float * c, u
             }
             amax = std::max(amax, a);
         }
-        if (!(amax <= FLT_MAX) || amax < min_amax) {  // inf or NaN element, or (nearly) all zeros
-            std::fill(out, out + hd / 2, uint8_t(0x88));
-            scale[g] = amax < min_amax ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+        if (!(amax <= FLT_MAX) || amax < quantize_min_amax) {  // inf or NaN element, or (nearly) all zeros
+            std::fill(out, out + head_bytes_, uint8_t(bits_ == 4 ? 0x88 : 0x00));
+            scale[g] = amax < quantize_min_amax ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+            continue;
+        }
+        if (bits_ == 2) {
+            // x = k̃ · 3 / max|k̃| in [-3, 3] to the nearest level 2u − 3 of {-3, -1, 1, 3}: u = lrint((x + 3) / 2)
+            // clamped to [0, 3] (ties to even), scale max|k̃| / 3.
+            const float inv = 3.0f / amax;
+            auto field = [&](int i) {
+                const long u = std::lrint((key_elem(f16, k, e0 + i) / cg[i] * inv + 3.0f) * 0.5f);
+                return uint8_t(std::clamp<long>(u, 0, 3));
+            };
+            for (int b0 = 0; b0 < hd; b0 += 32) {
+                const int quarter = std::min(hd - b0, 32) / 4;
+                for (int j = 0; j < quarter; ++j) {
+                    out[b0 / 4 + j] = uint8_t(field(b0 + j) | field(b0 + j + quarter) << 2 |
+                                              field(b0 + j + 2 * quarter) << 4 | field(b0 + j + 3 * quarter) << 6);
+                }
+            }
+            scale[g] = amax / 3.0f;
             continue;
         }
         const float inv = 7.0f / amax;
@@ -224,42 +253,45 @@ void score_copy::prepare_query(int seq, int il, const float * q) {
             quantize_symmetric(ggml_type::f32, q_scaled_.data() + o, hd, score_precision::int8, q_i8_.data() + o);
         int32_t sum = 0;
         for (int i = 0; i < hd; ++i) sum += q_i8_[o + size_t(i)];
-        q_offset_[size_t(h)] = 8 * sum;
+        q_offset_[size_t(h)] = bits_ == 4 ? 8 * sum : 3 * sum;
     }
     query_ready_ = true;
 }
 
-score_copy::dots_u4_fn score_copy::kernel() {
-    return kernel_mode_get() == kernel_mode::avx2 ? score_avx2::dots_u4_i8 : dots_u4_i8_scalar;
+score_copy::dots_fn score_copy::kernel() const {
+    const bool avx2 = kernel_mode_get() == kernel_mode::avx2;
+    if (bits_ == 2) return avx2 ? score_avx2::dots_u2_i8 : dots_packed_scalar<crumb>;
+    return avx2 ? score_avx2::dots_u4_i8 : dots_packed_scalar<nibble>;
 }
 
-void score_copy::score_tokens(dots_u4_fn dots_fn, const uint8_t * keys, const float * scales, int nb, int n_next,
+void score_copy::score_tokens(dots_fn dots_of, const uint8_t * keys, const float * scales, int nb, int n_next,
                               int32_t * dots, float * out, int64_t stride) const {
     const int hd = shape_.head_dim, n_kv = shape_.n_head_kv, group = group_;
+    const int32_t mul = bits_ == 4 ? 1 : 2;  // the stored field u stands for u − 8 (int4) or 2u − 3 (int2)
     const bool per_layer = params_.granularity == select_granularity::layer;
     const score_aggregate agg = params_.aggregate;
     const uint8_t * k[score_block];
     float token_score[score_block];
     for (int g = 0; g < n_kv; ++g) {
         const size_t h0 = size_t(g) * size_t(group);  // first query head of KV head g
-        for (int t = 0; t < nb; ++t) k[t] = keys + size_t(t) * row_bytes_ + size_t(g) * size_t(hd / 2);
+        for (int t = 0; t < nb; ++t) k[t] = keys + size_t(t) * row_bytes_ + size_t(g) * head_bytes_;
         for (int t = 0; t < n_next; ++t) {
             const uint8_t * next = k[0] + size_t(nb + t) * row_bytes_;
-            for (size_t o = 0; o < size_t(hd / 2); o += 64) __builtin_prefetch(next + o, 0, 3);
+            for (size_t o = 0; o < head_bytes_; o += 64) __builtin_prefetch(next + o, 0, 3);
         }
-        dots_fn(q_i8_.data() + h0 * size_t(hd), group, k, nb, hd, dots);
+        dots_of(q_i8_.data() + h0 * size_t(hd), group, k, nb, hd, dots);
         for (int t = 0; t < nb; ++t) {
             const int32_t * d = dots + t * group;
             const float s_k = scales[size_t(t) * size_t(n_kv) + size_t(g)];
             float head_score = 0.0f;
             for (int h = 0; h < group; ++h) {
-                const float v = float(d[h] - q_offset_[h0 + size_t(h)]) * q_scale_[h0 + size_t(h)] * s_k;
-                head_score = h == 0 ? v : combine(agg, head_score, v);
+                const float v = float(mul * d[h] - q_offset_[h0 + size_t(h)]) * q_scale_[h0 + size_t(h)] * s_k;
+                head_score = h == 0 ? v : combine_scores(agg, head_score, v);
             }
             if (!per_layer) {
                 out[int64_t(g) * stride + t] = head_score;
             } else {
-                token_score[t] = g == 0 ? head_score : combine(agg, token_score[t], head_score);
+                token_score[t] = g == 0 ? head_score : combine_scores(agg, token_score[t], head_score);
             }
         }
     }
@@ -272,7 +304,7 @@ void score_copy::score(int64_t n, float * scores, int64_t stride, thread_pool & 
     HILL_ASSERT(n == 0 || scores != nullptr);
     HILL_ASSERT(n_group() == 1 || stride >= n);
     HILL_ASSERT(pool.n_threads() <= n_threads_);
-    const dots_u4_fn dots_fn = kernel();
+    const dots_fn dots_of = kernel();
     const uint8_t * keys = keys_.get() + query_pair_ * size_t(n_ctx_) * row_bytes_;
     const float * scales = scales_.get() + query_pair_ * size_t(n_ctx_) * size_t(shape_.n_head_kv);
     const size_t n_kv = size_t(shape_.n_head_kv);
@@ -284,7 +316,7 @@ void score_copy::score(int64_t n, float * scores, int64_t stride, thread_pool & 
             const int n_next = int(std::clamp<int64_t>(j_end - j0 - score_block, 0, score_block));
             const float * next_scales = scales + size_t(j0 + score_block) * n_kv;
             for (size_t o = 0; o < size_t(n_next) * n_kv; o += 16) __builtin_prefetch(next_scales + o, 0, 3);
-            score_tokens(dots_fn, keys + size_t(j0) * row_bytes_, scales + size_t(j0) * n_kv, nb, n_next, dots,
+            score_tokens(dots_of, keys + size_t(j0) * row_bytes_, scales + size_t(j0) * n_kv, nb, n_next, dots,
                          scores + j0, stride);
         }
     });

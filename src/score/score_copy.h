@@ -1,4 +1,4 @@
-// The scoring copy (DESIGN.md §1 "scoring copy", §3 "Scoring copy"): a compact INT4 copy of every key,
+// The scoring copy (DESIGN.md §1 "scoring copy", §3 "Scoring copy"): a compact INT4 or INT2 copy of every key,
 // kept in DRAM only to score tokens, so that a plain SSD reads only the selected tokens' KV instead of
 // every cold key at every decode step.
 //
@@ -9,17 +9,20 @@
 // per-token INT8 and this copy find 16 (15 at worst; tests/test_score_copy.cpp, needles_*).
 // The copy therefore divides out a per-channel scale first, as KIVI quantizes keys per channel (Liu
 // et al., "KIVI: A Tuning-Free Asymmetric 2bit Quantization for KV Cache", ICML 2024, §3), then
-// quantizes each token symmetrically, so that every channel keeps its 7 levels.
+// quantizes each token symmetrically, so that every channel keeps its levels (15 at 4 bits, 4 at 2 bits).
 //
 // Method. Per (sequence, layer, KV head g), channel scales c[head_dim] from the keys of the sequence's
 // first scale_rows (32) positions (re-derived, and those positions re-quantized, while they arrive):
 //     c_d = max over those rows of |k_d|  (finite elements only),
 //     then c_d = max(c_d, 1e-3 · max_d c_d)  — a silent channel must not blow up later tokens' k / c;
 //     all 1 when max_d c_d < 2^-60 (every value 0, or negligible).
-// Later writes keep them. Per (token, KV head), in f32:
-//     k̃ = k / c (elementwise),  s_k = max|k̃| / 7,  k̂ = round(k̃ · 7 / max|k̃|) in [-7, 7],
-// to nearest, ties to even: exactly quantize_symmetric(f32 k̃, int4) of host_scorer.h, including its
-// special cases (max|k̃| < 2^-100: k̂ = 0, s_k = 0; an inf or NaN in k̃: k̂ = 0, s_k = NaN).
+// Later writes keep them. Per (token, KV head), in f32, k̃ = k / c (elementwise), then
+//   4 bits: s_k = max|k̃| / 7,  k̂ = round(k̃ · 7 / max|k̃|) in [-7, 7], to nearest, ties to even: exactly
+//           quantize_symmetric(f32 k̃, int4) of host_scorer.h;
+//   2 bits: s_k = max|k̃| / 3,  k̂ = 2u − 3 in {-3, -1, 1, 3}, u = clamp(round((k̃ · 3 / max|k̃| + 3) / 2),
+//           0, 3): the nearest of four levels symmetric about 0 (KIVI's 2-bit keys, without a zero level);
+// with quantize_symmetric's special cases in both (max|k̃| < 2^-100: s_k = 0; an inf or NaN in k̃:
+// s_k = NaN; the stored values are then k̂ = 0 at 4 bits, u = 0 at 2 bits, and do not matter).
 // The decode query of (sequence, layer), per query head h of KV head g(h) = h / (n_head / n_head_kv):
 //     q'_h = q_h ⊙ c_g(h),  q̂'_h, s_q = quantize_symmetric(f32 q'_h, int8)   (scale max|q'_h| / 127),
 // so that q_h · k = q'_h · k̃ ≈ s_q · s_k · Σ_d q̂'_h,d · k̂_d, the sum exact in int32. A score is the raw
@@ -30,24 +33,32 @@
 // query heads, kv_head → one per KV head over its query heads; sum or max; heads in order, then KV
 // heads in order; max propagates NaN).
 //
-// Error against the exact q·k, per head: |q'·k̃ − s_q s_k Σ q̂'k̂| ≤ Σ|q'| · s_k/2 + s_q/2 · Σ|k̂| s_k
-// (each key element rounds to the nearest multiple of s_k, each query element to the nearest multiple
-// of s_q), plus f32 rounding.
+// Error against the exact q·k, per head: |q'·k̃ − s_q s_k Σ q̂'k̂| ≤ Σ|q'| · e_k + s_q/2 · Σ|k̂| s_k,
+// e_k = s_k / 2 at 4 bits (each key element rounds to the nearest multiple of s_k) and s_k at 2 bits
+// (to the nearest odd multiple), each query element to the nearest multiple of s_q; plus f32 rounding.
+// The int32 sums take the stored fields: Σ q̂'(u − 8) = Σ q̂'u − 8 Σ q̂' at 4 bits, Σ q̂'(2u − 3) =
+// 2 Σ q̂'u − 3 Σ q̂' at 2 bits.
 //
 // Layout, per (sequence, layer), allocated once for n_ctx positions (outermost first):
-//     keys    u8  [n_ctx, n_head_kv, head_dim / 2]  k̂ + 8 in [1, 15], two per byte;
+//     keys    u8  [n_ctx, n_head_kv, head_dim · bits / 8]  4 bits: k̂ + 8 in [1, 15], two per byte;
+//                                                   2 bits: u in [0, 3], four per byte;
 //     scales  f32 [n_ctx, n_head_kv]                s_k (f32: 4 bytes of 68 per head vector at
 //                                                   head_dim 128; f16 would save 3% and lose the
 //                                                   exact scale of quantize_symmetric);
 //     channel f32 [n_head_kv, head_dim]             c.
 // Packing of one head vector: its elements in blocks of 32, the last block the remaining head_dim mod
-// 32 (even); byte j of a block of b elements holds element j in its low nibble and element j + b/2 in
-// its high nibble (the Q4_0 order of core/ggml_type.h), so that one 16-byte load and a shift give 32
-// elements in query order. Keys are token-major: scoring streams the copy once, in address order.
-// Bytes per token and layer: n_head_kv · (head_dim / 2 + 4) (544 at 8 KV heads of 128; f16 keys take
-// 2048: the copy is 27% of the keys, 13% of K and V).
+// 32 (even at 4 bits, a multiple of 4 at 2 bits); at 4 bits byte j of a block of b elements holds
+// element j in its low nibble and element j + b/2 in its high nibble (the Q4_0 order of
+// core/ggml_type.h), so that one 16-byte load and a shift give 32 elements in query order; at 2 bits
+// byte j holds elements j + m · b/4 in bits 2m, 2m + 1 (m = 0..3): one 8-byte load broadcast to four
+// lanes, each shifted by 2m. Keys are token-major: scoring streams the copy once, in address order.
+// Bytes per token and layer: n_head_kv · (head_dim · bits / 8 + 4) (at 8 KV heads of 128, where f16 K
+// and V take 4096: 544 at 4 bits, 13% of K and V; 288 at 2 bits, 7%).
 //
-// Kernels: AVX2 (score_avx2.cpp, dots_u4_i8) or the scalar reference, per kernel_mode_get() at each
+// Which width: docs/storage.md "The scoring copy" gives attention recall and perplexity at both; the
+// context's default (context_params::score_copy_bits) is chosen there.
+//
+// Kernels: AVX2 (score_avx2.cpp, dots_u4_i8 and dots_u2_i8) or the scalar reference, per kernel_mode_get() at each
 // call; both give the same int32 sums and share the f32 scaling and aggregation, so scores are
 // bit-identical in both modes. Writing is scalar (the same in both modes). Throughput:
 // bench/bench_score.cpp (row "copy").
@@ -61,6 +72,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "compute/attention.h"
@@ -70,24 +82,34 @@
 
 namespace hill {
 
+// The key width of a scoring copy as the CLI spells it (--score-copy): "int4" 4, "int2" 2, "off" 0 (no
+// copy). Errors (hill::error, exit_code::usage): another name, with the valid ones listed.
+int parse_score_copy(std::string_view name);
+
 class score_copy {
 public:
     // s: the layer shape (n_head, n_head_kv, head_dim; s.scale is not used); p: granularity and aggregate
-    // (p.key and p.query are ignored: the copy always scores INT4 keys against an INT8 query); room for
+    // (p.key and p.query are ignored: the copy always scores its keys against an INT8 query); bits: 4 or
+    // 2 (supports(head_dim, bits)); room for
     // n_seq sequences × n_layer layers × n_ctx positions, allocated here once (not zero-filled: pages are
     // touched as positions are written; channel scales start at 1); n_threads: the most threads of the
     // pools score() will run on (per-thread scratch).
-    // Asserts: n_head, n_head_kv > 0, n_head % n_head_kv == 0, head_dim even, 0 < head_dim <=
+    // Asserts: n_head, n_head_kv > 0, n_head % n_head_kv == 0, supports(head_dim, bits), head_dim <=
     // score_max_head_dim, n_seq, n_layer, n_ctx, n_threads >= 1.
     // Errors (hill::error, exit_code::bad_input): the allocation fails, naming its size.
-    score_copy(const attention_shape & s, const score_params & p, int n_seq, int n_layer, int64_t n_ctx, int n_threads);
+    score_copy(const attention_shape & s, const score_params & p, int bits, int n_seq, int n_layer, int64_t n_ctx,
+               int n_threads);
+
+    // Whether a copy of `bits` (4 or 2) packs head vectors of head_dim elements: 4 bits an even
+    // head_dim, 2 bits a multiple of 4.
+    static bool supports(int head_dim, int bits);
 
     // What the copy of n_seq sequences × n_layer layers × n_ctx positions stores: n_ctx tokens per
     // (sequence, layer) at bytes_per_token_layer, plus per (sequence, layer) the channel scales and the
     // first scale_rows keys in f32 ((scale_rows + 1) · n_head_kv · head_dim · 4 bytes).
-    static uint64_t bytes_for(const attention_shape & s, int n_seq, int n_layer, int64_t n_ctx);
-    // Bytes one token of one layer costs: n_head_kv · (head_dim / 2 + sizeof(float)).
-    static uint64_t bytes_per_token_layer(const attention_shape & s);
+    static uint64_t bytes_for(const attention_shape & s, int bits, int n_seq, int n_layer, int64_t n_ctx);
+    // Bytes one token of one layer costs: n_head_kv · (head_dim · bits / 8 + sizeof(float)).
+    static uint64_t bytes_per_token_layer(const attention_shape & s, int bits);
 
     // Everything allocated: n_seq · n_layer · (n_ctx · bytes_per_token_layer + channel scales), plus the
     // prepared query and the per-thread scratch.
@@ -102,6 +124,7 @@ public:
 
     const attention_shape & shape() const { return shape_; }
     const score_params & params() const { return params_; }
+    int bits() const { return bits_; }
     int64_t n_ctx() const { return n_ctx_; }
 
     // Writes n keys k (f16 or f32, [n, n_head_kv · head_dim], rows row_stride elements apart, row_stride
@@ -134,7 +157,7 @@ public:
     // gives once the row is written. Does not allocate.
     void score_row(ggml_type type, const void * k, float * scores, int64_t stride);
 
-    // The stored copy of (seq, il) (layout above): keys u8 [n_ctx, n_head_kv, head_dim / 2], their
+    // The stored copy of (seq, il) (layout above): keys u8 [n_ctx, n_head_kv, head_dim · bits / 8], their
     // scales f32 [n_ctx, n_head_kv], the channel scales f32 [n_head_kv, head_dim]. For tests and for a
     // consumer that ships the copy elsewhere.
     const uint8_t * keys(int seq, int il) const;
@@ -153,29 +176,31 @@ private:
     // without prefetch, 2.7 to 3.8 with.
     static constexpr int score_block = 16;
 
-    // dots_u4_i8 of score_avx2.h or its scalar reference, per kernel_mode_get().
-    using dots_u4_fn = void (*)(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out);
-    static dots_u4_fn kernel();
+    // dots_u4_i8 or dots_u2_i8 of score_avx2.h (per bits) or its scalar reference, per kernel_mode_get().
+    using dots_fn = void (*)(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out);
+    dots_fn kernel() const;
 
     size_t pair_index(int seq, int il) const;
     // Quantizes the head vectors of one key row (f16 or f32 at k) under channel scales c f32 [n_head_kv,
-    // head_dim] into packed u8 [n_head_kv, head_dim / 2] and scales f32 [n_head_kv].
+    // head_dim] into packed u8 [n_head_kv, head_dim · bits / 8] and scales f32 [n_head_kv].
     void quantize_row(ggml_type type, const void * k, const float * c, uint8_t * packed, float * scale) const;
     // out[g · stride + t] for t in [0, nb <= score_block): the scores of nb quantized tokens, packed keys
-    // u8 [nb, n_head_kv, head_dim / 2] and scales f32 [nb, n_head_kv], against the prepared query; dots:
+    // u8 [nb, n_head_kv, head_dim · bits / 8] and scales f32 [nb, n_head_kv], against the prepared query; dots:
     // int32 scratch of dots_stride_. Prefetches the keys of the n_next tokens that follow the nb.
-    void score_tokens(dots_u4_fn dots_fn, const uint8_t * keys, const float * scales, int nb, int n_next,
+    void score_tokens(dots_fn dots_of, const uint8_t * keys, const float * scales, int nb, int n_next,
                       int32_t * dots, float * out, int64_t stride) const;
 
     attention_shape shape_;
     score_params params_;
+    int bits_;                         // 4 or 2
     int n_seq_, n_layer_;
     int64_t n_ctx_;
     int n_threads_;
     int group_;                        // query heads per KV head: n_head / n_head_kv
-    size_t row_bytes_;                 // packed bytes of one token: n_head_kv · head_dim / 2
+    size_t head_bytes_;                // packed bytes of one head vector: head_dim · bits / 8
+    size_t row_bytes_;                 // packed bytes of one token: n_head_kv · head_bytes_
     int dots_stride_;                  // score_block · group rounded up to 16: per-thread dots a cache line apart
-    std::unique_ptr<uint8_t[]> keys_;  // u8  [n_seq, n_layer, n_ctx, n_head_kv, head_dim / 2]
+    std::unique_ptr<uint8_t[]> keys_;  // u8  [n_seq, n_layer, n_ctx, n_head_kv, head_bytes_]
     std::unique_ptr<float[]> scales_;  // f32 [n_seq, n_layer, n_ctx, n_head_kv]
     std::vector<float> channel_;       // f32 [n_seq, n_layer, n_head_kv, head_dim]
     std::vector<float> first_;         // f32 [n_seq, n_layer, scale_rows, n_head_kv, head_dim]: the first keys
@@ -184,9 +209,9 @@ private:
     std::vector<float> q_scaled_;    // f32 [n_head, head_dim]: q ⊙ c, the prepared query
     std::vector<int8_t> q_i8_;       // int8 [n_head, head_dim]: its int8 values
     std::vector<float> q_scale_;     // f32 [n_head]: their scales
-    std::vector<int32_t> q_offset_;  // int32 [n_head]: 8 · Σ q̂'_h, the +8 of the stored nibbles
+    std::vector<int32_t> q_offset_;  // int32 [n_head]: 8 · Σ q̂'_h (4 bits) or 3 · Σ q̂'_h (2 bits)
     std::vector<int32_t> dots_;      // int32 [n_threads, dots_stride]: a block's dots [score_block, group]
-    std::vector<uint8_t> row_keys_;  // u8 [n_head_kv, head_dim / 2]: score_row's quantized key
+    std::vector<uint8_t> row_keys_;  // u8 [n_head_kv, head_bytes_]: score_row's quantized key
     std::vector<float> row_scales_;  // f32 [n_head_kv]: its scales
 };
 
