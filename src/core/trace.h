@@ -19,8 +19,9 @@
 // open scope (trace_current_name()), so that a kernel's share on every worker shows under its stage.
 //
 // Cost: off (the default), a scope is one relaxed atomic load and nothing else — no clock read, no
-// allocation, no lock. On, a scope reads the steady clock twice and appends the event to its thread's
-// buffer under that buffer's own mutex (only the writer ever contends for it), about 50 ns.
+// allocation, no lock: about 1 ns (a decode step of a 32-layer model opens some 400 scopes). On, a
+// scope reads the steady clock twice and appends the event to its thread's buffer under that buffer's
+// own mutex (only the writer ever contends for it): about 100 ns.
 //
 // Memory: events are kept until the next trace_start(), at most max_events_per_thread per thread
 // (an event is 104 bytes); later ones are counted as dropped, and trace_write() reports them. The
@@ -40,10 +41,11 @@
 
 namespace hill {
 
-// One integer argument of an event ("layer" = il); the key is a string literal.
+// One integer argument of an event ("layer" = il); the key is a string literal. No default member
+// initializers: a scope's array of them is not zeroed when tracing is off.
 struct trace_arg {
-    const char * key = nullptr;
-    int64_t value = 0;
+    const char * key;
+    int64_t value;
 };
 
 inline constexpr int trace_max_args = 4;
@@ -55,7 +57,7 @@ struct trace_event {
     const char * cat = nullptr;      // string literal: the category ("decode", "score", "csd", ...)
     int64_t t0_ns = 0;               // start, trace_clock_ns()
     int64_t dur_ns = 0;              // >= 0
-    trace_arg args[trace_max_args];  // [n_args]
+    trace_arg args[trace_max_args] = {};  // [n_args]
     int n_args = 0;
 };
 
