@@ -6,9 +6,9 @@
 #   2. ASan+UBSan build of the unit-test executables (and the CLI they run): unit tests (every parser
 #      and bad-input path runs under the sanitizers; the unit tests run here, not in Release, to keep
 #      the whole script within CI's 25 minutes on 2 cores);
-#   3. TSan build: the threaded tests (thread pool, kernels, sessions, io queue, cold pool, KV cells,
-#      and logs, the scorers and the scoring copy, policies, the storage device emulator, batches of
-#      sequences, KV faults);
+#   3. TSan build: the threaded tests (thread pool, trace recorder, kernels, sessions, io queue, cold
+#      pool, KV cells, and logs, the scorers and the scoring copy, policies, the storage device
+#      emulator, batches of sequences, KV faults);
 #   4. libFuzzer: the GGUF and safetensors readers, $HILL_FUZZ_SECONDS seconds each (default 30), from
 #      their seed corpora.
 # Extra arguments go to the Release ctest run (e.g. -R golden).
@@ -27,7 +27,7 @@ cmake --build --preset asan -j "$jobs" --target hill_unit_tests
 ctest --test-dir build/asan -L unit --no-tests=error --output-on-failure -j "$jobs"
 
 cmake --preset tsan -DHILL_WERROR=ON > /dev/null
-tsan_tests=(test_core test_kernels test_session test_io_queue test_cold_pool test_kv_cells test_score test_score_copy test_policy test_csd test_batch test_kv_faults)
+tsan_tests=(test_core test_trace test_kernels test_session test_io_queue test_cold_pool test_kv_cells test_score test_score_copy test_policy test_csd test_batch test_kv_faults)
 cmake --build --preset tsan -j "$jobs" --target "${tsan_tests[@]}"
 for t in "${tsan_tests[@]}"; do build/tsan/tests/$t --gtest_brief=1; done
 

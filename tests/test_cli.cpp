@@ -13,7 +13,9 @@
 #include <map>
 #include <fstream>
 #include <initializer_list>
+#include <map>
 #include <optional>
+#include <set>
 #include <string_view>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -344,6 +346,77 @@ TEST_F(cli, storage_emulator_gives_the_same_tokens_and_reports_its_link) {
         const result r = run(args);
         EXPECT_EQ(r.code, code) << args << "\n" << r.out;
         EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
+    }
+}
+
+TEST_F(cli, trace_shows_every_stage_per_layer_and_thread) {
+    // A cold pool that the storage device emulator scores and reads (16 hot tokens per layer of about
+    // 530), two compute threads: every stage of every layer, on the owner, a pool worker and the
+    // emulator's threads.
+    const std::string m = dir->file("trace-m.gguf");
+    const int n_layer = 3;
+    write_random_model(m, random_model_params{.n_vocab = 300, .n_embd = 64, .n_ff = 96, .n_layer = n_layer, .n_head = 4,
+                                              .n_head_kv = 2, .n_ctx = 1024});
+    std::string long_prompt;
+    for (int i = 0; i < 25; ++i) long_prompt += "a prompt of many words ";
+    std::ofstream(dir->file("trace-prompt.txt")) << long_prompt;
+    const std::string path = dir->file("trace.json");
+    const std::string g = "generate -m " + m + " -f " + dir->file("trace-prompt.txt") + " -n 12 -c 1024 --temp 0 -t 2 "
+                          "--kv-host-budget 6K --kv-dir " + dir->file("kv-trace") + " --policy hillinfer --alpha 0.2 "
+                          "--window 8 --storage emulator ";
+    const result r = run(g + "--trace " + path, " 2>&1 >/dev/null");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("written to " + path), std::string::npos) << r.out;
+    const json j = json::parse(test::read_whole_file(path));
+    EXPECT_EQ(j.at("displayTimeUnit"), "ms");
+    std::map<int, std::string> thread;                      // tid -> track name
+    std::map<std::string, std::map<int64_t, int>> by_layer;  // event name -> layer -> count
+    std::map<std::string, int> count;                       // event name -> count
+    std::set<int> tids;                                     // threads with events
+    for (const json & e : j.at("traceEvents")) {
+        if (e.at("ph") == "M") {
+            if (e.at("name") == "thread_name") thread[e.at("tid").get<int>()] = e.at("args").at("name");
+            continue;
+        }
+        ASSERT_EQ(e.at("ph"), "X") << e;
+        EXPECT_GE(e.at("ts").get<double>(), 0.0) << e;
+        EXPECT_GE(e.at("dur").get<double>(), 0.0) << e;
+        const std::string name = e.at("name");
+        ++count[name];
+        tids.insert(e.at("tid").get<int>());
+        if (e.at("args").contains("layer")) ++by_layer[name][e.at("args").at("layer").get<int64_t>()];
+    }
+    const int steps = count["decode step"];
+    EXPECT_GE(steps, 1) << r.out;
+    // Each decode step scores, selects and attends in every layer, the storage device scoring the cold keys;
+    // the prefill and each step run the layer's projections.
+    for (const char * name : {"score host", "score device", "select", "place", "attend"}) {
+        for (int il = 0; il < n_layer; ++il) EXPECT_EQ(by_layer[name][il], steps) << name << " layer " << il;
+    }
+    for (const char * name : {"layer", "qkv", "output + ffn"}) {
+        for (int il = 0; il < n_layer; ++il) EXPECT_EQ(by_layer[name][il], steps + 1) << name << " layer " << il;
+    }
+    for (int il = 0; il < n_layer; ++il) {
+        EXPECT_GE(by_layer["score kernel"][il], steps) << il;
+        EXPECT_GE(by_layer["flash read"][il], 2 * steps) << "a score pass and a read pass per step: " << il;
+        EXPECT_EQ(by_layer["prefill attend"][il], 1) << il;
+    }
+    EXPECT_GT(count["page write"], 0);
+    EXPECT_EQ(count["apply"], steps);
+    // On their own tracks: the owner, the pool's second thread, the emulator's two threads.
+    std::set<std::string> names;
+    for (const int tid : tids) names.insert(thread[tid]);
+    EXPECT_GT(tids.size(), 1u);
+    for (const char * track : {"main (owner)", "pool worker 1", "emulator reader", "emulator kernel"}) {
+        EXPECT_TRUE(names.count(track)) << track;
+    }
+
+    // A file that cannot be written is refused before the run, naming it.
+    for (const std::string & bad : {dir->file("no-such-dir/t.json"), dir->path.string()}) {
+        const result e = run(g + "--trace " + bad);
+        EXPECT_EQ(e.code, 2) << bad << "\n" << e.out;
+        EXPECT_NE(e.out.find("--trace '" + bad + "'"), std::string::npos) << e.out;
+        EXPECT_EQ(e.out.find("prefill"), std::string::npos) << e.out;
     }
 }
 

@@ -21,6 +21,7 @@ namespace {
 struct step_opts {
     step_bench_params p;
     thread_opts threads;
+    trace_opts trace;
     std::string json_path, plot_path;
 };
 
@@ -95,6 +96,7 @@ int run_step(step_opts & o) {
         }
     }
     check(o.p);
+    o.trace.start();
     thread_pool pool(n_threads);
     const workload_params & wp = o.p.workload;
     fmt::print(stderr, "bench step: calibrating the synthetic workload ...\n");
@@ -171,6 +173,7 @@ int run_step(step_opts & o) {
         f.commit();
     }
     if (!o.plot_path.empty()) write_plot(o.plot_path, rs);
+    o.trace.finish("hillinfer bench step");
     return 0;
 }
 
@@ -209,6 +212,7 @@ command_fn add_bench(CLI::App & app) {
     step->add_option("--json", o->json_path, "also write the results as JSON");
     step->add_option("--plot", o->plot_path, "also draw the step times as a PNG bar chart (gnuplot)");
     o->threads.add(*step);
+    o->trace.add(*step);
     return [o, step]() -> int {
         if (step->parsed()) return run_step(*o);
         return int(exit_code::usage);

@@ -26,6 +26,7 @@ struct demo_opts {
     thread_opts threads;
     kv_opts kv;
     policy_opts policy;
+    trace_opts trace;
     int32_t n_ctx = 32768;
     double depth = -1.0;
     std::string seed = "-1";  // parse_seed: [0, seed_max] or -1 (random)
@@ -134,7 +135,13 @@ command_fn add_demo(CLI::App & app) {
                                   "so that at least 75% of it is cold)");
     o->policy.add(*sub);
     sub->add_flag("--json", o->json, "write one JSON object to stdout");
-    return [o]() { return run_demo(*o); };
+    o->trace.add(*sub);
+    return [o]() {
+        o->trace.start();
+        const int rc = run_demo(*o);
+        o->trace.finish("hillinfer demo");
+        return rc;
+    };
 }
 
 }  // namespace hill::cli

@@ -32,6 +32,7 @@ struct generate_opts {
     thread_opts threads;
     kv_opts kv;
     policy_opts policy;
+    trace_opts trace;
     int32_t n_predict = 128;
     int32_t n_ctx = 0;
     std::string prompt_cache;
@@ -342,7 +343,13 @@ command_fn add_generate(CLI::App & app) {
                     "per line (n_predict optional: -n); decoded --parallel at a time with continuous batching");
     o->parallel_opt = sub->add_option("--parallel", o->parallel, "--prompts: sequences decoded together (default: all "
                                       "prompts, up to 8)");
-    return [o]() { return run_generate(*o); };
+    o->trace.add(*sub);
+    return [o]() {
+        o->trace.start();
+        const int rc = run_generate(*o);
+        o->trace.finish("hillinfer generate");
+        return rc;
+    };
 }
 
 }  // namespace hill::cli

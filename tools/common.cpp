@@ -1,8 +1,10 @@
 #include "common.h"
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "core/sys_info.h"
+#include "core/trace.h"
 
 #include <fmt/format.h>
 
@@ -224,6 +226,33 @@ policy_params policy_opts::resolve(csd::storage_kind storage) const {
     if (!migrate_budget.empty()) r.migrate_bytes = parse_bytes(migrate_budget, "--migrate-budget");
     validate(r, 1);  // the flags alone, before a model is loaded (the KV head count is checked with the model)
     return r;
+}
+
+void trace_opts::add(CLI::App & app) {
+    opt = app.add_option("--trace", path, "write a Chrome trace (JSON: open in ui.perfetto.dev or chrome://tracing) of "
+                         "every stage per layer and thread");
+}
+
+void trace_opts::start() const {
+    if (opt->count() == 0) return;
+    if (path.empty()) fail_usage("--trace needs a file name");
+    try {
+        atomic_file probe(path);  // creates and removes its temporary file: the directory is writable
+    } catch (const error & e) {
+        fail_usage("--trace '{}': {}", path, e.what());
+    }
+    trace_start();
+    trace_set_thread_name("main (owner)");
+}
+
+void trace_opts::finish(const std::string & process) const {
+    if (opt->count() == 0) return;
+    trace_stop();
+    const trace_totals t = trace_write(path, process);
+    fmt::print(stderr, "trace: {} events on {} threads written to {}{}\n", t.n_events, t.n_threads, path,
+               t.n_dropped > 0 ? fmt::format(" ({} events over the limit of {} per thread were dropped)", t.n_dropped,
+                                             trace_default_max_events)
+                               : std::string());
 }
 
 void thread_opts::add(CLI::App & app) {

@@ -80,6 +80,20 @@ struct policy_opts {
     policy_params resolve(csd::storage_kind storage) const;
 };
 
+// --trace FILE.json: a Chrome trace of the run (core/trace.h; docs/architecture.md "Tracing").
+struct trace_opts {
+    std::string path;
+    CLI::Option * opt = nullptr;
+    void add(CLI::App & app);
+    // With --trace: refuses a file that could not be written (a usage error naming it: a missing or
+    // unwritable directory, a path that is a directory), then starts recording and names this thread's
+    // track "main (owner)". Call before any long work. Without --trace: nothing.
+    void start() const;
+    // With --trace: stops recording and writes the file (atomically), and says so on stderr with the
+    // number of events and threads. Errors: the file cannot be written (bad_input, naming it).
+    void finish(const std::string & process) const;
+};
+
 // Prints the prefill progress to stderr (at most once a second) once the prompt has taken 2 s;
 // throws exit_code::interrupted after Ctrl-C. Pass as session::eval's progress callback.
 struct prefill_progress {

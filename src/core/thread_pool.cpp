@@ -1,6 +1,7 @@
 #include "core/thread_pool.h"
 
 #include "core/error.h"
+#include "core/trace.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -76,6 +77,9 @@ bool spin_until(F done) {
 }  // namespace
 
 void thread_pool::worker(int ith) {
+    char name[32];
+    *fmt::format_to_n(name, sizeof(name) - 1, "pool worker {}", ith).out = '\0';
+    trace_set_thread_name(name);
     uint64_t seen = 0;
     for (;;) {
         const auto started = [&] { return stop_.load(std::memory_order_acquire) || generation_.load(std::memory_order_acquire) != seen; };
@@ -87,7 +91,11 @@ void thread_pool::worker(int ith) {
         }
         if (stop_.load(std::memory_order_acquire)) return;
         seen = generation_.load(std::memory_order_acquire);
-        (*job_.load(std::memory_order_relaxed))(ith, n_threads_);
+        {
+            const char * job_name = job_name_.load(std::memory_order_relaxed);
+            trace_scope span(job_name != nullptr ? job_name : "pool job", "pool");
+            (*job_.load(std::memory_order_relaxed))(ith, n_threads_);
+        }
         // seq_cst RMW, ordered before the load of caller_waiting_ (see run()).
         if (n_pending_.fetch_sub(1) == 1 && caller_waiting_.load()) {
             std::lock_guard<std::mutex> lock(mutex_);
@@ -103,6 +111,7 @@ void thread_pool::run(const std::function<void(int, int)> & fn) {
     }
     HILL_ASSERT(job_.load(std::memory_order_relaxed) == nullptr);  // no nested run()
     job_.store(&fn, std::memory_order_relaxed);
+    job_name_.store(trace_enabled() ? trace_current_name() : nullptr, std::memory_order_relaxed);
     n_pending_.store(n_threads_ - 1, std::memory_order_relaxed);
     generation_.fetch_add(1);  // seq_cst: publishes job_ and n_pending_; ordered before n_sleeping_
     if (n_sleeping_.load() > 0) {

@@ -9,6 +9,10 @@
 // generation / pending count before blocking on the condition variables; the blocking path is kept
 // for long idle periods, and a notify is only issued when someone is (about to be) asleep. Exceptions must not escape fn (STYLE.md: no exception crosses a
 // thread): a throwing fn aborts the process.
+//
+// Tracing (core/trace.h): the workers' tracks are named "pool worker <ith>"; while tracing is on,
+// each worker records its share of a job as a span (category "pool") named after the caller's
+// innermost open scope (trace_current_name(): "qkv", "score host", ...), or "pool job".
 #pragma once
 
 #include <atomic>
@@ -56,6 +60,7 @@ private:
     std::condition_variable cv_start_;
     std::condition_variable cv_done_;
     std::atomic<const std::function<void(int, int)> *> job_{nullptr};  // published by generation_
+    std::atomic<const char *> job_name_{nullptr};  // tracing: the caller's scope, published by generation_
     std::atomic<uint64_t> generation_{0};   // bumped by run() after job_ is set
     std::atomic<int> n_pending_{0};         // workers still running the current job
     std::atomic<int> n_sleeping_{0};        // workers blocked (or about to block) on cv_start_

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/sys_info.h"
+#include "core/trace.h"
 #include "csd/hls/score_top.h"
 #include "score/selector.h"
 
@@ -203,6 +204,7 @@ int emulator::next_packet() {
     try {
         int p = -1;
         const int64_t t0 = time_us();
+        trace_scope span("device wait", "csd", {{"layer", job_il_}});
         int got;
         while ((got = out_.pop_for(p, std::chrono::milliseconds(20))) == 0) {
             if (params_.stop_requested && params_.stop_requested()) {
@@ -211,6 +213,7 @@ int emulator::next_packet() {
         }
         HILL_ASSERT(got == 1);  // only cancel() stops the queues, and it runs on this thread
         ctr_->t_host_wait_us.fetch_add(uint64_t(us_since(t0)), std::memory_order_relaxed);
+        span.close();
         packet & pk = packets_[size_t(p)];
         if (pk.kind == packet_kind::end || pk.kind == packet_kind::error) {
             std::string err = pk.kind == packet_kind::error ? std::move(pk.error) : std::string();
@@ -252,6 +255,7 @@ bool emulator::read_next(kv_batch & out) {
 // ---- the device's threads ----
 
 void emulator::reader_main() {
+    trace_set_thread_name("emulator reader");
     const auto cancelled = [this] { return cancel_.load(std::memory_order_relaxed); };
     std::vector<uint32_t> groups;
     std::vector<page_read> reads;
@@ -285,6 +289,8 @@ void emulator::reader_main() {
             while (next < groups.size() && int64_t(B.groups.size()) < batch_groups_) B.groups.push_back(groups[next++]);
             B.last = next == groups.size();
             const int64_t t0 = time_us();
+            trace_scope span("flash read", "csd",
+                             {{"layer", job_il_}, {"pages", int64_t(B.groups.size()) * (with_v ? 2 : 1)}});
             reads.clear();
             for (size_t i = 0; i < B.groups.size(); ++i) {
                 const auto & [kp, vp] = job_groups_[B.groups[i]];
@@ -310,6 +316,9 @@ void emulator::reader_main() {
             }
             ctr_->internal_read_bytes.fetch_add(uint64_t(reads.size()) * page_bytes, std::memory_order_relaxed);
             ctr_->t_read_us.fetch_add(uint64_t(time_us() - t1) + uint64_t(t1 - t0) - throttled, std::memory_order_relaxed);
+            span.arg("bytes", int64_t(reads.size() * page_bytes));
+            span.arg("throttle_us", int64_t(throttled));
+            span.close();
             if (!filled_.push(b)) {
                 stopped = true;
                 break;
@@ -339,6 +348,7 @@ bool emulator::send_packet(int p, uint64_t link_bytes) {
 }
 
 void emulator::engine_main() {
+    trace_set_thread_name("emulator kernel");
     const auto cancelled = [this] { return cancel_.load(std::memory_order_relaxed); };
     const int64_t pt = layout_.page_tokens();
     const uint64_t page_bytes = layout_.page_bytes();
@@ -389,6 +399,10 @@ void emulator::engine_main() {
             bool ok = true;
             if (B.error.empty()) {
                 const int64_t t0 = time_us();
+                const uint64_t backpressure0 = ctr_->t_backpressure_us.load(std::memory_order_relaxed);
+                trace_scope span(job_kind_ == job_kind::score ? "score kernel" : "extract rows", "csd",
+                                 {{"layer", job_il_}, {"pages", int64_t(B.groups.size())}});
+                const size_t pos_i0 = pos_i;
                 uint64_t throttled = 0;
                 for (size_t i = 0; i < B.groups.size() && ok; ++i) {
                     const int64_t pos0 = int64_t(B.groups[i]) * pt;  // the group's first position
@@ -425,6 +439,10 @@ void emulator::engine_main() {
                 }
                 ctr_->t_throttle_us.fetch_add(throttled, std::memory_order_relaxed);
                 ctr_->t_kernel_us.fetch_add(uint64_t(us_since(t0)) - throttled, std::memory_order_relaxed);
+                span.arg("tokens", int64_t(pos_i - pos_i0));
+                // Waiting for the host to hand packets back, and for the speed caps: inside this span.
+                const uint64_t backpressure = ctr_->t_backpressure_us.load(std::memory_order_relaxed) - backpressure0;
+                span.arg("wait_us", int64_t(backpressure + throttled));
             }
             const bool last = B.last;
             std::string error = B.error;

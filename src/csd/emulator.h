@@ -16,6 +16,11 @@
 // parked, empties the queues and re-arms them. A failed or corrupt read ends the pass with an error
 // packet; next() throws it as hill::error naming layer, page and file, and the device is ready again.
 //
+// Tracing (core/trace.h): the threads' tracks are "emulator reader" ("flash read" per page batch:
+// {layer, pages, bytes, throttle_us}) and "emulator kernel" ("score kernel" or "extract rows" per page
+// batch: {layer, pages, tokens, wait_us} — waiting for the host's packets and the speed caps is inside
+// the span); on the host, "device wait" {layer} is the wait for each packet.
+//
 // What the emulator scores: the pass's positions, in written cold pages. The kernel scores whole
 // pages (the FPGA streams them); only the wanted positions' scores are packed.
 #pragma once

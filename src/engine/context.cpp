@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/sys_info.h"
+#include "core/trace.h"
 #include "kv/page_table.h"
 #include "score/selector.h"
 
@@ -218,6 +219,7 @@ void context::prefill_segment(int seq, const int32_t * tokens, int64_t n, bool l
     const int64_t n_embd = hp.n_embd, n_kv = hp.n_embd_kv(), n_q = hp.n_embd_q();
     const size_t rb = layout_.row_bytes();
     const int64_t p0 = n_past(seq), nb = params_.n_batch;
+    trace_scope span("prefill", "prefill", {{"seq", seq}, {"p0", p0}, {"tokens", n}});
     // The segment's residual stream f32 [n, n_embd]; one layer's K and V of it, kv type [n, n_embd_kv];
     // its queries and then (in place) their attention outputs, f32 [n, n_embd_q].
     std::vector<float> x(size_t(n) * size_t(n_embd));
@@ -226,8 +228,11 @@ void context::prefill_segment(int seq, const int32_t * tokens, int64_t n, bool l
     std::vector<float> kc(size_t(std::min(n, nb)) * size_t(n_kv)), vc(kc.size());
     std::vector<int32_t> pos(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) pos[size_t(i)] = int32_t(p0 + i);
-    for (int64_t c0 = 0; c0 < n; c0 += nb) {
-        forward_->embed(tokens + c0, pos.data() + c0, std::min(nb, n - c0), x.data() + c0 * n_embd);
+    {
+        trace_scope s("embed", "forward", {{"tokens", n}});
+        for (int64_t c0 = 0; c0 < n; c0 += nb) {
+            forward_->embed(tokens + c0, pos.data() + c0, std::min(nb, n - c0), x.data() + c0 * n_embd);
+        }
     }
     // Prefill importance (placement hkm): the importance scores of every token under the segment's last
     // W queries (at least one), summed.
@@ -243,6 +248,8 @@ void context::prefill_segment(int seq, const int32_t * tokens, int64_t n, bool l
     std::vector<layer_append> appends(size_t(hp.n_layer));
     try {
         for (int il = 0; il < hp.n_layer; ++il) {
+            trace_scope layer_span("layer", "prefill", {{"layer", il}});
+            trace_scope qkv_span("qkv", "forward", {{"layer", il}, {"tokens", n}});
             for (int64_t c0 = 0; c0 < n; c0 += nb) {
                 const int64_t nc = std::min<int64_t>(nb, n - c0);
                 forward_->attention_input(il, x.data() + c0 * n_embd, pos.data() + c0, nc, qa.data() + c0 * n_q, kc.data(),
@@ -252,9 +259,11 @@ void context::prefill_segment(int seq, const int32_t * tokens, int64_t n, bool l
                     layout_.store_row(vc.data() + t * n_kv, n_kv, layer_v.data() + size_t(c0 + t) * rb);
                 }
             }
+            qkv_span.close();
             if (measure) std::copy(qa.end() - n_obs * n_q, qa.end(), q_obs.begin());
             // Every query of the segment attends to the sequence's tokens already in the tiers (one pass
             // over them), then causally to the segment's own KV.
+            trace_scope attend_span("prefill attend", "prefill", {{"layer", il}, {"tokens", n}, {"context", p0 + n}});
             device_->begin(shape, qa.data(), n);
             if (p0 > 0) {
                 // In position order, window by window (kv/ordered_gather.h): the same result wherever the
@@ -270,7 +279,9 @@ void context::prefill_segment(int seq, const int32_t * tokens, int64_t n, bool l
             }
             device_->attend(kv_view{layout_.type, layer_k.data(), layer_v.data(), n, n_kv}, nullptr, 0);
             device_->end(qa.data());
+            attend_span.close();
             if (measure) {
+                trace_scope s("prefill importance", "prefill", {{"layer", il}, {"queries", n_obs}});
                 std::fill(importance.begin(), importance.end(), 0.0f);
                 const int n_group = importance_scorer_->n_group();
                 const auto add = [&](const kv_view & view, const int32_t * rows, const int32_t * positions) {
@@ -288,15 +299,19 @@ void context::prefill_segment(int seq, const int32_t * tokens, int64_t n, bool l
                 for_each_stored(seq, il, false, add);
                 add(kv_view{layout_.type, layer_k.data(), nullptr, n, n_kv}, nullptr, pos.data());
             }
-            for (int64_t c0 = 0; c0 < n; c0 += nb) {
-                const int64_t nc = std::min<int64_t>(nb, n - c0);
-                forward_->attention_output(il, x.data() + c0 * n_embd, qa.data() + c0 * n_q, nc);
-                if (progress) progress(int64_t(il) * n + c0 + nc);
+            {
+                trace_scope s("output + ffn", "forward", {{"layer", il}, {"tokens", n}});
+                for (int64_t c0 = 0; c0 < n; c0 += nb) {
+                    const int64_t nc = std::min<int64_t>(nb, n - c0);
+                    forward_->attention_output(il, x.data() + c0 * n_embd, qa.data() + c0 * n_q, nc);
+                    if (progress) progress(int64_t(il) * n + c0 + nc);
+                }
             }
             append_layer(seq, il, p0, n, layer_k.data(), layer_v.data(), measure ? importance.data() : nullptr,
                          appends[size_t(il)]);
         }
         if (logits != nullptr) {
+            trace_scope s("logits", "forward");
             const int64_t r0 = logits_all ? 0 : n - 1;
             for (int64_t c0 = r0; c0 < n; c0 += nb) {
                 const int64_t nc = std::min<int64_t>(nb, n - c0);
@@ -312,6 +327,7 @@ void context::prefill_segment(int seq, const int32_t * tokens, int64_t n, bool l
 
 void context::append_layer(int seq, int il, int64_t p0, int64_t n, const uint8_t * k, const uint8_t * v,
                            const float * importance, layer_append & out) {
+    trace_scope span("prefill place", "migrate", {{"layer", il}, {"tokens", n}});
     const size_t rb = layout_.row_bytes();
     if (logs_ != nullptr) {
         logs_->prepare(seq, il, n, k, v, out.app);
@@ -490,6 +506,7 @@ void context::export_layer(int seq, int il, void * k_out, void * v_out) {
 void context::import_kv(int seq, int64_t n, std::span<const void * const> k, std::span<const void * const> v) {
     HILL_ASSERT(n_past(seq) == 0 && n > 0 && n <= params_.n_ctx);
     HILL_ASSERT(k.size() == size_t(layout_.n_layer) && v.size() == k.size());
+    trace_scope span("import kv", "prefill", {{"seq", seq}, {"tokens", n}});
     make_room(room_for(seq, 0, n));
     std::vector<layer_append> appends(size_t(layout_.n_layer));
     try {

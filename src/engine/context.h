@@ -21,6 +21,11 @@
 //
 // Thread use: one owner thread calls every method; kernels run on the pool; the storage device emulator
 // has its own threads.
+//
+// Tracing (core/trace.h): prefill records "prefill" {seq, p0, tokens} with per layer "layer" {layer}
+// holding "qkv", "prefill attend" {tokens, context}, "prefill importance", "output + ffn" and "prefill
+// place" (the layer's page writes and hot placement); import_kv records "import kv"; decode steps are
+// sched/decode_step.h's.
 #pragma once
 
 #include "core/thread_pool.h"

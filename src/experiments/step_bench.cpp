@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/sys_info.h"
+#include "core/trace.h"
 #include "csd/device_profile.h"
 #include "engine/context.h"
 #include "model/model.h"
@@ -448,6 +449,10 @@ std::vector<step_result> run_step_bench(const step_bench_params & p, const synth
                     for (size_t pi = 0; pi < (emulator ? profiles.size() : 1); ++pi) {
                         for (const std::string & copy : scores && !emulator ? p.score_copies : no_copy) {
                             step_config cfg{n, cold, pol, storage, emulator ? profiles[pi].name : "none", copy};
+                            // Tracing: the configuration's index in the printed order, its context and cold share.
+                            trace_scope span("bench configuration", "bench",
+                                             {{"index", int64_t(out.size())}, {"ctx", n},
+                                              {"cold_permille", int64_t(cold * 1000.0 + 0.5)}});
                             context_params cp;
                             cp.n_ctx = int32_t(n + extra);
                             cp.kv_type = ggml_type::f16;

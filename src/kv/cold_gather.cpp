@@ -1,6 +1,7 @@
 #include "kv/cold_gather.h"
 
 #include "core/error.h"
+#include "core/trace.h"
 
 #include <algorithm>
 
@@ -22,6 +23,7 @@ void cold_gather::begin(std::span<const std::pair<uint32_t, uint32_t>> groups, s
 
 bool cold_gather::next(kv_batch & out) {
     if (next_ >= positions_.size()) return false;
+    trace_scope span("cold read", "io");
     const int64_t pt = layout_.page_tokens();
     const size_t pb = layout_.page_bytes();
     reads_.clear();
@@ -45,6 +47,9 @@ bool cold_gather::next(kv_batch & out) {
     results_.resize(reads_.size());
     if (reader_.read_pages(reads_, results_) != 0) reader_.check(results_, "reading KV pages");
     read_bytes_ += uint64_t(reads_.size()) * pb;
+    span.arg("pages", int64_t(reads_.size()));
+    span.arg("bytes", int64_t(reads_.size() * pb));
+    span.arg("tokens", int64_t(rows_.size()));
     out.view = kv_view{layout_.type, staging_k_.data(), with_v_ ? staging_v_.data() : nullptr, int64_t(rows_.size()),
                        layout_.n_embd_kv};
     out.rows = rows_.data();

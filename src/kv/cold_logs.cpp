@@ -1,6 +1,7 @@
 #include "kv/cold_logs.h"
 
 #include "core/error.h"
+#include "core/trace.h"
 #include "kv/cold_reader.h"
 
 #include <algorithm>
@@ -38,6 +39,8 @@ cold_log_view cold_logs::log(int seq, int il) const {
 void cold_logs::write_groups(std::span<const uint8_t * const> k_pages, std::span<const uint8_t * const> v_pages,
                              std::vector<std::pair<uint32_t, uint32_t>> & out) {
     HILL_ASSERT(k_pages.size() == v_pages.size());
+    trace_scope span("page write", "io", {{"pages", int64_t(2 * k_pages.size())},
+                                          {"bytes", int64_t(2 * k_pages.size() * layout_.page_bytes())}});
     writes_.clear();
     for (size_t g = 0; g < k_pages.size(); ++g) {
         for (const uint8_t * data : {k_pages[g], v_pages[g]}) {

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/sys_info.h"
+#include "core/trace.h"
 #include "policy/placement.h"
 #include "score/selector.h"
 
@@ -108,17 +109,28 @@ void decode_step::run(std::span<const int> seqs, std::span<const int32_t> tokens
     n_reserve_ = cells_.n_appending(after);
     prepared & prep = *prep_;
     prep.pending = true;
+    trace_scope span("decode step", "decode", {{"step", int64_t(step_)}, {"batch", nb}});
     try {
         int64_t t0 = time_us();
-        forward_.embed(tokens.data(), pos_.data(), nb, x_.data());
+        {
+            trace_scope s("embed", "forward");
+            forward_.embed(tokens.data(), pos_.data(), nb, x_.data());
+        }
         stats_.t_forward_us += uint64_t(time_us() - t0);
-        for (int il = 0; il < cells_.n_layer(); ++il) layer(il, prep);
+        for (int il = 0; il < cells_.n_layer(); ++il) {
+            trace_scope s("layer", "decode", {{"layer", il}});
+            layer(il, prep);
+        }
         t0 = time_us();
-        forward_.logits(x_.data(), nb, logits);
+        {
+            trace_scope s("logits", "forward");
+            forward_.logits(x_.data(), nb, logits);
+        }
         stats_.t_forward_us += uint64_t(time_us() - t0);
     } catch (...) {
         discard(prep);
         ++stats_.n_failed;
+        span.arg("failed", 1);
         throw;
     }
     apply(prep);
@@ -131,25 +143,33 @@ void decode_step::layer(int il, prepared & prep) {
     const size_t rb = layout_.row_bytes();
     prepared::layer_prep & L = prep.layers[size_t(il)];
     int64_t t0 = time_us();
-    forward_.attention_input(il, x_.data(), pos_.data(), nb, q_.data(), k_.data(), v_.data());
+    {
+        trace_scope s("qkv", "forward", {{"layer", il}});
+        forward_.attention_input(il, x_.data(), pos_.data(), nb, q_.data(), k_.data(), v_.data());
+    }
     stats_.t_forward_us += uint64_t(time_us() - t0);
 
     // 1. The new tokens: a reserved hot slot each (the window is hot), and their cold-log rows.
     t0 = time_us();
-    for (int64_t b = 0; b < nb; ++b) {
-        uint8_t * kr = rows_.data() + size_t(2 * b) * rb;
-        uint8_t * vr = kr + rb;
-        layout_.store_row(k_.data() + b * n_kv, n_kv, kr);
-        layout_.store_row(v_.data() + b * n_kv, n_kv, vr);
-        const uint32_t slot = cells_.peek_free(il, b);  // free: nobody reads it before apply
-        std::memcpy(hot_.k(il, slot), kr, rb);
-        std::memcpy(hot_.v(il, slot), vr, rb);
-        L.slot[size_t(b)] = slot;
-        if (logs_ != nullptr) {
-            logs_->prepare(seqs_[size_t(b)], il, 1, kr, vr, L.append[size_t(b)]);
-            L.appended[size_t(b)] = 1;
+    {
+        trace_scope s("kv append", "write", {{"layer", il}, {"tokens", nb}});
+        for (int64_t b = 0; b < nb; ++b) {
+            uint8_t * kr = rows_.data() + size_t(2 * b) * rb;
+            uint8_t * vr = kr + rb;
+            layout_.store_row(k_.data() + b * n_kv, n_kv, kr);
+            layout_.store_row(v_.data() + b * n_kv, n_kv, vr);
+            const uint32_t slot = cells_.peek_free(il, b);  // free: nobody reads it before apply
+            std::memcpy(hot_.k(il, slot), kr, rb);
+            std::memcpy(hot_.v(il, slot), vr, rb);
+            L.slot[size_t(b)] = slot;
+            if (logs_ != nullptr) {
+                logs_->prepare(seqs_[size_t(b)], il, 1, kr, vr, L.append[size_t(b)]);
+                L.appended[size_t(b)] = 1;
+            }
+            if (copy_ != nullptr) {
+                copy_->write(seqs_[size_t(b)], il, pos_[size_t(b)], 1, layout_.type, kr, layout_.n_embd_kv);
+            }
         }
-        if (copy_ != nullptr) copy_->write(seqs_[size_t(b)], il, pos_[size_t(b)], 1, layout_.type, kr, layout_.n_embd_kv);
     }
     stats_.t_write_us += uint64_t(time_us() - t0);
 
@@ -161,10 +181,15 @@ void decode_step::layer(int il, prepared & prep) {
     }
     // Placement for the batch: promotions into the slots left after the appends.
     t0 = time_us();
-    const int64_t max_prom = prep.max_promotions;
-    place_input in{il, step_, &cells_, prep.place, cells_.n_hot_free(il) - nb, n_reserve_, max_prom};
-    policy_->place(in, L.plan);
-    HILL_ASSERT(int64_t(L.plan.promote.size()) <= max_prom);
+    {
+        trace_scope s("place", "select", {{"layer", il}});
+        const int64_t max_prom = prep.max_promotions;
+        place_input in{il, step_, &cells_, prep.place, cells_.n_hot_free(il) - nb, n_reserve_, max_prom};
+        policy_->place(in, L.plan);
+        HILL_ASSERT(int64_t(L.plan.promote.size()) <= max_prom);
+        s.arg("promote", int64_t(L.plan.promote.size()));
+        s.arg("evict", int64_t(L.plan.evict.size()));
+    }
     stats_.t_select_us += uint64_t(time_us() - t0);
 
     // 4. Gather and attend, per sequence.
@@ -172,7 +197,10 @@ void decode_step::layer(int il, prepared & prep) {
 
     // 5. The rest of the block.
     t0 = time_us();
-    forward_.attention_output(il, x_.data(), attn_.data(), nb);
+    {
+        trace_scope s("output + ffn", "forward", {{"layer", il}});
+        forward_.attention_output(il, x_.data(), attn_.data(), nb);
+    }
     stats_.t_forward_us += uint64_t(time_us() - t0);
     (void)n_q;
 }
@@ -186,6 +214,7 @@ void decode_step::score_sequence(int il, int b, prepared & prep) {
     if (policy_->wants_scores(n) && copy_ != nullptr) {
         // Every token from the scoring copy in DRAM (the step's own key was written to it above).
         const int64_t t0 = time_us();
+        trace_scope span("score host", "score", {{"layer", il}, {"seq", seq}, {"tokens", n}, {"copy", 1}});
         copy_->prepare_query(seq, il, q_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim));
         copy_->score(n, scores_.data(), n, pool_);
         for (size_t i = 0, m = size_t(n_group) * size_t(n); i < m; ++i) scores_[i] = round_score_f16(scores_[i]);
@@ -198,6 +227,8 @@ void decode_step::score_sequence(int il, int b, prepared & prep) {
         table_.add_hot(int32_t(n - 1), L.slot[size_t(b)]);
         const std::span<const int32_t> disk = table_.disk_pos_of(0);
         int64_t t0 = time_us();
+        const auto n_in_dram = int64_t(table_.hot_pos.size() + table_.open_pos.size());
+        trace_scope host_span("score host", "score", {{"layer", il}, {"seq", seq}, {"tokens", n_in_dram}});
         scorer_->prepare_query(q_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim));
         csd::device_pass_guard guard(device_);
         if (!disk.empty()) device_.score_begin(csd::device_pass{il, log.page_tokens, log.groups, disk}, *scorer_);
@@ -220,6 +251,9 @@ void decode_step::score_sequence(int il, int b, prepared & prep) {
         }
         int64_t t1 = time_us();
         stats_.t_score_host_us += uint64_t(t1 - t0);
+        host_span.close();
+        trace_scope device_span("score device", "score",
+                                {{"layer", il}, {"seq", seq}, {"tokens", int64_t(disk.size())}});
         // The device's blocks, merged as they arrive.
         if (!disk.empty()) {
             while (const csd::score_block_view * blk = device_.score_next()) {
@@ -236,6 +270,7 @@ void decode_step::score_sequence(int il, int b, prepared & prep) {
         scores = scores_.data();
     }
     const int64_t t0 = time_us();
+    trace_scope select_span("select", "select", {{"layer", il}, {"seq", seq}});
     policy_->select(select_input{n, scores}, sets_);
     // The union of the sets (one set: itself), and its scored part.
     std::vector<int32_t> & att = L.attended[size_t(b)];
@@ -252,8 +287,11 @@ void decode_step::score_sequence(int il, int b, prepared & prep) {
     }
     policy_->counted(att, n, L.counted[size_t(b)]);
     stats_.t_select_us += uint64_t(time_us() - t0);
+    select_span.arg("selected", int64_t(att.size()));
+    select_span.close();
     if (recall_ != nullptr) {
         const int64_t t1 = time_us();
+        trace_scope s("diag", "diag", {{"layer", il}, {"seq", seq}});
         measure(il, b);
         stats_.t_diag_us += uint64_t(time_us() - t1);
     }
@@ -267,6 +305,7 @@ void decode_step::gather_and_attend(int il, int b, prepared & prep) {
     const std::vector<int32_t> & att = L.attended[size_t(b)];
     const size_t rb = layout_.row_bytes();
     const int64_t t0 = time_us();
+    trace_scope span("attend", "attend", {{"layer", il}, {"seq", seq}, {"tokens", int64_t(att.size())}});
     // This sequence's promotions: (position, index in the plan), ascending.
     prep.promo.clear();
     for (size_t i = 0; i < L.plan.promote.size(); ++i) {
@@ -333,6 +372,7 @@ void decode_step::gather_and_attend(int il, int b, prepared & prep) {
         for (const int32_t t : att) member_[size_t(t)] = 0;
     }
     stats_.t_attend_us += uint64_t(time_us() - t0);
+    span.arg("disk", int64_t(disk.size()));
 
     step_layer_stats & S = stats_.layers[size_t(il)];
     ++S.n_steps;
@@ -382,6 +422,8 @@ void decode_step::measure(int il, int b) {
 
 void decode_step::apply(prepared & prep) {
     const auto nb = int64_t(seqs_.size());
+    trace_scope span("apply", "migrate", {{"step", int64_t(step_)}});
+    const uint64_t promotions0 = stats_.promotions, evictions0 = stats_.evictions;
     for (int64_t b = 0; b < nb; ++b) cells_.grow(seqs_[size_t(b)], 1);
     for (int il = 0; il < cells_.n_layer(); ++il) {
         prepared::layer_prep & L = prep.layers[size_t(il)];
@@ -416,6 +458,8 @@ void decode_step::apply(prepared & prep) {
         }
         for (int64_t b = 0; b < nb; ++b) cells_.update_hits(seqs_[size_t(b)], il, L.counted[size_t(b)]);
     }
+    span.arg("promote", int64_t(stats_.promotions - promotions0));
+    span.arg("evict", int64_t(stats_.evictions - evictions0));
     ++step_;
     ++stats_.n_steps;
     stats_.n_tokens += uint64_t(nb);

@@ -26,6 +26,15 @@
 //
 // Thread use: the step runs on the cells' owner thread; its kernels run on the pool; the storage
 // device works on its own threads during a pass.
+//
+// Tracing (core/trace.h), on the owner thread: "decode step" {step, batch} holds one "layer" {layer}
+// per layer, holding "qkv", "kv append" {tokens} (with "page write" when a group fills), per sequence
+// "score host" {seq, tokens in DRAM; copy: from the scoring copy}, "score device" {tokens on disk:
+// waiting for and merging the device's blocks}, "select" {selected}, then "place" {promote, evict},
+// per sequence "attend" {tokens, disk} (the gathers, the device's reads and attention), and "output +
+// ffn"; "embed" and "logits" around the layers; "apply" {promote, evict} after them. The spans time
+// the same code as step_stats (t_forward_us: embed, qkv, output + ffn, logits; t_write_us: kv append;
+// t_select_us: select and place; ...).
 #pragma once
 
 #include "compute/attention.h"
