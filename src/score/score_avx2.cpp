@@ -189,54 +189,15 @@ inline int32_t nibble(const uint8_t * row, int n, int i) {
     return j < half ? byte & 0x0f : byte >> 4;
 }
 
-// A tile of TK packed int4 keys × TH int8 query heads (dots_u4_i8). Per block of 32 elements a key's
-// 16 bytes are loaded into both 128-bit lanes and the upper lane shifted right by 4, so that after the
-// mask the low lane holds elements 0..15 and the high lane 16..31, the query's order. maddubs takes
-// the key as unsigned (the stored k̂ + 8 in [1, 15]) and the query as signed: each pair sum is at most
-// 2 · 15 · 127 = 3810, so 8 blocks add up in int16 (30480 < 32767) before madd with ones widens them
-// to int32 — one widening per 8 blocks instead of one per block. TK · TH = 8 int16 accumulators, the
-// key and three constants fit the 16 registers; the query vectors are read from L1 as memory operands.
-struct tile_u4 {
-    template <int TK, int TH>
-    static void run(const int8_t * q, int n_q, const uint8_t * const * k, int n, int32_t * out) {
-        const int n_full = n / 32 * 32;
-        const __m256i shift = _mm256_setr_epi64x(0, 0, 4, 4);
-        const __m256i low4 = _mm256_set1_epi8(0x0f);
-        const __m256i ones = _mm256_set1_epi16(1);
-        __m256i acc[TK * TH];
-#pragma GCC unroll 8
-        for (auto & a : acc) a = _mm256_setzero_si256();
-        for (int i0 = 0; i0 < n_full; i0 += 256) {
-            const int i1 = i0 + 256 < n_full ? i0 + 256 : n_full;
-            __m256i a16[TK * TH];
-#pragma GCC unroll 8
-            for (auto & a : a16) a = _mm256_setzero_si256();
-            for (int i = i0; i < i1; i += 32) {
-#pragma GCC unroll 8
-                for (int t = 0; t < TK; ++t) {
-                    const __m256i b =
-                        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(k[t] + i / 2)));
-                    const __m256i kv = _mm256_and_si256(_mm256_srlv_epi64(b, shift), low4);
-#pragma GCC unroll 8
-                    for (int h = 0; h < TH; ++h) {
-                        const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(q + h * n + i));
-                        a16[t * TH + h] = _mm256_add_epi16(a16[t * TH + h], _mm256_maddubs_epi16(kv, qv));
-                    }
-                }
-            }
-#pragma GCC unroll 8
-            for (int r = 0; r < TK * TH; ++r) acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(a16[r], ones));
-        }
-        int32_t s[TK * TH];
-        reduce(acc, s);
-        for (int t = 0; t < TK; ++t) {
-            for (int h = 0; h < TH; ++h) {
-                int32_t v = s[t * TH + h];
-                for (int j = n_full; j < n; ++j) v += int32_t(q[h * n + j]) * nibble(k[t], n, j);
-                out[t * n_q + h] = v;
-            }
-        }
+// The 32 elements of block i (a multiple of 32) of a packed int4 key, in query order: the block's 16
+// bytes loaded into both 128-bit lanes and the upper lane shifted right by 4, so that after the mask
+// the low lane holds elements 0..15 and the high lane 16..31.
+struct unpack_u4 {
+    static __m256i block(const uint8_t * key, int i) {
+        const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(key + i / 2)));
+        return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0f));
     }
+    static int32_t elem(const uint8_t * row, int n, int i) { return nibble(row, n, i); }
 };
 
 // Element i of a packed int2 head vector of n elements (score_copy.h): in its block of b elements (32,
@@ -246,16 +207,29 @@ inline int32_t crumb(const uint8_t * row, int n, int i) {
     return (row[b0 / 4 + j % quarter] >> (2 * (j / quarter))) & 3;
 }
 
-// A tile of TK packed int2 keys × TH int8 query heads (dots_u2_i8): per block of 32 elements a key's 8
-// bytes are broadcast to the four 64-bit lanes and lane m shifted right by 2m, so that after the mask
-// byte j of lane m holds element j + 8m, the query's order. Each maddubs pair sum is at most
-// 2 · 3 · 127 = 762: 8 blocks add up in int16 as in tile_u4.
-struct tile_u2 {
+// The same for a packed int2 key: the block's 8 bytes broadcast to the four 64-bit lanes and lane m
+// shifted right by 2m, so that after the mask byte j of lane m holds element j + 8m.
+struct unpack_u2 {
+    static __m256i block(const uint8_t * key, int i) {
+        int64_t bytes;
+        std::memcpy(&bytes, key + i / 4, 8);
+        return _mm256_and_si256(_mm256_srlv_epi64(_mm256_set1_epi64x(bytes), _mm256_setr_epi64x(0, 2, 4, 6)),
+                                _mm256_set1_epi8(0x03));
+    }
+    static int32_t elem(const uint8_t * row, int n, int i) { return crumb(row, n, i); }
+};
+
+// A tile of TK packed keys (int4: dots_u4_i8, int2: dots_u2_i8, unpacked by U) × TH int8 query heads.
+// maddubs takes the key as unsigned (the stored field: k̂ + 8 in [1, 15], or u in [0, 3]) and the query
+// as signed: each pair sum is at most 2 · 15 · 127 = 3810, so 8 blocks add up in int16 (30480 < 32767)
+// before madd with ones widens them to int32 — one widening per 8 blocks instead of one per block.
+// TK · TH = 8 int16 accumulators, the key and the constants fit the 16 registers; the query vectors
+// are read from L1 as memory operands. The tail (n mod 32 elements) is scalar.
+template <class U>
+struct tile_packed {
     template <int TK, int TH>
     static void run(const int8_t * q, int n_q, const uint8_t * const * k, int n, int32_t * out) {
         const int n_full = n / 32 * 32;
-        const __m256i shift = _mm256_setr_epi64x(0, 2, 4, 6);
-        const __m256i low2 = _mm256_set1_epi8(0x03);
         const __m256i ones = _mm256_set1_epi16(1);
         __m256i acc[TK * TH];
 #pragma GCC unroll 8
@@ -268,9 +242,7 @@ struct tile_u2 {
             for (int i = i0; i < i1; i += 32) {
 #pragma GCC unroll 8
                 for (int t = 0; t < TK; ++t) {
-                    int64_t bytes;
-                    std::memcpy(&bytes, k[t] + i / 4, 8);
-                    const __m256i kv = _mm256_and_si256(_mm256_srlv_epi64(_mm256_set1_epi64x(bytes), shift), low2);
+                    const __m256i kv = U::block(k[t], i);
 #pragma GCC unroll 8
                     for (int h = 0; h < TH; ++h) {
                         const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(q + h * n + i));
@@ -286,7 +258,7 @@ struct tile_u2 {
         for (int t = 0; t < TK; ++t) {
             for (int h = 0; h < TH; ++h) {
                 int32_t v = s[t * TH + h];
-                for (int j = n_full; j < n; ++j) v += int32_t(q[h * n + j]) * crumb(k[t], n, j);
+                for (int j = n_full; j < n; ++j) v += int32_t(q[h * n + j]) * U::elem(k[t], n, j);
                 out[t * n_q + h] = v;
             }
         }
@@ -361,11 +333,11 @@ void dots_i8_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, i
 }
 
 void dots_u4_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out) {
-    dots_block<tile_u4>(q, n_q, k, n_k, n, out);
+    dots_block<tile_packed<unpack_u4>>(q, n_q, k, n_k, n, out);
 }
 
 void dots_u2_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out) {
-    dots_block<tile_u2>(q, n_q, k, n_k, n, out);
+    dots_block<tile_packed<unpack_u2>>(q, n_q, k, n_k, n, out);
 }
 
 float amax_f32(const uint8_t * x, int n) {
