@@ -44,6 +44,7 @@ struct step_run {
     std::vector<int64_t> step_us;   // wall time of each completed decode step
     uint64_t link_bytes = 0;        // over the storage device's link to the host (scoring and KV), all steps
     uint64_t flash_read_bytes = 0;  // read from flash inside the device, all steps (plain SSD: = link bytes)
+    uint64_t score_device_us = 0;   // waiting for the storage device's scores, all steps (step_stats)
 
     int64_t n_steps() const { return int64_t(step_us.size()); }
     // The median step time (of an even count: the mean of the middle two), in ms; 0 without steps.
@@ -64,7 +65,8 @@ struct step_run {
                 {"steps", n_steps()},
                 {"step_ms", median_ms()},
                 {"link_bytes_per_step", per_step(link_bytes)},
-                {"flash_read_bytes_per_step", per_step(flash_read_bytes)}};
+                {"flash_read_bytes_per_step", per_step(flash_read_bytes)},
+                {"score_device_ms_per_step", per_step(score_device_us) / 1e3}};
     }
 };
 
@@ -107,13 +109,15 @@ step_run rerun_under_full(session & s, int64_t n_prompt, std::span<const int32_t
         r.step_us.push_back(time_us() - t0);
     }
     r.count(c0, s.ctx().storage().counters());
+    r.score_device_us = s.ctx().decode_stats().t_score_device_us;
     return r;
 }
 
 // "decode step: hillinfer 4.12 ms, full over the same tiers 38.2 ms (9.3x faster); per step, full reads
 // 24.3 MiB from the SSD, hillinfer 5.4 MiB", or without a comparison the run's own step time. The
 // bytes are what crossed the SSD's link to the host; the emulator scores where the keys live, so what
-// it read of its own flash is added.
+// it read of its own flash is added, and the mean time the policy waited for its scores (the
+// emulator's threads share this machine's cores: a SmartSSD's kernel would not).
 std::string step_line(const step_run & run, const std::optional<step_run> & full, bool stopped, int64_t n_planned,
                       bool emulator) {
     std::string out = fmt::format("decode step: {} {}", run.policy, format_ms(run.median_ms()));
@@ -129,6 +133,11 @@ std::string step_line(const step_run & run, const std::optional<step_run> & full
         if (full->step_us.empty()) return out + "; the comparison with full over the same tiers was interrupted\n";
         return out + fmt::format("; full over the same tiers interrupted after {} of {} steps (median {} so far)\n",
                                  full->n_steps(), n_planned, format_ms(full->median_ms()));
+    }
+    if (emulator && run.per_step(run.score_device_us) >= 1e3) {
+        // The emulator is software: its scoring runs on this machine's cores, beside the host's work.
+        out += fmt::format(" ({} of it waiting for the emulated device, which scores on this CPU)",
+                           format_ms(run.per_step(run.score_device_us) / 1e3));
     }
     const double x = full->median_ms() / std::max(1e-9, run.median_ms());
     out += fmt::format(", full over the same tiers {} ({:.1f}x {}); per step, full reads {} from the SSD, {} {}",
@@ -215,6 +224,7 @@ int run_demo(const demo_opts & o) {
     step_run run{.policy = pol.name, .step_us = {t_first}};
     run.step_us.insert(run.step_us.end(), a.step_us.begin(), a.step_us.end());
     run.count(c1, s.ctx().storage().counters());
+    run.score_device_us = s.ctx().decode_stats().t_score_device_us;  // the policy's statistics start after prefill
     // The report of this run, taken before the comparison replaces the policy (fresh step statistics)
     // and reads the cold pool again.
     const uint64_t peak_rss = peak_rss_bytes();
