@@ -2,6 +2,8 @@
 // passkey model (docs/passkey.md) in the cache directory if it is not there, builds a prompt of
 // --ctx tokens with a 5-digit key at a random (or given) depth, runs it under policy hillinfer with
 // a hot budget that puts at least 75% of the KV in the cold pool, and says whether the key came back.
+// Then (unless --no-compare) it runs the same decode steps again under policy full over the same
+// tiers and prints the two median step times and the bytes each moved from the SSD per step.
 #include "commands.h"
 #include "common.h"
 #include "core/error.h"
@@ -13,7 +15,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <random>
 
 namespace hill::cli {
@@ -31,7 +35,122 @@ struct demo_opts {
     double depth = -1.0;
     std::string seed = "-1";  // parse_seed: [0, seed_max] or -1 (random)
     bool json = false;
+    bool no_compare = false;  // skip the rerun of the decode steps under policy full
 };
+
+// The decode steps of one run of the answer: their wall times and what the storage device moved.
+struct step_run {
+    std::string policy;
+    std::vector<int64_t> step_us;   // wall time of each completed decode step
+    uint64_t link_bytes = 0;        // over the storage device's link to the host (scoring and KV), all steps
+    uint64_t flash_read_bytes = 0;  // read from flash inside the device, all steps (plain SSD: = link bytes)
+    uint64_t score_device_us = 0;   // waiting for the storage device's scores, all steps (step_stats)
+
+    int64_t n_steps() const { return int64_t(step_us.size()); }
+    // The median step time (of an even count: the mean of the middle two), in ms; 0 without steps.
+    double median_ms() const {
+        if (step_us.empty()) return 0.0;
+        std::vector<int64_t> t = step_us;
+        std::sort(t.begin(), t.end());
+        return double(t[(t.size() - 1) / 2] + t[t.size() / 2]) / 2e3;
+    }
+    double per_step(uint64_t bytes) const { return step_us.empty() ? 0.0 : double(bytes) / double(step_us.size()); }
+    // What the device moved between two snapshots of its counters.
+    void count(const csd::device_counters & a, const csd::device_counters & b) {
+        link_bytes = (b.link_score_bytes + b.link_kv_bytes) - (a.link_score_bytes + a.link_kv_bytes);
+        flash_read_bytes = b.internal_read_bytes - a.internal_read_bytes;
+    }
+    nlohmann::json json() const {
+        return {{"policy", policy},
+                {"steps", n_steps()},
+                {"step_ms", median_ms()},
+                {"link_bytes_per_step", per_step(link_bytes)},
+                {"flash_read_bytes_per_step", per_step(flash_read_bytes)},
+                {"score_device_ms_per_step", per_step(score_device_us) / 1e3}};
+    }
+};
+
+// "4.12 ms", "38.2 ms", "412 ms": three significant digits up to a second.
+std::string format_ms(double ms) {
+    return ms < 10.0    ? fmt::format("{:.2f} ms", ms)
+           : ms < 100.0 ? fmt::format("{:.1f} ms", ms)
+                        : fmt::format("{:.0f} ms", ms);
+}
+
+std::string format_mib(double bytes) { return fmt::format("{:.1f} MiB", bytes / double(1 << 20)); }
+
+// Runs `tokens` again as decode steps under policy full, from position n_prompt on, over the same
+// tiers: the session is truncated back to n_prompt (the cold pool, the hot pool and its placement
+// stay as the first run left them) and its policy replaced, so the run report must be taken before.
+// Stops cleanly on Ctrl-C (between steps, or a step the storage device abandoned: it changed nothing);
+// `stopped` says so, and the result holds the steps that completed.
+step_run rerun_under_full(session & s, int64_t n_prompt, std::span<const int32_t> tokens, const policy_params & pol,
+                          bool & stopped) {
+    s.truncate(n_prompt);
+    // The sinks, the window and the migration budget of the first run; full's own placement (fifo).
+    s.set_policy(policy_params{.name = "full", .n_sinks = pol.n_sinks, .n_window = pol.n_window,
+                               .migrate_bytes = pol.migrate_bytes});
+    step_run r{.policy = "full"};
+    const csd::device_counters c0 = s.ctx().storage().counters();
+    stopped = false;
+    for (const int32_t id : tokens) {
+        if (interrupted()) {
+            stopped = true;
+            break;
+        }
+        const int64_t t0 = time_us();
+        try {
+            s.eval(std::span<const int32_t>(&id, 1));
+        } catch (const error & e) {
+            if (e.code() != exit_code::interrupted) throw;
+            stopped = true;
+            break;
+        }
+        r.step_us.push_back(time_us() - t0);
+    }
+    r.count(c0, s.ctx().storage().counters());
+    r.score_device_us = s.ctx().decode_stats().t_score_device_us;
+    return r;
+}
+
+// "decode step: hillinfer 4.12 ms, full over the same tiers 38.2 ms (9.3x faster); per step, full reads
+// 24.3 MiB from the SSD, hillinfer 5.4 MiB", or without a comparison the run's own step time. The
+// bytes are what crossed the SSD's link to the host; the emulator scores where the keys live, so what
+// it read of its own flash is added, and the mean time the policy waited for its scores (the
+// emulator's threads share this machine's cores: a SmartSSD's kernel would not).
+std::string step_line(const step_run & run, const std::optional<step_run> & full, bool stopped, int64_t n_planned,
+                      bool emulator) {
+    std::string out = fmt::format("decode step: {} {}", run.policy, format_ms(run.median_ms()));
+    if (!full) {
+        out += fmt::format("; it reads {} from the SSD per step", format_mib(run.per_step(run.link_bytes)));
+        if (emulator) {
+            out += fmt::format(" (over the link; the device read {} of its flash)",
+                               format_mib(run.per_step(run.flash_read_bytes)));
+        }
+        return out + "\n";
+    }
+    if (stopped) {
+        if (full->step_us.empty()) return out + "; the comparison with full over the same tiers was interrupted\n";
+        return out + fmt::format("; full over the same tiers interrupted after {} of {} steps (median {} so far)\n",
+                                 full->n_steps(), n_planned, format_ms(full->median_ms()));
+    }
+    if (emulator && run.per_step(run.score_device_us) >= 1e3) {
+        // The emulator is software: its scoring runs on this machine's cores, beside the host's work.
+        out += fmt::format(" ({} of it waiting for the emulated device, which scores on this CPU)",
+                           format_ms(run.per_step(run.score_device_us) / 1e3));
+    }
+    const double x = full->median_ms() / std::max(1e-9, run.median_ms());
+    out += fmt::format(", full over the same tiers {} ({:.1f}x {}); per step, full reads {} from the SSD, {} {}",
+                       format_ms(full->median_ms()), x >= 1.0 ? x : 1.0 / x, x >= 1.0 ? "faster" : "slower",
+                       format_mib(full->per_step(full->link_bytes)), run.policy,
+                       format_mib(run.per_step(run.link_bytes)));
+    if (emulator) {
+        out += fmt::format(" (over the link; the device read {} and {} of its flash)",
+                           format_mib(full->per_step(full->flash_read_bytes)),
+                           format_mib(run.per_step(run.flash_read_bytes)));
+    }
+    return out + "\n";
+}
 
 // The cached passkey model for contexts up to n_ctx tokens, made when absent.
 std::string passkey_model_path(int32_t n_ctx) {
@@ -91,26 +210,63 @@ int run_demo(const demo_opts & o) {
         return int(exit_code::interrupted);
     }
     const int64_t t1 = time_us();
+    const csd::device_counters c1 = s.ctx().storage().counters();
     s.eval(std::span<const int32_t>(&ids.back(), 1));
+    const int64_t t_first = time_us() - t1;
     const passkey_answer a = answer_passkey(s, prompt.passkey);
     const int64_t t2 = time_us();
     const double prefill_tps = double(ids.size()) / std::max(1e-9, double(t1 - t0) / 1e6);
     const int64_t n_steps = s.n_past() - int64_t(ids.size()) + 1;
+    // The decode steps: the prompt's last token, then the answer's tokens that were evaluated.
+    std::vector<int32_t> steps{ids.back()};
+    steps.insert(steps.end(), a.ids.begin(), a.ids.begin() + std::ptrdiff_t(a.step_us.size()));
+    HILL_ASSERT(int64_t(steps.size()) == n_steps);
+    step_run run{.policy = pol.name, .step_us = {t_first}};
+    run.step_us.insert(run.step_us.end(), a.step_us.begin(), a.step_us.end());
+    run.count(c1, s.ctx().storage().counters());
+    run.score_device_us = s.ctx().decode_stats().t_score_device_us;  // the policy's statistics start after prefill
+    // The report of this run, taken before the comparison replaces the policy (fresh step statistics)
+    // and reads the cold pool again.
+    const uint64_t peak_rss = peak_rss_bytes();
+    const std::string report = run_summary(s.ctx());
+    const nlohmann::json report_kv = kv_json(s.ctx()), report_storage = storage_json(s.ctx()),
+                         report_policy = policy_json(s.ctx());
+    if (!o.json) {
+        fmt::print("passkey {} | answer '{}' | {}\n", prompt.passkey, a.text, a.correct ? "correct" : "WRONG");
+        std::fflush(stdout);  // the answer before the comparison's wait
+    }
+    // The same decode steps under policy full over the same tiers: what the policy saves.
+    std::optional<step_run> full;
+    bool stopped = false;
+    if (!o.no_compare && pol.name != "full") {
+        if (!o.json) {
+            fmt::print(stderr, "comparing: the same {} decode steps under policy full over the same tiers "
+                       "(--no-compare skips this)\n", n_steps);
+        }
+        full = rerun_under_full(s, int64_t(ids.size()) - 1, steps, pol, stopped);
+    }
+    const bool emulator = s.ctx().storage().kind() == csd::storage_kind::emulator;
     if (o.json) {
+        nlohmann::json step = {{"policy", run.json()}, {"interrupted", stopped}};
+        if (full) {
+            step["full"] = full->json();
+            if (!stopped) step["speedup"] = full->median_ms() / std::max(1e-9, run.median_ms());
+        }
         const nlohmann::json j = {
             {"passkey", prompt.passkey}, {"answer", a.text}, {"digits", a.digits}, {"correct", a.correct},
             {"prompt_tokens", ids.size()}, {"depth", depth}, {"seed", seed}, {"n_ctx", o.n_ctx},
             {"prefill_s", double(t1 - t0) / 1e6}, {"prefill_tokens_per_s", prefill_tps},
-            {"decode_s", double(t2 - t1) / 1e6}, {"decode_steps", n_steps}, {"peak_rss_bytes", peak_rss_bytes()},
-            {"kv", kv_json(s.ctx())}, {"storage", storage_json(s.ctx())}, {"policy", policy_json(s.ctx())},
+            {"decode_s", double(t2 - t1) / 1e6}, {"decode_steps", n_steps}, {"decode_step", step},
+            {"peak_rss_bytes", peak_rss}, {"kv", report_kv}, {"storage", report_storage}, {"policy", report_policy},
         };
         fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-    } else {
-        fmt::print("passkey {} | answer '{}' | {}\n", prompt.passkey, a.text, a.correct ? "correct" : "WRONG");
+    } else if (!o.no_compare) {
+        fmt::print("{}", step_line(run, full, stopped, n_steps, emulator));
     }
     fmt::print(stderr, "prompt: {} tokens, prefill {:.1f} tokens/s ({:.1f} s) | answer: {} decode steps in {:.2f} s | "
                "peak RSS {} | threads {}\n{}", ids.size(), prefill_tps, double(t1 - t0) / 1e6, n_steps,
-               double(t2 - t1) / 1e6, format_bytes(peak_rss_bytes()), n_threads, run_summary(s.ctx()));
+               double(t2 - t1) / 1e6, format_bytes(peak_rss), n_threads, report);
+    if (stopped) return int(exit_code::interrupted);
     return a.correct ? 0 : int(exit_code::check_failed);
 }
 
@@ -135,6 +291,8 @@ command_fn add_demo(CLI::App & app) {
                                   "so that at least 75% of it is cold)");
     o->policy.add(*sub);
     sub->add_flag("--json", o->json, "write one JSON object to stdout");
+    sub->add_flag("--no-compare", o->no_compare, "skip the rerun of the answer's decode steps under policy full over "
+                  "the same tiers (and the 'decode step:' line comparing their step times)");
     o->trace.add(*sub);
     return [o]() {
         o->trace.start();

@@ -1,6 +1,7 @@
 #include "engine/passkey.h"
 
 #include "core/error.h"
+#include "core/sys_info.h"
 
 #include <algorithm>
 #include <array>
@@ -105,19 +106,20 @@ passkey_answer answer_passkey(session & s, const std::string & passkey, int n_ne
     const hill::model & m = s.model();
     const int32_t n_vocab = m.hp().n_vocab;
     passkey_answer a;
-    std::vector<int32_t> ids;
     for (int i = 0; i < n_new && a.digits.size() < 5; ++i) {
         const float * l = s.logits();
         const auto id = int32_t(std::max_element(l, l + n_vocab) - l);
         if (id == m.tokenizer().vocab().eos) break;
-        ids.push_back(id);
-        a.text = m.tokenizer().decode(ids);
+        a.ids.push_back(id);
+        a.text = m.tokenizer().decode(a.ids);
         a.digits.clear();
         for (const char c : a.text) {
             if (std::isdigit(static_cast<unsigned char>(c)) != 0 && a.digits.size() < 5) a.digits += c;
         }
         if (a.digits.size() == 5 || s.n_past() >= s.n_ctx()) break;
+        const int64_t t0 = time_us();
         s.eval(std::span<const int32_t>(&id, 1));
+        a.step_us.push_back(time_us() - t0);
     }
     a.correct = a.digits == passkey;
     return a;

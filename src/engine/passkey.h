@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace hill {
 
@@ -41,6 +42,11 @@ struct passkey_answer {
     std::string text;          // the greedy continuation, decoded
     std::string digits;        // the first 5 digits in it (fewer if it has fewer)
     bool correct = false;      // digits == the passkey
+    std::vector<int32_t> ids;  // the tokens of text, in order
+    // Wall time of each decode step the answer ran (us): step i evaluated ids[i] (the last token of
+    // ids is predicted but not evaluated when the answer stopped on it), so replaying ids[0, n) with
+    // n = step_us.size() repeats the same steps.
+    std::vector<int64_t> step_us;
 };
 
 // Greedy continuation of the session after the prompt (the caller evaluated it): up to n_new tokens,
