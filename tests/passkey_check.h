@@ -3,7 +3,9 @@
 // least 75% of the KV cold in every layer) retrieve the 5-digit key at depths 0, 25, 50, 75 and 100%; policy
 // streaming (sinks + window) does not at depths 0-75%: the task needs retrieval. One prefill per
 // depth of all but the prompt's last token; then, under each policy in turn, the last prompt token
-// and the answer are decode steps (policies act at decode).
+// and the answer are decode steps (policies act at decode). The session starts under hillinfer on the
+// default plain SSD, so that it keeps the scoring copy (the default INT2 one) that hillinfer scores
+// from; full and streaming do not use it.
 #pragma once
 
 #include "engine/passkey.h"
@@ -30,8 +32,9 @@ inline void check_retrieval(int32_t n_ctx) {
         const int64_t n_head = int64_t(ids.size()) - 1;
         context_params sp{.n_ctx = n_ctx, .kv_host_budget = m->hp().kv_bytes_per_token(ggml_type::f16) *
                                                              uint64_t(n_head) / 4,
-                          .kv_dir = dir.file("kv")};
+                          .kv_dir = dir.file("kv"), .policy = policy_params{.name = "hillinfer", .alpha = 0.1}};
         session s(*m, sp, pool);
+        ASSERT_NE(s.ctx().scoring_copy(), nullptr);
         s.eval(std::span<const int32_t>(ids).first(size_t(n_head)));
         const kv_cells & cells = s.ctx().cells();
         for (int il = 0; il < cells.n_layer(); ++il) {
