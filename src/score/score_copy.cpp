@@ -66,7 +66,7 @@ int parse_score_copy(std::string_view name) {
     if (name == "int4") return 4;
     if (name == "int2") return 2;
     if (name == "off") return 0;
-    fail_usage("unknown scoring copy '{}': expected int4, int2 or off", name);
+    fail_usage("--score-copy: unknown scoring copy '{}': expected int4, int2 or off", name);
 }
 
 score_copy::score_copy(const attention_shape & s, const score_params & p, int bits, int n_seq, int n_layer,

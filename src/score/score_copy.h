@@ -83,7 +83,7 @@
 namespace hill {
 
 // The key width of a scoring copy as the CLI spells it (--score-copy): "int4" 4, "int2" 2, "off" 0 (no
-// copy). Errors (hill::error, exit_code::usage): another name, with the valid ones listed.
+// copy). Errors (hill::error, exit_code::usage): another name, naming the flag and the valid values.
 int parse_score_copy(std::string_view name);
 
 class score_copy {
