@@ -11,13 +11,18 @@ namespace {
 
 double ratio(double a, double b) { return b > 0.0 ? a / b : 0.0; }
 
-std::string describe(const policy & pol) {
+// The policy and what it scores: the stored keys at --score-precision / --query-precision, or the
+// scoring copy (always against an INT8 query).
+std::string describe(const context & ctx) {
+    const policy & pol = ctx.policy();
     const policy_params & p = pol.params();
     std::string s = fmt::format("{} (", pol.name());
     if (pol.uses_scores()) {
-        s += fmt::format("alpha {}, sinks {}, window {}, scores {} keys / {} query, {} of heads, per {}, ", p.alpha,
-                         p.n_sinks, p.n_window, name(p.score.key), name(p.score.query), name(p.score.aggregate),
-                         name(p.score.granularity));
+        const score_copy * copy = ctx.scoring_copy();
+        const std::string keys = copy != nullptr ? fmt::format("the INT{} scoring copy / int8 query", copy->bits())
+                                                 : fmt::format("{} keys / {} query", name(p.score.key), name(p.score.query));
+        s += fmt::format("alpha {}, sinks {}, window {}, scores {}, {} of heads, per {}, ", p.alpha, p.n_sinks, p.n_window,
+                         keys, name(p.score.aggregate), name(p.score.granularity));
     } else if (pol.name() != "full") {
         s += fmt::format("sinks {}, window {}, ", p.n_sinks, p.n_window);
     }
@@ -46,7 +51,7 @@ std::string policy_summary(const context & ctx) {
     const policy & pol = ctx.policy();
     const step_stats & st = ctx.decode_stats();
     const attended_totals t = totals(st);
-    std::string out = fmt::format("policy: {}", describe(pol));
+    std::string out = fmt::format("policy: {}", describe(ctx));
     if (t.steps == 0) return out + "\n";
     out += fmt::format("; attended {:.1f}% of the cached tokens: {:.1f}% hot, {:.1f}% from the cold tier ({:.1f}% its "
                        "open groups in RAM, {:.1f}% SSD); time: forward {:.2f} s, ",
