@@ -191,7 +191,7 @@ TEST_F(cli, policy_summary_and_diag) {
         << r.out;
     // Where the attended tokens came from, and the time of each stage of the step.
     EXPECT_TRUE(in_order(r.out, {"; attended ", "% of the cached tokens: ", "% hot, ", "% from the cold tier (",
-                                 "% its open groups in RAM, ", "% SSD); time: forward "}))
+                                 "% its open tails in RAM, ", "% SSD); time: forward "}))
         << r.out;
     EXPECT_NE(r.out.find("s for the storage device's scores, select+place "), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("diag: attention recall"), std::string::npos) << r.out;
@@ -595,7 +595,7 @@ TEST_F(cli, kv_cache_in_the_cold_pool) {
     }
     EXPECT_GE(kv.at("pingpong_rate").get<double>(), 0.0);
     EXPECT_LE(kv.at("pingpong_rate").get<double>(), 1.0);
-    // Policy full attends to every token: the cold ones from the cold tier (here the open groups in RAM:
+    // Policy full attends to every token: the cold ones from the cold tier (here the open tails in RAM:
     // the context of 64 tokens is one 64-token page).
     const json & p = j.at("policy");
     EXPECT_EQ(p.at("attended_share"), 1.0);

@@ -31,6 +31,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -129,7 +130,7 @@ TEST(hls_kernel, scores_equal_the_host_scorer_bit_for_bit) {
 }
 
 // Cold logs of layer 0 over a real cold pool, built as the context builds them (cold_pool, cold_writer,
-// cold_logs): sequence 0 holds n random tokens, all but the open group's rows in written pages; other
+// cold_logs): sequence 0 holds n random tokens, all but the open tail's rows in written pages; other
 // sequences start empty and take their rows with append(). Rows of 256 bytes: 16-token pages.
 struct cold_log_fixture {
     test::temp_dir dir;
@@ -183,7 +184,7 @@ struct cold_log_fixture {
     // A pass over `positions` of the sequence's log, as the decode step builds it from its page table.
     csd::device_pass pass(std::span<const int32_t> positions, int seq = 0) const {
         const cold_log_view l = log(seq);
-        return csd::device_pass{0, l.page_tokens, l.groups, positions};
+        return csd::device_pass{0, 0, l.page_tokens, l.groups, positions};
     }
     // Groups (pages of K, or of V) that hold at least one of the positions.
     int64_t n_groups_of(std::span<const int32_t> positions) const {
@@ -556,6 +557,58 @@ TEST(csd_device, a_failed_read_on_the_plain_ssd_is_an_error_of_that_pass) {
         },
         testing::ExitedWithCode(0), "")
         << "the plain SSD is not ready for a pass after a failed one";
+}
+
+// The pipeline's prefetch (csd/device.h prefetch): a read pass returns the same rows whether or not
+// its tokens were hinted, takes the hinted ones from the prefetch and reads only the misses; a hint
+// whose reads fail only costs the reads.
+TEST(csd_device, a_read_pass_over_a_prefetch_returns_the_same_rows_and_reads_only_the_misses) {
+    HILL_FRESH_RNG(rng);
+    std::function<bool()> fail_off_thread;  // set: reads fail on the threads it names
+    cold_log_fixture f(3000, rng_seed);
+    thread_pool pool(2);
+    csd::storage_params pp;
+    pp.io_faults = [&fail_off_thread](const io_issue &, int64_t r) {
+        return fail_off_thread && fail_off_thread() ? int64_t(-EIO) : r;
+    };
+    auto plain = csd::make_device(pp, f.pool.get(), f.layout, f.shape, pool);
+    std::vector<int32_t> want, hint, misses;
+    for (const int32_t t : f.disk_positions()) {
+        const bool w = rng() % 3 == 0, h = w ? rng() % 10 != 0 : rng() % 20 == 0;  // 90% of want hinted, and a few more
+        if (w) want.push_back(t);
+        if (h) hint.push_back(t);
+        if (w && !h) misses.push_back(t);
+    }
+    std::vector<int32_t> hits;
+    std::set_intersection(want.begin(), want.end(), hint.begin(), hint.end(), std::back_inserter(hits));
+    plain->prefetch(f.pass(hint));
+    EXPECT_EQ(read_pass(*plain, f, f.pass(want)), want);
+    plain->end_step();
+    csd::device_counters c = plain->counters();
+    EXPECT_EQ(c.tokens_prefetched, hint.size());
+    EXPECT_EQ(c.prefetch_hits, hits.size());
+    EXPECT_EQ(c.tokens_read, want.size());
+    const uint64_t group_bytes = 2 * f.layout.page_bytes();  // a K page and a V page
+    EXPECT_EQ(c.internal_read_bytes, uint64_t(f.n_groups_of(hint) + f.n_groups_of(misses)) * group_bytes);
+    EXPECT_EQ(c.link_kv_bytes, c.internal_read_bytes);
+
+    // A hint never read (the step ended first) and a hint for another layer change nothing.
+    plain->prefetch(csd::device_pass{1, 0, f.log().page_tokens, f.log().groups, hint});
+    EXPECT_EQ(read_pass(*plain, f, f.pass(want)), want);
+    plain->end_step();
+    EXPECT_EQ(plain->counters().prefetch_hits, hits.size());
+
+    // A hint whose reads fail (every read off this thread fails: the prefetch thread's): the read pass
+    // reads every token itself.
+    const std::thread::id self = std::this_thread::get_id();
+    fail_off_thread = [self] { return std::this_thread::get_id() != self; };
+    const uint64_t bytes0 = plain->counters().internal_read_bytes;
+    plain->prefetch(f.pass(hint));
+    EXPECT_EQ(read_pass(*plain, f, f.pass(want)), want);
+    plain->end_step();
+    EXPECT_EQ(plain->counters().prefetch_hits, hits.size()) << "nothing was taken from the failed prefetch";
+    EXPECT_EQ(plain->counters().internal_read_bytes - bytes0, uint64_t(f.n_groups_of(want)) * group_bytes);
+    fail_off_thread = nullptr;
 }
 
 TEST(csd_device, emulator_needs_integer_keys_and_an_int8_query) {

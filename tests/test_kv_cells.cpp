@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "kv/cold_gather.h"
 #include "kv/cold_logs.h"
+#include "kv/cold_prefetch.h"
 #include "kv/cold_reader.h"
 #include "kv/cold_writer.h"
 #include "kv/hot_arena.h"
@@ -77,11 +78,12 @@ TEST(kv_cells, hit_table_is_a_moving_average_of_selections) {
     EXPECT_EQ(c.hits(0, 0, 4), kv_cells::hit_increment);
 }
 
-// A cold pool of f16 rows of 64 values (128 bytes: 32-token pages) under a temp dir, with its writer,
-// logs and reader; `fail_writes` turns every write into ENOSPC.
+// A cold pool of f16 rows of 64 values (128 bytes: 32-token K and V pages, or 16-token pages of
+// token records) under a temp dir, with its writer, logs and reader; `fail_writes` turns every write
+// into ENOSPC.
 struct cold_fixture {
     test::temp_dir dir;
-    kv_layout layout{2, 64, ggml_type::f16};
+    kv_layout layout;
     std::atomic<bool> fail_writes{false};
     std::unique_ptr<cold_pool> pool;
     std::unique_ptr<cold_writer> writer;
@@ -89,17 +91,18 @@ struct cold_fixture {
     std::unique_ptr<cold_reader> reader;
     int64_t n_ctx = 200;
 
-    cold_fixture() {
+    explicit cold_fixture(cold_records records = cold_records::split, int64_t open_groups = 1)
+        : layout{2, 64, ggml_type::f16, records} {
         const int64_t pt = layout.page_tokens();
         cold_pool_params cp;
         cp.kv_dir = dir.file("kv");
         cp.page_bytes = layout.page_bytes();
-        cp.n_pages = uint32_t(2 * layout.n_layer * 2 * ((n_ctx + pt - 1) / pt));
+        cp.n_pages = uint32_t(2 * layout.n_layer * layout.pages_per_group() * ((n_ctx + pt - 1) / pt));
         pool = std::make_unique<cold_pool>(cp);
         io_queue_params io;
         io.fault_hook = [this](const io_issue & is, int64_t r) { return fail_writes && is.op == io_op::write ? -ENOSPC : r; };
         writer = std::make_unique<cold_writer>(*pool, io);
-        logs = std::make_unique<cold_logs>(*writer, layout, 2, n_ctx);
+        logs = std::make_unique<cold_logs>(*writer, layout, 2, n_ctx, open_groups);
         reader = std::make_unique<cold_reader>(*pool);
     }
     // Row bytes of token t of (seq, il), K (v = 0) or V (v = 1): a pattern that names them.
@@ -119,7 +122,7 @@ struct cold_fixture {
         logs->prepare(seq, il, n, k.data(), v.data(), a);
         logs->apply(a);
     }
-    // Every row of (seq, il) read back (open group from RAM, the rest through a cold_gather) equals the pattern.
+    // Every row of (seq, il) read back (open tail from RAM, the rest through a cold_gather) equals the pattern.
     void check(int seq, int il) const {
         const cold_log_view log = logs->log(seq, il);
         const size_t rb = layout.row_bytes();
@@ -146,10 +149,18 @@ struct cold_fixture {
     }
 };
 
-TEST(cold_logs, appends_of_any_size_round_trip) {
-    cold_fixture f;
-    EXPECT_EQ(f.layout.page_tokens(), 32);
-    for (const int64_t n : {1, 5, 26, 1, 64, 31, 40}) {  // inside the open group, filling it, spanning groups
+// Every cold_logs test runs with both record layouts (kv_layout.h).
+class cold_logs_test : public testing::TestWithParam<cold_records> {};
+INSTANTIATE_TEST_SUITE_P(records, cold_logs_test, testing::Values(cold_records::split, cold_records::token),
+                         [](const testing::TestParamInfo<cold_records> & i) {
+                             return std::string(i.param == cold_records::split ? "split" : "token");
+                         });
+
+TEST_P(cold_logs_test, appends_of_any_size_round_trip) {
+    cold_fixture f(GetParam());
+    EXPECT_EQ(f.layout.page_tokens(), GetParam() == cold_records::split ? 32 : 16);
+    EXPECT_EQ(f.layout.page_bytes(), 4096u);
+    for (const int64_t n : {1, 5, 26, 1, 64, 31, 40}) {  // inside the open tail, filling it, spanning groups
         f.append(0, 0, n);
         f.append(1, 1, n + 1);
         f.check(0, 0);
@@ -158,11 +169,79 @@ TEST(cold_logs, appends_of_any_size_round_trip) {
     EXPECT_EQ(f.logs->log(0, 0).n_tokens(), 168);
     EXPECT_EQ(f.logs->log(0, 0).n_on_disk(), 160);
     EXPECT_EQ(f.logs->log(0, 1).n_tokens(), 0) << "logs of other layers are apart";
-    EXPECT_EQ(f.writer->write_bytes(), uint64_t(5 + 5) * 2 * f.layout.page_bytes());
+    // Log (1, 1) holds 175 tokens: 160 on disk in either layout; every page byte is a row byte.
+    EXPECT_EQ(f.writer->write_bytes(), uint64_t(160 + 160) * f.layout.token_layer_bytes());
+    EXPECT_EQ(f.pool->n_pages() - f.pool->n_free(), uint32_t(2 * 160 / f.layout.page_tokens() * f.layout.pages_per_group()));
 }
 
-TEST(cold_logs, a_failed_write_changes_nothing_and_the_log_goes_on_once_space_returns) {
-    cold_fixture f;
+TEST_P(cold_logs_test, an_open_tail_of_several_groups_is_written_when_full) {
+    cold_fixture f(GetParam(), 3);
+    const int64_t pt = f.layout.page_tokens(), tail = 3 * pt;
+    for (int64_t n = 1; n <= 2 * tail + 5; ++n) {  // one token per step, as decoding appends
+        f.append(0, 1, 1);
+        const cold_log_view log = f.logs->log(0, 1);
+        ASSERT_EQ(log.n_tokens(), n);
+        ASSERT_EQ(log.n_on_disk(), n / tail * tail) << "written only when the tail fills, all of it at once";
+        ASSERT_EQ(f.writer->write_bytes(), uint64_t(n / tail * tail) * f.layout.token_layer_bytes());
+    }
+    f.check(0, 1);
+    f.append(0, 1, 2 * tail + 3);  // a prompt: fills the tail, whole groups written, the last partial group staged
+    EXPECT_EQ(f.logs->log(0, 1).n_open, (4 * tail + 8) % pt);
+    f.check(0, 1);
+    for (const int64_t n : {4 * tail + 1, 2 * tail + 1, tail - 1}) {  // in the tail, in a written group
+        f.logs->truncate(0, n, *f.reader);
+        ASSERT_EQ(f.logs->log(0, 1).n_tokens(), n);
+        f.check(0, 1);
+        f.append(0, 1, 5);
+        f.check(0, 1);
+        f.logs->truncate(0, n, *f.reader);
+    }
+}
+
+TEST_P(cold_logs_test, prefetch_reads_ahead_and_a_failed_read_only_loses_the_hint) {
+    cold_fixture f(GetParam());
+    f.append(0, 0, 150);
+    f.append(1, 1, 150);
+    const cold_log_view l0 = f.logs->log(0, 0), l1 = f.logs->log(1, 1);
+    const size_t rb = f.layout.row_bytes();
+    std::atomic<bool> fail_reads{false};
+    io_queue_params io;
+    io.fault_hook = [&](const io_issue & is, int64_t r) { return fail_reads && is.op == io_op::read ? -EIO : r; };
+    // Two slots of 40 rows: a longer job reads its first 40 positions.
+    cold_prefetch p(*f.pool, f.layout, 2, 40 * f.layout.token_layer_bytes(), io);
+    std::vector<int32_t> want0, want1 = {0, 5, 31, 32, 100};
+    for (int32_t t = 1; t < 128; t += 2) want0.push_back(t);
+    EXPECT_EQ(p.start(7, l0.groups, want0), 40);
+    EXPECT_EQ(p.start(7, l0.groups, want1), 0) << "one job per key";
+    EXPECT_EQ(p.start(9, l1.groups, want1), 5);
+    EXPECT_EQ(p.start(11, l1.groups, want1), 0) << "every slot taken";
+    EXPECT_EQ(p.wait(12), nullptr) << "no such job";
+    const auto expect_rows = [&](const prefetched * r, int seq, int il, const std::vector<int32_t> & want) {
+        ASSERT_NE(r, nullptr);
+        ASSERT_EQ(r->positions, want);
+        const auto k = f.rows(seq, il, 0, 150, 0), v = f.rows(seq, il, 0, 150, 1);
+        for (size_t j = 0; j < want.size(); ++j) {
+            ASSERT_EQ(std::memcmp(static_cast<const uint8_t *>(r->view.k) + j * rb, k.data() + size_t(want[j]) * rb, rb), 0);
+            ASSERT_EQ(std::memcmp(static_cast<const uint8_t *>(r->view.v) + j * rb, v.data() + size_t(want[j]) * rb, rb), 0);
+        }
+        EXPECT_GT(r->bytes_read, 0u);
+    };
+    expect_rows(p.wait(9), 1, 1, want1);
+    expect_rows(p.wait(7), 0, 0, std::vector<int32_t>(want0.begin(), want0.begin() + 40));
+    p.release(7);
+    EXPECT_EQ(p.wait(7), nullptr) << "released";
+    fail_reads = true;
+    EXPECT_EQ(p.start(13, l0.groups, want1), 5);
+    EXPECT_EQ(p.wait(13), nullptr) << "a failed read: no rows, the read pass reads them itself";
+    p.drop_all();
+    EXPECT_EQ(p.wait(9), nullptr);
+    fail_reads = false;
+    EXPECT_EQ(p.start(9, l0.groups, want1), 5) << "slots are free again";
+    expect_rows(p.wait(9), 0, 0, want1);
+}
+
+TEST_P(cold_logs_test, a_failed_write_changes_nothing_and_the_log_goes_on_once_space_returns) {
+    cold_fixture f(GetParam());
     f.append(0, 0, 20);
     const uint32_t free_before = f.pool->n_free();
     f.fail_writes = true;
@@ -186,25 +265,26 @@ TEST(cold_logs, a_failed_write_changes_nothing_and_the_log_goes_on_once_space_re
     EXPECT_EQ(f.logs->log(0, 0).n_tokens(), 70);
 }
 
-TEST(cold_logs, discard_frees_what_prepare_wrote) {
-    cold_fixture f;
+TEST_P(cold_logs_test, discard_frees_what_prepare_wrote) {
+    cold_fixture f(GetParam());
     const uint32_t free_before = f.pool->n_free();
     const auto k = f.rows(0, 0, 0, 70, 0), v = f.rows(0, 0, 0, 70, 1);
     cold_append a;
     f.logs->prepare(0, 0, 70, k.data(), v.data(), a);
     EXPECT_EQ(f.logs->log(0, 0).n_tokens(), 0) << "nothing is visible before apply";
-    EXPECT_EQ(f.pool->n_free(), free_before - 4);
+    EXPECT_EQ(f.pool->n_free(), free_before - uint32_t(70 / f.layout.page_tokens() * f.layout.pages_per_group()));
     f.logs->discard(a);
     EXPECT_EQ(f.pool->n_free(), free_before);
     f.append(0, 0, 70);
     f.check(0, 0);
 }
 
-TEST(cold_logs, truncate_inside_a_written_group_then_regrow) {
-    cold_fixture f;
+TEST_P(cold_logs_test, truncate_inside_a_written_group_then_regrow) {
+    cold_fixture f(GetParam());
     f.append(0, 0, 100);
     f.append(0, 1, 100);
-    for (const int64_t n : {99, 70, 64, 40, 0}) {  // inside the open group, inside a written group, at a boundary
+    // Inside the open tail, inside a written group, at a boundary (32- and 16-token groups alike).
+    for (const int64_t n : {99, 70, 64, 40, 0}) {
         f.logs->truncate(0, n, *f.reader);
         EXPECT_EQ(f.logs->log(0, 0).n_tokens(), n);
         f.check(0, 0);
@@ -215,11 +295,11 @@ TEST(cold_logs, truncate_inside_a_written_group_then_regrow) {
         f.check(0, 1);
     }
     // Pages of forgotten groups went back: a full regrow fits the pool again and again.
-    EXPECT_EQ(f.pool->n_free(), f.pool->n_pages() - 2u * 2u * 3u);
+    EXPECT_EQ(f.pool->n_free(), f.pool->n_pages() - uint32_t(2 * (100 / f.layout.page_tokens()) * f.layout.pages_per_group()));
 }
 
-TEST(cold_logs, a_failed_read_back_leaves_the_log_as_it_was) {
-    cold_fixture f;
+TEST_P(cold_logs_test, a_failed_read_back_leaves_the_log_as_it_was) {
+    cold_fixture f(GetParam());
     f.append(0, 0, 100);
     f.append(0, 1, 100);
     std::atomic<bool> fail_reads{true};
@@ -232,8 +312,8 @@ TEST(cold_logs, a_failed_read_back_leaves_the_log_as_it_was) {
     f.check(0, 1);
 }
 
-TEST(cold_logs, restore_goes_back_to_the_snapshot) {
-    cold_fixture f;
+TEST_P(cold_logs_test, restore_goes_back_to_the_snapshot) {
+    cold_fixture f(GetParam());
     f.append(0, 0, 45);
     f.append(0, 1, 45);
     cold_logs::snapshot s;
@@ -258,7 +338,7 @@ TEST(page_table, splits_tokens_into_hot_open_and_disk) {
     cold_fixture f;
     kv_cells c(kv_cells_params{2, 2, int32_t(f.n_ctx), 8});
     c.grow(1, 70);
-    f.append(1, 0, 70);  // positions [0, 64) on disk, [64, 70) in the open group
+    f.append(1, 0, 70);  // positions [0, 64) on disk, [64, 70) in the open tail
     for (const int32_t t : {3, 40, 66, 69}) c.take_hot(1, 0, t);
     const cold_log_view log = f.logs->log(1, 0);
     kv_page_table t;
@@ -269,7 +349,7 @@ TEST(page_table, splits_tokens_into_hot_open_and_disk) {
     ASSERT_EQ(t.n_batch(), 2);
     EXPECT_EQ(std::vector<int32_t>(t.hot_pos_of(0).begin(), t.hot_pos_of(0).end()), (std::vector<int32_t>{3, 40, 66, 69}));
     EXPECT_EQ(std::vector<int32_t>(t.open_pos_of(0).begin(), t.open_pos_of(0).end()), (std::vector<int32_t>{64, 65, 67, 68}));
-    EXPECT_EQ(t.open_row_of(0)[2], 3);  // position 67 is row 3 of the open group
+    EXPECT_EQ(t.open_row_of(0)[2], 3);  // position 67 is row 3 of the open tail
     EXPECT_EQ(t.disk_pos_of(0).size(), 62u);
     EXPECT_EQ(std::vector<int32_t>(t.hot_pos_of(1).begin(), t.hot_pos_of(1).end()), (std::vector<int32_t>{3, 66, 70}));
     EXPECT_EQ(t.hot_slot_of(1)[2], 7);

@@ -107,7 +107,7 @@ TEST_F(session_test, truncate_then_eval_repeats_logits) {
 // what full decodes.
 TEST_F(session_test, truncate_to_the_prompt_repeats_decode_bit_for_bit) {
     thread_pool pool(2);
-    std::vector<int32_t> prompt;  // 2 written cold pages of 64 tokens and an open group
+    std::vector<int32_t> prompt;  // 2 written cold pages of 64 tokens and an open tail
     for (int i = 0; i < 150; ++i) prompt.push_back((i * 37 + 5) % 300);
     for (int64_t budget_tokens : {0, 24}) {  // all in RAM; 24 of up to 158 tokens hot
         SCOPED_TRACE("budget " + std::to_string(budget_tokens));

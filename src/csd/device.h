@@ -62,6 +62,7 @@ constexpr int32_t max_block_tokens = 65536;
 // t % page_tokens of group t / page_tokens, whose pages are groups[t / page_tokens] (kv/cold_writer.h).
 struct device_pass {
     int il = 0;
+    int seq = 0;  // the sequence (keys prefetches)
     int64_t page_tokens = 0;
     std::span<const std::pair<uint32_t, uint32_t>> groups;  // [n_groups] (K page, V page)
     std::span<const int32_t> positions;                     // ascending, each < n_groups · page_tokens
@@ -75,6 +76,8 @@ struct device_counters {
     uint64_t n_errors = 0;            // passes failed by a device error
     uint64_t tokens_scored = 0;       // cold tokens scored
     uint64_t tokens_read = 0;         // cold tokens whose K and V were returned
+    uint64_t tokens_prefetched = 0;   // cold tokens read ahead of their read pass (plain: cold_prefetch)
+    uint64_t prefetch_hits = 0;       // of the tokens returned, those found read ahead
     uint64_t score_blocks = 0;        // score blocks sent
     uint64_t internal_read_bytes = 0; // bytes read from flash inside the device
     uint64_t link_score_bytes = 0;    // link bytes of scoring: query in, score blocks out (plain: the key pages)
@@ -107,6 +110,14 @@ public:
 
     // Abandons the pass in flight, if any: returns once the device is idle and ready for a new pass.
     virtual void cancel() = 0;
+
+    // A hint (the pipeline, HillInfer paper §4.3): a read pass of (pass.seq, pass.il) later in this
+    // step will probably want pass.positions (the previous step's selection there). The device may
+    // read them ahead while the host works; what a read pass returns does not depend on it. Returns at
+    // once. Default: ignored.
+    virtual void prefetch(const device_pass & pass) { (void)pass; }
+    // The step is over (done or failed): forgets its prefetches before the cache changes.
+    virtual void end_step() {}
 
     virtual device_counters counters() const = 0;
     const device_profile & profile() const { return profile_; }

@@ -45,6 +45,7 @@ emulator::emulator(const storage_params & p, const cold_pool * pool, const kv_la
                    s.n_head_kv);
     }
     HILL_ASSERT(p.block_tokens > 0);
+    HILL_ASSERT(layout.cold == cold_records::split);  // the device scans the K pages apart from the V pages
     qbuf_ = std::make_unique<hls::query_buffer>();
     const uint64_t page_bytes = layout_.page_bytes();
     if (pool != nullptr) {

@@ -1,6 +1,7 @@
 #include "csd/plain_ssd.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/sys_info.h"
@@ -10,7 +11,7 @@ namespace hill::csd {
 
 plain_ssd::plain_ssd(const storage_params & p, const cold_pool * pool, const kv_layout & layout,
                      const attention_shape & s, thread_pool & threads)
-    : device(p.profile), params_(p), threads_(threads) {
+    : device(p.profile), params_(p), threads_(threads), layout_(layout) {
     const double caps[2] = {p.profile.internal_read_bps, p.profile.link_bps};
     double rate = 0.0;
     for (const double c : caps) {
@@ -23,11 +24,24 @@ plain_ssd::plain_ssd(const storage_params & p, const cold_pool * pool, const kv_
         io.fault_hook = p.io_faults;
         reader_ = std::make_unique<cold_reader>(*pool, io);
         gather_ = std::make_unique<cold_gather>(*reader_, layout);
+        prefetch_ = std::make_unique<cold_prefetch>(*pool, layout, 4, size_t(32) << 20, io);
+        chunk_rows_ = std::max<int64_t>(1, int64_t((size_t(8) << 20) / layout.token_layer_bytes()));
+        merge_k_ = aligned_buffer(size_t(chunk_rows_) * layout.row_bytes());
+        merge_v_ = aligned_buffer(size_t(chunk_rows_) * layout.row_bytes());
+    }
+}
+
+void plain_ssd::charge(uint64_t bytes, uint64_t & link_bytes) {
+    const auto stop = [this] { return params_.stop_requested && params_.stop_requested(); };
+    counters_.internal_read_bytes += bytes;
+    link_bytes += bytes;
+    if (stop() || !bucket_.take(bytes, stop, &counters_.t_throttle_us)) {
+        cancel();
+        throw error(exit_code::interrupted, "interrupted while the storage device was working");
     }
 }
 
 bool plain_ssd::next_batch(kv_batch & out, uint64_t & link_bytes) {
-    const auto stop = [this] { return params_.stop_requested && params_.stop_requested(); };
     const uint64_t before = gather_->read_bytes();
     const int64_t t0 = time_us();
     bool more = false;
@@ -36,19 +50,12 @@ bool plain_ssd::next_batch(kv_batch & out, uint64_t & link_bytes) {
     } catch (const error & e) {
         // A failed or corrupt page read fails this pass only (csd/device.h): the device is ready again.
         ++counters_.n_errors;
-        scorer_ = nullptr;
-        reading_ = false;
+        forget_pass();
         fail_input("plain SSD: layer {}: {}", il_, e.what());
     }
     if (!more) return false;
     counters_.t_read_us += uint64_t(time_us() - t0);
-    const uint64_t bytes = gather_->read_bytes() - before;
-    counters_.internal_read_bytes += bytes;
-    link_bytes += bytes;
-    if (stop() || !bucket_.take(bytes, stop, &counters_.t_throttle_us)) {
-        cancel();
-        throw error(exit_code::interrupted, "interrupted while the storage device was working");
-    }
+    charge(gather_->read_bytes() - before, link_bytes);
     return true;
 }
 
@@ -94,14 +101,76 @@ const score_block_view * plain_ssd::score_next() {
 void plain_ssd::read_begin(const device_pass & pass) {
     HILL_ASSERT(gather_ != nullptr && scorer_ == nullptr && !reading_);
     il_ = pass.il;
-    gather_->begin(pass.groups, pass.positions, true);
     reading_ = true;
     ++counters_.n_read_passes;
+    job_key_ = key_of(pass);
+    const int64_t t0 = time_us();
+    job_ = prefetch_->wait(job_key_);
+    counters_.t_read_us += uint64_t(time_us() - t0);
+    if (job_ == nullptr) {
+        prefetch_->release(job_key_);  // a failed job: its tokens are read now
+        gather_->begin(pass.groups, pass.positions, true);
+        return;
+    }
+    groups_.assign(pass.groups.begin(), pass.groups.end());
+    read_pos_.assign(pass.positions.begin(), pass.positions.end());
+    read_i_ = 0;
+    job_j_ = 0;
+    charge(job_->bytes_read, counters_.link_kv_bytes);
+}
+
+bool plain_ssd::merged_next(kv_batch & out) {
+    if (read_i_ == read_pos_.size()) {
+        forget_pass();
+        return false;
+    }
+    const size_t rb = layout_.row_bytes();
+    const size_t begin = read_i_, end = std::min(read_pos_.size(), begin + size_t(chunk_rows_));
+    const std::vector<int32_t> & have = job_->positions;
+    const auto * jk = static_cast<const uint8_t *>(job_->view.k);
+    const auto * jv = static_cast<const uint8_t *>(job_->view.v);
+    misses_.clear();
+    miss_row_.clear();
+    uint64_t hits = 0;
+    for (size_t i = begin; i < end; ++i) {
+        const int32_t t = read_pos_[i];
+        while (job_j_ < have.size() && have[job_j_] < t) ++job_j_;
+        const size_t row = i - begin;
+        if (job_j_ < have.size() && have[job_j_] == t) {
+            std::memcpy(merge_k_.data() + row * rb, jk + job_j_ * rb, rb);
+            std::memcpy(merge_v_.data() + row * rb, jv + job_j_ * rb, rb);
+            ++hits;
+        } else {
+            misses_.push_back(t);
+            miss_row_.push_back(int32_t(row));
+        }
+    }
+    if (!misses_.empty()) {
+        gather_->begin(groups_, misses_, true);
+        kv_batch b;
+        size_t m = 0;
+        while (next_batch(b, counters_.link_kv_bytes)) {
+            for (int64_t j = 0; j < b.view.n_kv; ++j, ++m) {
+                const size_t src = size_t(b.rows != nullptr ? b.rows[j] : j) * rb;
+                const size_t dst = size_t(miss_row_[m]) * rb;
+                std::memcpy(merge_k_.data() + dst, static_cast<const uint8_t *>(b.view.k) + src, rb);
+                std::memcpy(merge_v_.data() + dst, static_cast<const uint8_t *>(b.view.v) + src, rb);
+            }
+        }
+        HILL_ASSERT(m == misses_.size());
+    }
+    read_i_ = end;
+    counters_.prefetch_hits += hits;
+    out.view = kv_view{layout_.type, merge_k_.data(), merge_v_.data(), int64_t(end - begin), layout_.n_embd_kv};
+    out.rows = nullptr;
+    out.positions = read_pos_.data() + begin;
+    return true;
 }
 
 bool plain_ssd::read_next(kv_batch & out) {
     HILL_ASSERT(reading_);
-    if (!next_batch(out, counters_.link_kv_bytes)) {
+    const bool more = job_ != nullptr ? merged_next(out) : next_batch(out, counters_.link_kv_bytes);
+    if (!more) {
         reading_ = false;
         return false;
     }
@@ -109,9 +178,24 @@ bool plain_ssd::read_next(kv_batch & out) {
     return true;
 }
 
+void plain_ssd::prefetch(const device_pass & pass) {
+    if (prefetch_ == nullptr) return;
+    counters_.tokens_prefetched += uint64_t(prefetch_->start(key_of(pass), pass.groups, pass.positions));
+}
+
+void plain_ssd::end_step() {
+    if (prefetch_ != nullptr) prefetch_->drop_all();
+}
+
 void plain_ssd::cancel() {
     // Nothing runs between the calls: forget the pass.
     if (scorer_ != nullptr || reading_) ++counters_.n_cancelled;
+    forget_pass();
+}
+
+void plain_ssd::forget_pass() {
+    if (job_ != nullptr) prefetch_->release(job_key_);
+    job_ = nullptr;
     scorer_ = nullptr;
     reading_ = false;
 }

@@ -4,9 +4,16 @@
 // returns the pages that hold the wanted tokens. Everything read crosses the link, so the link
 // counters equal the internal ones. A profile caps the reads at min(internal read, link) bandwidth
 // (the same bytes cross both). Nothing runs between begin and next(): next() does the work.
+//
+// Prefetch (the pipeline, HillInfer paper §4.3): prefetch() hands the hinted positions to a
+// cold_prefetch (kv/cold_prefetch.h: its own thread and io_uring), which reads them while the host
+// works; a read pass then waits for that job, takes the rows it read, and reads only the misses —
+// in chunks of up to 8 MiB of K and V, merged in position order. 4 jobs of at most 32 MiB each: two
+// layers in flight for up to two sequences of a batch (further hints are dropped).
 #pragma once
 
 #include "csd/device.h"
+#include "kv/cold_prefetch.h"
 
 #include <memory>
 #include <optional>
@@ -24,12 +31,21 @@ public:
     void read_begin(const device_pass & pass) override;
     bool read_next(kv_batch & out) override;
     void cancel() override;
+    void prefetch(const device_pass & pass) override;
+    void end_step() override;
     device_counters counters() const override { return counters_; }
 
 private:
     // Reads the gather's next batch, counts its bytes into link_bytes and waits on the bucket for them.
     // Errors: exit_code::interrupted when stop_requested() turns true.
     bool next_batch(kv_batch & out, uint64_t & link_bytes);
+    // Counts bytes read elsewhere (a prefetch) as this pass's and waits on the bucket for them.
+    void charge(uint64_t bytes, uint64_t & link_bytes);
+    // Ends the pass in flight (releasing its prefetch job): the device is idle.
+    void forget_pass();
+    // A read pass over a prefetch: the next chunk, hits copied from the job, misses read.
+    bool merged_next(kv_batch & out);
+    static uint64_t key_of(const device_pass & p) { return uint64_t(uint32_t(p.seq)) << 32 | uint32_t(p.il); }
 
     storage_params params_;
     thread_pool & threads_;
@@ -37,9 +53,19 @@ private:
     device_counters counters_;
     std::unique_ptr<cold_reader> reader_;  // nullptr without a cold pool
     std::unique_ptr<cold_gather> gather_;
+    std::unique_ptr<cold_prefetch> prefetch_;  // nullptr without a cold pool
     int il_ = 0;
     host_scorer * scorer_ = nullptr;       // a scoring pass is in flight
     bool reading_ = false;                 // a read pass is in flight
+    // A read pass over a prefetch job (job_ != nullptr): its positions, the next one, the job's next row.
+    const prefetched * job_ = nullptr;
+    uint64_t job_key_ = 0;
+    std::vector<std::pair<uint32_t, uint32_t>> groups_;
+    std::vector<int32_t> read_pos_, misses_, miss_row_;
+    size_t read_i_ = 0, job_j_ = 0;
+    int64_t chunk_rows_ = 1;
+    aligned_buffer merge_k_, merge_v_;     // layout type [chunk_rows, n_embd_kv]
+    kv_layout layout_;
     kv_batch batch_;                       // scoring: the batch being packed into blocks
     int64_t cursor_ = 0;                   // its next token
     std::vector<float> seg_scores_;        // f32 [n_group, batch tokens]: the batch's scores

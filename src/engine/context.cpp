@@ -36,13 +36,15 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
     }
     HILL_ASSERT(p.n_batch > 0 && p.n_segment > 0);
     policy_ = make_policy(p.policy, hp.n_head_kv);
-    layout_ = kv_layout{hp.n_layer, hp.n_embd_kv(), p.kv_type};
+    const uint64_t copy_bytes = scoring_copy_bytes(m, p);
+    const bool with_copy = copy_bytes > 0;
+    // With the scoring copy nothing scans the cold keys: a gathered token is one read of its K and V
+    // together (token records, kv/kv_layout.h); otherwise the keys are scanned apart from the values.
+    layout_ = kv_layout{hp.n_layer, hp.n_embd_kv(), p.kv_type, with_copy ? cold_records::token : cold_records::split};
 
     // The hot pool: the budget's slots per layer, at most every token of every sequence.
     const uint64_t per_slot = uint64_t(hp.n_layer) * layout_.token_layer_bytes();
     const uint64_t all_tokens = uint64_t(p.n_seq) * uint64_t(p.n_ctx);
-    const uint64_t copy_bytes = scoring_copy_bytes(m, p);
-    const bool with_copy = copy_bytes > 0;
     const uint64_t budget = p.kv_host_budget == 0 ? per_slot * all_tokens + copy_bytes : p.kv_host_budget;
     const int64_t hot_slots = int64_t(std::min<uint64_t>(budget > copy_bytes ? (budget - copy_bytes) / per_slot : 0, all_tokens));
     const bool cold = uint64_t(hot_slots) < all_tokens;
@@ -74,7 +76,8 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
     if (cold) {
         // Every token of every sequence has its cold copy: whole groups of page_tokens rows.
         const int64_t pt = layout_.page_tokens();
-        const uint64_t n_pages = uint64_t(p.n_seq) * uint64_t(hp.n_layer) * 2 * uint64_t((p.n_ctx + pt - 1) / pt);
+        const uint64_t n_pages = uint64_t(p.n_seq) * uint64_t(hp.n_layer) * uint64_t(layout_.pages_per_group()) *
+                                 uint64_t((p.n_ctx + pt - 1) / pt);
         if (n_pages >= cold_pool::no_page) fail_usage("a cold pool of {} pages is too large", n_pages);
         cold_pool_params cp;
         cp.kv_dir = p.kv_dir;
@@ -82,7 +85,7 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
         cp.n_pages = uint32_t(n_pages);
         cold_ = std::make_unique<cold_pool>(cp);  // checks the free space before anything large is allocated
         writer_ = std::make_unique<cold_writer>(*cold_, io);
-        logs_ = std::make_unique<cold_logs>(*writer_, layout_, p.n_seq, p.n_ctx);
+        logs_ = std::make_unique<cold_logs>(*writer_, layout_, p.n_seq, p.n_ctx, cold_logs::open_groups_for(layout_));
         reader_ = std::make_unique<cold_reader>(*cold_, io);
         gather_ = std::make_unique<cold_gather>(*reader_, layout_);
     }
@@ -357,7 +360,7 @@ void context::append_layer(int seq, int il, int64_t p0, int64_t n, const uint8_t
         }
     }
     if (older.empty()) return;
-    // Older tokens placed hot again: from the open group in RAM or from their pages.
+    // Older tokens placed hot again: from the open tail in RAM or from their pages.
     std::sort(older.begin(), older.end());
     kv_page_table tab;
     const cold_log_view log = logs_->log(seq, il);

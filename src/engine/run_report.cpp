@@ -54,7 +54,7 @@ std::string policy_summary(const context & ctx) {
     std::string out = fmt::format("policy: {}", describe(ctx));
     if (t.steps == 0) return out + "\n";
     out += fmt::format("; attended {:.1f}% of the cached tokens: {:.1f}% hot, {:.1f}% from the cold tier ({:.1f}% its "
-                       "open groups in RAM, {:.1f}% SSD); time: forward {:.2f} s, ",
+                       "open tails in RAM, {:.1f}% SSD); time: forward {:.2f} s, ",
                        100.0 * ratio(double(t.attended), double(t.context)), 100.0 * ratio(double(t.hot), double(t.attended)),
                        100.0 * t.cold_share(), 100.0 * ratio(double(t.open), double(t.attended)),
                        100.0 * ratio(double(t.disk), double(t.attended)), double(st.t_forward_us) / 1e6);

@@ -105,7 +105,7 @@ struct step_result {
     double step_ms = 0, step_ms_min = 0, step_ms_max = 0;  // median and spread over the measured steps
     // Time per stage, ms per step (sched/decode_step.h step_stats).
     double forward_ms = 0, score_host_ms = 0, score_device_ms = 0, select_ms = 0, attend_ms = 0, write_ms = 0;
-    // Bytes per step: KV attended from the hot pool, from the open groups in RAM, read from the SSD;
+    // Bytes per step: KV attended from the hot pool, from the open tails in RAM, read from the SSD;
     // the storage device's flash reads and link bytes; the host's own reads.
     double hot_bytes = 0, open_bytes = 0, disk_kv_bytes = 0, flash_read_bytes = 0, link_bytes = 0, host_read_bytes = 0;
     // Shares of the attended tokens by tier; attended tokens per layer and step; promotions per step.

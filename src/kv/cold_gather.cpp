@@ -8,9 +8,11 @@
 namespace hill {
 
 cold_gather::cold_gather(cold_reader & reader, const kv_layout & layout) : reader_(reader), layout_(layout) {
-    batch_groups_ = std::max<int64_t>(1, int64_t((size_t(8) << 20) / layout.page_bytes()));
-    staging_k_ = aligned_buffer(size_t(batch_groups_) * layout.page_bytes());
-    staging_v_ = aligned_buffer(size_t(batch_groups_) * layout.page_bytes());
+    const size_t group_rows = size_t(layout.page_tokens()) * layout.row_bytes();
+    batch_groups_ = std::max<int64_t>(1, int64_t((size_t(8) << 20) / group_rows));
+    staging_k_ = aligned_buffer(size_t(batch_groups_) * group_rows);
+    staging_v_ = aligned_buffer(size_t(batch_groups_) * group_rows);
+    if (layout.cold == cold_records::token) records_ = aligned_buffer(size_t(batch_groups_) * layout.page_bytes());
 }
 
 void cold_gather::begin(std::span<const std::pair<uint32_t, uint32_t>> groups, std::span<const int32_t> positions,
@@ -25,7 +27,8 @@ bool cold_gather::next(kv_batch & out) {
     if (next_ >= positions_.size()) return false;
     trace_scope span("cold read", "io");
     const int64_t pt = layout_.page_tokens();
-    const size_t pb = layout_.page_bytes();
+    const size_t pb = layout_.page_bytes(), group_rows = size_t(pt) * layout_.row_bytes();
+    const bool token = layout_.cold == cold_records::token;
     reads_.clear();
     rows_.clear();
     batch_pos_.clear();
@@ -36,8 +39,12 @@ bool cold_gather::next(kv_batch & out) {
         HILL_ASSERT(g < int64_t(groups_.size()) && g >= last);
         if (g != last) {
             if (n_groups == batch_groups_) break;
-            reads_.push_back({groups_[size_t(g)].first, staging_k_.data() + size_t(n_groups) * pb});
-            if (with_v_) reads_.push_back({groups_[size_t(g)].second, staging_v_.data() + size_t(n_groups) * pb});
+            if (token) {
+                reads_.push_back({groups_[size_t(g)].first, records_.data() + size_t(n_groups) * pb});
+            } else {
+                reads_.push_back({groups_[size_t(g)].first, staging_k_.data() + size_t(n_groups) * group_rows});
+                if (with_v_) reads_.push_back({groups_[size_t(g)].second, staging_v_.data() + size_t(n_groups) * group_rows});
+            }
             last = g;
             ++n_groups;
         }
@@ -46,6 +53,12 @@ bool cold_gather::next(kv_batch & out) {
     }
     results_.resize(reads_.size());
     if (reader_.read_pages(reads_, results_) != 0) reader_.check(results_, "reading KV pages");
+    if (token) {
+        for (int64_t i = 0; i < n_groups; ++i) {
+            layout_.unpack_records(records_.data() + size_t(i) * pb, pt, staging_k_.data() + size_t(i) * group_rows,
+                                   with_v_ ? staging_v_.data() + size_t(i) * group_rows : nullptr);
+        }
+    }
     read_bytes_ += uint64_t(reads_.size()) * pb;
     span.arg("pages", int64_t(reads_.size()));
     span.arg("bytes", int64_t(reads_.size() * pb));

@@ -1,6 +1,7 @@
 // Host reads of chosen tokens from a cold log's written pages (kv/cold_logs.h) through a
 // cold_reader, one batch of groups at a time: what the plain SSD's passes, prefill over the tiers,
-// the prompt cache and the diagnostics read. Pages that hold none of the tokens are not read.
+// the prompt cache and the diagnostics read. Pages that hold none of the tokens are not read. With
+// token records (kv_layout.h) a group is one page of K and V: keys alone cost the whole page.
 //
 //   cold_gather g(reader, layout);
 //   g.begin(log.groups, positions, /*with_v=*/true);
@@ -32,11 +33,11 @@ struct kv_batch {
 
 class cold_gather {
 public:
-    // Batches of about 8 MiB of K pages (and as much V).
+    // Batches of about 8 MiB of K rows (and as much V).
     cold_gather(cold_reader & reader, const kv_layout & layout);
 
     // Starts reading `positions` (ascending, each < groups.size() · page_tokens; copied) of a cold log
-    // whose written groups are `groups` (cold_log_view::groups; copied); K pages only unless with_v.
+    // whose written groups are `groups` (cold_log_view::groups; copied); K rows only unless with_v.
     void begin(std::span<const std::pair<uint32_t, uint32_t>> groups, std::span<const int32_t> positions, bool with_v);
     // The next batch; false when every position was handed out.
     bool next(kv_batch & out);
@@ -49,6 +50,7 @@ private:
     kv_layout layout_;
     int64_t batch_groups_ = 1;
     aligned_buffer staging_k_, staging_v_;  // layout type [batch_groups, page_tokens, n_embd_kv]
+    aligned_buffer records_;                // token records: [batch_groups, page_bytes], the pages read
     std::vector<std::pair<uint32_t, uint32_t>> groups_;  // the log's groups (copied at begin)
     std::vector<int32_t> positions_;
     size_t next_ = 0;

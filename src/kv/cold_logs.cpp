@@ -9,26 +9,37 @@
 
 namespace hill {
 
-cold_logs::cold_logs(cold_writer & writer, const kv_layout & layout, int n_seq, int64_t n_ctx)
+int64_t cold_logs::open_groups_for(const kv_layout & layout) {
+    return std::max<int64_t>(1, open_tail_tokens / layout.page_tokens());
+}
+
+cold_logs::cold_logs(cold_writer & writer, const kv_layout & layout, int n_seq, int64_t n_ctx, int64_t open_groups)
     : writer_(writer), pool_(writer.pool()), layout_(layout), n_seq_(n_seq) {
     const cold_pool & pool = pool_;
-    HILL_ASSERT(n_seq > 0 && n_ctx > 0 && pool.page_bytes() == layout.page_bytes());
+    HILL_ASSERT(n_seq > 0 && n_ctx > 0 && open_groups > 0 && pool.page_bytes() == layout.page_bytes());
     const int64_t pt = layout.page_tokens();
     const int64_t groups = (n_ctx + pt - 1) / pt;
-    HILL_ASSERT(uint64_t(pool.n_pages()) >= uint64_t(n_seq) * uint64_t(layout.n_layer) * 2 * uint64_t(groups));
-    const size_t pb = layout.page_bytes();
+    const int ppg = layout.pages_per_group();
+    HILL_ASSERT(uint64_t(pool.n_pages()) >= uint64_t(n_seq) * uint64_t(layout.n_layer) * uint64_t(ppg) * uint64_t(groups));
+    open_groups_ = std::min(open_groups, groups);
+    const size_t open_bytes = size_t(open_groups_ * pt) * layout.row_bytes();  // the open tail's K rows (and as many V)
     logs_.resize(size_t(n_seq) * size_t(layout.n_layer));
     for (log_state & L : logs_) {
         L.groups.reserve(size_t(groups));
-        L.open_k = aligned_buffer(pb);
-        L.open_v = aligned_buffer(pb);
-        L.next_k = aligned_buffer(pb);
-        L.next_v = aligned_buffer(pb);
+        L.open_k = aligned_buffer(open_bytes);
+        L.open_v = aligned_buffer(open_bytes);
+        L.next_k = aligned_buffer(open_bytes);
+        L.next_v = aligned_buffer(open_bytes);
     }
-    // Page writes in batches of about 8 MiB of K (and as much V): large requests, bounded staging.
-    batch_groups_ = std::clamp<int64_t>(int64_t((size_t(8) << 20) / pb), 1, groups);
-    staging_k_ = aligned_buffer(size_t(batch_groups_) * pb);
-    staging_v_ = aligned_buffer(size_t(batch_groups_) * pb);
+    // Page writes in batches of about 16 MiB of K and V (and at least the open tail): large requests,
+    // bounded staging.
+    batch_groups_ = std::max(open_groups_, std::clamp<int64_t>(int64_t((size_t(16) << 20) / (size_t(ppg) * layout.page_bytes())), 1, groups));
+    staging_ = aligned_buffer(size_t(batch_groups_) * size_t(ppg) * layout.page_bytes());
+}
+
+void cold_logs::free_group(const std::pair<uint32_t, uint32_t> & g) {
+    if (g.second != cold_pool::no_page) pool_.free(g.second);
+    pool_.free(g.first);
 }
 
 cold_log_view cold_logs::log(int seq, int il) const {
@@ -36,17 +47,26 @@ cold_log_view cold_logs::log(int seq, int il) const {
     return cold_log_view{L.groups, L.open_k.data(), L.open_v.data(), L.n_open, layout_.page_tokens()};
 }
 
-void cold_logs::write_groups(std::span<const uint8_t * const> k_pages, std::span<const uint8_t * const> v_pages,
+void cold_logs::write_groups(std::span<const uint8_t * const> k_rows, std::span<const uint8_t * const> v_rows,
                              std::vector<std::pair<uint32_t, uint32_t>> & out) {
-    HILL_ASSERT(k_pages.size() == v_pages.size());
-    trace_scope span("page write", "io", {{"pages", int64_t(2 * k_pages.size())},
-                                          {"bytes", int64_t(2 * k_pages.size() * layout_.page_bytes())}});
+    HILL_ASSERT(k_rows.size() == v_rows.size() && int64_t(k_rows.size()) <= batch_groups_);
+    const size_t ppg = size_t(layout_.pages_per_group()), pb = layout_.page_bytes();
+    const int64_t pt = layout_.page_tokens();
+    trace_scope span("page write", "io", {{"pages", int64_t(ppg * k_rows.size())},
+                                          {"bytes", int64_t(ppg * k_rows.size() * pb)}});
     writes_.clear();
-    for (size_t g = 0; g < k_pages.size(); ++g) {
-        for (const uint8_t * data : {k_pages[g], v_pages[g]}) {
+    for (size_t g = 0; g < k_rows.size(); ++g) {
+        uint8_t * pages = staging_.data() + g * ppg * pb;
+        if (layout_.cold == cold_records::token) {
+            layout_.pack_records(k_rows[g], v_rows[g], pt, pages);
+        } else {
+            std::memcpy(pages, k_rows[g], pb);
+            std::memcpy(pages + pb, v_rows[g], pb);
+        }
+        for (size_t i = 0; i < ppg; ++i) {
             const uint32_t page = pool_.alloc();
             HILL_ASSERT(page != cold_pool::no_page);  // the pool holds every log's n_ctx tokens
-            writes_.push_back({page, data});
+            writes_.push_back({page, pages + i * pb});
         }
     }
     results_.resize(writes_.size());
@@ -61,18 +81,20 @@ void cold_logs::write_groups(std::span<const uint8_t * const> k_pages, std::span
         for (size_t i = writes_.size(); i-- > 0;) pool_.free(writes_[i].page);
         fail_input("cold pool: writing a page of KV failed: {}", cause);
     }
-    for (size_t g = 0; g < k_pages.size(); ++g) out.emplace_back(writes_[2 * g].page, writes_[2 * g + 1].page);
+    for (size_t g = 0; g < k_rows.size(); ++g) {
+        out.emplace_back(writes_[ppg * g].page, ppg == 2 ? writes_[ppg * g + 1].page : cold_pool::no_page);
+    }
 }
 
 void cold_logs::prepare(int seq, int il, int64_t n, const void * k, const void * v, cold_append & out) {
     log_state & L = state(seq, il);
     HILL_ASSERT(!L.pending && n >= 0);
     const int64_t pt = layout_.page_tokens();
-    const size_t rb = layout_.row_bytes(), pb = layout_.page_bytes();
+    const size_t rb = layout_.row_bytes();
     const auto * kb = static_cast<const uint8_t *>(k);
     const auto * vb = static_cast<const uint8_t *>(v);
     out = cold_append{seq, il, n, {}, 0, false};
-    const int64_t room = pt - L.n_open;
+    const int64_t room = open_groups_ * pt - L.n_open;
     const int64_t first = std::min(n, room);
     // Rows past n_open are not part of the log: writing them changes nothing a reader sees.
     std::memcpy(L.open_k.data() + size_t(L.n_open) * rb, kb, size_t(first) * rb);
@@ -83,27 +105,22 @@ void cold_logs::prepare(int seq, int il, int64_t n, const void * k, const void *
         return;
     }
     try {
-        // The open group, now full, then the whole groups of the rest in staged batches.
+        // The open tail, now full, then the whole groups of the rest, in batches.
         const int64_t n_full = (n - first) / pt;
         std::vector<const uint8_t *> kp, vp;
-        kp.push_back(L.open_k.data());
-        vp.push_back(L.open_v.data());
+        for (int64_t i = 0; i < open_groups_; ++i) {
+            kp.push_back(L.open_k.data() + size_t(i * pt) * rb);
+            vp.push_back(L.open_v.data() + size_t(i * pt) * rb);
+        }
         int64_t g = 0;
-        size_t n_staged = 0;  // staging slots used by this batch
         while (true) {
             for (; g < n_full && int64_t(kp.size()) < batch_groups_; ++g) {
-                const size_t slot = n_staged++;
-                uint8_t * dk = staging_k_.data() + slot * pb;
-                uint8_t * dv = staging_v_.data() + slot * pb;
-                std::memcpy(dk, kb + size_t(first + g * pt) * rb, pb);
-                std::memcpy(dv, vb + size_t(first + g * pt) * rb, pb);
-                kp.push_back(dk);
-                vp.push_back(dv);
+                kp.push_back(kb + size_t(first + g * pt) * rb);
+                vp.push_back(vb + size_t(first + g * pt) * rb);
             }
             write_groups(kp, vp, out.new_groups);
             kp.clear();
             vp.clear();
-            n_staged = 0;
             if (g == n_full) break;
         }
         const int64_t rest = n - first - n_full * pt;
@@ -132,43 +149,50 @@ void cold_logs::apply(const cold_append & a) {
 
 void cold_logs::discard(const cold_append & a) {
     log_state & L = state(a.seq, a.il);
-    for (size_t i = a.new_groups.size(); i-- > 0;) {
-        pool_.free(a.new_groups[i].second);
-        pool_.free(a.new_groups[i].first);
-    }
+    for (size_t i = a.new_groups.size(); i-- > 0;) free_group(a.new_groups[i]);
     L.pending = false;
 }
 
 void cold_logs::truncate(int seq, int64_t n, cold_reader & reader) {
     const int64_t pt = layout_.page_tokens();
     const int n_layer = layout_.n_layer;
-    // First every read (a group cut inside goes back to RAM, into the staging buffers), then the changes.
+    // First every read (a group cut inside goes back to RAM, into the next_ buffers), then the changes.
+    const bool token = layout_.cold == cold_records::token;
+    const size_t pb = layout_.page_bytes();
     std::vector<page_read> reads;
+    std::vector<int> read_layer;                                        // token records: the layer of each read
+    aligned_buffer records(token ? size_t(n_layer) * pb : 0);           // token records: the pages read
     for (int il = 0; il < n_layer; ++il) {
         log_state & L = state(seq, il);
         HILL_ASSERT(!L.pending);
         const int64_t g = n / pt;
         if (n % pt != 0 && g < int64_t(L.groups.size())) {
-            reads.push_back({L.groups[size_t(g)].first, L.next_k.data()});
-            reads.push_back({L.groups[size_t(g)].second, L.next_v.data()});
+            if (token) {
+                reads.push_back({L.groups[size_t(g)].first, records.data() + size_t(il) * pb});
+                read_layer.push_back(il);
+            } else {
+                reads.push_back({L.groups[size_t(g)].first, L.next_k.data()});
+                reads.push_back({L.groups[size_t(g)].second, L.next_v.data()});
+            }
         }
     }
     std::vector<page_result> res(reads.size());
     if (!reads.empty() && reader.read_pages(reads, res) != 0) reader.check(res, "reading back a page of a truncated sequence");
+    for (const int il : read_layer) {
+        log_state & L = state(seq, il);
+        layout_.unpack_records(records.data() + size_t(il) * pb, pt, L.next_k.data(), L.next_v.data());
+    }
     for (int il = 0; il < n_layer; ++il) {
         log_state & L = state(seq, il);
         const int64_t n_on_disk = int64_t(L.groups.size()) * pt;
         if (n >= n_on_disk + L.n_open) continue;
         const int64_t g = n / pt, r = n % pt;
         if (g >= int64_t(L.groups.size())) {
-            L.n_open = n - n_on_disk;  // inside the open group
+            L.n_open = n - n_on_disk;  // inside the open tail
             continue;
         }
         const int64_t keep = g;  // whole groups below n
-        for (size_t i = L.groups.size(); i-- > size_t(keep);) {
-            pool_.free(L.groups[i].second);
-            pool_.free(L.groups[i].first);
-        }
+        for (size_t i = L.groups.size(); i-- > size_t(keep);) free_group(L.groups[i]);
         L.groups.resize(size_t(keep));
         if (r > 0) {
             std::swap(L.open_k, L.next_k);
@@ -199,10 +223,7 @@ void cold_logs::restore(const snapshot & s) {
     for (int il = 0; il < layout_.n_layer; ++il) {
         log_state & L = state(s.seq, il);
         HILL_ASSERT(!L.pending && int64_t(L.groups.size()) >= s.n_groups[size_t(il)]);
-        for (size_t i = L.groups.size(); i-- > size_t(s.n_groups[size_t(il)]);) {
-            pool_.free(L.groups[i].second);
-            pool_.free(L.groups[i].first);
-        }
+        for (size_t i = L.groups.size(); i-- > size_t(s.n_groups[size_t(il)]);) free_group(L.groups[i]);
         L.groups.resize(size_t(s.n_groups[size_t(il)]));
         std::memcpy(L.open_k.data(), s.open_k[size_t(il)].data(), s.open_k[size_t(il)].size());
         std::memcpy(L.open_v.data(), s.open_v[size_t(il)].data(), s.open_v[size_t(il)].size());

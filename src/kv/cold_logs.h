@@ -1,9 +1,13 @@
 // The cold tier's logs (kv/cold_pool.h): per (sequence, layer) a cold log — the K and V
 // rows of every token of the sequence in position order (DESIGN.md §3 "Scoring copy" / §5: the cold
 // pool holds the whole KV, the hot pool caches what is read often). Rows are gathered in groups of
-// page_tokens (kv_layout.h): a full group is written as one K page and one V page; the last, partial
-// group (the open group) stays in RAM until it fills. So position t lives in group t / page_tokens,
-// row t % page_tokens: a token's cold location needs no map, only the group's page ids.
+// page_tokens (kv_layout.h): a full group is written as one K page and one V page, or as one page of
+// token records (kv_layout::cold). The newest rows (the open tail: up to open_groups groups) stay in
+// RAM until the tail is full, and are then written together: a decode step appends one row per layer,
+// and one write of 16 tokens every 16 steps costs far less than a 4 KiB write each step (a small
+// synchronous write waits behind every read queued on the SSD; measured: up to 235 ms). So position t lives in group
+// t / page_tokens, row t % page_tokens, once on disk: a token's cold location needs no map, only the
+// group's page ids; rows from n_on_disk() on are rows of the open tail.
 //
 // Every change is prepared, then applied (STYLE.md "prepare, then apply"): prepare() writes the
 // groups an append fills to fresh pages and stages the rest, changing nothing a reader sees;
@@ -31,10 +35,11 @@ class cold_reader;
 
 // One (sequence, layer)'s cold log as readers see it; valid until the writer next changes it.
 struct cold_log_view {
-    std::span<const std::pair<uint32_t, uint32_t>> groups;  // [n_groups] (K page, V page): positions [g·pt, (g+1)·pt)
-    const uint8_t * open_k = nullptr;  // layout type [page_tokens, n_embd_kv]: rows of positions [n_on_disk(), n_tokens())
+    // [n_groups] (K page, V page) — token records: (page, cold_pool::no_page) — positions [g·pt, (g+1)·pt)
+    std::span<const std::pair<uint32_t, uint32_t>> groups;
+    const uint8_t * open_k = nullptr;  // layout type [n_open, n_embd_kv]: rows of positions [n_on_disk(), n_tokens())
     const uint8_t * open_v = nullptr;
-    int64_t n_open = 0;                // rows of the open group
+    int64_t n_open = 0;                // rows of the open tail
     int64_t page_tokens = 0;
     int64_t n_on_disk() const { return int64_t(groups.size()) * page_tokens; }
     int64_t n_tokens() const { return n_on_disk() + n_open; }
@@ -47,22 +52,29 @@ struct cold_append {
     int64_t n = 0;                                          // rows appended
     std::vector<std::pair<uint32_t, uint32_t>> new_groups;  // written to fresh pages, committed in the pool
     int64_t n_open_after = 0;                               // open rows after apply
-    bool staged_next = false;  // the open group after apply is the staging buffer (the current one filled)
+    bool staged_next = false;  // the open tail after apply is the staging buffer (the current one filled)
 };
 
 class cold_logs {
 public:
     // Logs for sequences [0, n_seq) of layout.n_layer layers each, up to n_ctx tokens per sequence, over
-    // writer's pool (it must hold n_seq · n_layer · 2 · ⌈n_ctx / page_tokens⌉ pages of layout.page_bytes()).
-    cold_logs(cold_writer & writer, const kv_layout & layout, int n_seq, int64_t n_ctx);
+    // writer's pool (it must hold n_seq · n_layer · pages_per_group · ⌈n_ctx / page_tokens⌉ pages of
+    // layout.page_bytes()); open tails of open_groups groups (at most ⌈n_ctx / page_tokens⌉).
+    cold_logs(cold_writer & writer, const kv_layout & layout, int n_seq, int64_t n_ctx, int64_t open_groups = 1);
+
+    // The open tail an engine uses: open_tail_tokens / page_tokens groups, at least one (a page write
+    // every 16 decode steps or more: 64 KiB at 4 KiB per token and layer).
+    static constexpr int64_t open_tail_tokens = 16;
+    static int64_t open_groups_for(const kv_layout & layout);
 
     cold_log_view log(int seq, int il) const;
     const kv_layout & layout() const { return layout_; }
     const cold_pool & pool() const { return pool_; }
 
     // Prepares the append of n rows k, v (layout type [n, n_embd_kv]) as positions [n_tokens, n_tokens + n)
-    // of log (seq, il): the groups the append fills are written to fresh pages now (one page write
-    // batch of about 8 MiB at a time), the rest is staged in RAM. At most one prepared append per log
+    // of log (seq, il): when the append fills the open tail, the tail and the whole groups of the rest
+    // are written to fresh pages now (one page write batch of about 16 MiB at a time) and the last
+    // partial group is staged; otherwise the rows are staged in the tail. At most one prepared append per log
     // (asserted). Errors (hill::error, bad_input): a failed write, naming the page, file and cause
     // ("No space left on device"); nothing is changed then (the fresh pages are freed).
     void prepare(int seq, int il, int64_t n, const void * k, const void * v, cold_append & out);
@@ -73,11 +85,11 @@ public:
 
     // Forgets positions [n, ..) of sequence seq in every layer: groups wholly past n go back to the
     // pool; when n falls inside a written group, that group's first n % page_tokens rows are read back
-    // into the open group (through `reader`) and its pages freed. All reads happen before anything
+    // into the open tail (through `reader`) and its pages freed. All reads happen before anything
     // changes: on a read error (hill::error naming the page) the logs are as they were.
     void truncate(int seq, int64_t n, cold_reader & reader);
 
-    // Copies of every layer's open group of sequence seq, taken before an operation that may have to
+    // Copies of every layer's open tail of sequence seq, taken before an operation that may have to
     // be undone (a prefill of several segments), and the undo: back to the logs as they were at the
     // snapshot (groups written since are freed). Never does I/O.
     struct snapshot {
@@ -92,25 +104,28 @@ public:
 private:
     struct log_state {
         std::vector<std::pair<uint32_t, uint32_t>> groups;
-        aligned_buffer open_k, open_v;  // layout type [page_tokens, n_embd_kv]
-        aligned_buffer next_k, next_v;  // the open group after an append that fills the current one
+        aligned_buffer open_k, open_v;  // layout type [open_groups · page_tokens, n_embd_kv]
+        aligned_buffer next_k, next_v;  // the open tail after an append that fills the current one
         int64_t n_open = 0;
         bool pending = false;           // a prepared append is not applied yet
     };
     log_state & state(int seq, int il) { return logs_[size_t(seq) * size_t(layout_.n_layer) + size_t(il)]; }
     const log_state & state(int seq, int il) const { return logs_[size_t(seq) * size_t(layout_.n_layer) + size_t(il)]; }
-    // Writes groups (K and V pages already filled in the buffers) to fresh pages, appended to out.
-    // Errors: as prepare; the pages of this call are freed then.
-    void write_groups(std::span<const uint8_t * const> k_pages, std::span<const uint8_t * const> v_pages,
+    // Writes groups (k_rows[g], v_rows[g]: page_tokens rows each, layout type) to fresh pages through the
+    // staging buffer (at most batch_groups_ groups), appended to out. Errors: as prepare; the pages of
+    // this call are freed then.
+    void write_groups(std::span<const uint8_t * const> k_rows, std::span<const uint8_t * const> v_rows,
                       std::vector<std::pair<uint32_t, uint32_t>> & out);
+    void free_group(const std::pair<uint32_t, uint32_t> & g);
 
     cold_writer & writer_;
     cold_pool & pool_;
     kv_layout layout_;
     int n_seq_;
     std::vector<log_state> logs_;  // [n_seq, n_layer]
-    int64_t batch_groups_ = 1;      // groups per page write batch (about 8 MiB of K and as much V)
-    aligned_buffer staging_k_, staging_v_;  // layout type [batch_groups, page_tokens, n_embd_kv]
+    int64_t open_groups_ = 1;       // groups of the open tail
+    int64_t batch_groups_ = 1;      // groups per page write batch (about 16 MiB of pages, >= open_groups_)
+    aligned_buffer staging_;        // [batch_groups, pages_per_group, page_bytes]: the pages being written
     std::vector<page_write> writes_;        // per-batch scratch
     std::vector<page_result> results_;
 };

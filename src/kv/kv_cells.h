@@ -7,7 +7,7 @@
 // Tiers. Every token of a sequence has a copy in the cold tier when the cache has one — its cold
 // log (kv/cold_writer.h) holds position t in group t / page_tokens, so no cold slot is stored — and
 // may have a copy in the hot pool (a slot of the hot arena, kv/hot_arena.h). A token is hot when it
-// has a hot slot: it is read from DRAM; otherwise it is read from the cold tier (its open group in
+// has a hot slot: it is read from DRAM; otherwise it is read from the cold tier (its open tail in
 // RAM, or a page on SSD). Without a cold tier every token is hot. The device tier of the CPU build
 // aliases host memory and holds no copies, so no cell is in it.
 //

@@ -1,6 +1,6 @@
 // The tokens a step attends to, of one (sequence, layer), in position order and window by window, as
 // rows of one kv_view — the layer's hot arena (kv/hot_arena.h): hot tokens in place, the others copied
-// into the arena's staging rows as they come (the cold log's open group from RAM; pages from a disk
+// into the arena's staging rows as they come (the cold log's open tail from RAM; pages from a disk
 // source that delivers them in ascending position order: the storage device's read pass, or a
 // cold_gather).
 //
@@ -32,8 +32,8 @@ public:
 
     explicit ordered_gather(hot_arena & arena);
 
-    // Starts entry b of page table t (layer il): its hot tokens, its open-group tokens (rows of
-    // `open`: the cold log's open group) and its disk tokens, whose rows `disk` delivers (each exactly
+    // Starts entry b of page table t (layer il): its hot tokens, its open-tail tokens (rows of
+    // `open`: the cold log's open tail) and its disk tokens, whose rows `disk` delivers (each exactly
     // once, in t.disk_pos_of(b) order). The table must outlive the gather.
     void begin(int il, const kv_page_table & t, int64_t b, const kv_view & open, disk_source disk);
     // The next window: out.view is the layer's arena view with n_kv = the window's tokens, out.rows

@@ -6,8 +6,8 @@
 // Batch entry b's tokens are split by where their K and V are read from:
 //   hot   [hot_indptr[b], hot_indptr[b+1]):   hot_pos (positions) and hot_slot (rows of the layer's
 //         hot arena, kv/hot_arena.h);
-//   open  [open_indptr[b], open_indptr[b+1]): tokens without a hot copy in the cold log's open group
-//         in RAM: open_pos and open_row (rows of that log's open group, kv/cold_logs.h);
+//   open  [open_indptr[b], open_indptr[b+1]): tokens without a hot copy in the cold log's open tail
+//         in RAM: open_pos and open_row (rows of that log's open tail, kv/cold_logs.h);
 //   disk  [disk_indptr[b], disk_indptr[b+1]): tokens without a hot copy in written cold pages:
 //         disk_pos (the storage device or a cold_gather finds their pages through the cold log).
 // Within each class positions ascend. Every array is reused between steps (no allocation once warm).

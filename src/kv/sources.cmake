@@ -7,6 +7,7 @@ hill_add_library(hill_kv
   kv/cold_gather.cpp
   kv/cold_logs.cpp
   kv/cold_pool.cpp
+  kv/cold_prefetch.cpp
   kv/cold_reader.cpp
   kv/cold_writer.cpp
   kv/device_tier.cpp

@@ -48,6 +48,7 @@ decode_step::decode_step(const model & m, arch_forward & forward, kv_cells & cel
     scores_.resize(size_t(std::max(1, hp.n_head_kv)) * n_ctx);
     seg_scores_.resize(size_t(std::max(1, hp.n_head_kv)) * n_ctx);
     member_.assign(n_ctx, 0);
+    last_attended_.resize(nb * size_t(hp.n_layer));
     prep_->layers.resize(size_t(hp.n_layer));
     for (auto & L : prep_->layers) {
         L.slot.resize(nb);
@@ -128,12 +129,30 @@ void decode_step::run(std::span<const int> seqs, std::span<const int32_t> tokens
         }
         stats_.t_forward_us += uint64_t(time_us() - t0);
     } catch (...) {
+        device_.end_step();
         discard(prep);
         ++stats_.n_failed;
         span.arg("failed", 1);
         throw;
     }
+    device_.end_step();
     apply(prep);
+}
+
+void decode_step::prefetch_layer(int il) {
+    if (logs_ == nullptr || !policy_->uses_scores()) return;
+    for (size_t b = 0; b < seqs_.size(); ++b) {
+        const int seq = seqs_[b];
+        const std::vector<int32_t> & last = last_attended_[size_t(seq) * size_t(cells_.n_layer()) + size_t(il)];
+        // The positions the sequence still has (it may have been cut since): the hint for this step.
+        const auto end = std::lower_bound(last.begin(), last.end(), int32_t(cells_.n_tokens(seq)));
+        if (last.begin() == end) continue;
+        const cold_log_view log = logs_->log(seq, il);
+        table_.clear();
+        table_.add(cells_, &log, seq, il, std::span<const int32_t>(last.data(), size_t(end - last.begin())), false);
+        const std::span<const int32_t> disk = table_.disk_pos_of(0);
+        if (!disk.empty()) device_.prefetch(csd::device_pass{il, seq, log.page_tokens, log.groups, disk});
+    }
 }
 
 void decode_step::layer(int il, prepared & prep) {
@@ -142,6 +161,10 @@ void decode_step::layer(int il, prepared & prep) {
     const int64_t n_q = hp.n_embd_q(), n_kv = hp.n_embd_kv();
     const size_t rb = layout_.row_bytes();
     prepared::layer_prep & L = prep.layers[size_t(il)];
+    // The pipeline: this layer's reads (the first layer's) and the next layer's start now, in the
+    // background, from the previous step's selections; the read passes below take what they got.
+    if (il == 0) prefetch_layer(0);
+    if (il + 1 < cells_.n_layer()) prefetch_layer(il + 1);
     int64_t t0 = time_us();
     {
         trace_scope s("qkv", "forward", {{"layer", il}});
@@ -231,8 +254,8 @@ void decode_step::score_sequence(int il, int b, prepared & prep) {
         trace_scope host_span("score host", "score", {{"layer", il}, {"seq", seq}, {"tokens", n_in_dram}});
         scorer_->prepare_query(q_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim));
         csd::device_pass_guard guard(device_);
-        if (!disk.empty()) device_.score_begin(csd::device_pass{il, log.page_tokens, log.groups, disk}, *scorer_);
-        // The host's share while the device works: the hot tokens, then the open group's.
+        if (!disk.empty()) device_.score_begin(csd::device_pass{il, seq, log.page_tokens, log.groups, disk}, *scorer_);
+        // The host's share while the device works: the hot tokens, then the open tail's.
         const auto host_region = [&](const kv_view & view, std::span<const int32_t> rows, std::span<const int32_t> pos) {
             if (rows.empty()) return;
             kv_view v = view;
@@ -353,7 +376,7 @@ void decode_step::gather_and_attend(int il, int b, prepared & prep) {
     // place, the others copied as the storage device delivers them.
     dev_.begin(shape_, q_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim), 1);
     csd::device_pass_guard guard(device_);
-    if (!disk.empty()) device_.read_begin(csd::device_pass{il, log.page_tokens, log.groups, disk});
+    if (!disk.empty()) device_.read_begin(csd::device_pass{il, seq, log.page_tokens, log.groups, disk});
     gather_.begin(il, table_, 0, kv_view{layout_.type, log.open_k, log.open_v, log.n_open, layout_.n_embd_kv},
                   [this](kv_batch & out) { return device_.read_next(out); });
     kv_batch w;
@@ -456,7 +479,11 @@ void decode_step::apply(prepared & prep) {
             ++stats_.promotions;
             stats_.promoted_bytes += layout_.token_layer_bytes();
         }
-        for (int64_t b = 0; b < nb; ++b) cells_.update_hits(seqs_[size_t(b)], il, L.counted[size_t(b)]);
+        for (int64_t b = 0; b < nb; ++b) {
+            cells_.update_hits(seqs_[size_t(b)], il, L.counted[size_t(b)]);
+            const std::vector<int32_t> & att = L.attended[size_t(b)];
+            last_attended_[size_t(seqs_[size_t(b)]) * size_t(cells_.n_layer()) + size_t(il)].assign(att.begin(), att.end());
+        }
     }
     span.arg("promote", int64_t(stats_.promotions - promotions0));
     span.arg("evict", int64_t(stats_.evictions - evictions0));

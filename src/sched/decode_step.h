@@ -14,7 +14,7 @@
 //   3. the policy selects (policy/policy.h) and decides placement for the batch: promotions of
 //      selected cold tokens into free hot slots, evictions of stale hot ones;
 //   4. gather and attend in the device tier, in position order (kv/ordered_gather.h: the result does
-//      not depend on where a token lived nor on the batch): hot winners in place, open-group winners
+//      not depend on where a token lived nor on the batch): hot winners in place, open-tail winners
 //      from RAM, the rest as the storage device reads them; promoted tokens' rows are copied from the
 //      gather into their reserved slots (a promotion reads nothing more);
 //   5. the rest of the block.
@@ -24,8 +24,13 @@
 // nothing: reserved slots were never taken, prepared page writes are freed, the device is left idle;
 // the same step can run again once the fault is gone.
 //
+// The pipeline (HillInfer paper §4.3): as layer il starts, the storage device is hinted with the
+// previous step's selection of layer il + 1 (and, in the first layer, of layer 0) of every sequence
+// (csd::device::prefetch): the plain SSD reads those tokens' K and V in the background while the host
+// computes, and step 4 reads only what the hint missed. The hint never changes a result.
+//
 // Thread use: the step runs on the cells' owner thread; its kernels run on the pool; the storage
-// device works on its own threads during a pass.
+// device works on its own threads during a pass (and the plain SSD's prefetch thread during the step).
 //
 // Tracing (core/trace.h), on the owner thread: "decode step" {step, batch} holds one "layer" {layer}
 // per layer, holding "qkv", "kv append" {tokens} (with "page write" when a group fills), per sequence
@@ -67,7 +72,7 @@ struct step_layer_stats {
     uint64_t n_context = 0;        // Σ tokens of the sequence
     uint64_t n_attended = 0;       // Σ tokens attended (kv_head granularity: the union of the sets)
     uint64_t n_attended_hot = 0;   // of those, read from the hot pool
-    uint64_t n_attended_open = 0;  // read from a cold log's open group in RAM
+    uint64_t n_attended_open = 0;  // read from a cold log's open tail in RAM
     uint64_t n_attended_disk = 0;  // read from SSD by the storage device
     double recall_sum = 0.0;       // diag: Σ attention recall (score/attention_recall.h)
     double overlap_sum = 0.0;      // diag: Σ |S_t ∩ S_t-1| / |S_t| over steps with a previous step
@@ -120,6 +125,8 @@ private:
     struct prepared;  // what one step prepared, per layer
     void layer(int il, prepared & prep);
     void score_sequence(int il, int b, prepared & prep);
+    // Hints the storage device with the batch's previous selections of layer il (csd::device::prefetch).
+    void prefetch_layer(int il);
     void gather_and_attend(int il, int b, prepared & prep);
     void measure(int il, int b);
     void apply(prepared & prep);
@@ -147,6 +154,7 @@ private:
     std::unique_ptr<cold_gather> diag_gather_;     // diag: host reads of cold keys
     std::vector<std::vector<int32_t>> prev_;       // diag: [n_seq, n_layer] the previous step's union
     std::unique_ptr<prepared> prep_;
+    std::vector<std::vector<int32_t>> last_attended_;  // [n_seq, n_layer] each sequence's last step's union, ascending
 
     // The batch, for the step in flight.
     std::vector<int> seqs_;

@@ -1,0 +1,101 @@
+// Reads of cold tokens ahead of need, on a thread of its own: the pipeline of HillInfer paper §4.3
+// (APP: the transfers of layer il + 1 overlap the work of layer il). The decode step asks for the
+// tokens a layer's read pass will probably want — the previous step's selection of that layer, since
+// consecutive steps select about 90% of the same tokens (docs/benchmarks.md) — while the host scores
+// and attends the layer before; the read pass then takes the rows it finds here and reads only the
+// rest (csd/plain_ssd.h). A prefetch is a hint and never wrong: rows it read but nobody asks for are
+// dropped, rows asked for but not here are read then, and a failed prefetch read only loses the hint
+// (the read pass reads those tokens itself and reports a real fault).
+//
+//   cold_prefetch p(pool, layout, 2, 32 << 20);
+//   p.start(key, log.groups, predicted);         // returns at once
+//   ... host work ...
+//   if (const prefetched * r = p.wait(key)) { ... rows of r->positions in r->view ... }
+//   p.release(key);
+//
+// Jobs run in the order they were started, one at a time, through the prefetcher's own cold_reader
+// (own io_uring and descriptors). Memory: n_slots buffers of at most slot_bytes of K and V rows each,
+// grown to what their jobs need; a job longer than its slot reads only its first positions.
+//
+// Thread-safety: start, wait, release and drop_all are called by one owner thread (the decode step's).
+// The cold pool must not free or rewrite the pages of a job's groups until the job is released or
+// dropped (the owner drops every job before the cache changes: csd::device::end_step).
+#pragma once
+
+#include "compute/attention.h"
+#include "core/aligned_buffer.h"
+#include "kv/cold_reader.h"
+#include "kv/kv_layout.h"
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace hill {
+
+class cold_gather;
+
+// What a job read: position positions[j] is row j of view (K and V).
+struct prefetched {
+    std::vector<int32_t> positions;  // ascending
+    kv_view view;
+    uint64_t bytes_read = 0;         // pages read for it
+};
+
+class cold_prefetch {
+public:
+    // Errors (hill::error, bad_input): the pool's files cannot be opened for reading (cold_reader).
+    cold_prefetch(const cold_pool & pool, const kv_layout & layout, int n_slots, size_t slot_bytes,
+                  const io_queue_params & io = {});
+    // Drops every job (waits for the one being read).
+    ~cold_prefetch();
+    cold_prefetch(const cold_prefetch &) = delete;
+    cold_prefetch & operator=(const cold_prefetch &) = delete;
+
+    // Queues a read of the K and V of `positions` (ascending, each in a written group of `groups`,
+    // cold_log_view::groups; both copied; beyond a slot's rows, the first ones) under `key`. Returns
+    // the rows queued: 0 (nothing queued) when positions is empty, every slot is taken or key has a
+    // job already.
+    int64_t start(uint64_t key, std::span<const std::pair<uint32_t, uint32_t>> groups, std::span<const int32_t> positions);
+    // Waits for key's job and returns what it read (valid until release(key) or drop_all()); nullptr
+    // when key has no job, or its reads failed.
+    const prefetched * wait(uint64_t key);
+    // Frees key's slot (waits for its job when it is being read). No job: nothing happens.
+    void release(uint64_t key);
+    // Forgets every job: queued ones are not read, the one being read is waited for.
+    void drop_all();
+
+private:
+    enum class state : uint8_t { free, queued, running, done };
+    struct slot {
+        state st = state::free;
+        uint64_t key = 0;
+        uint64_t order = 0;  // start order: jobs run first come first served
+        std::vector<std::pair<uint32_t, uint32_t>> groups;
+        prefetched result;
+        bool failed = false;
+        aligned_buffer k, v;  // layout type [capacity, n_embd_kv]
+        int64_t capacity = 0;
+    };
+    slot * find(uint64_t key);
+    void worker_main();
+    void read_job(slot & s);  // on the worker, without the lock
+
+    kv_layout layout_;
+    int64_t max_rows_ = 0;  // rows per slot
+    std::unique_ptr<cold_reader> reader_;
+    std::unique_ptr<cold_gather> gather_;
+    std::vector<slot> slots_;
+    uint64_t next_order_ = 0;
+    std::mutex m_;
+    std::condition_variable cv_;
+    bool quit_ = false;
+    std::thread worker_;
+};
+
+}  // namespace hill
