@@ -43,7 +43,8 @@ nlohmann::json to_json(const step_result & r) {
             {"disk_kv_bytes", r.disk_kv_bytes}, {"flash_read_bytes", r.flash_read_bytes},
             {"link_bytes", r.link_bytes}, {"host_read_bytes", r.host_read_bytes}, {"hot_share", r.hot_share},
             {"open_share", r.open_share}, {"disk_share", r.disk_share},
-            {"attended_per_layer", r.attended_per_layer}, {"promotions", r.promotions}};
+            {"attended_per_layer", r.attended_per_layer}, {"promotions", r.promotions},
+            {"prefetch_hit_share", r.prefetch_hit_share}, {"prefetch_waste_share", r.prefetch_waste_share}};
 }
 
 // A bar chart of the step times, one group of bars per context length (gnuplot, PNG).

@@ -184,7 +184,10 @@ void plain_ssd::prefetch(const device_pass & pass) {
 }
 
 void plain_ssd::end_step() {
-    if (prefetch_ != nullptr) prefetch_->drop_all();
+    if (prefetch_ == nullptr) return;
+    const uint64_t untaken = prefetch_->drop_all();  // read ahead for a layer that read nothing: still read
+    counters_.internal_read_bytes += untaken;
+    counters_.link_kv_bytes += untaken;
 }
 
 void plain_ssd::cancel() {

@@ -213,6 +213,12 @@ std::string storage_summary(const context & ctx) {
                        c.tokens_read, format_bytes(c.link_kv_bytes), format_bytes(c.internal_read_bytes),
                        double(c.t_read_us) / 1e6, double(c.t_kernel_us) / 1e6, double(c.t_throttle_us) / 1e6,
                        double(c.t_backpressure_us) / 1e6, double(c.t_host_wait_us) / 1e6);
+    if (c.tokens_prefetched > 0) {
+        out += fmt::format("  pipeline: {} tokens read ahead of their layer (the previous step's selection); {:.1f}% of the "
+                           "cold tokens read came from them, {:.1f}% of them were not selected\n", c.tokens_prefetched,
+                           100.0 * double(c.prefetch_hits) / double(std::max<uint64_t>(c.tokens_read, 1)),
+                           100.0 * (1.0 - double(c.prefetch_hits) / double(c.tokens_prefetched)));
+    }
     if (c.n_cancelled + c.n_errors > 0) out += fmt::format("  {} passes cancelled, {} failed\n", c.n_cancelled, c.n_errors);
     return out;
 }
@@ -226,6 +232,8 @@ nlohmann::json storage_json(const context & ctx) {
             {"read_passes", c.n_read_passes},
             {"tokens_scored", c.tokens_scored},
             {"tokens_read", c.tokens_read},
+            {"tokens_prefetched", c.tokens_prefetched},
+            {"prefetch_hits", c.prefetch_hits},
             {"score_blocks", c.score_blocks},
             {"link_score_bytes", c.link_score_bytes},
             {"link_score_bytes_per_token", c.tokens_scored > 0 ? double(c.link_score_bytes) / double(c.tokens_scored) : 0.0},

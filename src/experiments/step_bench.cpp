@@ -366,6 +366,10 @@ step_result measure(context & ctx, const step_config & cfg, int n_warmup, int n_
     r.disk_share = double(disk) / attd;
     r.attended_per_layer = double(att) * per / double(b.st.layers.size());
     r.promotions = double(b.st.promotions - a.st.promotions) * per;
+    const double read = double(b.dev.tokens_read - a.dev.tokens_read), ahead = double(b.dev.tokens_prefetched - a.dev.tokens_prefetched);
+    const double hits = double(b.dev.prefetch_hits - a.dev.prefetch_hits);
+    r.prefetch_hit_share = read > 0 ? hits / read : 0.0;
+    r.prefetch_waste_share = ahead > 0 ? 1.0 - hits / ahead : 0.0;
     r.host_budget = ctx.params().kv_host_budget;
     r.copy_bytes = context::scoring_copy_bytes(ctx.model(), ctx.params());
     r.hot_slots = ctx.cells().hot_capacity();

@@ -110,6 +110,9 @@ struct step_result {
     double hot_bytes = 0, open_bytes = 0, disk_kv_bytes = 0, flash_read_bytes = 0, link_bytes = 0, host_read_bytes = 0;
     // Shares of the attended tokens by tier; attended tokens per layer and step; promotions per step.
     double hot_share = 0, open_share = 0, disk_share = 0, attended_per_layer = 0, promotions = 0;
+    // The pipeline's prefetch (csd/device.h): of the tokens read from the SSD, the share found read
+    // ahead; of the tokens read ahead, the share no read pass asked for (bytes read in vain).
+    double prefetch_hit_share = 0, prefetch_waste_share = 0;
     uint64_t host_budget = 0;  // --kv-host-budget the configuration ran with (0: all in RAM)
     uint64_t copy_bytes = 0;   // of the budget, the scoring copy's (context::scoring_copy_bytes)
     int64_t hot_slots = 0;     // hot-pool slots per layer (kv_cells::hot_capacity)

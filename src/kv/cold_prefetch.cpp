@@ -94,7 +94,7 @@ void cold_prefetch::release(uint64_t key) {
     s->st = state::free;
 }
 
-void cold_prefetch::drop_all() {
+uint64_t cold_prefetch::drop_all() {
     std::unique_lock lock(m_);
     for (slot & s : slots_) {
         if (s.st == state::queued) s.st = state::free;
@@ -102,7 +102,12 @@ void cold_prefetch::drop_all() {
     cv_.wait(lock, [&] {
         return std::none_of(slots_.begin(), slots_.end(), [](const slot & s) { return s.st == state::running; });
     });
-    for (slot & s : slots_) s.st = state::free;
+    uint64_t untaken = 0;
+    for (slot & s : slots_) {
+        if (s.st == state::done) untaken += s.result.bytes_read;
+        s.st = state::free;
+    }
+    return untaken;
 }
 
 void cold_prefetch::worker_main() {

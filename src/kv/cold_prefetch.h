@@ -67,8 +67,9 @@ public:
     const prefetched * wait(uint64_t key);
     // Frees key's slot (waits for its job when it is being read). No job: nothing happens.
     void release(uint64_t key);
-    // Forgets every job: queued ones are not read, the one being read is waited for.
-    void drop_all();
+    // Forgets every job: queued ones are not read, the one being read is waited for. Returns the bytes
+    // read for jobs nobody took (done, not released).
+    uint64_t drop_all();
 
 private:
     enum class state : uint8_t { free, queued, running, done };
