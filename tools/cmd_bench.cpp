@@ -204,6 +204,7 @@ command_fn add_bench(CLI::App & app) {
         ->delimiter(',')->capture_default_str();
     step->add_option("--score-copy", p.score_copies, "scoring copies of a scoring policy off the emulator: int4, int2, "
                      "off (comma-separated)")->delimiter(',')->capture_default_str();
+    step->add_flag("--no-prefetch", p.no_prefetch, "plain storage: without the pipeline's prefetch (for comparisons)");
     step->add_option("--steps", p.n_steps, "measured decode steps per configuration")->capture_default_str();
     step->add_option("--warmup", p.n_warmup, "decode steps before the measured ones (the hot pool settles)")
         ->capture_default_str();

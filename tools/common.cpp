@@ -133,6 +133,8 @@ void kv_opts::add(CLI::App & app) {
     app.add_option("--score-copy", score_copy, "plain storage: score from an INT4 or INT2 copy of the keys in DRAM "
                    "(int4, int2; counted in --kv-host-budget) or from the stored keys, reading the cold ones every step (off)")
         ->check(CLI::IsMember({"int4", "int2", "off"}))->capture_default_str();
+    app.add_flag("--no-prefetch", no_prefetch, "plain storage: do not read the previous step's selection ahead while the "
+                 "host computes (the pipeline; for comparisons)");
 }
 
 csd::storage_kind kv_opts::storage_kind() const {
@@ -151,6 +153,7 @@ context_params kv_opts::context(int32_t n_ctx, const policy_params & p, int32_t 
     sp.storage.kind = storage_kind();
     sp.storage.profile = csd::load_device_profile(csd_profile);
     sp.storage.block_tokens = score_block;
+    sp.storage.prefetch = !no_prefetch;
     sp.score_copy_bits = parse_score_copy(score_copy);
     sp.storage.stop_requested = interrupted;  // Ctrl-C abandons a device pass in progress
     return sp;

@@ -49,6 +49,7 @@ struct storage_params {
     storage_kind kind = storage_kind::plain;
     device_profile profile;        // caps (device_profile.h); default: uncapped
     int32_t block_tokens = 1024;   // n: tokens per score block (6 KiB + 8 B at one score per token)
+    bool prefetch = true;          // plain: read the hinted tokens ahead (the pipeline; false ignores the hints)
     io_fault_hook io_faults;       // tests: injected results of the device's own reads
     // Polled while the host waits on the device (every 20 ms at most): true abandons the pass, and
     // next() throws hill::error(exit_code::interrupted). The CLI passes its Ctrl-C flag.

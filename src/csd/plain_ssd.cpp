@@ -24,7 +24,7 @@ plain_ssd::plain_ssd(const storage_params & p, const cold_pool * pool, const kv_
         io.fault_hook = p.io_faults;
         reader_ = std::make_unique<cold_reader>(*pool, io);
         gather_ = std::make_unique<cold_gather>(*reader_, layout);
-        prefetch_ = std::make_unique<cold_prefetch>(*pool, layout, 4, size_t(32) << 20, io);
+        if (p.prefetch) prefetch_ = std::make_unique<cold_prefetch>(*pool, layout, 4, size_t(32) << 20, io);
         chunk_rows_ = std::max<int64_t>(1, int64_t((size_t(8) << 20) / layout.token_layer_bytes()));
         merge_k_ = aligned_buffer(size_t(chunk_rows_) * layout.row_bytes());
         merge_v_ = aligned_buffer(size_t(chunk_rows_) * layout.row_bytes());
@@ -105,10 +105,10 @@ void plain_ssd::read_begin(const device_pass & pass) {
     ++counters_.n_read_passes;
     job_key_ = key_of(pass);
     const int64_t t0 = time_us();
-    job_ = prefetch_->wait(job_key_);
+    job_ = prefetch_ != nullptr ? prefetch_->wait(job_key_) : nullptr;
     counters_.t_read_us += uint64_t(time_us() - t0);
     if (job_ == nullptr) {
-        prefetch_->release(job_key_);  // a failed job: its tokens are read now
+        if (prefetch_ != nullptr) prefetch_->release(job_key_);  // a failed job: its tokens are read now
         gather_->begin(pass.groups, pass.positions, true);
         return;
     }

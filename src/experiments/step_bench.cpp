@@ -468,6 +468,7 @@ std::vector<step_result> run_step_bench(const step_bench_params & p, const synth
                             if (cold > 0.0) {
                                 cp.storage.kind = csd::parse_storage(storage);
                                 if (emulator) cp.storage.profile = profiles[pi];
+                                cp.storage.prefetch = !p.no_prefetch;
                             }
                             if (copy != "-") cp.score_copy_bits = parse_score_copy(copy);
                             cp.forward = [&w](const model & mm, thread_pool &, int64_t) {

@@ -126,6 +126,7 @@ struct step_bench_params {
     std::vector<std::string> storages = {"plain", "emulator"};
     std::vector<std::string> profiles = {"none", "smartssd"};
     std::vector<std::string> score_copies = {"int2"};  // context_params::score_copy_bits by name (parse_score_copy)
+    bool no_prefetch = false;                          // csd::storage_params::prefetch off
     int n_steps = 5;
     // Steps run before the measured ones, so that placement settles: hkm promotes at most 1/16 of the
     // hot capacity per step, and the hot pool's share of the selected tokens reaches its steady value
