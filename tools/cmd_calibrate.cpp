@@ -22,7 +22,6 @@ namespace {
 struct calibrate_opts {
     std::string kv_dir, storage = "emulator", profile = "none", out;
     bool json = false;
-    double alpha = 0.2;
     calibrate_params p;
     thread_opts threads;
     CLI::Option * out_opt = nullptr;
@@ -53,6 +52,7 @@ int run_calibrate(calibrate_opts & o) {
     p.profile = csd::load_device_profile(o.profile);
     if (o.out_opt->count() > 0 && o.out.empty()) fail_usage("--out needs a file name");
     const std::string out = o.out.empty() ? calibration_path() : o.out;
+    check(p);
     const std::string key = calibration_key(p.kv_dir, name(p.storage), p.profile.name);
     check_output(out, key);
     thread_pool pool(n_threads);

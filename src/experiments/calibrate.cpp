@@ -77,12 +77,19 @@ std::vector<int32_t> sample(int64_t n, double alpha, std::mt19937 & rng) {
 
 }  // namespace
 
-calibrate_result run_calibration(const calibrate_params & p, thread_pool & pool) {
+void check(const calibrate_params & p) {
     if (p.n_tokens < 1024 || p.n_tokens > (int64_t(1) << 22)) {
-        fail_usage("calibrate: tokens must be in [1024, 2^22], got {}", p.n_tokens);
+        fail_usage("calibrate: --tokens must be in [1024, 2^22], got {}", p.n_tokens);
     }
-    if (!(p.alpha > 0.0 && p.alpha <= 1.0)) fail_usage("calibrate: alpha must be in (0, 1], got {}", p.alpha);
-    if (!(p.seconds > 0.0 && p.seconds <= 60.0)) fail_usage("calibrate: seconds must be in (0, 60], got {}", p.seconds);
+    if (!(p.alpha > 0.0 && p.alpha <= 1.0)) fail_usage("calibrate: --alpha must be in (0, 1], got {}", p.alpha);
+    if (!(p.seconds > 0.0 && p.seconds <= 60.0)) {
+        fail_usage("calibrate: --seconds must be in (0, 60], got {}", p.seconds);
+    }
+    if (p.kv_dir.empty()) fail_usage("calibrate: --kv-dir needs a directory");
+}
+
+calibrate_result run_calibration(const calibrate_params & p, thread_pool & pool) {
+    check(p);
     std::error_code ec;
     std::filesystem::create_directories(p.kv_dir, ec);
     if (ec) fail_input("calibrate: cannot create the kv-dir '{}': {}", p.kv_dir, ec.message());

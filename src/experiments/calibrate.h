@@ -49,6 +49,9 @@ struct calibrate_result {
     calibration cal;  // the four rates (source: "measured")
 };
 
+// The checks of run_calibration's parameters, alone (usage errors as below): to refuse bad flags first.
+void check(const calibrate_params & p);
+
 // Errors (hill::error): usage for n_tokens outside [1024, 2^22], alpha outside (0, 1], seconds outside
 // (0, 60]; the cold pool's and the device's errors (kv_dir not writable, too little free space,
 // failed reads) as context and csd::make_device report them. The files it writes in kv_dir (a model

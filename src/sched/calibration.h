@@ -56,8 +56,9 @@ calibration calibration_for(const std::string & cache_path, const std::string & 
 
 // Writes c as entry `key` of the cache file at path (atomically, core/atomic_file.h), keeping the
 // file's other entries; `extra` (a JSON object) adds informational keys to the entry. Creates path's
-// directory when missing. Errors (bad_input): the directory cannot be created or written, the path is
-// a directory, an existing file is not a calibration cache (as load_calibration) — naming the path.
+// directory when missing; replaces a bad entry `key`. Errors, naming the path: the directory cannot be
+// created or written, an existing file is not a calibration cache (as load_calibration; bad_input); the
+// path is a directory (usage).
 void save_calibration(const std::string & path, const std::string & key, const calibration & c,
                       const nlohmann::json & extra);
 

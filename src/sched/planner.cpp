@@ -62,27 +62,36 @@ path_times planner::measured() const {
 }
 
 bool planner::observe(const step_observation & o) {
-    sum_.n_hot += o.n_hot;
-    sum_.n_cold += o.n_cold;
-    sum_.attended_hot += o.attended_hot;
-    sum_.attended_cold += o.attended_cold;
-    sum_.t_cpu_s += o.t_cpu_s;
-    sum_.t_csd_s += o.t_csd_s;
+    const auto add = [](step_observation & a, const step_observation & b) {
+        a.n_hot += b.n_hot;
+        a.n_cold += b.n_cold;
+        a.attended_hot += b.attended_hot;
+        a.attended_cold += b.attended_cold;
+        a.t_cpu_s += b.t_cpu_s;
+        a.t_csd_s += b.t_csd_s;
+    };
+    add(sum_, o);
     ++n_obs_;
     ++since_change_;
     if (sum_.n_hot > 0) alpha_c_ = sum_.attended_hot / sum_.n_hot;
     if (sum_.n_cold > 0) alpha_s_ = sum_.attended_cold / sum_.n_cold;
     if (fixed()) return false;
     const double hi = std::max(o.t_cpu_s, o.t_csd_s);
-    over_ = hi > 0 && std::abs(o.t_cpu_s - o.t_csd_s) > p_.drift * hi ? over_ + 1 : 0;
+    if (hi > 0 && std::abs(o.t_cpu_s - o.t_csd_s) > p_.drift * hi) {
+        ++over_;
+        add(drift_, o);
+    } else {
+        over_ = 0;
+        drift_ = step_observation{};
+    }
     if (over_ < p_.drift_steps || since_change_ < p_.settle_steps) return false;
+    // The measured per-token cost of each path over the drifting steps.
+    const step_observation w = drift_;
     over_ = 0;
-    // The measured per-token cost of each path over the steps since the last change.
-    if (sum_.n_hot <= 0 || sum_.n_cold <= 0 || sum_.t_cpu_s <= 0 || sum_.t_csd_s <= 0) return false;
-    const double c_cpu = sum_.t_cpu_s / sum_.n_hot, c_csd = sum_.t_csd_s / sum_.n_cold;
-    const double next = c_csd / c_cpu;
+    drift_ = step_observation{};
+    if (w.n_hot <= 0 || w.n_cold <= 0 || w.t_cpu_s <= 0 || w.t_csd_s <= 0) return false;
+    const double next = (w.t_csd_s / w.n_cold) / (w.t_cpu_s / w.n_hot);
     if (m0_bound_ && next >= beta_applied()) return false;  // the device path is the slower, and the budget is full
-    if (std::abs(next - beta_applied()) <= 0.01 * beta_applied()) return false;  // balanced within 1%: noise
     beta_ = next;
     sum_ = step_observation{};
     n_obs_ = 0;

@@ -22,9 +22,9 @@
 // apart) and T_csd (the device's pass time: its scoring and KV-return passes, back-pressure excluded;
 // csd::device_counters::t_pass_us) are averaged over the steps since the last change. When they differ
 // by more than `drift` of the larger for `drift_steps` steps in a row, at least `settle_steps` after
-// the last change (placement needs steps to fill a larger hot pool), β is re-planned from the measured
-// per-token costs: β = (T_csd/M_s)/(T_cpu/M_c) — Eq. 4 with the measured α_c, α_s and the calibrated
-// rates scaled by measured/predicted time of each path. A β the budget cannot hold while the device
+// the last change (placement needs steps to fill a larger hot pool), β is re-planned from the per-token
+// costs measured over those steps: β = (T_csd/M_s)/(T_cpu/M_c) — Eq. 4 with the measured α_c, α_s and
+// the calibrated rates scaled by measured/predicted time of each path. A β the budget cannot hold while the device
 // path is the slower one changes nothing (β stays M0-bound).
 //
 // The capacity is applied by the owner (engine/context.h) at step boundaries: kv_cells::set_hot_capacity,
@@ -105,7 +105,8 @@ private:
     // Sums since the last change.
     step_observation sum_;
     int64_t n_obs_ = 0;
-    int over_ = 0;  // steps in a row over the drift threshold
+    int over_ = 0;            // steps in a row over the drift threshold
+    step_observation drift_;  // their sums
     int64_t since_change_ = 0;
     int n_replans_ = 0;
 };
