@@ -75,7 +75,8 @@ struct context_params {
     int score_copy_bits = 2;
     // With a cold pool on the emulator and a scoring policy, the planner (sched/planner.h) sets the hot pool's
     // capacity below what the budget holds, to balance host and device scoring (DESIGN.md §4); on a plain SSD
-    // the host scores every token, and the hot pool, a cache, takes the whole budget (β is M0-bound).
+    // the host scores every token, and the hot pool, a cache, takes the whole budget (β is M0-bound). Rates
+    // of 0 in planner.cal (not calibrated): default_calibration(storage.profile).
     planner_params planner;
     io_fault_hook io_faults;            // tests: injected cold-pool I/O results of the host's reads and writes
     int32_t n_seq = 1;                  // sequences at once (>= 1)
