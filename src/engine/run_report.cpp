@@ -282,8 +282,8 @@ std::string planner_summary(const context & ctx) {
         "{:.1f}% of the cold tokens selected), hot capacity {} of {} slots per layer for {} tokens; per step T_cpu "
         "predicted {:.2f} ms, measured {:.2f} ms, T_csd predicted {:.2f} ms, measured {:.2f} ms (mean of {} steps); "
         "{} re-plans\n  calibration: {}\n",
-        pl->beta_applied(), pl->fixed() ? "fixed" : "planned",
-        pl->m0_bound() ? fmt::format(", M0-bound: planned {:.3f}", pl->beta()) : std::string(), pl->beta_eq4(),
+        pl->beta_applied(), pl->fixed() ? fmt::format("fixed at {:.3f}", pl->beta()) : fmt::format("planned {:.3f}", pl->beta()),
+        pl->m0_bound() ? ", M0-bound: the host budget holds no more" : "", pl->beta_eq4(),
         pl->alpha(), pl->beta_skewed(), 100.0 * pl->alpha_hot(), 100.0 * pl->alpha_cold(), cap, hot_max, n,
         pr.t_cpu_s * 1e3, me.t_cpu_s * 1e3, pr.t_csd_s * 1e3, me.t_csd_s * 1e3, pl->n_observed(), pl->n_replans(),
         pl->params().cal.source);

@@ -1,4 +1,5 @@
-# The decode step of a batch of sequences (DESIGN.md §3): plan, score, select, gather, attend, apply.
+# The decode step of a batch of sequences (DESIGN.md §3): plan, score, select, gather, attend, apply; the planner
+# of the hot/cold split and its calibration (DESIGN.md §4).
 hill_add_library(hill_sched
   sched/calibration.cpp
   sched/decode_step.cpp
