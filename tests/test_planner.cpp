@@ -154,7 +154,8 @@ TEST(calibration, json_round_trip_keeps_other_entries) {
     EXPECT_FALSE(load_calibration(path, "k1").has_value());  // no file yet
     save_calibration(path, "k1", a, {{"note", "a"}});
     save_calibration(path, "dev 8:1/emulator/smartssd", b, nlohmann::json::object());
-    const std::optional<calibration> ra = load_calibration(path, "k1"), rb = load_calibration(path, "dev 8:1/emulator/smartssd");
+    const std::optional<calibration> ra = load_calibration(path, "k1"),
+                                     rb = load_calibration(path, "dev 8:1/emulator/smartssd");
     ASSERT_TRUE(ra && rb);
     EXPECT_DOUBLE_EQ(ra->f_c_bps, a.f_c_bps);
     EXPECT_DOUBLE_EQ(ra->f_s_bps, a.f_s_bps);
