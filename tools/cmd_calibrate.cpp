@@ -94,7 +94,7 @@ int run_calibrate(calibrate_opts & o) {
         return 0;
     }
     const auto line = [](const char * what, const char * desc, const rate_measurement & m) {
-        fmt::print("  {:4} {:46} {:8.3f} GB/s  ({} passes, {} in {:.2f} s)\n", what, desc, m.bps() / 1e9, m.passes,
+        fmt::print("  {:4} {:55} {:8.3f} GB/s  ({} passes, {} in {:.2f} s)\n", what, desc, m.bps() / 1e9, m.passes,
                    format_bytes(uint64_t(m.bytes)), m.seconds);
     };
     line("f_c", "host scoring, INT8 keys and query (key bytes)", r.f_c);
