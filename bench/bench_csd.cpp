@@ -6,10 +6,10 @@
 //   bench_csd [--ctx 32768] [--heads 32] [--kv-heads 8] [--head-dim 128] [--cold 0.75] [-t N] [--kv-dir DIR]
 //             [--json FILE]
 #include "core/error.h"
-#include "core/fp16.h"
 #include "core/sys_info.h"
 #include "core/thread_pool.h"
 #include "engine/context.h"
+#include "experiments/calibrate.h"
 #include "model/synthetic_model.h"
 
 #include <CLI/CLI.hpp>
@@ -18,42 +18,10 @@
 
 #include <filesystem>
 #include <fstream>
-#include <random>
 
 namespace {
 
 using namespace hill;
-
-// A context of one sequence of n random tokens per layer, `cold` of them without a hot copy.
-std::unique_ptr<context> make_context(const model & m, int64_t n, double cold, const std::string & dir,
-                                      csd::storage_kind kind, const csd::device_profile & prof, double alpha,
-                                      thread_pool & pool) {
-    const hparams & hp = m.hp();
-    context_params cp;
-    cp.n_ctx = int32_t(n + 64);
-    cp.kv_host_budget = uint64_t(double(n) * (1.0 - cold)) * hp.kv_bytes_per_token(ggml_type::f16);
-    cp.kv_dir = dir;
-    cp.policy.name = "hillinfer";
-    cp.policy.alpha = alpha;
-    cp.policy.score = score_params{score_precision::int8, query_precision::int8};
-    cp.storage = csd::storage_params{.kind = kind, .profile = prof};
-    auto ctx = std::make_unique<context>(m, cp, pool);
-    std::mt19937 rng(1);
-    std::normal_distribution<float> nd;
-    const size_t rows = size_t(n) * size_t(hp.n_embd_kv());
-    std::vector<std::vector<f16_bits>> k(size_t(hp.n_layer)), v(size_t(hp.n_layer));
-    std::vector<const void *> kp, vp;
-    for (int il = 0; il < hp.n_layer; ++il) {
-        k[size_t(il)].resize(rows);
-        v[size_t(il)].resize(rows);
-        for (auto & x : k[size_t(il)]) x = fp32_to_fp16(nd(rng));
-        for (auto & x : v[size_t(il)]) x = fp32_to_fp16(nd(rng));
-        kp.push_back(k[size_t(il)].data());
-        vp.push_back(v[size_t(il)].data());
-    }
-    ctx->import_kv(0, n, kp, vp);
-    return ctx;
-}
 
 // Achieved rate of one cap: passes run with only that cap set, bytes of that kind over the wall time.
 struct cap_result {
@@ -129,8 +97,8 @@ int main(int argc, char ** argv) {
         const auto m = model::load(model_path);
         fmt::print("bench_csd: {} query / {} KV heads of {}, f16 KV, context {} tokens, {:.0f}% cold, {} host threads, "
                    "kv-dir {}\n", n_head, n_head_kv, head_dim, n_ctx, 100 * cold, n_threads, kv_dir);
-        auto ctx = make_context(*m, n_ctx, cold, kv_dir, csd::storage_kind::emulator, csd::load_device_profile("none"),
-                                0.2, pool);
+        auto ctx = make_random_context(*m, n_ctx, cold, kv_dir, csd::storage_kind::emulator,
+                                       csd::load_device_profile("none"), 0.2, pool);
         nlohmann::json out = {{"ctx", n_ctx}, {"n_head", n_head}, {"n_head_kv", n_head_kv}, {"head_dim", head_dim},
                               {"cold", cold}, {"threads", n_threads}, {"caps", nlohmann::json::array()}};
         // The caps: each one alone, at a rate well under what this machine reaches uncapped.

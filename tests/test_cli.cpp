@@ -940,13 +940,67 @@ TEST_F(cli, bench_step_measures_every_configuration_and_writes_json_and_a_plot) 
 TEST_F(cli, bench_step_refuses_bad_grids_before_measuring) {
     for (const char * bad : {"--cold 1", "--cold 0,-0.5", "--ctx 100", "--policies full,nope", "--storage disk",
                              "--profile nonexistent_profile", "--steps 0", "--head-dim 63", "--heads 6 --kv-heads 4",
-                             "--score-copy int3"}) {
+                             "--score-copy int3", "--beta 0", "--beta -0.5", "--beta abc", "--beta 0.2x"}) {
         const test::cli_result r = test::run_cli(std::string("bench step --layers 1 --kv-dir /tmp ") + bad);
         EXPECT_EQ(r.code, 2) << bad << "\n" << r.out;
         EXPECT_NE(r.out.find("error"), std::string::npos) << bad << "\n" << r.out;
     }
     const test::cli_result r = test::run_cli("bench");
     EXPECT_EQ(r.code, 2) << r.out;
+}
+
+TEST_F(cli, calibrate_caches_four_rates_and_bench_step_sweeps_beta_beside_the_planner) {
+    test::temp_dir d;
+    const std::string env = "XDG_CACHE_HOME=" + d.file("cache") + " ";
+    const std::string kv = d.file("kv");
+    test::cli_result r = test::run_shell(env + HILL_CLI_PATH + " calibrate --kv-dir " + kv +
+                                         " --profile smartssd --tokens 1024 --seconds 0.05 -t 1 --json 2>&1");
+    ASSERT_EQ(r.code, 0) << r.out;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    for (const char * k : {"f_c_gbps", "f_s_gbps", "b_c_gbps", "b_s_gbps"}) EXPECT_GT(j[k].get<double>(), 0.0) << k;
+    EXPECT_EQ(j["file"], d.file("cache") + "/hillinfer/calibration.json");
+    const nlohmann::json cache = nlohmann::json::parse(test::read_whole_file(j["file"]));
+    EXPECT_EQ(cache["entries"][j["key"].get<std::string>()]["f_s_gbps"], j["f_s_gbps"]);
+    EXPECT_EQ(cache["entries"].size(), 1u);
+    EXPECT_TRUE(std::filesystem::is_empty(kv)) << "calibrate leaves its files behind";
+    // bench step finds the cache and runs the sweep beside the planner's choice (50% cold: beta at most 1).
+    const std::string json = d.file("step.json");
+    r = test::run_shell(env + HILL_CLI_PATH + " bench step --ctx 1024 --layers 1 --heads 4 --kv-heads 2 --head-dim 64 "
+                        "--cold 0.5 --policies hillinfer --storage emulator --profile smartssd --beta 0.25,4,planner "
+                        "--steps 2 --warmup 1 -t 1 --kv-dir " + kv + " --json " + json + " 2>&1");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("beta sweep"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(j["file"].get<std::string>()), std::string::npos) << r.out;  // the calibration's source
+    const nlohmann::json b = nlohmann::json::parse(test::read_whole_file(json));
+    ASSERT_EQ(b["results"].size(), 3u) << b.dump(1);
+    EXPECT_NEAR(b["results"][0]["beta"].get<double>(), 0.25, 0.01);  // 1/5 of the tokens hot
+    EXPECT_FALSE(b["results"][0]["m0_bound"].get<bool>());
+    EXPECT_NEAR(b["results"][1]["beta"].get<double>(), 1.0, 0.02);   // 4 is cut to what the budget holds
+    EXPECT_TRUE(b["results"][1]["m0_bound"].get<bool>());
+    EXPECT_EQ(b["results"][2]["beta_config"], "planner");
+    EXPECT_GT(b["results"][2]["t_csd_predicted_ms"].get<double>(), 0.0);
+    ASSERT_EQ(b["beta_sweeps"].size(), 1u);
+    EXPECT_TRUE(b["beta_sweeps"][0]["planner_beta"].is_number()) << b["beta_sweeps"];
+    EXPECT_EQ(b["calibrations"][0]["f_s_gbps"], j["f_s_gbps"]);
+}
+
+TEST_F(cli, calibrate_refuses_bad_flags_and_unwritable_outputs_before_measuring) {
+    test::temp_dir d;
+    for (const std::string & bad : {std::string("--storage disk"), std::string("--profile nonexistent_profile"),
+                                    std::string("--tokens 10"), std::string("--seconds 0"), std::string("--alpha 2"),
+                                    "--out " + d.path.string(), std::string("--out /proc/hill-no-dir/c.json"),
+                                    std::string("--out ''"), std::string("--bogus")}) {
+        const test::cli_result r = test::run_cli("calibrate --kv-dir " + d.file("kv") + " " + bad);
+        EXPECT_EQ(r.code, 2) << bad << "\n" << r.out;
+        EXPECT_NE(r.out.find("error"), std::string::npos) << bad << "\n" << r.out;
+    }
+    // An existing file that is not a calibration cache: named, and left as it was.
+    const std::string junk = d.file("junk.json");
+    std::ofstream(junk) << "{\"version\": 7}";
+    const test::cli_result r = test::run_cli("calibrate --kv-dir " + d.file("kv") + " --out " + junk);
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find(junk), std::string::npos) << r.out;
+    EXPECT_EQ(test::read_whole_file(junk), "{\"version\": 7}");
 }
 
 }  // namespace

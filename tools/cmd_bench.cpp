@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -29,7 +30,12 @@ std::string label(const step_config & c) {
     std::string s = c.cold == 0.0 ? fmt::format("{} in RAM", c.policy) : fmt::format("{} {:.0f}% cold {}", c.policy, 100 * c.cold, c.storage);
     if (c.storage == "emulator") s += " " + c.profile;
     if (c.score_copy != "-") s += " " + c.score_copy;
+    if (c.beta != "-") s += " beta " + c.beta;
     return s;
+}
+
+nlohmann::json number_or_null(double x) {
+    return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
 }
 
 nlohmann::json to_json(const step_result & r) {
@@ -44,7 +50,66 @@ nlohmann::json to_json(const step_result & r) {
             {"link_bytes", r.link_bytes}, {"host_read_bytes", r.host_read_bytes}, {"hot_share", r.hot_share},
             {"open_share", r.open_share}, {"disk_share", r.disk_share},
             {"attended_per_layer", r.attended_per_layer}, {"promotions", r.promotions},
-            {"prefetch_hit_share", r.prefetch_hit_share}, {"prefetch_waste_share", r.prefetch_waste_share}};
+            {"prefetch_hit_share", r.prefetch_hit_share}, {"prefetch_waste_share", r.prefetch_waste_share}, {"beta_config", c.beta},
+            {"beta", number_or_null(r.beta)}, {"beta_planned", number_or_null(r.beta_planned)},
+            {"beta_eq4", number_or_null(r.beta_eq4)}, {"m0_bound", r.m0_bound}, {"alpha_hot", number_or_null(r.alpha_hot)},
+            {"alpha_cold", number_or_null(r.alpha_cold)}, {"t_cpu_predicted_ms", number_or_null(r.t_cpu_pred_ms)},
+            {"t_csd_predicted_ms", number_or_null(r.t_csd_pred_ms)}, {"t_cpu_ms", number_or_null(r.t_cpu_ms)},
+            {"t_csd_ms", number_or_null(r.t_csd_ms)}, {"replans", r.replans}};
+}
+
+// The β sweeps of a run: per emulator configuration (all but β) with numeric βs, the step time of each β,
+// the best, and the planner's β beside it (when "planner" ran too): printed, and returned as JSON.
+nlohmann::json beta_sweeps(const std::vector<step_result> & rs) {
+    nlohmann::json out = nlohmann::json::array();
+    std::vector<step_config> groups;
+    const auto same = [](const step_config & a, const step_config & b) {
+        return a.ctx == b.ctx && a.cold == b.cold && a.policy == b.policy && a.storage == b.storage &&
+               a.profile == b.profile && a.score_copy == b.score_copy;
+    };
+    for (const step_result & r : rs) {
+        if (r.config.beta == "-" || r.config.beta == "planner") continue;
+        if (std::none_of(groups.begin(), groups.end(), [&](const step_config & g) { return same(g, r.config); })) {
+            groups.push_back(r.config);
+        }
+    }
+    for (const step_config & g : groups) {
+        const step_result * best = nullptr, * planned = nullptr;
+        nlohmann::json points = nlohmann::json::array();
+        step_config gl = g;
+        gl.beta = "-";
+        fmt::print("\nbeta sweep, {} ctx {}: beta (asked -> applied: hot/cold tokens), step ms, T_cpu / T_csd measured ms\n",
+                   label(gl), g.ctx);
+        for (const step_result & r : rs) {
+            if (!same(g, r.config)) continue;
+            if (r.config.beta == "planner") {
+                planned = &r;
+                continue;
+            }
+            fmt::print("  {:>8} -> {:.3f}{} {:>9.1f} ({:.1f}-{:.1f}) {:>9.2f} / {:.2f}\n", r.config.beta, r.beta,
+                       r.m0_bound ? " (M0)" : "     ", r.step_ms, r.step_ms_min, r.step_ms_max, r.t_cpu_ms, r.t_csd_ms);
+            points.push_back({{"beta_config", r.config.beta}, {"beta", number_or_null(r.beta)}, {"step_ms", r.step_ms}});
+            if (best == nullptr || r.step_ms < best->step_ms) best = &r;
+        }
+        nlohmann::json j = {{"ctx", g.ctx}, {"cold", g.cold}, {"policy", g.policy}, {"storage", g.storage},
+                            {"profile", g.profile}, {"points", points}, {"best_beta", number_or_null(best->beta)},
+                            {"best_step_ms", best->step_ms}};
+        fmt::print("  best: beta {:.3f}, {:.1f} ms", best->beta, best->step_ms);
+        if (planned != nullptr) {
+            const double off = std::abs(planned->beta - best->beta) / best->beta;
+            fmt::print("; planner: beta {:.3f}{} (Eq. 4 {:.3f}, planned {:.3f}, {} re-plans), {:.1f} ms: {:.1f}% from the "
+                       "best beta ({} 10%), step {:.2f}x the best's\n", planned->beta, planned->m0_bound ? " (M0-bound)" : "",
+                       planned->beta_eq4, planned->beta_planned, planned->replans, planned->step_ms, 100.0 * off,
+                       off <= 0.10 ? "within" : "outside", planned->step_ms / best->step_ms);
+            j["planner_beta"] = number_or_null(planned->beta);
+            j["planner_step_ms"] = planned->step_ms;
+            j["planner_off_best"] = number_or_null(off);
+        } else {
+            fmt::print(" (add 'planner' to --beta to compare the planner's choice)\n");
+        }
+        out.push_back(std::move(j));
+    }
+    return out;
 }
 
 // A bar chart of the step times, one group of bars per context length (gnuplot, PNG).
@@ -97,6 +162,22 @@ int run_step(step_opts & o) {
         }
     }
     check(o.p);
+    // The planner's rates per device profile: the calibration cache's entry for the kv-dir, or the defaults.
+    nlohmann::json calibrations = nlohmann::json::array();
+    if (std::find(o.p.storages.begin(), o.p.storages.end(), "emulator") != o.p.storages.end()) {
+        for (const std::string & name : o.p.profiles) {
+            const calibration c = calibration_for(calibration_path(), o.p.kv_dir, csd::storage_kind::emulator,
+                                                  csd::load_device_profile(name));
+            fmt::print("calibration, emulator, profile {}: f_c {:.3g} GB/s, f_s {:.3g} GB/s, B_c {:.3g} GB/s, B_s {:.3g} "
+                       "GB/s from {}\n", name, c.f_c_bps / 1e9, c.f_s_bps / 1e9, c.b_c_bps / 1e9, c.b_s_bps / 1e9, c.source);
+            calibrations.push_back({{"profile", name}, {"f_c_gbps", c.f_c_bps / 1e9}, {"f_s_gbps", c.f_s_bps / 1e9},
+                                    {"b_c_gbps", c.b_c_bps / 1e9}, {"b_s_gbps", c.b_s_bps / 1e9}, {"source", c.source}});
+        }
+        const std::string cache = calibration_path(), dir = o.p.kv_dir;
+        o.p.calibrate = [cache, dir](const csd::device_profile & prof) {
+            return calibration_for(cache, dir, csd::storage_kind::emulator, prof);
+        };
+    }
     o.trace.start();
     thread_pool pool(n_threads);
     const workload_params & wp = o.p.workload;
@@ -119,6 +200,12 @@ int run_step(step_opts & o) {
                    r.forward_ms, r.score_host_ms, r.score_device_ms, r.select_ms, r.attend_ms,
                    format_bytes(uint64_t(r.hot_bytes)), format_bytes(uint64_t(r.disk_kv_bytes + r.host_read_bytes)),
                    format_bytes(uint64_t(r.link_bytes)), 100 * r.hot_share, 100 * r.open_share, 100 * r.disk_share);
+        if (std::isfinite(r.beta)) {
+            fmt::print("{:>7} {:38} planner: beta {:.3f}{} (planned {:.3f}, Eq. 4 {:.3f}; selected {:.1f}% of hot, {:.1f}% "
+                       "of cold tokens); T_cpu {:.2f} ms predicted / {:.2f} measured, T_csd {:.2f} / {:.2f}; {} re-plans\n",
+                       "", "", r.beta, r.m0_bound ? " M0-bound" : "", r.beta_planned, r.beta_eq4, 100 * r.alpha_hot,
+                       100 * r.alpha_cold, r.t_cpu_pred_ms, r.t_cpu_ms, r.t_csd_pred_ms, r.t_csd_ms, r.replans);
+        }
         std::fflush(stdout);
     });
     // Ratios from this run: each sparse configuration against `full` over the same tiers and against
@@ -158,6 +245,7 @@ int run_step(step_opts & o) {
         j["ratio_to_full_in_ram"] = fr != nullptr ? nlohmann::json(vs_ram) : nlohmann::json(nullptr);
         ratios.push_back(std::move(j));
     }
+    const nlohmann::json sweeps = beta_sweeps(rs);
     if (!o.json_path.empty()) {
         nlohmann::json out = {{"layers", wp.n_layer}, {"n_head", wp.n_head}, {"n_head_kv", wp.n_head_kv},
                               {"head_dim", wp.head_dim}, {"alpha", wp.alpha}, {"steps", o.p.n_steps},
@@ -166,7 +254,8 @@ int run_step(step_opts & o) {
                                             {"target_overlap", wp.target_overlap}, {"target_mass", wp.target_mass},
                                             {"rho", cal.rho}, {"logit_scale", cal.logit_scale},
                                             {"sample_tokens", cal.sample_tokens}}},
-                              {"results", nlohmann::json::array()}, {"ratios", ratios}};
+                              {"results", nlohmann::json::array()}, {"ratios", ratios}, {"beta_sweeps", sweeps},
+                              {"calibrations", calibrations}};
         for (const step_result & r : rs) out["results"].push_back(to_json(r));
         const std::string text = out.dump(2) + "\n";
         atomic_file f(o.json_path);
@@ -204,6 +293,9 @@ command_fn add_bench(CLI::App & app) {
         ->delimiter(',')->capture_default_str();
     step->add_option("--score-copy", p.score_copies, "scoring copies of a scoring policy off the emulator: int4, int2, "
                      "off (comma-separated)")->delimiter(',')->capture_default_str();
+    step->add_option("--beta", p.betas, "emulator: hot/cold capacity ratios beta (numbers > 0, cut to what the host "
+                     "budget holds) or planner (the planner's choice, DESIGN.md section 4) (comma-separated)")
+        ->delimiter(',')->capture_default_str();
     step->add_flag("--no-prefetch", p.no_prefetch, "plain storage: without the pipeline's prefetch (for comparisons)");
     step->add_option("--steps", p.n_steps, "measured decode steps per configuration")->capture_default_str();
     step->add_option("--warmup", p.n_warmup, "decode steps before the measured ones (the hot pool settles)")

@@ -230,7 +230,7 @@ int run_demo(const demo_opts & o) {
     const uint64_t peak_rss = peak_rss_bytes();
     const std::string report = run_summary(s.ctx());
     const nlohmann::json report_kv = kv_json(s.ctx()), report_storage = storage_json(s.ctx()),
-                         report_policy = policy_json(s.ctx());
+                         report_policy = policy_json(s.ctx()), report_planner = planner_json(s.ctx());
     if (!o.json) {
         fmt::print("passkey {} | answer '{}' | {}\n", prompt.passkey, a.text, a.correct ? "correct" : "WRONG");
         std::fflush(stdout);  // the answer before the comparison's wait
@@ -258,6 +258,7 @@ int run_demo(const demo_opts & o) {
             {"prefill_s", double(t1 - t0) / 1e6}, {"prefill_tokens_per_s", prefill_tps},
             {"decode_s", double(t2 - t1) / 1e6}, {"decode_steps", n_steps}, {"decode_step", step},
             {"peak_rss_bytes", peak_rss}, {"kv", report_kv}, {"storage", report_storage}, {"policy", report_policy},
+            {"planner", report_planner},
         };
         fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     } else if (!o.no_compare) {

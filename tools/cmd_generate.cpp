@@ -297,6 +297,7 @@ int run_generate(const generate_opts & o) {
             {"decode_s", double(t_decode) / 1e6}, {"decode_steps", n_decode},
             {"decode_tokens_per_s", n_decode > 0 ? nlohmann::json(decode_tps) : nlohmann::json(nullptr)},
             {"peak_rss_bytes", rss}, {"kv", kv_json(s.ctx())}, {"storage", storage_json(s.ctx())}, {"policy", policy_json(s.ctx())},
+            {"planner", planner_json(s.ctx())},
         };
         fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     }

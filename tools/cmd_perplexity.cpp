@@ -73,6 +73,7 @@ int run_perplexity(const perplexity_opts & o) {
             {"model", m->path()}, {"perplexity", r.perplexity}, {"tokens", r.n_tokens}, {"windows", r.n_windows}, {"n_ctx", n_ctx},
             {"stop", stop}, {"seconds", secs}, {"tokens_per_s", double(r.n_tokens) / std::max(secs, 1e-9)},
             {"peak_rss_bytes", peak_rss_bytes()}, {"kv", kv_json(s.ctx())}, {"storage", storage_json(s.ctx())}, {"policy", policy_json(s.ctx())},
+            {"planner", planner_json(s.ctx())},
         };
         fmt::print("{}\n", j.dump());
     } else {

@@ -19,5 +19,6 @@ command_fn add_perplexity(CLI::App & app);
 command_fn add_demo(CLI::App & app);
 command_fn add_convert(CLI::App & app);
 command_fn add_bench(CLI::App & app);
+command_fn add_calibrate(CLI::App & app);
 
 }  // namespace hill::cli

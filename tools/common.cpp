@@ -156,6 +156,9 @@ context_params kv_opts::context(int32_t n_ctx, const policy_params & p, int32_t 
     sp.storage.prefetch = !no_prefetch;
     sp.score_copy_bits = parse_score_copy(score_copy);
     sp.storage.stop_requested = interrupted;  // Ctrl-C abandons a device pass in progress
+    if (sp.storage.kind == csd::storage_kind::emulator) {  // the planner balances host and device scoring
+        sp.planner.cal = calibration_for(calibration_path(), sp.kv_dir, sp.storage.kind, sp.storage.profile);
+    }
     return sp;
 }
 
@@ -169,6 +172,10 @@ std::string cache_dir() {
     if (const char * x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') return std::string(x) + "/hillinfer";
     if (const char * h = std::getenv("HOME"); h != nullptr && *h != '\0') return std::string(h) + "/.cache/hillinfer";
     return "/var/tmp/hillinfer";
+}
+
+std::string calibration_path() {
+    return cache_dir() + "/calibration.json";
 }
 
 std::string kv_opts::resolved_dir() const {

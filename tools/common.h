@@ -107,6 +107,8 @@ struct prefill_progress {
 // The cache directory of HillInfer: $XDG_CACHE_HOME/hillinfer, ~/.cache/hillinfer, or
 // /var/tmp/hillinfer without a home.
 std::string cache_dir();
+// The calibration cache (sched/calibration.h): cache_dir() + "/calibration.json".
+std::string calibration_path();
 
 // SIGINT / SIGTERM: the first one sets a flag that long work polls, so that it stops cleanly
 // (destructors remove the cold-pool files, the summary is printed); a second one kills the process.

@@ -88,6 +88,9 @@ struct device_counters {
     uint64_t t_throttle_us = 0;       // time waited on the profile's token buckets
     uint64_t t_backpressure_us = 0;   // time the device waited for room in the host queue
     uint64_t t_host_wait_us = 0;      // time the host waited for the device's blocks and KV (emulator)
+    uint64_t t_pass_us = 0;           // emulator: wall time of its passes, from begin until it posted the pass's end,
+                                      // less its back-pressure: the device path's time (the planner's T_csd,
+                                      // sched/planner.h); plain: 0 (its passes run on the host's thread)
 };
 
 class device {

@@ -31,6 +31,11 @@ struct emulator::atomic_counters {
     std::atomic<uint64_t> tokens_scored{0}, tokens_read{0}, score_blocks{0};
     std::atomic<uint64_t> internal_read_bytes{0}, link_score_bytes{0}, link_kv_bytes{0};
     std::atomic<uint64_t> t_read_us{0}, t_kernel_us{0}, t_throttle_us{0}, t_backpressure_us{0}, t_host_wait_us{0};
+    std::atomic<uint64_t> t_pass_us{0};
+    // The pass in flight: when the host posted it, and t_backpressure_us then (written by the host before it
+    // posts the job, read by the engine when it posts the pass's end).
+    std::atomic<int64_t> pass_t0_us{0};
+    std::atomic<uint64_t> pass_backpressure0_us{0};
 };
 
 emulator::emulator(const storage_params & p, const cold_pool * pool, const kv_layout & layout,
@@ -156,6 +161,7 @@ device_counters emulator::counters() const {
     d.t_throttle_us = ld(c.t_throttle_us);
     d.t_backpressure_us = ld(c.t_backpressure_us);
     d.t_host_wait_us = ld(c.t_host_wait_us);
+    d.t_pass_us = ld(c.t_pass_us);
     return d;
 }
 
@@ -169,6 +175,8 @@ void emulator::start_pass(job_kind k, const device_pass & pass) {
     job_positions_.assign(pass.positions.begin(), pass.positions.end());
     busy_ = true;
     held_ = -1;
+    ctr_->pass_t0_us.store(time_us(), std::memory_order_relaxed);
+    ctr_->pass_backpressure0_us.store(ctr_->t_backpressure_us.load(std::memory_order_relaxed), std::memory_order_relaxed);
     const bool posted = jobs_.push(0);
     HILL_ASSERT(posted);
 }
@@ -462,6 +470,10 @@ void emulator::engine_main() {
             pk.error = std::move(error);
             const int p = cur;
             cur = -1;
+            const uint64_t backpressure = ctr_->t_backpressure_us.load(std::memory_order_relaxed) -
+                                          ctr_->pass_backpressure0_us.load(std::memory_order_relaxed);
+            const auto pass_us = uint64_t(us_since(ctr_->pass_t0_us.load(std::memory_order_relaxed)));
+            ctr_->t_pass_us.fetch_add(pass_us - std::min(pass_us, backpressure), std::memory_order_relaxed);
             if (!out_.push(p)) stopped = true;
             break;
         }

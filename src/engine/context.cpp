@@ -69,6 +69,13 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
                                              pool.n_threads());
     }
     cells_ = std::make_unique<kv_cells>(kv_cells_params{hp.n_layer, p.n_seq, p.n_ctx, hot_slots});
+    hot_min_ = std::min<int64_t>(hot_slots, int64_t(p.n_seq) * per_seq_min);
+    if (cold && p.storage.kind == csd::storage_kind::emulator) {
+        planner_params planned = p.planner;
+        if (planned.cal.f_c_bps <= 0.0) planned.cal = default_calibration(p.storage.profile);
+        planner_ = std::make_unique<hill::planner>(planned, pp.alpha, int64_t(layout_.row_bytes()),
+                                                   int64_t(layout_.token_layer_bytes()), hp.n_layer);
+    }
     hot_ = std::make_unique<hot_arena>(layout_, hot_slots, ordered_gather::window_tokens);
     ordered_ = std::make_unique<ordered_gather>(*hot_);
     io_queue_params io;
@@ -135,6 +142,10 @@ attention_shape context::attn_shape() const {
 void context::set_policy(const policy_params & p) {
     auto next = make_policy(p, model_.hp().n_head_kv);
     step_->set_policy(*next, params_.storage.kind);  // checks the storage device can score as the policy asks
+    if (planner_ != nullptr && p.alpha != planner_->alpha()) {
+        planner_ = std::make_unique<hill::planner>(planner_->params(), p.alpha, int64_t(layout_.row_bytes()),
+                                                   int64_t(layout_.token_layer_bytes()), layout_.n_layer);
+    }
     policy_ = std::move(next);
     params_.policy = p;
     step_->reset_stats();
@@ -244,7 +255,8 @@ void context::prefill_segment(int seq, const int32_t * tokens, int64_t n, bool l
     std::vector<float> q_obs(measure ? size_t(n_obs) * size_t(n_q) : 0);
     std::vector<float> importance(measure ? size_t(p0 + n) : 0);
     std::vector<float> seg_scores;
-    // Room for this sequence's window and sinks and the next step's appends.
+    // Room for this sequence's window and sinks and the next step's appends, in the planned hot pool.
+    plan_capacity(n);
     make_room(room_for(seq, p0, p0 + n));
 
     const attention_shape shape = attn_shape();
@@ -437,7 +449,8 @@ void context::make_room(std::span<const int64_t> need_free) {
     };
     std::vector<victim> v;
     for (int il = 0; il < cells_->n_layer(); ++il) {
-        const int64_t need = need_free[size_t(il)] - cells_->n_hot_free(il);
+        const int64_t over = std::max<int64_t>(0, cells_->n_hot(il) - cells_->hot_capacity());
+        const int64_t need = need_free[size_t(il)] - cells_->n_hot_free(il) + over;
         if (need <= 0) continue;
         v.clear();
         for (int seq = 0; seq < cells_->n_seq(); ++seq) {
@@ -473,8 +486,54 @@ void context::decode(std::span<const int> seqs, std::span<const int32_t> tokens,
     }
     // The placement of every step and prefill leaves a free slot for each sequence that holds tokens;
     // nothing to do unless one decodes without any.
+    plan_capacity(int64_t(seqs.size()));
     make_room(std::vector<int64_t>(size_t(cells_->n_layer()), int64_t(seqs.size())));
+    const plan_snapshot before = plan_snap();
     step_->run(seqs, tokens, logits);
+    plan_observe(before);
+}
+
+void context::plan_capacity(int64_t n_more) {
+    if (planner_ == nullptr) return;
+    if (!policy_->uses_scores()) {  // nothing to balance: the hot pool is a cache of the whole budget
+        cells_->set_hot_capacity(cells_->hot_slots());
+        return;
+    }
+    int64_t n = n_more;
+    for (int s = 0; s < cells_->n_seq(); ++s) n += cells_->n_tokens(s);
+    cells_->set_hot_capacity(planner_->capacity(n, hot_min_, cells_->hot_slots()));
+}
+
+context::plan_snapshot context::plan_snap() const {
+    plan_snapshot s;
+    if (planner_ == nullptr) return s;
+    const step_stats & st = step_->stats();
+    s.t_score_host_us = st.t_score_host_us;
+    for (const step_layer_stats & L : st.layers) {
+        s.attended_hot += L.n_attended_hot;
+        s.attended_disk += L.n_attended_disk;
+    }
+    s.t_pass_us = storage_->counters().t_pass_us;
+    int64_t n = 0;
+    for (int q = 0; q < cells_->n_seq(); ++q) n += cells_->n_tokens(q);
+    for (int il = 0; il < cells_->n_layer(); ++il) s.n_hot += cells_->n_hot(il);
+    s.n_tokens = n * cells_->n_layer();
+    return s;
+}
+
+void context::plan_observe(const plan_snapshot & before) {
+    if (planner_ == nullptr || !policy_->uses_scores()) return;
+    const plan_snapshot now = plan_snap();
+    step_observation o;
+    o.n_hot = double(before.n_hot);
+    o.n_cold = double(before.n_tokens - before.n_hot);
+    o.attended_hot = double(now.attended_hot - before.attended_hot);
+    o.attended_cold = double(now.attended_disk - before.attended_disk);
+    // T_cpu: the host's scoring, and the attended hot KV over B_c (attended in place here: not timed apart).
+    o.t_cpu_s = double(now.t_score_host_us - before.t_score_host_us) / 1e6 +
+                o.attended_hot * double(layout_.token_layer_bytes()) / planner_->params().cal.b_c_bps;
+    o.t_csd_s = double(now.t_pass_us - before.t_pass_us) / 1e6;
+    planner_->observe(o);
 }
 
 void context::truncate(int seq, int64_t n) {
@@ -510,6 +569,7 @@ void context::import_kv(int seq, int64_t n, std::span<const void * const> k, std
     HILL_ASSERT(n_past(seq) == 0 && n > 0 && n <= params_.n_ctx);
     HILL_ASSERT(k.size() == size_t(layout_.n_layer) && v.size() == k.size());
     trace_scope span("import kv", "prefill", {{"seq", seq}, {"tokens", n}});
+    plan_capacity(n);
     make_room(room_for(seq, 0, n));
     std::vector<layer_append> appends(size_t(layout_.n_layer));
     try {

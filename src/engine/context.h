@@ -43,6 +43,7 @@
 #include "model/model.h"
 #include "policy/policy.h"
 #include "sched/decode_step.h"
+#include "sched/planner.h"
 #include "score/host_scorer.h"
 #include "score/score_copy.h"
 
@@ -72,6 +73,11 @@ struct context_params {
     // at every step). The emulator scores the cold keys where they live either way. The default is
     // chosen by attention recall and perplexity at equal bytes (docs/storage.md "The scoring copy").
     int score_copy_bits = 2;
+    // With a cold pool on the emulator and a scoring policy, the planner (sched/planner.h) sets the hot pool's
+    // capacity below what the budget holds, to balance host and device scoring (DESIGN.md §4); on a plain SSD
+    // the host scores every token, and the hot pool, a cache, takes the whole budget (β is M0-bound). Rates
+    // of 0 in planner.cal (not calibrated): default_calibration(storage.profile).
+    planner_params planner;
     io_fault_hook io_faults;            // tests: injected cold-pool I/O results of the host's reads and writes
     int32_t n_seq = 1;                  // sequences at once (>= 1)
     // Benchmarks: a forward pass other than the model's (make_forward's signature); empty: the model's.
@@ -152,6 +158,11 @@ public:
     const csd::device & storage() const { return *storage_; }
     const device_tier & device() const { return *device_; }
     const step_stats & decode_stats() const { return step_->stats(); }
+    // The planner of the hot/cold split; nullptr unless the cold pool is on the emulator. It plans while the
+    // policy scores; under a policy that does not, the hot pool takes the whole budget.
+    const hill::planner * planner() const { return planner_.get(); }
+    // Hot slots per layer the host budget holds (M0); cells().hot_capacity() is what the planner lets the pool use.
+    int64_t hot_slots_max() const { return cells_->hot_slots(); }
     const kv_io_stats & io_stats() const;
     // Tokens of every sequence (seq < 0) or of one, all layers, without a hot copy: read from the cold tier.
     int64_t n_cold_cells(int seq = -1) const;
@@ -169,7 +180,18 @@ private:
     // Evicts hot tokens outside sinks and windows (lowest hit count first, oldest first among equals)
     // until layer il has need_free[il] free hot slots, or no such token is left. Metadata only: every
     // token keeps its cold copy.
+    // Also evicts, first, what a capacity lowered by the planner no longer holds.
     void make_room(std::span<const int64_t> need_free);
+    // Sets the hot capacity for the sequences' tokens and n_more to come (the planner's β, or the whole
+    // budget); evictions down to it follow in make_room.
+    void plan_capacity(int64_t n_more);
+    // Hands the planner what the decode step since `before` showed (no-op without a planner).
+    struct plan_snapshot {
+        uint64_t t_score_host_us = 0, attended_hot = 0, attended_disk = 0, t_pass_us = 0;
+        int64_t n_hot = 0, n_tokens = 0;  // token-layers with a hot copy, and in all, at the step's start
+    };
+    plan_snapshot plan_snap() const;
+    void plan_observe(const plan_snapshot & before);
     // The free hot slots, per layer, that seq growing from p0 to n_after tokens needs: its sinks and
     // window tokens not hot now (the new ones among them), and the next decode step's appends.
     std::vector<int64_t> room_for(int seq, int64_t p0, int64_t n_after) const;
@@ -198,6 +220,8 @@ private:
     std::unique_ptr<hill::policy> policy_;
     std::unique_ptr<decode_step> step_;
     std::unique_ptr<host_scorer> importance_scorer_;  // prefill importance (placement hkm)
+    std::unique_ptr<hill::planner> planner_;
+    int64_t hot_min_ = 0;                             // hot slots the sinks, windows and appends need
     mutable kv_io_stats io_stats_;
     uint64_t gather_read_base_ = 0;
 };

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 namespace hill {
 
 namespace {
@@ -249,12 +251,91 @@ nlohmann::json storage_json(const context & ctx) {
             {"errors", c.n_errors}};
 }
 
+namespace {
+
+// β of the hot pool when it holds `hot` of `n` token-layers (infinite when nothing is cold).
+double beta_of(int64_t hot, int64_t n) {
+    return n > hot ? double(hot) / double(n - hot) : INFINITY;
+}
+
+int64_t tokens_per_layer(const context & ctx) {
+    int64_t n = 0;
+    for (int s = 0; s < ctx.n_seq(); ++s) n += ctx.n_past(s);
+    return n;
+}
+
+nlohmann::json number_or_null(double x) {
+    return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
+}
+
+}  // namespace
+
+std::string planner_summary(const context & ctx) {
+    if (ctx.cold() == nullptr) return "";
+    const int64_t n = tokens_per_layer(ctx), hot_max = ctx.hot_slots_max();
+    const planner * pl = ctx.planner();
+    if (pl == nullptr) {
+        return fmt::format("planner: {} storage: the host scores every token, so the hot pool is a cache of the whole "
+                           "host budget and beta is M0-bound: {} of {} tokens per layer hot, beta {:.3f}\n",
+                           name(ctx.storage().kind()), std::min(hot_max, n), n, beta_of(std::min(hot_max, n), n));
+    }
+    if (!ctx.policy().uses_scores()) {
+        return fmt::format("planner: policy {} scores nothing, so the hot pool takes the whole host budget ({} slots per "
+                           "layer)\n", ctx.policy().name(), hot_max);
+    }
+    const path_times pr = pl->predicted(), me = pl->measured();
+    const int64_t cap = ctx.cells().hot_capacity();
+    return fmt::format(
+        "planner: beta {:.3f} ({}{}; Eq. 4 gives {:.3f} at alpha {}, {:.3f} at the measured skew: {:.1f}% of the hot and "
+        "{:.1f}% of the cold tokens selected), hot capacity {} of {} slots per layer for {} tokens; per step T_cpu "
+        "predicted {:.2f} ms, measured {:.2f} ms, T_csd predicted {:.2f} ms, measured {:.2f} ms (mean of {} steps); "
+        "{} re-plans\n  calibration: {}\n",
+        pl->beta_applied(), pl->fixed() ? fmt::format("fixed at {:.3f}", pl->beta()) : fmt::format("planned {:.3f}", pl->beta()),
+        pl->m0_bound() ? ", M0-bound: the host budget holds no more" : "", pl->beta_eq4(),
+        pl->alpha(), pl->beta_skewed(), 100.0 * pl->alpha_hot(), 100.0 * pl->alpha_cold(), cap, hot_max, n,
+        pr.t_cpu_s * 1e3, me.t_cpu_s * 1e3, pr.t_csd_s * 1e3, me.t_csd_s * 1e3, pl->n_observed(), pl->n_replans(),
+        pl->params().cal.source);
+}
+
+nlohmann::json planner_json(const context & ctx) {
+    const int64_t n = tokens_per_layer(ctx), hot_max = ctx.hot_slots_max();
+    const planner * pl = ctx.planner();
+    nlohmann::json j = {{"active", pl != nullptr && ctx.policy().uses_scores()}, {"tokens_per_layer", n},
+                        {"hot_slots_max", hot_max}, {"hot_capacity", ctx.cells().hot_capacity()}};
+    if (pl == nullptr || !ctx.policy().uses_scores()) {
+        j["beta"] = number_or_null(beta_of(std::min(hot_max, n), n));
+        j["m0_bound"] = ctx.cold() != nullptr;
+        return j;
+    }
+    const path_times pr = pl->predicted(), me = pl->measured();
+    const calibration & c = pl->params().cal;
+    j["beta"] = number_or_null(pl->beta_applied());
+    j["beta_planned"] = pl->beta();
+    j["beta_fixed"] = pl->fixed();
+    j["m0_bound"] = pl->m0_bound();
+    j["beta_eq4"] = pl->beta_eq4();
+    j["beta_eq4_measured_skew"] = pl->beta_skewed();
+    j["alpha"] = pl->alpha();
+    j["alpha_hot"] = pl->alpha_hot();
+    j["alpha_cold"] = pl->alpha_cold();
+    j["t_cpu_predicted_s"] = pr.t_cpu_s;
+    j["t_csd_predicted_s"] = pr.t_csd_s;
+    j["t_cpu_measured_s"] = me.t_cpu_s;
+    j["t_csd_measured_s"] = me.t_csd_s;
+    j["measured_steps"] = pl->n_observed();
+    j["replans"] = pl->n_replans();
+    j["calibration"] = {{"f_c_gbps", c.f_c_bps / 1e9}, {"f_s_gbps", c.f_s_bps / 1e9}, {"b_c_gbps", c.b_c_bps / 1e9},
+                        {"b_s_gbps", c.b_s_bps / 1e9}, {"source", c.source}};
+    return j;
+}
+
 std::string run_summary(const context & ctx) {
-    return policy_summary(ctx) + kv_summary(ctx) + storage_summary(ctx);
+    return policy_summary(ctx) + kv_summary(ctx) + storage_summary(ctx) + planner_summary(ctx);
 }
 
 nlohmann::json run_json(const context & ctx) {
-    return {{"policy", policy_json(ctx)}, {"kv", kv_json(ctx)}, {"storage", storage_json(ctx)}};
+    return {{"policy", policy_json(ctx)}, {"kv", kv_json(ctx)}, {"storage", storage_json(ctx)},
+            {"planner", planner_json(ctx)}};
 }
 
 }  // namespace hill

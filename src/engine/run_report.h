@@ -36,7 +36,14 @@ nlohmann::json kv_json(const context & ctx);
 std::string storage_summary(const context & ctx);
 nlohmann::json storage_json(const context & ctx);
 
-// The three above together: lines, and {"policy": ..., "kv": ..., "storage": ...}.
+// "planner: ..." (DESIGN.md §4): the hot/cold capacity ratio β chosen, whether the host budget M0 bound
+// it, Eq. 4's β at α and at the measured skew, predicted and measured T_cpu and T_csd per step, and where
+// the calibration came from; on a plain SSD that β is M0-bound (the hot pool is a cache of the whole
+// budget). "" without a cold pool.
+std::string planner_summary(const context & ctx);
+nlohmann::json planner_json(const context & ctx);
+
+// The four above together: lines, and {"policy": ..., "kv": ..., "storage": ..., "planner": ...}.
 std::string run_summary(const context & ctx);
 nlohmann::json run_json(const context & ctx);
 

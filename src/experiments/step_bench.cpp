@@ -373,17 +373,48 @@ step_result measure(context & ctx, const step_config & cfg, int n_warmup, int n_
     r.host_budget = ctx.params().kv_host_budget;
     r.copy_bytes = context::scoring_copy_bytes(ctx.model(), ctx.params());
     r.hot_slots = ctx.cells().hot_capacity();
+    if (const planner * pl = ctx.planner(); pl != nullptr) {
+        const path_times pr = pl->predicted(), me = pl->measured();
+        r.beta = pl->beta_applied();
+        r.beta_planned = pl->beta();
+        r.beta_eq4 = pl->beta_eq4();
+        r.m0_bound = pl->m0_bound();
+        r.alpha_hot = pl->alpha_hot();
+        r.alpha_cold = pl->alpha_cold();
+        r.t_cpu_pred_ms = pr.t_cpu_s * 1e3;
+        r.t_csd_pred_ms = pr.t_csd_s * 1e3;
+        r.t_cpu_ms = me.t_cpu_s * 1e3;
+        r.t_csd_ms = me.t_csd_s * 1e3;
+        r.replans = pl->n_replans();
+    }
     return r;
 }
 
 }  // namespace
 
+double parse_beta(const std::string & s) {
+    if (s == "planner") return 0.0;
+    size_t used = 0;
+    double b = NAN;
+    try {
+        b = std::stod(s, &used);
+    } catch (const std::exception &) {
+        used = 0;
+    }
+    if (used == 0 || used != s.size() || !std::isfinite(b) || b <= 0.0) {
+        fail_usage("--beta values must be 'planner' or a hot/cold capacity ratio above 0, got '{}'", s);
+    }
+    return b;
+}
+
 void check(const step_bench_params & p) {
     check(p.workload);
     if (p.ctxs.empty() || p.colds.empty() || p.policies.empty() || p.storages.empty() || p.profiles.empty() ||
-        p.score_copies.empty()) {
-        fail_usage("bench step: --ctx, --cold, --policies, --storage, --profile and --score-copy need at least one value each");
+        p.score_copies.empty() || p.betas.empty()) {
+        fail_usage("bench step: --ctx, --cold, --policies, --storage, --profile, --score-copy and --beta need at least "
+                   "one value each");
     }
+    for (const std::string & b : p.betas) (void)parse_beta(b);
     for (const int64_t n : p.ctxs) {
         if (n < 1024 || n > (int64_t(1) << 28)) fail_usage("--ctx values must be in [1024, 2^28] tokens, got {}", n);
     }
@@ -447,12 +478,17 @@ std::vector<step_result> run_step_bench(const step_bench_params & p, const synth
         for (const double cold : p.colds) {
             for (const std::string & pol : p.policies) {
                 const bool scores = make_policy(policy_params{.name = pol}, hp.n_head_kv)->uses_scores();
-                const std::vector<std::string> ram = {"ram"}, no_copy = {"-"};
+                const std::vector<std::string> ram = {"ram"}, none = {"-"};
                 for (const std::string & storage : cold > 0.0 ? p.storages : ram) {
                     const bool emulator = storage == "emulator";
+                    // Its variants: on the emulator a device profile, and a β when the policy scores.
+                    std::vector<std::pair<size_t, std::string>> variants;
                     for (size_t pi = 0; pi < (emulator ? profiles.size() : 1); ++pi) {
-                        for (const std::string & copy : scores && !emulator ? p.score_copies : no_copy) {
-                            step_config cfg{n, cold, pol, storage, emulator ? profiles[pi].name : "none", copy};
+                        for (const std::string & beta : emulator && scores ? p.betas : none) variants.emplace_back(pi, beta);
+                    }
+                    for (const auto & [pi, beta] : variants) {
+                        for (const std::string & copy : scores && !emulator ? p.score_copies : none) {
+                            step_config cfg{n, cold, pol, storage, emulator ? profiles[pi].name : "none", copy, beta};
                             // Tracing: the configuration's index in the printed order, its context and cold share.
                             trace_scope span("bench configuration", "bench",
                                              {{"index", int64_t(out.size())}, {"ctx", n},
@@ -467,7 +503,12 @@ std::vector<step_result> run_step_bench(const step_bench_params & p, const synth
                             cp.policy.score.query = query_precision::int8;  // the device's integer kernel
                             if (cold > 0.0) {
                                 cp.storage.kind = csd::parse_storage(storage);
-                                if (emulator) cp.storage.profile = profiles[pi];
+                                if (emulator) {
+                                    cp.storage.profile = profiles[pi];
+                                    cp.planner.cal = p.calibrate ? p.calibrate(profiles[pi])
+                                                                 : default_calibration(profiles[pi]);
+                                    if (beta != "-") cp.planner.beta = parse_beta(beta);
+                                }
                                 cp.storage.prefetch = !p.no_prefetch;
                             }
                             if (copy != "-") cp.score_copy_bits = parse_score_copy(copy);

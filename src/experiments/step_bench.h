@@ -18,8 +18,11 @@
 #pragma once
 
 #include "core/thread_pool.h"
+#include "csd/device_profile.h"
 #include "model/forward.h"
+#include "sched/calibration.h"
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -98,6 +101,7 @@ struct step_config {
     std::string storage;      // plain or emulator ("ram" when cold == 0)
     std::string profile;      // device profile of the emulator (none, smartssd, ...)
     std::string score_copy;   // the scoring copy of a scoring policy off the emulator: int4, int2 or off; "-": none applies
+    std::string beta;         // emulator: the hot/cold capacity ratio, a number or "planner" (the planner's); "-": none applies
 };
 
 struct step_result {
@@ -116,6 +120,14 @@ struct step_result {
     uint64_t host_budget = 0;  // --kv-host-budget the configuration ran with (0: all in RAM)
     uint64_t copy_bytes = 0;   // of the budget, the scoring copy's (context::scoring_copy_bytes)
     int64_t hot_slots = 0;     // hot-pool slots per layer (kv_cells::hot_capacity)
+    // The planner (emulator only; sched/planner.h), at the end of the run: β applied (hot / cold tokens), the
+    // planned (or fixed) β, Eq. 4's β at α, whether the host budget bound it, the measured selected shares of
+    // the hot and cold tokens, and T_cpu / T_csd per step, predicted and measured (mean over the steps since
+    // the planner's last change, warm-up included); re-plans. NaN / 0 when no planner ran.
+    double beta = NAN, beta_planned = NAN, beta_eq4 = NAN, alpha_hot = NAN, alpha_cold = NAN;
+    bool m0_bound = false;
+    double t_cpu_pred_ms = NAN, t_csd_pred_ms = NAN, t_cpu_ms = NAN, t_csd_ms = NAN;
+    int replans = 0;
 };
 
 struct step_bench_params {
@@ -127,6 +139,10 @@ struct step_bench_params {
     std::vector<std::string> profiles = {"none", "smartssd"};
     std::vector<std::string> score_copies = {"int2"};  // context_params::score_copy_bits by name (parse_score_copy)
     bool no_prefetch = false;                          // csd::storage_params::prefetch off
+    // Emulator: hot/cold capacity ratios β to run (numbers > 0; planner_params::beta), or "planner": the planner's.
+    std::vector<std::string> betas = {"planner"};
+    // The planner's rates under a device profile (the calibration cache); empty: default_calibration.
+    std::function<calibration(const csd::device_profile &)> calibrate;
     int n_steps = 5;
     // Steps run before the measured ones, so that placement settles: hkm promotes at most 1/16 of the
     // hot capacity per step, and the hot pool's share of the selected tokens reaches its steady value
@@ -138,10 +154,15 @@ struct step_bench_params {
 // The checks of run_step_bench, alone: to refuse a bad grid before the workload is calibrated.
 void check(const step_bench_params & p);
 
+// A --beta value: 0 for "planner", else the number (> 0, finite). Errors (usage): anything else, naming it.
+double parse_beta(const std::string & s);
+
 // Runs the grid: per context length, per cold share, per policy, per storage (cold > 0 only), per
-// profile (emulator only), per scoring copy (a scoring policy off the emulator only). on_result is called after each configuration (progress, printing).
+// profile and β (emulator only), per scoring copy (a scoring policy off the emulator only). on_result is
+// called after each configuration (progress, printing).
 // Errors: hill::error for bad parameters (usage: empty lists, a context below 1024 tokens, a cold share
-// outside [0, 1), an unknown policy, storage or profile) and for cold-pool or device faults.
+// outside [0, 1), an unknown policy, storage or profile, a β that is neither "planner" nor a number > 0) and
+// for cold-pool or device faults.
 std::vector<step_result> run_step_bench(const step_bench_params & p, const synthetic_workload & w,
                                         thread_pool & pool, const std::function<void(const step_result &)> & on_result);
 
