@@ -132,6 +132,7 @@ attention_shape context::attn_shape() const {
 void context::set_policy(const policy_params & p) {
     auto next = make_policy(p, model_.hp().n_head_kv);
     step_->set_policy(*next, params_.storage.kind);  // checks the storage device can score as the policy asks
+    if (copy_ != nullptr) copy_->set_params(p.score);  // the copy was made under the first policy's
     policy_ = std::move(next);
     params_.policy = p;
     step_->reset_stats();
@@ -185,6 +186,7 @@ void context::prefill(int seq, std::span<const int32_t> tokens, bool logits_all,
     const int64_t n = int64_t(tokens.size());
     if (n == 0) return;
     HILL_ASSERT(seq >= 0 && seq < params_.n_seq);
+    step_->forget(seq);
     const int64_t n_past0 = n_past(seq);
     if (n_past0 + n > params_.n_ctx) {
         fail_usage("{} tokens after {} already in the context exceed the context size of {} tokens (-c)", n, n_past0,
@@ -241,6 +243,10 @@ void context::prefill_segment(int seq, const int32_t * tokens, int64_t n, bool l
     std::vector<float> q_obs(measure ? size_t(n_obs) * size_t(n_q) : 0);
     std::vector<float> importance(measure ? size_t(p0 + n) : 0);
     std::vector<float> seg_scores;
+    // Softmax score aggregate: the attention normalizers of the segment's queries, the last token's kept
+    // for the first decode step (decode_step::seed_normalizers).
+    const bool softmax_seed = params_.policy.score.aggregate == score_aggregate::softmax;
+    std::vector<float> lse(softmax_seed ? size_t(n) * size_t(hp.n_head) : 0);
     // Room for this sequence's window and sinks and the next step's appends.
     make_room(room_for(seq, p0, p0 + n));
 
@@ -278,20 +284,42 @@ void context::prefill_segment(int seq, const int32_t * tokens, int64_t n, bool l
                 while (ordered_->next(w)) device_->attend(w.view, w.rows);
             }
             device_->attend(kv_view{layout_.type, layer_k.data(), layer_v.data(), n, n_kv}, nullptr, 0);
-            device_->end(qa.data());
+            device_->end(qa.data(), softmax_seed ? lse.data() : nullptr);
+            if (softmax_seed) step_->seed_normalizers(seq, il, int32_t(p0 + n - 1), lse.data() + (n - 1) * hp.n_head);
             attend_span.close();
             if (measure) {
                 trace_scope s("prefill importance", "prefill", {{"layer", il}, {"queries", n_obs}});
                 std::fill(importance.begin(), importance.end(), 0.0f);
                 const int n_group = importance_scorer_->n_group();
+                const bool softmax = importance_scorer_->params().aggregate == score_aggregate::softmax;
+                // Softmax aggregate: each observed query's normalizers over the sinks (when the segment
+                // starts the sequence) and its window among the segment's keys, as a decode step takes
+                // them (score/head_softmax.h); the weights (2^score) are what add up over the queries.
+                std::vector<float> head_mass(softmax ? size_t(n_obs) * size_t(shape.n_head) : 0, -INFINITY);
+                if (softmax) {
+                    const policy_params & pp = params_.policy;
+                    const int64_t s_end = p0 == 0 ? std::min<int64_t>(pp.n_sinks, n) : 0;
+                    std::vector<int32_t> sw;
+                    for (int64_t o = 0; o < n_obs; ++o) {
+                        const int64_t r = n - n_obs + o;  // the query's row in the segment
+                        sw.clear();
+                        for (int64_t t = 0; t < s_end; ++t) sw.push_back(int32_t(t));
+                        for (int64_t t = std::max(s_end, r - pp.n_window + 1); t <= r; ++t) sw.push_back(int32_t(t));
+                        head_log2_mass(shape, q_obs.data() + o * n_q,
+                                       kv_view{layout_.type, layer_k.data(), nullptr, int64_t(sw.size()), n_kv},
+                                       sw.data(), head_mass.data() + o * shape.n_head);
+                    }
+                }
                 const auto add = [&](const kv_view & view, const int32_t * rows, const int32_t * positions) {
                     seg_scores.resize(size_t(n_group) * size_t(view.n_kv));
                     for (int64_t o = 0; o < n_obs; ++o) {
-                        importance_scorer_->prepare_query(q_obs.data() + o * n_q);
+                        importance_scorer_->prepare_query(q_obs.data() + o * n_q,
+                                                          softmax ? head_mass.data() + o * shape.n_head : nullptr);
                         importance_scorer_->score(view, rows, seg_scores.data(), view.n_kv, pool_);
                         for (int g = 0; g < n_group; ++g) {
                             for (int64_t j = 0; j < view.n_kv; ++j) {
-                                importance[size_t(positions[j])] += seg_scores[size_t(g) * size_t(view.n_kv) + size_t(j)];
+                                const float x = seg_scores[size_t(g) * size_t(view.n_kv) + size_t(j)];
+                                importance[size_t(positions[j])] += softmax ? std::exp2(x) : x;
                             }
                         }
                     }
@@ -478,6 +506,7 @@ void context::truncate(int seq, int64_t n) {
     HILL_ASSERT(n >= 0 && n <= n_past(seq));
     if (logs_ != nullptr) logs_->truncate(seq, n, *reader_);  // may read, may fail: first
     cells_->truncate(seq, n);
+    step_->forget(seq);
 }
 
 void context::release(int seq) {
@@ -507,6 +536,7 @@ void context::import_kv(int seq, int64_t n, std::span<const void * const> k, std
     HILL_ASSERT(n_past(seq) == 0 && n > 0 && n <= params_.n_ctx);
     HILL_ASSERT(k.size() == size_t(layout_.n_layer) && v.size() == k.size());
     trace_scope span("import kv", "prefill", {{"seq", seq}, {"tokens", n}});
+    step_->forget(seq);
     make_room(room_for(seq, 0, n));
     std::vector<layer_append> appends(size_t(layout_.n_layer));
     try {

@@ -8,6 +8,7 @@
 #include "score/selector.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace hill {
@@ -19,6 +20,7 @@ struct decode_step::prepared {
         std::vector<char> appended;                   // [B] append[b] is prepared (and not applied)
         std::vector<std::vector<int32_t>> attended;   // [B] the union of the sets, ascending
         std::vector<std::vector<int32_t>> counted;    // [B] the scored part: hit counts go up
+        std::vector<float> lse;                       // f32 [B, n_head] softmax aggregate: attention's log2 normalizers
         placement_plan plan;
     };
     std::vector<layer_prep> layers;                   // [n_layer]
@@ -55,7 +57,10 @@ decode_step::decode_step(const model & m, arch_forward & forward, kv_cells & cel
         L.appended.assign(nb, 0);
         L.attended.resize(nb);
         L.counted.resize(nb);
+        L.lse.resize(nb * size_t(hp.n_head));
     }
+    head_lse_.assign(size_t(n_seq_max_) * size_t(hp.n_layer) * size_t(hp.n_head), 0.0f);
+    head_lse_pos_.assign(size_t(n_seq_max_) * size_t(hp.n_layer), -1);
     stats_.layers.resize(size_t(hp.n_layer));
 }
 
@@ -74,6 +79,9 @@ void decode_step::set_policy(const policy & pol, csd::storage_kind storage) {
     const size_t rows = size_t(layout_.n_layer) * size_t(prep_->max_promotions);
     prep_->promo_k = aligned_buffer(rows * layout_.row_bytes());
     prep_->promo_v = aligned_buffer(rows * layout_.row_bytes());
+    head_mass_.assign(size_t(shape_.n_head), 0.0f);
+    sw_pos_.clear();
+    sw_pos_.reserve(size_t(std::max(0, p.n_sinks)) + size_t(std::max(0, p.n_window)));
     sets_.assign(size_t(pol.n_group()), {});
     for (auto & s : sets_) s.reserve(size_t(cells_.n_ctx()));
     if (p.diag) {
@@ -85,6 +93,19 @@ void decode_step::set_policy(const policy & pol, csd::storage_kind storage) {
         diag_gather_.reset();
         prev_.clear();
     }
+}
+
+void decode_step::forget(int seq) {
+    HILL_ASSERT(seq >= 0 && seq < n_seq_max_);
+    const auto n_layer = size_t(cells_.n_layer());
+    std::fill_n(head_lse_pos_.begin() + int64_t(size_t(seq) * n_layer), n_layer, -1);
+}
+
+void decode_step::seed_normalizers(int seq, int il, int32_t pos, const float * lse) {
+    HILL_ASSERT(seq >= 0 && seq < n_seq_max_ && il >= 0 && il < cells_.n_layer() && pos >= 0);
+    const size_t pair = size_t(seq) * size_t(cells_.n_layer()) + size_t(il);
+    for (int h = 0; h < shape_.n_head; ++h) head_lse_[pair * size_t(shape_.n_head) + size_t(h)] = lse[h] * log2_e;
+    head_lse_pos_[pair] = pos;
 }
 
 void decode_step::reset_stats() {
@@ -215,12 +236,14 @@ void decode_step::score_sequence(int il, int b, prepared & prep) {
         // Every token from the scoring copy in DRAM (the step's own key was written to it above).
         const int64_t t0 = time_us();
         trace_scope span("score host", "score", {{"layer", il}, {"seq", seq}, {"tokens", n}, {"copy", 1}});
-        copy_->prepare_query(seq, il, q_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim));
+        copy_->prepare_query(seq, il, q_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim),
+                             sink_window_mass(il, b, prep));
         copy_->score(n, scores_.data(), n, pool_);
         for (size_t i = 0, m = size_t(n_group) * size_t(n); i < m; ++i) scores_[i] = round_score_f16(scores_[i]);
         stats_.t_score_host_us += uint64_t(time_us() - t0);
         scores = scores_.data();
     } else if (policy_->wants_scores(n)) {
+        const float * head_mass = sink_window_mass(il, b, prep);
         const cold_log_view log = logs_ != nullptr ? logs_->log(seq, il) : cold_log_view{};
         table_.clear();
         table_.add(cells_, logs_ != nullptr ? &log : nullptr, seq, il, {}, true);
@@ -229,7 +252,7 @@ void decode_step::score_sequence(int il, int b, prepared & prep) {
         int64_t t0 = time_us();
         const auto n_in_dram = int64_t(table_.hot_pos.size() + table_.open_pos.size());
         trace_scope host_span("score host", "score", {{"layer", il}, {"seq", seq}, {"tokens", n_in_dram}});
-        scorer_->prepare_query(q_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim));
+        scorer_->prepare_query(q_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim), head_mass);
         csd::device_pass_guard guard(device_);
         if (!disk.empty()) device_.score_begin(csd::device_pass{il, log.page_tokens, log.groups, disk}, *scorer_);
         // The host's share while the device works: the hot tokens, then the open group's.
@@ -295,6 +318,38 @@ void decode_step::score_sequence(int il, int b, prepared & prep) {
         measure(il, b);
         stats_.t_diag_us += uint64_t(time_us() - t1);
     }
+}
+
+const float * decode_step::sink_window_mass(int il, int b, const prepared & prep) {
+    const policy_params & p = policy_->params();
+    if (p.score.aggregate != score_aggregate::softmax) return nullptr;
+    const int seq = seqs_[size_t(b)];
+    const int64_t n = pos_[size_t(b)] + 1;
+    const auto [s_end, w_begin] = middle_of(n, p.n_sinks, p.n_window);
+    sw_pos_.clear();
+    for (int64_t t = 0; t < s_end; ++t) sw_pos_.push_back(int32_t(t));
+    for (int64_t t = w_begin; t < n - 1; ++t) sw_pos_.push_back(int32_t(t));  // the step's own token: below
+    const cold_log_view log = logs_ != nullptr ? logs_->log(seq, il) : cold_log_view{};
+    table_.clear();
+    table_.add(cells_, logs_ != nullptr ? &log : nullptr, seq, il, sw_pos_, false);
+    table_.add_hot(int32_t(n - 1), prep.layers[size_t(il)].slot[size_t(b)]);
+    const float * q = q_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim);
+    std::fill(head_mass_.begin(), head_mass_.end(), -INFINITY);
+    kv_view hot = hot_.view(il);
+    hot.n_kv = int64_t(table_.hot_slot.size());
+    head_log2_mass(shape_, q, hot, table_.hot_slot.data(), head_mass_.data());
+    if (logs_ != nullptr && !table_.open_row.empty()) {
+        const kv_view open{layout_.type, log.open_k, log.open_v, int64_t(table_.open_row.size()), layout_.n_embd_kv};
+        head_log2_mass(shape_, q, open, table_.open_row.data(), head_mass_.data());
+    }
+    // The previous step's normalizers of this sequence (its attention over what it selected), when that
+    // step was the one just before: they hold the mass outside the sinks and window.
+    const size_t pair = size_t(seq) * size_t(cells_.n_layer()) + size_t(il);
+    if (head_lse_pos_[pair] == n - 2) {
+        const float * prev = head_lse_.data() + pair * size_t(shape_.n_head);
+        for (int h = 0; h < shape_.n_head; ++h) head_mass_[size_t(h)] = std::max(head_mass_[size_t(h)], prev[h]);
+    }
+    return head_mass_.data();
 }
 
 void decode_step::gather_and_attend(int il, int b, prepared & prep) {
@@ -367,7 +422,12 @@ void decode_step::gather_and_attend(int il, int b, prepared & prep) {
         HILL_ASSERT(!more);
     }
     guard.done();
-    dev_.end(attn_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim));
+    const bool softmax = policy_->params().score.aggregate == score_aggregate::softmax;
+    float * lse = L.lse.data() + size_t(b) * size_t(shape_.n_head);
+    dev_.end(attn_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim), softmax ? lse : nullptr);
+    if (softmax) {
+        for (int h = 0; h < shape_.n_head; ++h) lse[h] *= log2_e;  // base 2, as head_log2_mass
+    }
     if (n_group > 1) {
         for (const int32_t t : att) member_[size_t(t)] = 0;
     }
@@ -427,6 +487,14 @@ void decode_step::apply(prepared & prep) {
     for (int64_t b = 0; b < nb; ++b) cells_.grow(seqs_[size_t(b)], 1);
     for (int il = 0; il < cells_.n_layer(); ++il) {
         prepared::layer_prep & L = prep.layers[size_t(il)];
+        if (policy_->params().score.aggregate == score_aggregate::softmax) {
+            for (int64_t b = 0; b < nb; ++b) {
+                const size_t pair = size_t(seqs_[size_t(b)]) * size_t(cells_.n_layer()) + size_t(il);
+                std::copy_n(L.lse.begin() + b * shape_.n_head, shape_.n_head,
+                            head_lse_.begin() + int64_t(pair) * shape_.n_head);
+                head_lse_pos_[pair] = pos_[size_t(b)];
+            }
+        }
         // The appends take the slots they reserved (the top of the free list, untouched since).
         for (int64_t b = 0; b < nb; ++b) {
             const uint32_t s = cells_.take_hot(seqs_[size_t(b)], il, pos_[size_t(b)]);

@@ -114,12 +114,25 @@ public:
 
     const step_stats & stats() const { return stats_; }
     void reset_stats();
+    // Sequence seq's KV changes outside decode steps (prefill, truncation, import): the softmax
+    // aggregate's normalizers of its last step no longer apply.
+    void forget(int seq);
+    // The attention normalizers of sequence seq's token at position pos in layer il, computed outside a
+    // decode step (prefill's last token): lse f32 [n_head], natural log (device_tier::end). The next
+    // step, at pos + 1, starts the softmax aggregate from them as from a previous step's.
+    void seed_normalizers(int seq, int il, int32_t pos, const float * lse);
     uint32_t step_counter() const { return step_; }
 
 private:
     struct prepared;  // what one step prepared, per layer
     void layer(int il, prepared & prep);
     void score_sequence(int il, int b, prepared & prep);
+    // The softmax aggregate's per-head normalizers b_h of sequence b at layer il (score/head_softmax.h),
+    // into head_mass_: head_log2_mass over the sinks and the window in DRAM (hot slots, open groups; the
+    // step's own token included), raised to the log2 normalizer of the sequence's attention at the
+    // previous position when that step ran just before (head_lse_: it covers the attended middle too);
+    // nullptr under the other aggregates. Uses table_.
+    const float * sink_window_mass(int il, int b, const prepared & prep);
     void gather_and_attend(int il, int b, prepared & prep);
     void measure(int il, int b);
     void apply(prepared & prep);
@@ -163,6 +176,10 @@ private:
     std::vector<std::vector<int32_t>> sets_;       // [n_group] selection of the sequence being processed
     std::vector<uint64_t> member_;                 // u64 [n_ctx] kv_head: bit g set = in set g
     std::vector<int32_t> rows_g_;                  // kv_head: one group's rows of a batch
+    std::vector<int32_t> sw_pos_;                  // softmax aggregate: the sinks' and window's positions
+    std::vector<float> head_mass_;                 // f32 [n_head]: their log2 mass per query head
+    std::vector<float> head_lse_;                  // f32 [n_seq, n_layer, n_head]: last applied step's log2 normalizers
+    std::vector<int32_t> head_lse_pos_;            // [n_seq, n_layer]: that step's position (-1: none)
 };
 
 }  // namespace hill
