@@ -41,8 +41,9 @@ enum class score_aggregate { sum, max, softmax };
 //   kv_head: one set per KV head: the n_head / n_head_kv query heads of a GQA group feed its score.
 enum class select_granularity { layer, kv_head };
 
-// What the host scorer computes. The defaults follow the paper (INT8 keys, token-level selection);
-// they may be changed later by measured attention recall and scoring throughput (bench_score).
+// What the host scorer computes. The defaults follow the paper (INT8 keys, raw q·k summed, token-level
+// selection); the engine's default aggregate is softmax (policy_params::score, policy/policy.h), chosen
+// by attention recall and perplexity (docs/policies.md, "When heads disagree").
 struct score_params {
     score_precision key = score_precision::int8;
     query_precision query = query_precision::fp32;
