@@ -3,7 +3,7 @@
 // of the KV cold), and on TinyStories in 512-token windows hillinfer at α = 0.2, S = 4, W = 16 stays
 // within 2% of full's perplexity, covers ≥ 0.9 of the attention mass, and the scoring copies (INT4 and
 // INT2 keys in DRAM) stay within 1% of full's perplexity and recall within 0.01 of FP16 scoring of the
-// stored keys (issue 13's accuracy targets; under the softmax aggregate the INT2 copy recalls 0.016
+// stored keys (issue 13's accuracy targets; under the softmax aggregate the INT2 copy recalls 0.018
 // below FP16, 0.008 under sum: docs/policies.md, "When heads disagree"). On a copy of stories260K whose
 // heads disagree (query head 0 of every layer with 8x the logits, bench/heads_model.py --loud 8), the
 // default softmax aggregate stays within 2% of full and recalls more than summed scores (issue 13 item 9).
@@ -118,7 +118,7 @@ TEST(policy_data, hillinfer_keeps_perplexity_and_recall_on_tinystories) {
     EXPECT_LE(std::abs(int4.recall - fp16.recall), 0.02);
     // Recall below FP16 scoring of the stored keys at most: INT4 copy 0.01 (the target); INT2 copy 0.02 —
     // the softmax aggregate (the default) ranks by each head's few top tokens, which the INT2 copy's
-    // dots find less exactly than FP16 (0.016 below it, where summed scores lose 0.008; its recall stays
+    // dots find less exactly than FP16 (0.018 below it, where summed scores lose 0.008; its recall stays
     // above FP16's under sum).
     for (const auto & [name, c, tol] : {std::tuple{"copy int4", copy4, 0.01}, std::tuple{"copy int2", copy2, 0.02}}) {
         EXPECT_LE(c.perplexity / full.perplexity - 1.0, 0.01) << name << ": " << c.perplexity << " vs " << full.perplexity;

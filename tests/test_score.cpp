@@ -962,7 +962,8 @@ TEST(host_scorer, softmax_selects_what_each_head_attends_where_sum_does_not) {
     HILL_FRESH_RNG(rng);
     thread_pool pool(1);
     const disagreeing_heads d = make_disagreeing_heads(rng);
-    // The exact normalizers (over every token), which the decode step estimates (head_softmax.h).
+    // The exact normalizers (over every token): the ranking by Σ_h p_h,t that the aggregate stands for
+    // (the decode step normalizes by the sinks' and window's mass instead: head_softmax.h).
     std::vector<float> b(sz(d.s.n_head), -INFINITY);
     head_log2_mass(d.s, d.q.data(), d.keys.view(d.n), nullptr, b.data());
     token_selector sel;

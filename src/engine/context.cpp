@@ -186,7 +186,6 @@ void context::prefill(int seq, std::span<const int32_t> tokens, bool logits_all,
     const int64_t n = int64_t(tokens.size());
     if (n == 0) return;
     HILL_ASSERT(seq >= 0 && seq < params_.n_seq);
-    step_->forget(seq);
     const int64_t n_past0 = n_past(seq);
     if (n_past0 + n > params_.n_ctx) {
         fail_usage("{} tokens after {} already in the context exceed the context size of {} tokens (-c)", n, n_past0,
@@ -243,10 +242,6 @@ void context::prefill_segment(int seq, const int32_t * tokens, int64_t n, bool l
     std::vector<float> q_obs(measure ? size_t(n_obs) * size_t(n_q) : 0);
     std::vector<float> importance(measure ? size_t(p0 + n) : 0);
     std::vector<float> seg_scores;
-    // Softmax score aggregate: the attention normalizers of the segment's queries, the last token's kept
-    // for the first decode step (decode_step::seed_normalizers).
-    const bool softmax_seed = params_.policy.score.aggregate == score_aggregate::softmax;
-    std::vector<float> lse(softmax_seed ? size_t(n) * size_t(hp.n_head) : 0);
     // Room for this sequence's window and sinks and the next step's appends.
     make_room(room_for(seq, p0, p0 + n));
 
@@ -284,8 +279,7 @@ void context::prefill_segment(int seq, const int32_t * tokens, int64_t n, bool l
                 while (ordered_->next(w)) device_->attend(w.view, w.rows);
             }
             device_->attend(kv_view{layout_.type, layer_k.data(), layer_v.data(), n, n_kv}, nullptr, 0);
-            device_->end(qa.data(), softmax_seed ? lse.data() : nullptr);
-            if (softmax_seed) step_->seed_normalizers(seq, il, int32_t(p0 + n - 1), lse.data() + (n - 1) * hp.n_head);
+            device_->end(qa.data());
             attend_span.close();
             if (measure) {
                 trace_scope s("prefill importance", "prefill", {{"layer", il}, {"queries", n_obs}});
@@ -506,7 +500,6 @@ void context::truncate(int seq, int64_t n) {
     HILL_ASSERT(n >= 0 && n <= n_past(seq));
     if (logs_ != nullptr) logs_->truncate(seq, n, *reader_);  // may read, may fail: first
     cells_->truncate(seq, n);
-    step_->forget(seq);
 }
 
 void context::release(int seq) {
@@ -536,7 +529,6 @@ void context::import_kv(int seq, int64_t n, std::span<const void * const> k, std
     HILL_ASSERT(n_past(seq) == 0 && n > 0 && n <= params_.n_ctx);
     HILL_ASSERT(k.size() == size_t(layout_.n_layer) && v.size() == k.size());
     trace_scope span("import kv", "prefill", {{"seq", seq}, {"tokens", n}});
-    step_->forget(seq);
     make_room(room_for(seq, 0, n));
     std::vector<layer_append> appends(size_t(layout_.n_layer));
     try {

@@ -3,7 +3,6 @@
 #include "core/error.h"
 
 #include <algorithm>
-#include <cmath>
 #include <vector>
 
 namespace hill {
@@ -49,12 +48,10 @@ public:
         std::fill_n(st_.begin(), size_t(n_tok) * size_t(s.n_head), softmax_state{});
     }
 
-    void end(float * out, float * lse) override {
+    void end(float * out) override {
         const int64_t hd = shape_.head_dim;
         for (int64_t i = 0; i < n_tok_ * shape_.n_head; ++i) {
-            const softmax_state & st = st_[size_t(i)];
-            if (lse != nullptr) lse[i] = st.l > 0.0 ? float(double(st.m) + std::log(st.l)) : -INFINITY;
-            attention_head_finish(acc_.data() + i * hd, st, int(hd), out + i * hd);
+            attention_head_finish(acc_.data() + i * hd, st_[size_t(i)], int(hd), out + i * hd);
         }
         n_tok_ = 0;
     }

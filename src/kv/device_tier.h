@@ -48,10 +48,8 @@ public:
 
     // Ends the attention: out f32 [n_tok, n_head, head_dim] (host memory) = softmax-weighted V of
     // every key attended since begin(); zeros for a query that saw no key. out may be the q given
-    // to begin() (the queries are not read after the last attend()). lse, when not null: f32
-    // [n_tok, n_head] = ln Σ_j exp(scale · q·k_j) over the keys each query head attended (-inf for
-    // none): the normalizer of its softmax (the softmax score aggregate's next estimate, score/head_softmax.h).
-    virtual void end(float * out, float * lse = nullptr) = 0;
+    // to begin() (the queries are not read after the last attend()).
+    virtual void end(float * out) = 0;
 
     const device_tier_stats & stats() const { return stats_; }
 

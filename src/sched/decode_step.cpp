@@ -20,7 +20,6 @@ struct decode_step::prepared {
         std::vector<char> appended;                   // [B] append[b] is prepared (and not applied)
         std::vector<std::vector<int32_t>> attended;   // [B] the union of the sets, ascending
         std::vector<std::vector<int32_t>> counted;    // [B] the scored part: hit counts go up
-        std::vector<float> lse;                       // f32 [B, n_head] softmax aggregate: attention's log2 normalizers
         placement_plan plan;
     };
     std::vector<layer_prep> layers;                   // [n_layer]
@@ -57,10 +56,7 @@ decode_step::decode_step(const model & m, arch_forward & forward, kv_cells & cel
         L.appended.assign(nb, 0);
         L.attended.resize(nb);
         L.counted.resize(nb);
-        L.lse.resize(nb * size_t(hp.n_head));
     }
-    head_lse_.assign(size_t(n_seq_max_) * size_t(hp.n_layer) * size_t(hp.n_head), 0.0f);
-    head_lse_pos_.assign(size_t(n_seq_max_) * size_t(hp.n_layer), -1);
     stats_.layers.resize(size_t(hp.n_layer));
 }
 
@@ -93,19 +89,6 @@ void decode_step::set_policy(const policy & pol, csd::storage_kind storage) {
         diag_gather_.reset();
         prev_.clear();
     }
-}
-
-void decode_step::forget(int seq) {
-    HILL_ASSERT(seq >= 0 && seq < n_seq_max_);
-    const auto n_layer = size_t(cells_.n_layer());
-    std::fill_n(head_lse_pos_.begin() + int64_t(size_t(seq) * n_layer), n_layer, -1);
-}
-
-void decode_step::seed_normalizers(int seq, int il, int32_t pos, const float * lse) {
-    HILL_ASSERT(seq >= 0 && seq < n_seq_max_ && il >= 0 && il < cells_.n_layer() && pos >= 0);
-    const size_t pair = size_t(seq) * size_t(cells_.n_layer()) + size_t(il);
-    for (int h = 0; h < shape_.n_head; ++h) head_lse_[pair * size_t(shape_.n_head) + size_t(h)] = lse[h] * log2_e;
-    head_lse_pos_[pair] = pos;
 }
 
 void decode_step::reset_stats() {
@@ -342,13 +325,6 @@ const float * decode_step::sink_window_mass(int il, int b, const prepared & prep
         const kv_view open{layout_.type, log.open_k, log.open_v, int64_t(table_.open_row.size()), layout_.n_embd_kv};
         head_log2_mass(shape_, q, open, table_.open_row.data(), head_mass_.data());
     }
-    // The previous step's normalizers of this sequence (its attention over what it selected), when that
-    // step was the one just before: they hold the mass outside the sinks and window.
-    const size_t pair = size_t(seq) * size_t(cells_.n_layer()) + size_t(il);
-    if (head_lse_pos_[pair] == n - 2) {
-        const float * prev = head_lse_.data() + pair * size_t(shape_.n_head);
-        for (int h = 0; h < shape_.n_head; ++h) head_mass_[size_t(h)] = std::max(head_mass_[size_t(h)], prev[h]);
-    }
     return head_mass_.data();
 }
 
@@ -422,12 +398,7 @@ void decode_step::gather_and_attend(int il, int b, prepared & prep) {
         HILL_ASSERT(!more);
     }
     guard.done();
-    const bool softmax = policy_->params().score.aggregate == score_aggregate::softmax;
-    float * lse = L.lse.data() + size_t(b) * size_t(shape_.n_head);
-    dev_.end(attn_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim), softmax ? lse : nullptr);
-    if (softmax) {
-        for (int h = 0; h < shape_.n_head; ++h) lse[h] *= log2_e;  // base 2, as head_log2_mass
-    }
+    dev_.end(attn_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim));
     if (n_group > 1) {
         for (const int32_t t : att) member_[size_t(t)] = 0;
     }
@@ -487,14 +458,6 @@ void decode_step::apply(prepared & prep) {
     for (int64_t b = 0; b < nb; ++b) cells_.grow(seqs_[size_t(b)], 1);
     for (int il = 0; il < cells_.n_layer(); ++il) {
         prepared::layer_prep & L = prep.layers[size_t(il)];
-        if (policy_->params().score.aggregate == score_aggregate::softmax) {
-            for (int64_t b = 0; b < nb; ++b) {
-                const size_t pair = size_t(seqs_[size_t(b)]) * size_t(cells_.n_layer()) + size_t(il);
-                std::copy_n(L.lse.begin() + b * shape_.n_head, shape_.n_head,
-                            head_lse_.begin() + int64_t(pair) * shape_.n_head);
-                head_lse_pos_[pair] = pos_[size_t(b)];
-            }
-        }
         // The appends take the slots they reserved (the top of the free list, untouched since).
         for (int64_t b = 0; b < nb; ++b) {
             const uint32_t s = cells_.take_hot(seqs_[size_t(b)], il, pos_[size_t(b)]);

@@ -114,13 +114,6 @@ public:
 
     const step_stats & stats() const { return stats_; }
     void reset_stats();
-    // Sequence seq's KV changes outside decode steps (prefill, truncation, import): the softmax
-    // aggregate's normalizers of its last step no longer apply.
-    void forget(int seq);
-    // The attention normalizers of sequence seq's token at position pos in layer il, computed outside a
-    // decode step (prefill's last token): lse f32 [n_head], natural log (device_tier::end). The next
-    // step, at pos + 1, starts the softmax aggregate from them as from a previous step's.
-    void seed_normalizers(int seq, int il, int32_t pos, const float * lse);
     uint32_t step_counter() const { return step_; }
 
 private:
@@ -129,9 +122,7 @@ private:
     void score_sequence(int il, int b, prepared & prep);
     // The softmax aggregate's per-head normalizers b_h of sequence b at layer il (score/head_softmax.h),
     // into head_mass_: head_log2_mass over the sinks and the window in DRAM (hot slots, open groups; the
-    // step's own token included), raised to the log2 normalizer of the sequence's attention at the
-    // previous position when that step ran just before (head_lse_: it covers the attended middle too);
-    // nullptr under the other aggregates. Uses table_.
+    // step's own token included); nullptr under the other aggregates. Uses table_.
     const float * sink_window_mass(int il, int b, const prepared & prep);
     void gather_and_attend(int il, int b, prepared & prep);
     void measure(int il, int b);
@@ -178,8 +169,6 @@ private:
     std::vector<int32_t> rows_g_;                  // kv_head: one group's rows of a batch
     std::vector<int32_t> sw_pos_;                  // softmax aggregate: the sinks' and window's positions
     std::vector<float> head_mass_;                 // f32 [n_head]: their log2 mass per query head
-    std::vector<float> head_lse_;                  // f32 [n_seq, n_layer, n_head]: last applied step's log2 normalizers
-    std::vector<int32_t> head_lse_pos_;            // [n_seq, n_layer]: that step's position (-1: none)
 };
 
 }  // namespace hill

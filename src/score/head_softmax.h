@@ -16,7 +16,10 @@
 // (head_log2_mass, host_scorer.h) and hands to every tier with the query (one f32 per query head: the
 // scoring stays one pass). Token t's weight under head h is then p_h,t / P_h(sinks ∪ window): its
 // attention relative to what that head pays the tokens always attended. Heads with little mass on
-// sinks and window weigh more (by 1 / that mass): they are the heads that need the middle.
+// sinks and window weigh more (by 1 / that mass): they are the heads that need the middle. Raising
+// b_h to the previous decode step's exact normalizer (its attention over what it selected, which
+// covers the middle) measured worse on every model tried (docs/policies.md): the middle's share is
+// what the selection is for, and the heads that put theirs there should weigh more.
 //
 // Score of token t over a group G of query heads (all heads: select_granularity::layer; a KV head's:
 // kv_head), from each head's dot d_h (the tier's q_h·k at its precision):
