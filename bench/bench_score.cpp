@@ -4,7 +4,7 @@
 // "copy2"), beside this machine's DRAM read bandwidth.
 //
 //   bench_score [--n-tokens 131072] [--head-dim 128] [--n-head 32] [--n-head-kv 8] [--reps 5] [-t N]
-//               [--granularity layer|kv_head] [--aggregate sum|max] [--rows] [--json FILE]
+//               [--granularity layer|kv_head] [--aggregate sum|max|softmax] [--rows] [--json FILE]
 //
 // One layer's keys, f16 [n_tokens, n_head_kv, head_dim] of random values (256 MiB by default: far
 // beyond the caches), are scored against one decode query, --reps times per configuration and kernel
@@ -19,6 +19,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -68,7 +69,7 @@ int main(int argc, char ** argv) {
     app.add_option("--reps", reps, "repetitions (median reported)")->capture_default_str();
     app.add_option("-t,--threads", n_threads, "threads (default: physical cores)");
     app.add_option("--granularity", granularity, "selection granularity: layer or kv_head")->capture_default_str();
-    app.add_option("--aggregate", aggregate, "head aggregate: sum or max")->capture_default_str();
+    app.add_option("--aggregate", aggregate, "head aggregate: sum, max or softmax")->capture_default_str();
     app.add_flag("--rows", use_rows, "score through a shuffled row index list");
     app.add_option("--json", json_path, "also write the results as JSON");
     CLI11_PARSE(app, argc, argv);
@@ -83,7 +84,8 @@ int main(int argc, char ** argv) {
         score_params params;
         params.granularity = parse_select_granularity(granularity);
         params.aggregate = parse_score_aggregate(aggregate);
-        const attention_shape s{n_head, n_head_kv, head_dim, 0.0f};
+        const attention_shape s{n_head, n_head_kv, head_dim, 1.0f / std::sqrt(float(head_dim))};
+        const std::vector<float> head_mass(size_t(n_head), 0.0f);  // softmax: the per-head normalizers b_h
         const int64_t row_stride = int64_t(n_head_kv) * head_dim;
         thread_pool pool(n_threads);
 
@@ -145,7 +147,7 @@ int main(int argc, char ** argv) {
                 params.query = c.query;
                 host_scorer scorer(s, params, n_threads);
                 scores.resize(size_t(scorer.n_group() * n_tokens));
-                scorer.prepare_query(q.data());
+                scorer.prepare_query(q.data(), head_mass.data());
                 std::vector<double> gbps;
                 for (int r = 0; r < reps + 1; ++r) {
                     const int64_t t0 = time_us();
@@ -159,7 +161,7 @@ int main(int argc, char ** argv) {
                 std::vector<double> gbps;
                 for (int r = 0; r < reps + 1; ++r) {
                     const int64_t t0 = time_us();
-                    copy.prepare_query(0, 0, q.data());
+                    copy.prepare_query(0, 0, q.data(), head_mass.data());
                     copy.score(n_tokens, scores.data(), n_tokens, pool);
                     if (r > 0) gbps.push_back(key_bytes / (double(time_us() - t0) * 1e3));
                 }

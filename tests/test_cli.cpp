@@ -186,7 +186,7 @@ TEST_F(cli, policy_summary_and_diag) {
                          "--sinks 2 --window 4 --diag");
     EXPECT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("policy: hillinfer (alpha 0.1, sinks 2, window 4, scores the INT2 scoring copy / int8 query, "
-                         "sum of heads, per layer, placement hkm); attended "),
+                         "softmax of heads, per layer, placement hkm); attended "),
               std::string::npos)
         << r.out;
     // Where the attended tokens came from, and the time of each stage of the step.

@@ -67,7 +67,8 @@ TEST(score_block, writes_and_reads_tuples_of_6_bytes_per_token) {
 }
 
 // The kernel's scores equal the host scorer's INT8-query scores bit for bit, for every precision,
-// aggregation, granularity, key type and head_dim bucket, and for zero, tiny, inf and NaN keys.
+// aggregation (softmax with per-head normalizers that put some exponents past both clamps),
+// granularity, key type and head_dim bucket, and for zero, tiny, inf and NaN keys.
 TEST(hls_kernel, scores_equal_the_host_scorer_bit_for_bit) {
     HILL_FRESH_RNG(rng);
     std::normal_distribution<float> nd;
@@ -78,7 +79,9 @@ TEST(hls_kernel, scores_equal_the_host_scorer_bit_for_bit) {
     };
     for (const shape_case sc : {shape_case{4, 2, 16}, shape_case{8, 8, 64}, shape_case{6, 2, 100}, shape_case{32, 8, 128},
                                 shape_case{2, 1, 256}}) {
-        const attention_shape s{sc.n_head, sc.n_head_kv, sc.head_dim, 1.0f};
+        const attention_shape s{sc.n_head, sc.n_head_kv, sc.head_dim, 1.0f / std::sqrt(float(sc.head_dim))};
+        std::vector<float> head_mass(size_t(sc.n_head));
+        for (float & x : head_mass) x = nd(rng) * 20.0f;
         const int64_t n = 67, row = int64_t(sc.n_head_kv) * sc.head_dim;
         std::vector<float> kf(size_t(n * row)), q(size_t(sc.n_head * sc.head_dim));
         for (float & x : kf) x = nd(rng) * 3.0f;
@@ -92,7 +95,8 @@ TEST(hls_kernel, scores_equal_the_host_scorer_bit_for_bit) {
         for (size_t i = 0; i < kf.size(); ++i) kh[i] = fp32_to_fp16(kf[i]);
         for (const ggml_type type : {ggml_type::f16, ggml_type::f32}) {
             for (const score_precision key : {score_precision::int8, score_precision::int4}) {
-                for (const score_aggregate agg : {score_aggregate::sum, score_aggregate::max}) {
+                for (const score_aggregate agg :
+                     {score_aggregate::sum, score_aggregate::max, score_aggregate::softmax}) {
                     for (const select_granularity g : {select_granularity::layer, select_granularity::kv_head}) {
                         for (const kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
                             if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
@@ -102,16 +106,22 @@ TEST(hls_kernel, scores_equal_the_host_scorer_bit_for_bit) {
                                                             << name(key) << " " << name(agg) << " " << name(g));
                             const score_params sp{key, query_precision::int8, agg, g};
                             host_scorer hs(s, sp, 1);
-                            hs.prepare_query(q.data());
+                            hs.prepare_query(q.data(), head_mass.data());
                             const int n_group = hs.n_group();
                             const void * keys = type == ggml_type::f16 ? static_cast<const void *>(kh.data()) : kf.data();
                             std::vector<float> host(size_t(n_group * n));
                             hs.score(kv_view{type, keys, nullptr, n, row}, nullptr, host.data(), n, pool);
-                            csd::hls::kernel_config c{sc.n_head, sc.n_head_kv, sc.head_dim, type == ggml_type::f32,
-                                                      key == score_precision::int4, agg == score_aggregate::max,
-                                                      g == select_granularity::kv_head};
+                            csd::hls::kernel_config c{sc.n_head,
+                                                      sc.n_head_kv,
+                                                      sc.head_dim,
+                                                      type == ggml_type::f32,
+                                                      key == score_precision::int4,
+                                                      agg == score_aggregate::max,
+                                                      g == select_granularity::kv_head,
+                                                      agg == score_aggregate::softmax};
                             auto qb = std::make_unique<csd::hls::query_buffer>();
-                            csd::hls::load_query(c, hs.query_i8(), hs.query_scale(), *qb);
+                            csd::hls::load_query(c, hs.query_i8(), hs.query_scale(), hs.head_mass(), hs.log2_scale(),
+                                                 *qb);
                             std::vector<float> dev(size_t(n * n_group));  // [n, n_group]
                             csd::hls::score_tokens(c, *qb, keys, row, n, dev.data());
                             for (int64_t t = 0; t < n; ++t) {
@@ -810,10 +820,11 @@ TEST(csd_device, the_emulator_reads_one_log_while_the_owner_writes_another) {
 }
 
 // Decoding under the emulator equals decoding under the plain SSD, token for token and logit for logit,
-// for every policy (hillinfer at α = 0.1 and at α = 1, which scores the middle all the same), with 200 hot
-// slots per layer for a 700-token prompt (at least 500 tokens per layer cold): the same selection at the
-// same scoring precision, the same KV, the same attention order — so the same step statistics too. The
-// plain SSD scores the stored keys here (no scoring copy), as the emulator does.
+// for every policy (hillinfer at α = 0.1 — heads' scores summed, and their per-head softmax weights —
+// and at α = 1, which scores the middle all the same), with 200 hot slots per layer for a 700-token
+// prompt (at least 500 tokens per layer cold): the same selection at the same scoring precision, the
+// same KV, the same attention order — so the same step statistics too. The plain SSD scores the stored
+// keys here (no scoring copy), as the emulator does.
 TEST(csd_session, decoding_under_the_emulator_equals_the_plain_ssd) {
     test::temp_dir dir;
     const std::string path = dir.file("m.gguf");
@@ -828,15 +839,18 @@ TEST(csd_session, decoding_under_the_emulator_equals_the_plain_ssd) {
         std::string policy;
         double alpha;
         select_granularity g;
+        score_aggregate agg = score_aggregate::sum;
     };
     for (const run_case & rc : {run_case{"full", 0.2, select_granularity::layer},
                                 run_case{"hillinfer", 0.1, select_granularity::layer},
                                 run_case{"hillinfer", 0.1, select_granularity::kv_head},
+                                run_case{"hillinfer", 0.1, select_granularity::layer, score_aggregate::softmax},
                                 run_case{"hillinfer", 1.0, select_granularity::layer},
                                 run_case{"streaming", 0.2, select_granularity::layer}}) {
-        SCOPED_TRACE(rc.policy + " alpha " + std::to_string(rc.alpha) + " " + std::string(name(rc.g)));
+        SCOPED_TRACE(rc.policy + " alpha " + std::to_string(rc.alpha) + " " + std::string(name(rc.g)) + " " +
+                     std::string(name(rc.agg)));
         policy_params pp{.name = rc.policy, .alpha = rc.alpha};
-        pp.score = score_params{score_precision::int4, query_precision::int8, score_aggregate::sum, rc.g};
+        pp.score = score_params{score_precision::int4, query_precision::int8, rc.agg, rc.g};
         std::vector<std::vector<float>> logits[2];
         std::vector<int32_t> ids[2];
         csd::device_counters c[2];

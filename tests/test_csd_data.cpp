@@ -64,7 +64,7 @@ TEST(csd_data, emulator_equals_host_scoring_on_a_real_models_keys) {
                     hs.score(kv_view{ggml_type::f16, k.data(), nullptr, n, row}, nullptr, host.data(), n, pool);
                     csd::hls::kernel_config c{hp.n_head, hp.n_head_kv, hp.head_dim, false, key == score_precision::int4};
                     auto qb = std::make_unique<csd::hls::query_buffer>();
-                    csd::hls::load_query(c, hs.query_i8(), hs.query_scale(), *qb);
+                    csd::hls::load_query(c, hs.query_i8(), hs.query_scale(), hs.head_mass(), hs.log2_scale(), *qb);
                     csd::hls::score_tokens(c, *qb, k.data(), row, n, dev.data());
                     for (int64_t t = 0; t < n; ++t) {
                         ASSERT_EQ(f32_to_bits(host[size_t(t)]), f32_to_bits(dev[size_t(t)])) << "layer " << il << " token " << t;

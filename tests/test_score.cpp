@@ -740,5 +740,254 @@ TEST(selector, equals_full_sort_on_random_scores) {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// softmax aggregate (score/head_softmax.h)
+
+TEST(head_softmax, exp2_and_log2_within_documented_error) {
+    for (float x = softmax_x_min; x <= softmax_x_max; x += 0.0137f) {
+        EXPECT_LE(std::fabs(double(exp2_approx(x)) / std::exp2(double(x)) - 1.0), 1.6e-4) << x;
+    }
+    HILL_FRESH_RNG(rng);
+    std::uniform_real_distribution<float> e(-125.0f, 107.0f);
+    float prev_y = 0.0f, prev_l = -1e9f;
+    std::vector<float> ys(20000);
+    for (float & y : ys) y = std::exp2(e(rng));
+    std::sort(ys.begin(), ys.end());
+    for (const float y : ys) {
+        const double want = std::log2(double(y));
+        const float got = log2_approx(y);
+        EXPECT_LE(std::fabs(double(got) - want), 2e-5 + std::fabs(want) * 0x1p-22) << y;
+        if (y > prev_y) {
+            EXPECT_GE(got, prev_l - 2e-5f) << y;  // increasing up to the error bound
+        }
+        prev_y = y;
+        prev_l = got;
+    }
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    EXPECT_TRUE(std::isnan(softmax_weight(nan, 1.0f, 0.0f)));
+    EXPECT_TRUE(std::isnan(softmax_score(nan)));
+    EXPECT_EQ(softmax_weight(1e30f, 1.0f, 0.0f), exp2_approx(softmax_x_max));  // clamped, finite
+    EXPECT_EQ(softmax_weight(-1e30f, 1.0f, 0.0f), exp2_approx(softmax_x_min));
+    EXPECT_EQ(softmax_weight(3.0f, 2.0f, 1.0f), exp2_approx(5.0f));
+}
+
+// A scorer shape with the attention's scale (the softmax aggregate needs it).
+attention_shape scaled(attention_shape s) {
+    s.scale = 1.0f / std::sqrt(float(s.head_dim));
+    return s;
+}
+
+TEST(host_scorer, softmax_aggregate_matches_double_reference) {
+    HILL_FRESH_RNG(rng);
+    mode_guard mg;
+    thread_pool pool(2);
+    for (attention_shape s0 : head_layouts) {
+        for (int hd : {8, 64}) {
+            s0.head_dim = hd;
+            const attention_shape s = scaled(s0);
+            const int64_t n = 29;
+            const double c = std::log2(std::exp(1.0)) * double(s.scale);
+            // Queries large enough that some exponents reach both clamps.
+            const std::vector<float> q = random_floats(rng, sz(s.n_head * hd), -6.0f, 6.0f);
+            const std::vector<float> b = random_floats(rng, sz(s.n_head), -4.0f, 12.0f);
+            for (ggml_type t : {ggml_type::f16, ggml_type::f32}) {
+                const key_set keys = make_keys(t, n, s.n_head_kv, hd, rng, 4.0f);
+                for (score_params p : all_params()) {
+                    if (p.aggregate == score_aggregate::max) continue;
+                    p.aggregate = score_aggregate::softmax;
+                    const std::string what = case_name(s, p, t, false);
+                    const std::vector<double> qe = effective_query(s, p, q);
+                    const bool layer = p.granularity == select_granularity::layer;
+                    const int group = s.n_head / s.n_head_kv, n_group = layer ? 1 : s.n_head_kv;
+                    const int heads = layer ? s.n_head : group;
+                    std::vector<double> want(sz(n_group * n)), tol(sz(n_group * n));
+                    for (int64_t j = 0; j < n; ++j) {
+                        for (int gi = 0; gi < n_group; ++gi) {
+                            double w = 0.0, x_err = 0.0;
+                            for (int h = gi * heads; h < (gi + 1) * heads; ++h) {
+                                const std::vector<double> ke = effective_key(p, keys, j, h / group, hd);
+                                double d = 0.0, m = 0.0;
+                                for (int i = 0; i < hd; ++i) {
+                                    d += qe[sz(h * hd + i)] * ke[sz(i)];
+                                    m += std::fabs(qe[sz(h * hd + i)] * ke[sz(i)]);
+                                }
+                                const double x =
+                                    std::clamp(d * c - double(b[sz(h)]), double(softmax_x_min), double(softmax_x_max));
+                                w += std::exp2(x);
+                                // f32 dot and scaling (as score_reference), times c, and the rounding of x.
+                                x_err = std::max(x_err, double(hd + s.n_head + 4) * f32_eps * m * c +
+                                                            4.0 * f32_eps * (std::fabs(d * c) + std::fabs(b[sz(h)])));
+                            }
+                            want[sz(gi * n + j)] = std::log2(w);
+                            // A relative error e of every weight moves the log2 of their sum by at most e / ln 2.
+                            tol[sz(gi * n + j)] = x_err + (1.6e-4 + double(heads) * f32_eps) / std::log(2.0) + 2e-5 +
+                                                  std::fabs(std::log2(w)) * 0x1p-22;
+                        }
+                    }
+                    for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
+                        if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+                        kernel_mode_set(m);
+                        host_scorer sc(s, p, pool.n_threads());
+                        sc.prepare_query(q.data(), b.data());
+                        std::vector<float> got(sz(n_group * n));
+                        sc.score(keys.view(n), nullptr, got.data(), n, pool);
+                        expect_within(got, want, tol, what + (m == kernel_mode::avx2 ? ", avx2" : ", scalar"));
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST(host_scorer, softmax_is_the_weights_of_the_per_head_dots_bit_for_bit) {
+    // MHA (one query head per KV head): kv_head granularity with sum gives each head's dot alone.
+    HILL_FRESH_RNG(rng);
+    thread_pool pool(1);
+    const attention_shape s = scaled({6, 6, 32, 0.0f});
+    const int64_t n = 41;
+    const inputs in = make_inputs(s, ggml_type::f16, n, rng, 3.0f, 2.0f);
+    const std::vector<float> b = random_floats(rng, sz(s.n_head), -2.0f, 6.0f);
+    for (score_precision key : {score_precision::fp16, score_precision::int8, score_precision::int4}) {
+        const score_params per_head{key, query_precision::int8, score_aggregate::sum, select_granularity::kv_head};
+        const std::vector<float> d = run_scorer(s, per_head, in.q, in.keys, nullptr, n, pool);  // [n_head, n]
+        for (select_granularity g : {select_granularity::layer, select_granularity::kv_head}) {
+            host_scorer sc(s, {key, query_precision::int8, score_aggregate::softmax, g}, 1);
+            sc.prepare_query(in.q.data(), b.data());
+            std::vector<float> got(sz(sc.n_group() * n));
+            sc.score(in.keys.view(n), nullptr, got.data(), n, pool);
+            const float c = log2_e * s.scale;
+            for (int64_t j = 0; j < n; ++j) {
+                float w = 0.0f;
+                for (int h = 0; h < s.n_head; ++h) {
+                    const float wh = softmax_weight(d[sz(h * n + j)], c, b[sz(h)]);
+                    if (g == select_granularity::kv_head) {
+                        EXPECT_EQ(f32_to_bits(got[sz(h * n + j)]), f32_to_bits(softmax_score(wh))) << j << " " << h;
+                    }
+                    w = h == 0 ? wh : w + wh;
+                }
+                if (g == select_granularity::layer) {
+                    EXPECT_EQ(f32_to_bits(got[sz(j)]), f32_to_bits(softmax_score(w))) << j;
+                }
+            }
+        }
+    }
+}
+
+TEST(head_log2_mass, matches_double_and_accumulates_over_regions) {
+    HILL_FRESH_RNG(rng);
+    const attention_shape s = scaled({8, 2, 16, 0.0f});
+    const int64_t n = 20;
+    const inputs in = make_inputs(s, ggml_type::f16, n, rng, 4.0f, 2.0f);
+    const std::vector<int32_t> rows = random_rows(n, n, rng);
+    std::vector<float> got(sz(s.n_head), -INFINITY);
+    head_log2_mass(s, in.q.data(), in.keys.view(12), rows.data(), got.data());      // 12 tokens, then
+    head_log2_mass(s, in.q.data(), in.keys.view(8), rows.data() + 12, got.data());  // the other 8
+    const double c = std::log2(std::exp(1.0)) * double(s.scale);
+    for (int h = 0; h < s.n_head; ++h) {
+        double sum = 0.0;
+        for (int64_t j = 0; j < n; ++j) {
+            const float * k = in.keys.head(j, h / (s.n_head / s.n_head_kv), s.head_dim);
+            double d = 0.0;
+            for (int i = 0; i < s.head_dim; ++i) d += double(in.q[sz(h * s.head_dim + i)]) * double(k[i]);
+            sum += std::exp2(d * c);
+        }
+        EXPECT_NEAR(got[sz(h)], std::log2(sum), 1e-4 * std::max(1.0, std::fabs(std::log2(sum)))) << h;
+    }
+    std::vector<float> none(1, -INFINITY);
+    head_log2_mass(scaled({1, 1, 16, 0.0f}), in.q.data(), in.keys.view(0), nullptr, none.data());
+    EXPECT_EQ(none[0], -INFINITY);  // no token: no mass
+}
+
+// A layer whose heads disagree (issue 13 item 9): query head 0 has dots 14x the others' over 24 tokens
+// of its own (its attention on the top 3 of them); heads 1-7 attend to 4 other tokens (98% of their
+// mass). Summed raw dots rank head 0's tokens first and select none of the 4; the softmax aggregate
+// selects all of them and covers nearly all the attention of every head, with the same number of tokens.
+struct disagreeing_heads {
+    attention_shape s = scaled({8, 2, 16, 0.0f});
+    int64_t n = 96;
+    int64_t n_sinks = 4, n_window = 4, n_top = 8;
+    std::vector<float> q;              // f32 [n_head, head_dim]
+    key_set keys;                      // f16 [n, n_head_kv, head_dim]
+    std::vector<int32_t> loud, quiet;  // head 0's tokens, the others' tokens
+};
+
+disagreeing_heads make_disagreeing_heads(std::mt19937 & rng) {
+    disagreeing_heads d;
+    const int hd = d.s.head_dim;
+    std::normal_distribution<float> noise(0.0f, 0.05f);
+    d.q.assign(sz(d.s.n_head * hd), 0.0f);
+    for (int h = 0; h < d.s.n_head; ++h) d.q[sz(h * hd + (h == 0 ? 0 : 1))] = h == 0 ? 400.0f : 28.0f;
+    for (int64_t t = 10; t < 82; t += 3) d.loud.push_back(int32_t(t));  // 24 tokens
+    d.quiet = {20, 47, 65, 86};
+    std::vector<float> f32(sz(d.n * d.s.n_head_kv * hd));
+    for (float & x : f32) x = noise(rng);
+    for (int g = 0; g < d.s.n_head_kv; ++g) {
+        for (size_t i = 0; i < d.loud.size(); ++i)
+            f32[sz((d.loud[i] * d.s.n_head_kv + g) * hd)] = 0.3f + 0.03f * float(i);
+        for (const int32_t t : d.quiet) f32[sz((t * d.s.n_head_kv + g) * hd + 1)] = 1.0f;
+    }
+    d.keys.type = ggml_type::f16;
+    d.keys.stride = int64_t(d.s.n_head_kv) * hd;
+    d.keys.f16.resize(f32.size());
+    d.keys.f32.resize(f32.size());
+    for (size_t i = 0; i < f32.size(); ++i) {
+        d.keys.f16[i] = fp32_to_fp16(f32[i]);
+        d.keys.f32[i] = fp16_to_fp32(d.keys.f16[i]);
+    }
+    return d;
+}
+
+// Mean over query heads of the softmax mass (scale · q·k, exact in double) of `set`.
+double recall_of(const disagreeing_heads & d, const std::vector<int32_t> & set) {
+    const int hd = d.s.head_dim, group = d.s.n_head / d.s.n_head_kv;
+    double total = 0.0;
+    for (int h = 0; h < d.s.n_head; ++h) {
+        std::vector<double> logit(sz(d.n));
+        for (int64_t t = 0; t < d.n; ++t) {
+            const float * k = d.keys.head(t, h / group, hd);
+            double x = 0.0;
+            for (int i = 0; i < hd; ++i) x += double(d.q[sz(h * hd + i)]) * double(k[i]);
+            logit[sz(t)] = x * double(d.s.scale);
+        }
+        const double m = *std::max_element(logit.begin(), logit.end());
+        double all = 0.0, in = 0.0;
+        for (int64_t t = 0; t < d.n; ++t) all += std::exp(logit[sz(t)] - m);
+        for (const int32_t t : set) in += std::exp(logit[sz(t)] - m);
+        total += in / all;
+    }
+    return total / d.s.n_head;
+}
+
+TEST(host_scorer, softmax_selects_what_each_head_attends_where_sum_does_not) {
+    HILL_FRESH_RNG(rng);
+    thread_pool pool(1);
+    const disagreeing_heads d = make_disagreeing_heads(rng);
+    // The exact normalizers (over every token): the ranking by Σ_h p_h,t that the aggregate stands for
+    // (the decode step normalizes by the sinks' and window's mass instead: head_softmax.h).
+    std::vector<float> b(sz(d.s.n_head), -INFINITY);
+    head_log2_mass(d.s, d.q.data(), d.keys.view(d.n), nullptr, b.data());
+    token_selector sel;
+    for (score_precision key : {score_precision::fp16, score_precision::int8, score_precision::int4}) {
+        std::vector<int32_t> set[2];
+        for (score_aggregate agg : {score_aggregate::sum, score_aggregate::softmax}) {
+            host_scorer sc(d.s, {key, query_precision::fp32, agg, select_granularity::layer}, 1);
+            sc.prepare_query(d.q.data(), b.data());
+            std::vector<float> scores(sz(d.n));
+            sc.score(d.keys.view(d.n), nullptr, scores.data(), d.n, pool);
+            for (float & x : scores) x = round_score_f16(x);  // as a score block carries it
+            sel.select(scores.data(), d.n, d.n_top, d.n_sinks, d.n_window, set[agg == score_aggregate::softmax]);
+        }
+        SCOPED_TRACE(name(key));
+        ASSERT_EQ(set[0].size(), set[1].size());  // the same attended share
+        for (const int32_t t : d.quiet) {
+            EXPECT_FALSE(std::binary_search(set[0].begin(), set[0].end(), t)) << "sum selected " << t;
+            EXPECT_TRUE(std::binary_search(set[1].begin(), set[1].end(), t)) << "softmax missed " << t;
+        }
+        const double r_sum = recall_of(d, set[0]), r_softmax = recall_of(d, set[1]);
+        EXPECT_LT(r_sum, 0.5) << "sum";
+        EXPECT_GT(r_softmax, 0.95) << "softmax";
+    }
+}
+
 }  // namespace
 }  // namespace hill

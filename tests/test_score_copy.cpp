@@ -115,14 +115,15 @@ INSTANTIATE_TEST_SUITE_P(bits, score_copy_w, ::testing::Values(4, 2),
                          [](const ::testing::TestParamInfo<int> & i) { return "int" + std::to_string(i.param); });
 
 float combine(score_aggregate agg, float a, float b) {
-    return agg == score_aggregate::sum ? a + b : std::max(a, b);
+    return agg == score_aggregate::max ? std::max(a, b) : a + b;  // softmax sums the heads' weights
 }
 
 // The scores of positions [0, n) of (seq, il) as score_copy.h defines them, from what the copy stores
 // (checked against its own definition in write_stores_quantize_symmetric_of_k_over_c), with the same
-// f32 operations in the same order: [n_group, n]. For finite inputs.
-std::vector<float> documented_scores(const score_copy & copy, int seq, int il, const std::vector<float> & q,
-                                     int64_t n) {
+// f32 operations in the same order: [n_group, n]. For finite inputs. head_mass f32 [n_head]: the
+// softmax aggregate's b_h (score/head_softmax.h).
+std::vector<float> documented_scores(const score_copy & copy, int seq, int il, const std::vector<float> & q, int64_t n,
+                                     const float * head_mass = nullptr) {
     const attention_shape & s = copy.shape();
     const score_params & p = copy.params();
     const int hd = s.head_dim, group = s.n_head / s.n_head_kv;
@@ -144,21 +145,23 @@ std::vector<float> documented_scores(const score_copy & copy, int seq, int il, c
             for (int h = g * group; h < (g + 1) * group; ++h) {
                 int64_t dot = 0;
                 for (int i = 0; i < hd; ++i) dot += int64_t(q_i8[sz(h * hd + i)]) * stored_level(k, hd, i, copy.bits());
-                const float v = float(dot) * q_scale[sz(h)] * s_k;
+                const float d = float(dot) * q_scale[sz(h)] * s_k;
+                const bool softmax = p.aggregate == score_aggregate::softmax;
+                const float v = softmax ? softmax_weight(d, log2_e * s.scale, head_mass[h]) : d;
                 head = h == g * group ? v : combine(p.aggregate, head, v);
             }
-            if (!layer) out[sz(g * n + t)] = head;
+            if (!layer) out[sz(g * n + t)] = p.aggregate == score_aggregate::softmax ? softmax_score(head) : head;
             token = g == 0 ? head : combine(p.aggregate, token, head);
         }
-        if (layer) out[sz(t)] = token;
+        if (layer) out[sz(t)] = p.aggregate == score_aggregate::softmax ? softmax_score(token) : token;
     }
     return out;
 }
 
 // The copy's scores [n_group, n] of positions [0, n) of (seq, il) for query q.
 std::vector<float> copy_scores(score_copy & copy, int seq, int il, const std::vector<float> & q, int64_t n,
-                               thread_pool & pool) {
-    copy.prepare_query(seq, il, q.data());
+                               thread_pool & pool, const float * head_mass = nullptr) {
+    copy.prepare_query(seq, il, q.data(), head_mass);
     std::vector<float> out(sz(copy.n_group() * n));
     copy.score(n, out.data(), n, pool);
     return out;
@@ -292,22 +295,30 @@ TEST_P(score_copy_w, avx2_and_scalar_match_the_documented_scores_bit_for_bit) {
     for (attention_shape s : head_layouts) {
         for (int hd : head_dims) {
             s.head_dim = hd;
+            s.scale = 1.0f / std::sqrt(float(hd));  // the softmax aggregate's (the others do not read it)
             const int64_t n = 75;  // two blocks of 32 and a partial one on one thread
-            const std::vector<float> q = random_floats(rng, sz(s.n_head * hd));
+            const std::vector<float> q = random_floats(rng, sz(s.n_head * hd), -4.0f, 4.0f);
+            const std::vector<float> b = random_floats(rng, sz(s.n_head), -8.0f, 8.0f);
+            std::vector<score_params> params = all_params();
+            for (select_granularity g : {select_granularity::layer, select_granularity::kv_head}) {
+                params.push_back({score_precision::int8, query_precision::fp32, score_aggregate::softmax, g});
+            }
             for (ggml_type t : {ggml_type::f16, ggml_type::f32}) {
                 const key_rows k = random_keys(t, n, s, rng);
-                for (const score_params & p : all_params()) {
+                for (const score_params & p : params) {
                     const std::string what = case_name(s, p, t);
                     score_copy copy(s, p, bits, 2, 2, n + 5, 3);
                     copy.write(1, 1, 0, n, t, k.data(), k.stride);
-                    const std::vector<float> want = documented_scores(copy, 1, 1, q, n);
+                    const std::vector<float> want = documented_scores(copy, 1, 1, q, n, b.data());
                     kernel_mode_set(kernel_mode::scalar);
-                    EXPECT_TRUE(same_bits(copy_scores(copy, 1, 1, q, n, p1), want)) << what << ", scalar";
-                    EXPECT_TRUE(same_bits(copy_scores(copy, 1, 1, q, n, p3), want)) << what << ", scalar, 3 threads";
+                    EXPECT_TRUE(same_bits(copy_scores(copy, 1, 1, q, n, p1, b.data()), want)) << what << ", scalar";
+                    EXPECT_TRUE(same_bits(copy_scores(copy, 1, 1, q, n, p3, b.data()), want))
+                        << what << ", scalar, 3 threads";
                     if (!cpu_has_avx2()) continue;
                     kernel_mode_set(kernel_mode::avx2);
-                    EXPECT_TRUE(same_bits(copy_scores(copy, 1, 1, q, n, p1), want)) << what << ", avx2";
-                    EXPECT_TRUE(same_bits(copy_scores(copy, 1, 1, q, n, p3), want)) << what << ", avx2, 3 threads";
+                    EXPECT_TRUE(same_bits(copy_scores(copy, 1, 1, q, n, p1, b.data()), want)) << what << ", avx2";
+                    EXPECT_TRUE(same_bits(copy_scores(copy, 1, 1, q, n, p3, b.data()), want))
+                        << what << ", avx2, 3 threads";
                 }
             }
         }

@@ -200,7 +200,7 @@ void prefill_progress::operator()(int64_t done, int64_t total) {
 }
 
 void policy_opts::add(CLI::App & app) {
-    const score_params d;
+    const score_params d = policy_params{}.score;
     key_precision = std::string(name(d.key));
     query_precision = std::string(name(d.query));
     select = std::string(name(d.granularity));
@@ -216,7 +216,10 @@ void policy_opts::add(CLI::App & app) {
     query_opt = app.add_option("--query-precision", query_precision, "hillinfer: query in fp32 or int8 for scoring "
                                "(default with --storage emulator: int8)")->capture_default_str();
     app.add_option("--select", select, "hillinfer: one token set per layer, or per kv_head")->capture_default_str();
-    app.add_option("--aggregate", aggregate, "hillinfer: sum or max of the query heads' scores")->capture_default_str();
+    app.add_option("--aggregate", aggregate,
+                   "hillinfer: how the query heads' scores make a token's: sum or max of "
+                   "the raw q.k, or softmax (each head's attention weight, normalized per head, summed)")
+        ->capture_default_str();
     app.add_option("--placement", placement, "hot pool placement: fifo (recent tokens stay hot) or hkm (hit rates "
                    "drive promotions and demotions; prefill importance places the prompt); default: hkm for hillinfer, "
                    "fifo for the others");

@@ -192,9 +192,12 @@ void emulator::score_begin(const device_pass & pass, host_scorer & scorer) {
     kcfg_.int4 = sp.key == score_precision::int4;
     kcfg_.aggregate_max = sp.aggregate == score_aggregate::max;
     kcfg_.per_kv_head = sp.granularity == select_granularity::kv_head;
-    // The query crosses the link once per pass: q̂ int8 [n_head, head_dim] and s_q f32 [n_head].
-    hls::load_query(kcfg_, scorer.query_i8(), scorer.query_scale(), *qbuf_);
-    ctr_->link_score_bytes.fetch_add(uint64_t(shape_.n_head) * uint64_t(shape_.head_dim + 4), std::memory_order_relaxed);
+    kcfg_.aggregate_softmax = sp.aggregate == score_aggregate::softmax;
+    // The query crosses the link once per pass: q̂ int8 [n_head, head_dim] and s_q f32 [n_head] (softmax:
+    // and b_h f32 [n_head]).
+    hls::load_query(kcfg_, scorer.query_i8(), scorer.query_scale(), scorer.head_mass(), scorer.log2_scale(), *qbuf_);
+    const uint64_t per_head = uint64_t(shape_.head_dim + 4) + (kcfg_.aggregate_softmax ? 4 : 0);
+    ctr_->link_score_bytes.fetch_add(uint64_t(shape_.n_head) * per_head, std::memory_order_relaxed);
     ctr_->n_score_passes.fetch_add(1, std::memory_order_relaxed);
     start_pass(job_kind::score, pass);
 }

@@ -146,6 +146,7 @@ void context::set_policy(const policy_params & p) {
         planner_ = std::make_unique<hill::planner>(planner_->params(), p.alpha, int64_t(layout_.row_bytes()),
                                                    int64_t(layout_.token_layer_bytes()), layout_.n_layer);
     }
+    if (copy_ != nullptr) copy_->set_params(p.score);  // the copy was made under the first policy's
     policy_ = std::move(next);
     params_.policy = p;
     step_->reset_stats();
@@ -299,14 +300,35 @@ void context::prefill_segment(int seq, const int32_t * tokens, int64_t n, bool l
                 trace_scope s("prefill importance", "prefill", {{"layer", il}, {"queries", n_obs}});
                 std::fill(importance.begin(), importance.end(), 0.0f);
                 const int n_group = importance_scorer_->n_group();
+                const bool softmax = importance_scorer_->params().aggregate == score_aggregate::softmax;
+                // Softmax aggregate: each observed query's normalizers over the sinks (when the segment
+                // starts the sequence) and its window among the segment's keys, as a decode step takes
+                // them (score/head_softmax.h); the weights (2^score) are what add up over the queries.
+                std::vector<float> head_mass(softmax ? size_t(n_obs) * size_t(shape.n_head) : 0, -INFINITY);
+                if (softmax) {
+                    const policy_params & pp = params_.policy;
+                    const int64_t s_end = p0 == 0 ? std::min<int64_t>(pp.n_sinks, n) : 0;
+                    std::vector<int32_t> sw;
+                    for (int64_t o = 0; o < n_obs; ++o) {
+                        const int64_t r = n - n_obs + o;  // the query's row in the segment
+                        sw.clear();
+                        for (int64_t t = 0; t < s_end; ++t) sw.push_back(int32_t(t));
+                        for (int64_t t = std::max(s_end, r - pp.n_window + 1); t <= r; ++t) sw.push_back(int32_t(t));
+                        head_log2_mass(shape, q_obs.data() + o * n_q,
+                                       kv_view{layout_.type, layer_k.data(), nullptr, int64_t(sw.size()), n_kv},
+                                       sw.data(), head_mass.data() + o * shape.n_head);
+                    }
+                }
                 const auto add = [&](const kv_view & view, const int32_t * rows, const int32_t * positions) {
                     seg_scores.resize(size_t(n_group) * size_t(view.n_kv));
                     for (int64_t o = 0; o < n_obs; ++o) {
-                        importance_scorer_->prepare_query(q_obs.data() + o * n_q);
+                        importance_scorer_->prepare_query(q_obs.data() + o * n_q,
+                                                          softmax ? head_mass.data() + o * shape.n_head : nullptr);
                         importance_scorer_->score(view, rows, seg_scores.data(), view.n_kv, pool_);
                         for (int g = 0; g < n_group; ++g) {
                             for (int64_t j = 0; j < view.n_kv; ++j) {
-                                importance[size_t(positions[j])] += seg_scores[size_t(g) * size_t(view.n_kv) + size_t(j)];
+                                const float x = seg_scores[size_t(g) * size_t(view.n_kv) + size_t(j)];
+                                importance[size_t(positions[j])] += softmax ? std::exp2(x) : x;
                             }
                         }
                     }

@@ -36,7 +36,9 @@ struct policy_params {
     double alpha = 0.2;         // retention ratio α in (0, 1]: ⌈α·N⌉ scored tokens per step (hillinfer)
     int32_t n_sinks = 4;        // S: first tokens always attended and always hot
     int32_t n_window = 16;      // W: last tokens always attended (hillinfer, streaming) and always hot
-    score_params score;         // scoring precision, aggregation, selection granularity (hillinfer)
+    // Scoring precision, aggregation, selection granularity (hillinfer). Aggregate softmax: chosen by
+    // attention recall and perplexity on stories260K and on models whose heads disagree (docs/policies.md).
+    score_params score{.aggregate = score_aggregate::softmax};
     placement_kind placement = placement_kind::by_policy;  // by_policy: the policy's own default
     uint64_t migrate_bytes = 0; // promotions per decode step, in bytes of K and V (all layers, all sequences);
                                 // 0: a sixteenth of the hot pool

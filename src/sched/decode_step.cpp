@@ -8,6 +8,7 @@
 #include "score/selector.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace hill {
@@ -75,6 +76,9 @@ void decode_step::set_policy(const policy & pol, csd::storage_kind storage) {
     const size_t rows = size_t(layout_.n_layer) * size_t(prep_->max_promotions);
     prep_->promo_k = aligned_buffer(rows * layout_.row_bytes());
     prep_->promo_v = aligned_buffer(rows * layout_.row_bytes());
+    head_mass_.assign(size_t(shape_.n_head), 0.0f);
+    sw_pos_.clear();
+    sw_pos_.reserve(size_t(std::max(0, p.n_sinks)) + size_t(std::max(0, p.n_window)));
     sets_.assign(size_t(pol.n_group()), {});
     for (auto & s : sets_) s.reserve(size_t(cells_.n_ctx()));
     if (p.diag) {
@@ -238,12 +242,14 @@ void decode_step::score_sequence(int il, int b, prepared & prep) {
         // Every token from the scoring copy in DRAM (the step's own key was written to it above).
         const int64_t t0 = time_us();
         trace_scope span("score host", "score", {{"layer", il}, {"seq", seq}, {"tokens", n}, {"copy", 1}});
-        copy_->prepare_query(seq, il, q_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim));
+        copy_->prepare_query(seq, il, q_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim),
+                             sink_window_mass(il, b, prep));
         copy_->score(n, scores_.data(), n, pool_);
         for (size_t i = 0, m = size_t(n_group) * size_t(n); i < m; ++i) scores_[i] = round_score_f16(scores_[i]);
         stats_.t_score_host_us += uint64_t(time_us() - t0);
         scores = scores_.data();
     } else if (policy_->wants_scores(n)) {
+        const float * head_mass = sink_window_mass(il, b, prep);
         const cold_log_view log = logs_ != nullptr ? logs_->log(seq, il) : cold_log_view{};
         table_.clear();
         table_.add(cells_, logs_ != nullptr ? &log : nullptr, seq, il, {}, true);
@@ -252,7 +258,7 @@ void decode_step::score_sequence(int il, int b, prepared & prep) {
         int64_t t0 = time_us();
         const auto n_in_dram = int64_t(table_.hot_pos.size() + table_.open_pos.size());
         trace_scope host_span("score host", "score", {{"layer", il}, {"seq", seq}, {"tokens", n_in_dram}});
-        scorer_->prepare_query(q_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim));
+        scorer_->prepare_query(q_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim), head_mass);
         csd::device_pass_guard guard(device_);
         if (!disk.empty()) device_.score_begin(csd::device_pass{il, seq, log.page_tokens, log.groups, disk}, *scorer_);
         // The host's share while the device works: the hot tokens, then the open tail's.
@@ -318,6 +324,31 @@ void decode_step::score_sequence(int il, int b, prepared & prep) {
         measure(il, b);
         stats_.t_diag_us += uint64_t(time_us() - t1);
     }
+}
+
+const float * decode_step::sink_window_mass(int il, int b, const prepared & prep) {
+    const policy_params & p = policy_->params();
+    if (p.score.aggregate != score_aggregate::softmax) return nullptr;
+    const int seq = seqs_[size_t(b)];
+    const int64_t n = pos_[size_t(b)] + 1;
+    const auto [s_end, w_begin] = middle_of(n, p.n_sinks, p.n_window);
+    sw_pos_.clear();
+    for (int64_t t = 0; t < s_end; ++t) sw_pos_.push_back(int32_t(t));
+    for (int64_t t = w_begin; t < n - 1; ++t) sw_pos_.push_back(int32_t(t));  // the step's own token: below
+    const cold_log_view log = logs_ != nullptr ? logs_->log(seq, il) : cold_log_view{};
+    table_.clear();
+    table_.add(cells_, logs_ != nullptr ? &log : nullptr, seq, il, sw_pos_, false);
+    table_.add_hot(int32_t(n - 1), prep.layers[size_t(il)].slot[size_t(b)]);
+    const float * q = q_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim);
+    std::fill(head_mass_.begin(), head_mass_.end(), -INFINITY);
+    kv_view hot = hot_.view(il);
+    hot.n_kv = int64_t(table_.hot_slot.size());
+    head_log2_mass(shape_, q, hot, table_.hot_slot.data(), head_mass_.data());
+    if (logs_ != nullptr && !table_.open_row.empty()) {
+        const kv_view open{layout_.type, log.open_k, log.open_v, int64_t(table_.open_row.size()), layout_.n_embd_kv};
+        head_log2_mass(shape_, q, open, table_.open_row.data(), head_mass_.data());
+    }
+    return head_mass_.data();
 }
 
 void decode_step::gather_and_attend(int il, int b, prepared & prep) {

@@ -127,6 +127,10 @@ private:
     void score_sequence(int il, int b, prepared & prep);
     // Hints the storage device with the batch's previous selections of layer il (csd::device::prefetch).
     void prefetch_layer(int il);
+    // The softmax aggregate's per-head normalizers b_h of sequence b at layer il (score/head_softmax.h),
+    // into head_mass_: head_log2_mass over the sinks and the window in DRAM (hot slots, open tails; the
+    // step's own token included); nullptr under the other aggregates. Uses table_.
+    const float * sink_window_mass(int il, int b, const prepared & prep);
     void gather_and_attend(int il, int b, prepared & prep);
     void measure(int il, int b);
     void apply(prepared & prep);
@@ -171,6 +175,8 @@ private:
     std::vector<std::vector<int32_t>> sets_;       // [n_group] selection of the sequence being processed
     std::vector<uint64_t> member_;                 // u64 [n_ctx] kv_head: bit g set = in set g
     std::vector<int32_t> rows_g_;                  // kv_head: one group's rows of a batch
+    std::vector<int32_t> sw_pos_;                  // softmax aggregate: the sinks' and window's positions
+    std::vector<float> head_mass_;                 // f32 [n_head]: their log2 mass per query head
 };
 
 }  // namespace hill

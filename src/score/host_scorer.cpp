@@ -138,14 +138,23 @@ host_scorer::host_scorer(const attention_shape & s, const score_params & p, int 
     if (p.key != score_precision::fp16) key_i8_.resize(size_t(n_threads) * score_block * size_t(key_stride_));
     dots_f32_.resize(size_t(n_threads) * size_t(dots_stride_));
     if (!q_i8_.empty()) dots_i32_.resize(dots_f32_.size());
+    if (p.aggregate == score_aggregate::softmax) {
+        HILL_ASSERT(s.scale > 0.0f);
+        head_mass_.resize(size_t(s.n_head));
+        log2_scale_ = log2_e * s.scale;
+    }
 }
 
 int host_scorer::n_group() const {
     return params_.granularity == select_granularity::layer ? 1 : shape_.n_head_kv;
 }
 
-void host_scorer::prepare_query(const float * q) {
+void host_scorer::prepare_query(const float * q, const float * head_mass) {
     std::copy(q, q + q_f32_.size(), q_f32_.begin());
+    if (!head_mass_.empty()) {
+        HILL_ASSERT(head_mass != nullptr);
+        std::copy(head_mass, head_mass + head_mass_.size(), head_mass_.begin());
+    }
     if (!q_i8_.empty()) {
         const score_kernels kern = select_kernels(ggml_type::f32);
         const int hd = shape_.head_dim;
@@ -176,6 +185,8 @@ void host_scorer::score(const kv_view & keys, const int32_t * rows, float * scor
     const bool key_int = params_.key != score_precision::fp16;
     const bool query_int = !q_i8_.empty();
     const float q_max = key_int ? q_max_of(params_.key) : 0.0f;
+    const float c = log2_scale_;
+    const float * b = head_mass_.empty() ? nullptr : head_mass_.data();  // softmax: b_h
 
     pool.run([&](int ith, int nth) {
         int8_t * key_i8 = key_int ? key_i8_.data() + size_t(ith) * score_block * size_t(key_stride_) : nullptr;
@@ -232,18 +243,60 @@ void host_scorer::score(const kv_view & keys, const int32_t * rows, float * scor
                 }
                 for (int t = 0; t < nb; ++t) {
                     const float * d = dots + t * group;
-                    float head_score = d[0];
-                    for (int h = 1; h < group; ++h) head_score = combine_scores(agg, head_score, d[h]);
+                    float head_score = 0.0f;
+                    for (int h = 0; h < group; ++h) {
+                        const float v = head_term(agg, d[h], c, b != nullptr ? b[h0 + size_t(h)] : 0.0f);
+                        head_score = h == 0 ? v : combine_scores(agg, head_score, v);
+                    }
                     if (!per_layer) {
-                        scores[int64_t(g) * scores_stride + j0 + t] = head_score;
+                        scores[int64_t(g) * scores_stride + j0 + t] = group_score(agg, head_score);
                     } else {
                         token_score[t] = g == 0 ? head_score : combine_scores(agg, token_score[t], head_score);
                     }
                 }
             }
-            if (per_layer) std::copy(token_score, token_score + nb, scores + j0);
+            if (per_layer) {
+                for (int t = 0; t < nb; ++t) scores[j0 + t] = group_score(agg, token_score[t]);
+            }
         }
     });
+}
+
+void head_log2_mass(const attention_shape & s, const float * q, const kv_view & keys, const int32_t * rows,
+                    float * out) {
+    HILL_ASSERT(s.scale > 0.0f && keys.n_kv >= 0 && keys.row_stride >= int64_t(s.n_head_kv) * s.head_dim);
+    HILL_ASSERT(keys.type == ggml_type::f16 || keys.type == ggml_type::f32);
+    const int hd = s.head_dim, group = s.n_head / s.n_head_kv;
+    const float c = log2_e * s.scale;
+    const size_t elem = keys.type == ggml_type::f16 ? 2 : 4;
+    const auto * base = static_cast<const uint8_t *>(keys.k);
+    for (int h = 0; h < s.n_head; ++h) {
+        const float * qh = q + size_t(h) * size_t(hd);
+        const size_t head_off = size_t(h / group) * size_t(hd);
+        // Two passes over the few tokens: the largest exponent, then the sum relative to it.
+        float m = out[h];
+        for (int pass = 0; pass < 2; ++pass) {
+            double sum = pass == 1 && out[h] > -INFINITY ? std::exp2(double(out[h]) - double(m)) : 0.0;
+            for (int64_t j = 0; j < keys.n_kv; ++j) {
+                const uint8_t * row =
+                    base + size_t(rows != nullptr ? int64_t(rows[j]) : j) * size_t(keys.row_stride) * elem;
+                float d = 0.0f;
+                for (int i = 0; i < hd; ++i) {
+                    const size_t e = head_off + size_t(i);
+                    const float k = elem == 2 ? fp16_to_fp32(reinterpret_cast<const f16_bits *>(row)[e])
+                                              : reinterpret_cast<const float *>(row)[e];
+                    d += qh[i] * k;
+                }
+                const float x = d * c;
+                if (pass == 0) {
+                    m = std::max(m, x);
+                } else {
+                    sum += std::exp2(double(x) - double(m));
+                }
+            }
+            if (pass == 1 && sum > 0.0) out[h] = float(double(m) + std::log2(sum));
+        }
+    }
 }
 
 }  // namespace hill

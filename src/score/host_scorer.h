@@ -10,7 +10,9 @@
 // Score of token j for group g:
 //     score[g][j] = aggregate over the query heads h of group g of  q_h · k_{j, h / (n_head / n_head_kv)}
 // with groups per score_params::granularity (layer: one group of all n_head query heads; kv_head:
-// group g = the n_head / n_head_kv query heads reading KV head g) and aggregate sum or max. Each dot
+// group g = the n_head / n_head_kv query heads reading KV head g) and aggregate sum, max or softmax
+// (each head's dot d_h turned into its weight exp2(d_h · c − b_h), the weights summed, the score their
+// log2: score/head_softmax.h; c = log2(e) · s.scale, b_h given with the query). Each dot
 // is computed at score_params::key / query precision (score_config.h):
 //   fp16 keys:               f32 q · widened k, f32 accumulation;
 //   int8/int4 keys, fp32 q:  (Σ q·k̂) · s_k, f32 accumulation;
@@ -50,10 +52,11 @@ float quantize_symmetric(ggml_type type, const void * x, int n, score_precision 
 
 class host_scorer {
 public:
-    // s: the layer's shape (s.scale is not used: scores are raw q·k); n_threads: the most threads of the
-    // pools score() will run on (per-thread scratch). All buffers are sized here, once.
+    // s: the layer's shape (s.scale is used by the softmax aggregate only: the other scores are raw q·k);
+    // n_threads: the most threads of the pools score() will run on (per-thread scratch). All buffers are
+    // sized here, once.
     // Asserts: n_head, n_head_kv, head_dim > 0, n_head % n_head_kv == 0, head_dim <= score_max_head_dim,
-    // n_threads >= 1.
+    // n_threads >= 1; s.scale > 0 under softmax.
     host_scorer(const attention_shape & s, const score_params & p, int n_threads);
 
     const score_params & params() const { return params_; }
@@ -62,14 +65,19 @@ public:
     int n_group() const;
 
     // Once per decode step and layer, before score(): copies q f32 [n_head, head_dim] (the caller may
-    // reuse it) and, for the int8 query, quantizes each head once (quantize_symmetric).
-    void prepare_query(const float * q);
+    // reuse it) and, for the int8 query, quantizes each head once (quantize_symmetric). head_mass f32
+    // [n_head]: under the softmax aggregate, each head's b_h = log2 of its mass on the sinks and window
+    // (head_log2_mass), copied; else ignored (may be null). Asserts: head_mass != nullptr under softmax.
+    void prepare_query(const float * q, const float * head_mass = nullptr);
 
     // The prepared INT8 query q̂ int8 [n_head, head_dim] and its scales f32 [n_head] (int8/int4 keys with
     // an int8 query; else nullptr): what the storage device receives to score the cold pool.
     const int8_t * query_i8() const { return q_i8_.empty() ? nullptr : q_i8_.data(); }
     const float * query_scale() const { return q_scale_.empty() ? nullptr : q_scale_.data(); }
     const attention_shape & shape() const { return shape_; }
+    // Softmax aggregate: the prepared b_h f32 [n_head] (else nullptr) and c = log2(e) · scale.
+    const float * head_mass() const { return head_mass_.empty() ? nullptr : head_mass_.data(); }
+    float log2_scale() const { return log2_scale_; }
 
     // scores[g · scores_stride + j] for g in [0, n_group()), j in [0, keys.n_kv): the score of token j,
     // whose key is row rows[j] of keys (rows == nullptr: row j). keys: f16 or f32 kv_view, only keys.k
@@ -98,6 +106,18 @@ private:
     std::vector<int8_t> key_i8_;     // int8 [n_threads, score_block, key_stride]: int8/int4 copies of a block's keys
     std::vector<float> dots_f32_;    // f32 [n_threads, dots_stride]: a block's per-head dots [score_block, group]
     std::vector<int32_t> dots_i32_;  // int32 [n_threads, dots_stride]: the same before scaling (int8 query)
+    std::vector<float> head_mass_;   // f32 [n_head]: b_h of the softmax aggregate (else empty)
+    float log2_scale_ = 0.0f;        // c = log2(e) · scale (softmax aggregate)
 };
+
+// The softmax aggregate's normalizer (score/head_softmax.h): out[h] = log2 Σ_j 2^(c · q_h·k_j) over the
+// tokens j of keys (row rows[j], or row j when rows == nullptr), c = log2(e) · s.scale, per query head h
+// of q f32 [n_head, head_dim]: the log2 of head h's softmax mass on those tokens, up to the common
+// normalizer. Exact f32 dots from the stored keys (f16 or f32 kv_view, only keys.k read), the sum taken
+// relative to its largest term. Accumulates: out must hold a previous result (the mass of other tokens)
+// or -inf for none, so that the sinks and the window may come from several regions (hot pool, open
+// groups). Allocates nothing. Asserts: a valid view, s.scale > 0.
+void head_log2_mass(const attention_shape & s, const float * q, const kv_view & keys, const int32_t * rows,
+                    float * out);
 
 }  // namespace hill

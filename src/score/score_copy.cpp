@@ -96,6 +96,19 @@ score_copy::score_copy(const attention_shape & s, const score_params & p, int bi
     dots_.resize(size_t(n_threads) * size_t(dots_stride_));
     row_keys_.resize(row_bytes_);
     row_scales_.resize(size_t(s.n_head_kv));
+    set_params(p);
+}
+
+void score_copy::set_params(const score_params & p) {
+    params_ = p;
+    query_ready_ = false;
+    head_mass_.clear();
+    log2_scale_ = 0.0f;
+    if (p.aggregate == score_aggregate::softmax) {
+        HILL_ASSERT(shape_.scale > 0.0f);
+        head_mass_.resize(size_t(shape_.n_head));
+        log2_scale_ = log2_e * shape_.scale;
+    }
 }
 
 bool score_copy::supports(int head_dim, int bits) {
@@ -115,9 +128,9 @@ uint64_t score_copy::bytes_for(const attention_shape & s, int bits, int n_seq, i
 uint64_t score_copy::bytes() const {
     const uint64_t n_rows = uint64_t(n_seq_) * uint64_t(n_layer_) * uint64_t(n_ctx_);
     return n_rows * bytes_per_token_layer(shape_, bits_) + (channel_.size() + first_.size()) * sizeof(float) +
-           q_scaled_.size() * sizeof(float) +
-           q_i8_.size() + (q_scale_.size() + q_offset_.size() + row_scales_.size()) * 4 + dots_.size() * 4 +
-           row_keys_.size();
+           q_scaled_.size() * sizeof(float) + q_i8_.size() +
+           (q_scale_.size() + q_offset_.size() + row_scales_.size()) * 4 + dots_.size() * 4 + row_keys_.size() +
+           head_mass_.size() * sizeof(float);
 }
 
 int score_copy::n_group() const {
@@ -240,9 +253,13 @@ void score_copy::write(int seq, int il, int64_t p0, int64_t n, ggml_type type, c
     }
 }
 
-void score_copy::prepare_query(int seq, int il, const float * q) {
+void score_copy::prepare_query(int seq, int il, const float * q, const float * head_mass) {
     query_pair_ = pair_index(seq, il);
     HILL_ASSERT(q != nullptr);
+    if (!head_mass_.empty()) {
+        HILL_ASSERT(head_mass != nullptr);
+        std::copy(head_mass, head_mass + head_mass_.size(), head_mass_.begin());
+    }
     const int hd = shape_.head_dim;
     const float * c = channel_.data() + query_pair_ * size_t(shape_.n_head_kv) * size_t(hd);
     for (int h = 0; h < shape_.n_head; ++h) {
@@ -285,17 +302,21 @@ void score_copy::score_tokens(dots_fn dots_of, const uint8_t * keys, const float
             const float s_k = scales[size_t(t) * size_t(n_kv) + size_t(g)];
             float head_score = 0.0f;
             for (int h = 0; h < group; ++h) {
-                const float v = float(mul * d[h] - q_offset_[h0 + size_t(h)]) * q_scale_[h0 + size_t(h)] * s_k;
+                const size_t hq = h0 + size_t(h);
+                const float dot = float(mul * d[h] - q_offset_[hq]) * q_scale_[hq] * s_k;
+                const float v = head_term(agg, dot, log2_scale_, head_mass_.empty() ? 0.0f : head_mass_[hq]);
                 head_score = h == 0 ? v : combine_scores(agg, head_score, v);
             }
             if (!per_layer) {
-                out[int64_t(g) * stride + t] = head_score;
+                out[int64_t(g) * stride + t] = group_score(agg, head_score);
             } else {
                 token_score[t] = g == 0 ? head_score : combine_scores(agg, token_score[t], head_score);
             }
         }
     }
-    if (per_layer) std::copy(token_score, token_score + nb, out);
+    if (per_layer) {
+        for (int t = 0; t < nb; ++t) out[t] = group_score(agg, token_score[t]);
+    }
 }
 
 void score_copy::score(int64_t n, float * scores, int64_t stride, thread_pool & pool) {

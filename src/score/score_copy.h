@@ -30,8 +30,9 @@
 // "Algorithmic Simplification": ranking needs only the order). Per head, in f32:
 //     dot_h = (float(Σ q̂'·k̂) · s_q) · s_k,
 // aggregated exactly as host_scorer does (score_params: granularity layer → one score per token over all
-// query heads, kv_head → one per KV head over its query heads; sum or max; heads in order, then KV
-// heads in order; max propagates NaN).
+// query heads, kv_head → one per KV head over its query heads; sum, max or softmax — score/head_softmax.h,
+// with c = log2(e) · s.scale and the b_h given to prepare_query —; heads in order, then KV heads in
+// order; max propagates NaN).
 //
 // Error against the exact q·k, per head: |q'·k̃ − s_q s_k Σ q̂'k̂| ≤ Σ|q'| · e_k + s_q/2 · Σ|k̂| s_k,
 // e_k = s_k / 2 at 4 bits (each key element rounds to the nearest multiple of s_k) and s_k at 2 bits
@@ -88,7 +89,8 @@ int parse_score_copy(std::string_view name);
 
 class score_copy {
 public:
-    // s: the layer shape (n_head, n_head_kv, head_dim; s.scale is not used); p: granularity and aggregate
+    // s: the layer shape (n_head, n_head_kv, head_dim; s.scale: the softmax aggregate's, asserted > 0
+    // under it); p: granularity and aggregate
     // (p.key and p.query are ignored: the copy always scores its keys against an INT8 query); bits: 4 or
     // 2 (supports(head_dim, bits)); room for
     // n_seq sequences × n_layer layers × n_ctx positions, allocated here once (not zero-filled: pages are
@@ -122,6 +124,11 @@ public:
     // Score rows per call: 1 (layer granularity) or n_head_kv (kv_head).
     int n_group() const;
 
+    // Takes the granularity and aggregate of p (a policy set later than the copy was made): the stored
+    // copy does not depend on them. The next score needs a new prepare_query. Asserts: s.scale > 0 for
+    // softmax.
+    void set_params(const score_params & p);
+
     const attention_shape & shape() const { return shape_; }
     const score_params & params() const { return params_; }
     int bits() const { return bits_; }
@@ -142,8 +149,10 @@ public:
 
     // Before score() and score_row(): q f32 [n_head, head_dim], the decode query of (seq, il); copies
     // it (the caller may reuse q) scaled by the channel scales of (seq, il) as they are now, and
-    // quantizes it. A later write at p0 == 0 to (seq, il) needs a new prepare_query. Does not allocate.
-    void prepare_query(int seq, int il, const float * q);
+    // quantizes it. head_mass f32 [n_head]: under the softmax aggregate each head's b_h (host_scorer.h,
+    // head_log2_mass), copied; else ignored (may be null). A later write at p0 == 0 to (seq, il) needs a
+    // new prepare_query. Does not allocate. Asserts: head_mass != nullptr under softmax.
+    void prepare_query(int seq, int il, const float * q, const float * head_mass = nullptr);
 
     // scores[g · stride + t] for g in [0, n_group()), t in [0, n): the scores of positions [0, n) of the
     // prepared (seq, il). stride >= n when n_group() > 1. Positions are split into contiguous ranges
@@ -213,6 +222,8 @@ private:
     std::vector<int32_t> dots_;      // int32 [n_threads, dots_stride]: a block's dots [score_block, group]
     std::vector<uint8_t> row_keys_;  // u8 [n_head_kv, head_bytes_]: score_row's quantized key
     std::vector<float> row_scales_;  // f32 [n_head_kv]: its scales
+    std::vector<float> head_mass_;   // f32 [n_head]: b_h of the softmax aggregate (else empty)
+    float log2_scale_ = 0.0f;        // c = log2(e) · scale (softmax aggregate)
 };
 
 }  // namespace hill

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/fp16.h"
+#include "score/head_softmax.h"
 
 #ifdef __SYNTHESIS__
 #define HLS_CHECK(x)
@@ -106,19 +107,21 @@ void score_tokens_d(const kernel_config & c, const query_buffer & qb, const T * 
                 }
                 s_k = amax / q_max;
             }
+            const bool agg_max = c.aggregate_max && !c.aggregate_softmax;
             float head_score = 0.0f;
             for (int h = 0; h < group; ++h) {
                 const int hq = g * group + h;
-                const float d = float(dot_tree<D>(qb.q[hq], k)) * qb.scale[hq] * s_k;
-                head_score = h == 0 ? d : combine(c.aggregate_max, head_score, d);
+                const float dot = float(dot_tree<D>(qb.q[hq], k)) * qb.scale[hq] * s_k;
+                const float d = c.aggregate_softmax ? softmax_weight(dot, qb.log2_scale, qb.head_mass[hq]) : dot;
+                head_score = h == 0 ? d : combine(agg_max, head_score, d);
             }
             if (c.per_kv_head) {
-                out[t * c.n_head_kv + g] = head_score;
+                out[t * c.n_head_kv + g] = c.aggregate_softmax ? softmax_score(head_score) : head_score;
             } else {
-                token_score = g == 0 ? head_score : combine(c.aggregate_max, token_score, head_score);
+                token_score = g == 0 ? head_score : combine(agg_max, token_score, head_score);
             }
         }
-        if (!c.per_kv_head) out[t] = token_score;
+        if (!c.per_kv_head) out[t] = c.aggregate_softmax ? softmax_score(token_score) : token_score;
     }
 }
 
@@ -132,12 +135,16 @@ void dispatch(const kernel_config & c, const query_buffer & qb, const T * keys, 
 
 }  // namespace
 
-void load_query(const kernel_config & c, const int8_t * q, const float * scale, query_buffer & buf) {
+void load_query(const kernel_config & c, const int8_t * q, const float * scale, const float * head_mass,
+                float log2_scale, query_buffer & buf) {
     HLS_CHECK(c.n_head > 0 && c.n_head <= max_head && c.head_dim > 0 && c.head_dim <= max_head_dim);
+    HLS_CHECK(!c.aggregate_softmax || head_mass != nullptr);
     for (int h = 0; h < max_head; ++h) {
         for (int i = 0; i < max_head_dim; ++i) buf.q[h][i] = h < c.n_head && i < c.head_dim ? q[h * c.head_dim + i] : 0;
         buf.scale[h] = h < c.n_head ? scale[h] : 0.0f;
+        buf.head_mass[h] = h < c.n_head && c.aggregate_softmax ? head_mass[h] : 0.0f;
     }
+    buf.log2_scale = c.aggregate_softmax ? log2_scale : 0.0f;
 }
 
 void score_tokens(const kernel_config & c, const query_buffer & qb, const void * keys, int64_t row_stride,

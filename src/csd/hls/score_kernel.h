@@ -9,7 +9,10 @@
 // fully unrolled adder tree over the head dimension) scaled and aggregated exactly as the host
 // scorer's INT8-query path does (score/host_scorer.h):
 //     dot_h = float(Σ q̂_h·k̂) · s_q[h] · s_k,   head score = sum or max over the GQA group, in head
-//     order; token score = sum or max over KV heads in order (layer) or one per KV head (kv_head).
+//     order; token score = sum or max over KV heads in order (layer) or one per KV head (kv_head);
+// or, for the softmax aggregate, each dot_h first turned into its weight exp2(dot_h · c − b_h) and the
+// group's score the log2 of the weights' sum (score/head_softmax.h: the same +, −, ×, ÷ and floor as
+// the host, no exponential unit), c and b_h f32 [n_head] held on chip with the query.
 // The integer sums are exact and the float operations are the same ones in the same order, so the
 // scores are bit-identical to host_scorer's (tested).
 //
@@ -40,17 +43,23 @@ struct kernel_config {
     bool int4 = false;        // q_max 7 (else INT8: 127)
     bool aggregate_max = false;  // max over heads (else sum)
     bool per_kv_head = false;    // one score per KV head (else one per token)
+    bool aggregate_softmax = false;  // per-head softmax weights summed (overrides aggregate_max)
     int n_group() const { return per_kv_head ? n_head_kv : 1; }
 };
 
-// The on-chip query buffer (BRAM on the FPGA): the step's INT8 query and its per-head scales.
+// The on-chip query buffer (BRAM on the FPGA): the step's INT8 query, its per-head scales and, for the
+// softmax aggregate, the per-head normalizers b_h and c = log2(e) · scale.
 struct query_buffer {
     int8_t q[max_head][max_head_dim];  // int8 [max_head, max_head_dim]; zeros past head_dim
     float scale[max_head];             // f32 [max_head]
+    float head_mass[max_head];         // f32 [max_head]: b_h (softmax aggregate; else zeros)
+    float log2_scale;                  // c (softmax aggregate; else 0)
 };
 
-// Copies the query q̂ int8 [n_head, head_dim] and scales f32 [n_head] into buf (zero-padded).
-void load_query(const kernel_config & c, const int8_t * q, const float * scale, query_buffer & buf);
+// Copies the query q̂ int8 [n_head, head_dim] and scales f32 [n_head] into buf (zero-padded), and for the
+// softmax aggregate head_mass f32 [n_head] and log2_scale (head_mass may be null otherwise).
+void load_query(const kernel_config & c, const int8_t * q, const float * scale, const float * head_mass,
+                float log2_scale, query_buffer & buf);
 
 // Scores n_tokens keys: key row t at keys + t · row_stride elements (f16 bits or f32 per c.key_f32),
 // [n_head_kv, head_dim] each; out f32 [n_tokens, n_group]. Asserts the config is within the bounds.

@@ -3,7 +3,8 @@
 namespace hill::csd::hls {
 
 uint32_t top_flags(const kernel_config & c) {
-    return (c.key_f32 ? 1u : 0u) | (c.int4 ? 2u : 0u) | (c.aggregate_max ? 4u : 0u) | (c.per_kv_head ? 8u : 0u);
+    return (c.key_f32 ? 1u : 0u) | (c.int4 ? 2u : 0u) | (c.aggregate_max ? 4u : 0u) | (c.per_kv_head ? 8u : 0u) |
+           (c.aggregate_softmax ? 16u : 0u);
 }
 
 }  // namespace hill::csd::hls
@@ -37,5 +38,6 @@ extern "C" void hill_csd_score(const void * keys, int64_t row_stride, int64_t n_
     c.int4 = (flags & 2u) != 0;
     c.aggregate_max = (flags & 4u) != 0;
     c.per_kv_head = (flags & 8u) != 0;
+    c.aggregate_softmax = (flags & 16u) != 0;
     hill::csd::hls::score_tokens(c, local, keys, row_stride, n_tokens, scores);
 }

@@ -12,7 +12,7 @@ extern "C" {
 
 // Scores n_tokens key rows of row_stride elements (f16 bits, or f32 when key_f32) at `keys` against the
 // query in `qb`: scores f32 [n_tokens, n_group]. flags: bit 0 key_f32, bit 1 int4, bit 2 aggregate max,
-// bit 3 one score per KV head. Bounds as hill::csd::hls::score_tokens.
+// bit 3 one score per KV head, bit 4 softmax aggregate (overrides bit 2). Bounds as hill::csd::hls::score_tokens.
 void hill_csd_score(const void * keys, int64_t row_stride, int64_t n_tokens, const hill::csd::hls::query_buffer * qb,
                     int32_t n_head, int32_t n_head_kv, int32_t head_dim, uint32_t flags, float * scores);
 }
