@@ -45,7 +45,7 @@ cap_result measure_cap(const context & ctx, const std::string & which, double ca
     const cold_log_view log = ctx.logs()->log(0, 0);
     std::vector<int32_t> all(size_t(log.n_on_disk()));
     for (size_t t = 0; t < all.size(); ++t) all[t] = int32_t(t);
-    const csd::device_pass pass{0, log.page_tokens, log.groups, all};
+    const csd::device_pass pass{0, 0, log.page_tokens, log.groups, all};
     const int64_t t0 = time_us();
     for (int rep = 0; rep < 3; ++rep) {
         if (which == "link") {  // the link carries KV back: read passes of every cold token

@@ -164,7 +164,7 @@ calibrate_result run_calibration(const calibrate_params & p, thread_pool & pool)
     for (size_t t = 0; t < on_disk.size(); ++t) on_disk[t] = int32_t(t);
     r.f_s = timed(p.seconds, [&] {
         const uint64_t scored0 = dev->counters().tokens_scored;
-        dev->score_begin(csd::device_pass{0, log.page_tokens, log.groups, on_disk}, hs);
+        dev->score_begin(csd::device_pass{0, 0, log.page_tokens, log.groups, on_disk}, hs);
         while (dev->score_next() != nullptr) {
         }
         return double(dev->counters().tokens_scored - scored0) * double(key_row);
@@ -173,7 +173,7 @@ calibrate_result run_calibration(const calibrate_params & p, thread_pool & pool)
     // B_s: read passes of a fresh random α share of those tokens each.
     r.b_s = timed(p.seconds, [&] {
         const std::vector<int32_t> want = sample(int64_t(on_disk.size()), p.alpha, rng);
-        dev->read_begin(csd::device_pass{0, log.page_tokens, log.groups, want});
+        dev->read_begin(csd::device_pass{0, 0, log.page_tokens, log.groups, want});
         kv_batch b;
         int64_t got = 0;
         while (dev->read_next(b)) got += b.view.n_kv;
