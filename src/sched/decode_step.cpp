@@ -78,7 +78,8 @@ void decode_step::set_policy(const policy & pol, csd::storage_kind storage) {
     prep_->promo_v = aligned_buffer(rows * layout_.row_bytes());
     head_mass_.assign(size_t(shape_.n_head), 0.0f);
     sw_pos_.clear();
-    sw_pos_.reserve(size_t(std::max(0, p.n_sinks)) + size_t(std::max(0, p.n_window)));
+    sw_pos_.reserve(size_t(std::max(0, p.n_sinks)) + size_t(std::max(0, p.n_window)) + 1);
+    if (reader_ != nullptr && !sw_gather_) sw_gather_ = std::make_unique<cold_gather>(*reader_, layout_);
     sets_.assign(size_t(pol.n_group()), {});
     for (auto & s : sets_) s.reserve(size_t(cells_.n_ctx()));
     if (p.diag) {
@@ -334,20 +335,37 @@ const float * decode_step::sink_window_mass(int il, int b, const prepared & prep
     const auto [s_end, w_begin] = middle_of(n, p.n_sinks, p.n_window);
     sw_pos_.clear();
     for (int64_t t = 0; t < s_end; ++t) sw_pos_.push_back(int32_t(t));
-    for (int64_t t = w_begin; t < n - 1; ++t) sw_pos_.push_back(int32_t(t));  // the step's own token: below
+    for (int64_t t = w_begin; t < n; ++t) sw_pos_.push_back(int32_t(t));  // the step's own token last
     const cold_log_view log = logs_ != nullptr ? logs_->log(seq, il) : cold_log_view{};
     table_.clear();
-    table_.add(cells_, logs_ != nullptr ? &log : nullptr, seq, il, sw_pos_, false);
+    table_.add(cells_, logs_ != nullptr ? &log : nullptr, seq, il,
+               std::span<const int32_t>(sw_pos_.data(), sw_pos_.size() - 1), false);
     table_.add_hot(int32_t(n - 1), prep.layers[size_t(il)].slot[size_t(b)]);
+    // Their keys in position order wherever they live — hot, in an open tail, or (after a truncation
+    // moved the window back over evicted tokens) on disk — so that the sums, and so the scores, do not
+    // depend on the tiers.
+    const size_t rb = layout_.row_bytes();
+    sw_keys_.resize(sw_pos_.size() * rb);
+    const auto put = [&](int32_t t, const void * row) {
+        const auto at = size_t(std::lower_bound(sw_pos_.begin(), sw_pos_.end(), t) - sw_pos_.begin());
+        std::memcpy(sw_keys_.data() + at * rb, row, rb);
+    };
+    for (size_t j = 0; j < table_.hot_pos.size(); ++j) put(table_.hot_pos[j], hot_.k(il, uint32_t(table_.hot_slot[j])));
+    for (size_t j = 0; j < table_.open_pos.size(); ++j) put(table_.open_pos[j], log.open_k + size_t(table_.open_row[j]) * rb);
+    if (!table_.disk_pos.empty()) {
+        sw_gather_->begin(log.groups, table_.disk_pos, false);
+        kv_batch batch;
+        while (sw_gather_->next(batch)) {
+            for (int64_t j = 0; j < batch.view.n_kv; ++j) {
+                const int64_t r = batch.rows != nullptr ? batch.rows[j] : j;
+                put(batch.positions[j], static_cast<const uint8_t *>(batch.view.k) + size_t(r) * rb);
+            }
+        }
+    }
     const float * q = q_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim);
     std::fill(head_mass_.begin(), head_mass_.end(), -INFINITY);
-    kv_view hot = hot_.view(il);
-    hot.n_kv = int64_t(table_.hot_slot.size());
-    head_log2_mass(shape_, q, hot, table_.hot_slot.data(), head_mass_.data());
-    if (logs_ != nullptr && !table_.open_row.empty()) {
-        const kv_view open{layout_.type, log.open_k, log.open_v, int64_t(table_.open_row.size()), layout_.n_embd_kv};
-        head_log2_mass(shape_, q, open, table_.open_row.data(), head_mass_.data());
-    }
+    head_log2_mass(shape_, q, kv_view{layout_.type, sw_keys_.data(), nullptr, int64_t(sw_pos_.size()), layout_.n_embd_kv},
+                   nullptr, head_mass_.data());
     return head_mass_.data();
 }
 

@@ -128,8 +128,9 @@ private:
     // Hints the storage device with the batch's previous selections of layer il (csd::device::prefetch).
     void prefetch_layer(int il);
     // The softmax aggregate's per-head normalizers b_h of sequence b at layer il (score/head_softmax.h),
-    // into head_mass_: head_log2_mass over the sinks and the window in DRAM (hot slots, open tails; the
-    // step's own token included); nullptr under the other aggregates. Uses table_.
+    // into head_mass_: head_log2_mass over the sinks and the window (the step's own token included), in
+    // position order wherever they live; nullptr under the other aggregates. Uses table_. Errors: a
+    // failed read of a window token on disk (hill::error naming the page).
     const float * sink_window_mass(int il, int b, const prepared & prep);
     void gather_and_attend(int il, int b, prepared & prep);
     void measure(int il, int b);
@@ -177,6 +178,8 @@ private:
     std::vector<int32_t> rows_g_;                  // kv_head: one group's rows of a batch
     std::vector<int32_t> sw_pos_;                  // softmax aggregate: the sinks' and window's positions
     std::vector<float> head_mass_;                 // f32 [n_head]: their log2 mass per query head
+    std::vector<uint8_t> sw_keys_;                 // kv type [S + W, n_embd_kv]: their keys in position order
+    std::unique_ptr<cold_gather> sw_gather_;       // softmax: reads of window keys on disk (after a truncation)
 };
 
 }  // namespace hill
