@@ -42,7 +42,10 @@ placement_run run(const model & m, const std::vector<int32_t> & ids, const std::
             st.promotions};
 }
 
-TEST(placement_data, hkm_halves_the_cold_reads_of_fifo_without_ping_pong) {
+// hkm cuts the share of the attended tokens read from the cold tier: by half under the sum aggregate
+// (0.046 against 0.114 on these 4 windows), by 31% under softmax, the default (0.076 against 0.110),
+// whose selection moves more between steps (docs/policies.md).
+TEST(placement_data, hkm_cuts_the_cold_reads_of_fifo_without_ping_pong) {
     HILL_REQUIRE_DATA(path, "models/gguf/stories260K.gguf");
     HILL_REQUIRE_DATA(text_path, "text/tinystories/tinystories_validation_first1000.txt");
     const auto m = model::load(path);
@@ -58,7 +61,7 @@ TEST(placement_data, hkm_halves_the_cold_reads_of_fifo_without_ping_pong) {
                 "perplexity full %.4f, hillinfer %.4f\n", fifo.cold_share, hkm.cold_share, hkm.pingpong_rate,
                 static_cast<unsigned long long>(hkm.promotions), full.perplexity, hkm.perplexity);
     EXPECT_GT(fifo.cold_share, 0.02);
-    EXPECT_LE(hkm.cold_share, 0.5 * fifo.cold_share);
+    EXPECT_LE(hkm.cold_share, 0.75 * fifo.cold_share);
     EXPECT_LE(hkm.pingpong_rate, 0.05);
     EXPECT_GT(hkm.promotions, 0u);
     EXPECT_EQ(hkm.perplexity, fifo.perplexity) << "placement does not change what is attended";

@@ -36,7 +36,8 @@ planner::planner(const planner_params & p, double alpha, int64_t key_bytes, int6
 int64_t planner::capacity(int64_t n_tokens, int64_t hot_min, int64_t hot_max) {
     HILL_ASSERT(n_tokens >= 0 && hot_min >= 0 && hot_min <= hot_max);
     const auto want = int64_t(std::llround(double(n_tokens) * beta_ / (1.0 + beta_)));
-    const int64_t cap = std::clamp(want, hot_min, hot_max);
+    // Every token hot as planned: no cap below what the budget holds (room for the tokens to come).
+    const int64_t cap = want >= n_tokens ? hot_max : std::clamp(want, hot_min, hot_max);
     m0_bound_ = want > hot_max;
     n_hot_ = double(std::min(cap, n_tokens));
     n_cold_ = double(n_tokens) - n_hot_;
