@@ -8,7 +8,7 @@ set -euo pipefail
 pkgs=(g++ cmake ninja-build pkg-config libopenblas-dev libcli11-dev nlohmann-json3-dev libfmt-dev liburing-dev
       libxxhash-dev libpcre2-dev gnuplot-nox)
 if [[ "${1:-}" == "--test" ]]; then
-  pkgs+=(libgtest-dev python3-numpy clang libclang-rt-dev)
+  pkgs+=(libgtest-dev python3-numpy clang libclang-rt-dev lld)
 fi
 
 missing=()

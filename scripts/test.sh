@@ -6,10 +6,10 @@
 #   2. ASan+UBSan build of the unit-test executables (and the CLI they run): unit tests (every parser
 #      and bad-input path runs under the sanitizers; the unit tests run here, not in Release, to keep
 #      the whole script within CI's 25 minutes on 2 cores);
-#   3. TSan build: the threaded tests (thread pool, trace recorder, kernels, sessions, io queue, cold
+#   3. TSan build: the threaded tests, two at a time (thread pool, trace recorder, kernels, sessions, io queue, cold
 #      pool, KV cells, and logs, the scorers and the scoring copy, policies, the storage device
 #      emulator, batches of sequences, KV faults);
-#   4. libFuzzer: the GGUF and safetensors readers, $HILL_FUZZ_SECONDS seconds each (default 30), from
+#   4. libFuzzer: the GGUF and safetensors readers, $HILL_FUZZ_SECONDS seconds each (default 20), from
 #      their seed corpora.
 # Extra arguments go to the Release ctest run (e.g. -R golden).
 set -euo pipefail
@@ -29,13 +29,18 @@ ctest --test-dir build/asan -L unit --no-tests=error --output-on-failure -j "$jo
 cmake --preset tsan -DHILL_WERROR=ON > /dev/null
 tsan_tests=(test_core test_trace test_kernels test_session test_io_queue test_cold_pool test_kv_cells test_score test_score_copy test_policy test_csd test_batch test_kv_faults)
 cmake --build --preset tsan -j "$jobs" --target "${tsan_tests[@]}"
-for t in "${tsan_tests[@]}"; do build/tsan/tests/$t --gtest_brief=1; done
+# Two suites at a time (most are single-threaded for long stretches); each one's output is printed
+# whole when it ends, and the first failure stops the script.
+tsan_logs=$(mktemp -d)
+printf '%s\n' "${tsan_tests[@]}" | xargs -P 2 -I{} sh -c \
+  'if build/tsan/tests/{} --gtest_brief=1 > '"$tsan_logs"'/{}.log 2>&1; then cat '"$tsan_logs"'/{}.log; else cat '"$tsan_logs"'/{}.log; echo "{} FAILED under TSan"; exit 255; fi'
+rm -rf "$tsan_logs"
 
 cmake --preset fuzz > /dev/null
 cmake --build --preset fuzz -j "$jobs" --target fuzz_gguf fuzz_safetensors
 corpus=$(mktemp -d)
 trap 'rm -rf "$corpus"' EXIT
-fuzz_seconds="${HILL_FUZZ_SECONDS:-30}"
+fuzz_seconds="${HILL_FUZZ_SECONDS:-20}"
 mkdir "$corpus"/gguf "$corpus"/safetensors
 cp tests/fuzz/corpus/gguf/* "$corpus"/gguf/
 build/fuzz/tests/fuzz_gguf -max_total_time="$fuzz_seconds" -print_final_stats=1 "$corpus"/gguf 2>&1 | tail -n 12
