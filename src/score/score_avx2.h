@@ -40,6 +40,13 @@ void dots_u4_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, i
 // gets the one with 2u − 3 as 2 · dot − 3 · Σ_i q[h · n + i].
 void dots_u2_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out);
 
+// The softmax aggregate's weights of n <= 16 tokens for one query head (score/head_softmax.h): w[t] =
+// softmax_weight(float(mul · dots[t · stride] − offset) · q_scale · s_k[t · s_stride], c, b), the same
+// bits as that scalar expression (defined in softmax_avx2.cpp, built without FMA contraction; the
+// scalar reference is score_copy.cpp's).
+void softmax_weights(const int32_t * dots, int stride, int32_t mul, int32_t offset, float q_scale, const float * s_k,
+                     int s_stride, float c, float b, int n, float * w);
+
 // max_i |x[i]| over x[n] (f32 or f16 bits): +inf if some element is infinite and none NaN, NaN if
 // some element is NaN, else the exact maximum.
 float amax_f32(const uint8_t * x, int n);

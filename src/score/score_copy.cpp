@@ -281,6 +281,15 @@ score_copy::dots_fn score_copy::kernel() const {
     return avx2 ? score_avx2::dots_u4_i8 : dots_packed_scalar<nibble>;
 }
 
+// The scalar reference of score_avx2::softmax_weights (same contract).
+static void softmax_weights_scalar(const int32_t * dots, int stride, int32_t mul, int32_t offset, float q_scale,
+                                   const float * s_k, int s_stride, float c, float b, int n, float * w) {
+    for (int t = 0; t < n; ++t) {
+        const float dot = float(mul * dots[t * stride] - offset) * q_scale * s_k[t * s_stride];
+        w[t] = softmax_weight(dot, c, b);
+    }
+}
+
 void score_copy::score_tokens(dots_fn dots_of, const uint8_t * keys, const float * scales, int nb, int n_next,
                               int32_t * dots, float * out, int64_t stride) const {
     const int hd = shape_.head_dim, n_kv = shape_.n_head_kv, group = group_;
@@ -289,6 +298,9 @@ void score_copy::score_tokens(dots_fn dots_of, const uint8_t * keys, const float
     const score_aggregate agg = params_.aggregate;
     const uint8_t * k[score_block];
     float token_score[score_block];
+    const bool softmax = agg == score_aggregate::softmax;
+    const auto weights = kernel_mode_get() == kernel_mode::avx2 ? score_avx2::softmax_weights : softmax_weights_scalar;
+    float w[score_block], acc[score_block];
     for (int g = 0; g < n_kv; ++g) {
         const size_t h0 = size_t(g) * size_t(group);  // first query head of KV head g
         for (int t = 0; t < nb; ++t) k[t] = keys + size_t(t) * row_bytes_ + size_t(g) * head_bytes_;
@@ -297,6 +309,23 @@ void score_copy::score_tokens(dots_fn dots_of, const uint8_t * keys, const float
             for (size_t o = 0; o < head_bytes_; o += 64) __builtin_prefetch(next + o, 0, 3);
         }
         dots_of(q_i8_.data() + h0 * size_t(hd), group, k, nb, hd, dots);
+        if (softmax) {
+            // Head by head over the block's tokens (vectorized), summed in head order as below.
+            for (int h = 0; h < group; ++h) {
+                const size_t hq = h0 + size_t(h);
+                weights(dots + h, group, mul, q_offset_[hq], q_scale_[hq], scales + g, n_kv, log2_scale_,
+                        head_mass_.empty() ? 0.0f : head_mass_[hq], nb, w);
+                for (int t = 0; t < nb; ++t) acc[t] = h == 0 ? w[t] : acc[t] + w[t];
+            }
+            for (int t = 0; t < nb; ++t) {
+                if (!per_layer) {
+                    out[int64_t(g) * stride + t] = group_score(agg, acc[t]);
+                } else {
+                    token_score[t] = g == 0 ? acc[t] : token_score[t] + acc[t];
+                }
+            }
+            continue;
+        }
         for (int t = 0; t < nb; ++t) {
             const int32_t * d = dots + t * group;
             const float s_k = scales[size_t(t) * size_t(n_kv) + size_t(g)];

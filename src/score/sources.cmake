@@ -6,8 +6,11 @@ hill_add_library(hill_score
   score/score_avx2.cpp
   score/score_config.cpp
   score/score_copy.cpp
+  score/softmax_avx2.cpp
   score/selector.cpp
 )
 # Only this file is compiled for AVX2/FMA/F16C; it runs only when cpu_has_avx2() says so.
 set_source_files_properties(score/score_avx2.cpp PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
+# The softmax weights must equal the scalar code's bits: AVX2 without FMA, no contraction.
+set_source_files_properties(score/softmax_avx2.cpp PROPERTIES COMPILE_OPTIONS "-mavx2;-ffp-contract=off")
 target_link_libraries(hill_score PUBLIC hill_compute hill_core)
