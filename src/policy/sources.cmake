@@ -5,6 +5,7 @@ hill_add_library(hill_policy
   policy/hillinfer.cpp
   policy/placement.cpp
   policy/policy.cpp
+  policy/quest.cpp
   policy/registry.cpp
   policy/streaming.cpp
 )

@@ -31,7 +31,7 @@ struct decode_step::prepared {
 };
 
 decode_step::decode_step(const model & m, arch_forward & forward, kv_cells & cells, hot_arena & hot,
-                         cold_logs * logs, cold_reader * reader, score_copy * copy, csd::device & device,
+                         cold_logs * logs, cold_reader * reader, scoring_copy * copy, csd::device & device,
                          device_tier & dev, thread_pool & pool)
     : model_(m), forward_(forward), cells_(cells), hot_(hot), logs_(logs), reader_(reader), copy_(copy), device_(device),
       dev_(dev), pool_(pool), layout_(hot.layout()), n_seq_max_(cells.n_seq()), prep_(std::make_unique<prepared>()),
@@ -65,7 +65,7 @@ decode_step::~decode_step() = default;
 
 void decode_step::set_policy(const policy & pol, csd::storage_kind storage) {
     const policy_params & p = pol.params();
-    if (pol.uses_scores()) csd::check_scoring(storage, p.score);
+    if (pol.uses_scores() && pol.scores_from() == copy_kind::tier) csd::check_scoring(storage, p.score);
     policy_ = &pol;
     scorer_ = std::make_unique<host_scorer>(shape_, p.score, pool_.n_threads());
     HILL_ASSERT(scorer_->n_group() == pol.n_group() || !pol.uses_scores());
