@@ -6,12 +6,19 @@
 // over that set); diagnostics measure recall; bad parameters are usage errors. Quest: its page
 // selection against a brute-force statement of its rule; α = 1 gives dense logits; its selection,
 // and so its logits, do not depend on the tiers or the storage device; a context scores from the
-// copy it was made with.
+// copy it was made with. H2O: the attention logits of its second pass, its accumulated attention
+// (moving sums of the weights attention paid, summing to the heads per step), the heaviest hitters
+// selected (read from the hit table) against a brute-force top-k of those sums, the same logits over
+// any tiers.
 #include "core/error.h"
 #include "engine/session.h"
 #include "model/forward.h"
 #include "model/synthetic_model.h"
+#include "compute/attention.h"
+#include "compute/kernel_mode.h"
+#include "core/fp16.h"
 #include "policy/policies.h"
+#include "score/attention_totals.h"
 #include "score/selector.h"
 #include "test_util.h"
 
@@ -447,6 +454,122 @@ TEST_F(policy_test, a_policy_scoring_from_another_copy_needs_its_own_context) {
     EXPECT_NO_THROW(h->set_policy(policy_params{.name = "full"}));
 }
 
+TEST(h2o, attention_logits_equal_double_dots_in_both_kernel_modes) {
+    std::mt19937 rng(11);
+    const attention_shape s{8, 2, 16, 0.25f};
+    const int64_t n = 37;
+    const std::vector<float> q = test::random_floats(rng, size_t(s.n_head * s.head_dim));
+    std::vector<uint16_t> k(size_t(n) * 2 * 32);
+    for (auto & x : k) x = fp32_to_fp16(std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng));
+    std::vector<int32_t> rows(20);
+    for (auto & r : rows) r = int32_t(std::uniform_int_distribution<int64_t>(0, n - 1)(rng));
+    thread_pool pool(2);
+    const kernel_mode saved = kernel_mode_get();
+    for (const kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
+        if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+        kernel_mode_set(m);
+        std::vector<float> out(size_t(s.n_head) * 24, -1.0f);
+        attention_logits(s, q.data(), kv_view{ggml_type::f16, k.data(), k.data(), 20, 64}, rows.data(), out.data(), 24, pool);
+        for (int h = 0; h < s.n_head; ++h) {
+            for (int j = 0; j < 20; ++j) {
+                double d = 0.0;
+                for (int i = 0; i < 16; ++i) {
+                    d += double(q[size_t(h * 16 + i)]) * double(fp16_to_fp32(k[size_t(rows[size_t(j)] * 64 + (h / 4) * 16 + i)]));
+                }
+                EXPECT_NEAR(out[size_t(h * 24 + j)], d * 0.25, 1e-5) << "head " << h << " key " << j;
+            }
+            EXPECT_EQ(out[size_t(h * 24 + 20)], -1.0f);  // beyond n: untouched
+        }
+    }
+    kernel_mode_set(saved);
+}
+
+TEST(h2o, accumulated_attention_is_a_moving_sum_of_the_observed_weights) {
+    attention_totals a(2, 3, 10);
+    const std::vector<int32_t> pos = {1, 4, 9};
+    const std::vector<float> w1 = {8.0f, 1.0f, 0.5f}, w2 = {0.0f, 2.0f, 0.5f};
+    a.observe(1, 2, pos, w1.data());
+    a.observe(1, 2, pos, w2.data());
+    EXPECT_EQ(a.total(1, 2, 1), 7.0f);            // 8 − 1 + 0
+    EXPECT_EQ(a.total(1, 2, 4), 1.0f - 0.125f + 2.0f);
+    EXPECT_EQ(a.total(1, 2, 9), 0.5f - 0.0625f + 0.5f);
+    EXPECT_EQ(a.total(1, 1, 4), 0.0f);             // other layers and sequences untouched
+    EXPECT_EQ(a.total(0, 2, 4), 0.0f);
+    std::vector<float> sc(10, -1.0f);
+    thread_pool pool(1);
+    a.prepare_query(1, 2, nullptr, nullptr);
+    a.score(10, sc.data(), 10, pool);
+    EXPECT_EQ(sc[4], a.total(1, 2, 4));
+    a.write(1, 2, 4, 6, ggml_type::f16, nullptr, 0);  // positions written again start at 0
+    EXPECT_EQ(a.total(1, 2, 4), 0.0f);
+    EXPECT_EQ(a.total(1, 2, 9), 0.0f);
+    EXPECT_EQ(a.total(1, 2, 1), 7.0f);
+}
+
+// Each step attends a set S and its weights over S sum to one per head: with α = 1 (S = every token)
+// the sum of the accumulated attention goes from A to A − A/8 + n_head; and the logits equal dense.
+TEST_F(policy_test, h2o_weights_sum_to_the_heads_and_alpha_1_equals_dense) {
+    auto dense = make(policy_params{}, ggml_type::f16, 0);
+    auto h = make(policy_params{.name = "h2o", .alpha = 1.0}, ggml_type::f16, 50);
+    dense->eval(prompt);
+    h->eval(prompt);
+    const auto * totals = dynamic_cast<const attention_totals *>(h->ctx().scoring_copy());
+    ASSERT_NE(totals, nullptr);
+    const auto sum = [&](int il) {
+        double a = 0.0;
+        for (int64_t t = 0; t < h->n_past(); ++t) a += totals->total(0, il, t);
+        return a;
+    };
+    for (int step = 0; step < 5; ++step) {
+        const double before = sum(1);
+        const int32_t tok = 3 + step;
+        dense->eval(std::span<const int32_t>(&tok, 1));
+        h->eval(std::span<const int32_t>(&tok, 1));
+        for (int32_t i = 0; i < 300; ++i) ASSERT_EQ(dense->logits()[i], h->logits()[i]) << "step " << step;
+        EXPECT_NEAR(sum(1), before - before / 8 + 8.0, 1e-3 * (1.0 + before)) << "step " << step;  // 8 query heads
+    }
+}
+
+// The tokens h2o attends (read from the hit table: a selected token's hits climb) are the sinks, the
+// window and the ⌈α·N⌉ largest accumulated attentions before the step (f16-rounded as every score,
+// lower positions first among equals); the same logits all in RAM and mostly cold.
+TEST_F(policy_test, h2o_selects_the_heaviest_hitters_over_any_tiers) {
+    const policy_params p{.name = "h2o", .alpha = 0.1, .n_sinks = 4, .n_window = 16};
+    auto ram = make(p, ggml_type::f16, 0);
+    auto cold = make(p, ggml_type::f16, 50);
+    ram->eval(prompt);
+    cold->eval(prompt);
+    const auto * totals = dynamic_cast<const attention_totals *>(ram->ctx().scoring_copy());
+    ASSERT_NE(totals, nullptr);
+    const kv_cells & cells = ram->ctx().cells();
+    for (int step = 0; step < 6; ++step) {
+        const int64_t n = ram->n_past() + 1;
+        std::vector<std::vector<uint16_t>> hits(2);
+        std::vector<std::vector<int32_t>> want(2);
+        for (int il = 0; il < 2; ++il) {
+            for (int64_t t = 0; t < n - 1; ++t) hits[size_t(il)].push_back(cells.hits(0, il, t));
+            std::vector<std::pair<float, int32_t>> mid;
+            for (int64_t t = 4; t < n - 16; ++t) mid.emplace_back(round_score_f16(totals->total(0, il, t)), int32_t(t));
+            std::stable_sort(mid.begin(), mid.end(), [](const auto & a, const auto & b) { return a.first > b.first; });
+            for (int64_t i = 0; i < n_top_for(0.1, n); ++i) want[size_t(il)].push_back(mid[size_t(i)].second);
+            std::sort(want[size_t(il)].begin(), want[size_t(il)].end());
+        }
+        const int32_t tok = 11 + step;
+        ram->eval(std::span<const int32_t>(&tok, 1));
+        cold->eval(std::span<const int32_t>(&tok, 1));
+        for (int32_t i = 0; i < 300; ++i) ASSERT_EQ(ram->logits()[i], cold->logits()[i]) << "step " << step;
+        for (int il = 0; il < 2; ++il) {
+            std::vector<int32_t> got;
+            for (int64_t t = 4; t < n - 16; ++t) {
+                if (cells.hits(0, il, t) == kv_cells::hit_next(hits[size_t(il)][size_t(t)], true)) got.push_back(int32_t(t));
+            }
+            EXPECT_EQ(got, want[size_t(il)]) << "step " << step << " layer " << il;
+        }
+    }
+    EXPECT_GE(n_cold(*cold) * 4, cold->n_past() * 3);
+    EXPECT_GT(cold->ctx().decode_stats().layers[0].n_attended_disk, 0u);
+}
+
 TEST(policy_params_test, bad_parameters_are_usage_errors) {
     auto expect_usage = [](const policy_params & p, const char * what, int n_head_kv = 2) -> std::string {
         try {
@@ -474,15 +597,24 @@ TEST(policy_params_test, bad_parameters_are_usage_errors) {
     wide.score.granularity = select_granularity::kv_head;
     EXPECT_NO_THROW(validate(wide, 64));
     expect_usage(wide, "kv_head with 65 KV heads", 65);
+    policy_params h2o_wide{.name = "h2o"};
+    h2o_wide.score.granularity = select_granularity::kv_head;
+    try {
+        make_policy(h2o_wide, 2);
+        ADD_FAILURE() << "h2o took --select kv_head";
+    } catch (const error & e) {
+        EXPECT_EQ(e.code(), exit_code::usage);
+        EXPECT_NE(std::string(e.what()).find("one token set per layer"), std::string::npos) << e.what();
+    }
 
     expect_usage(policy_params{.name = "quest", .page_size = 0}, "page size 0");
-    EXPECT_EQ(policy_names(), "full, streaming, hillinfer, quest");
-    for (const char * pol : {"full", "streaming", "hillinfer", "quest"}) {
+    EXPECT_EQ(policy_names(), "full, streaming, hillinfer, quest, h2o");
+    for (const char * pol : {"full", "streaming", "hillinfer", "quest", "h2o"}) {
         EXPECT_EQ(make_policy(policy_params{.name = pol}, 2)->name(), pol);
     }
-    const std::string msg = expect_usage(policy_params{.name = "h2o"}, "h2o");
-    EXPECT_NE(msg.find("'h2o'"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("full, streaming, hillinfer, quest"), std::string::npos) << msg;
+    const std::string msg = expect_usage(policy_params{.name = "lru"}, "lru");
+    EXPECT_NE(msg.find("'lru'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("full, streaming, hillinfer, quest, h2o"), std::string::npos) << msg;
 
     EXPECT_EQ(parse_placement("fifo"), placement_kind::fifo);
     EXPECT_EQ(parse_placement("hkm"), placement_kind::hkm);

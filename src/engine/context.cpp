@@ -5,6 +5,7 @@
 #include "core/sys_info.h"
 #include "core/trace.h"
 #include "kv/page_table.h"
+#include "score/attention_totals.h"
 #include "score/page_bounds.h"
 #include "score/quant_copy.h"
 #include "score/selector.h"
@@ -13,6 +14,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 namespace hill {
 
@@ -68,7 +70,9 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
                    "window and the new token of each sequence stay hot; {} per token)", format_bytes(budget), hot_slots,
                    copy, int64_t(p.n_seq) * per_seq_min, seqs, pp.n_sinks, pp.n_window, format_bytes(per_slot));
     }
-    if (policy_->scores_from() == copy_kind::page_bounds) {
+    if (policy_->scores_from() == copy_kind::attention) {
+        copy_ = std::make_unique<attention_totals>(p.n_seq, hp.n_layer, p.n_ctx);
+    } else if (policy_->scores_from() == copy_kind::page_bounds) {
         copy_ = std::make_unique<page_bounds>(attn_shape(), pp.score, pp.page_size, p.n_seq, hp.n_layer, p.n_ctx,
                                               pool.n_threads());
     } else if (with_copy) {
@@ -133,9 +137,9 @@ int context::scoring_copy_bits(const hill::model & m, const context_params & p) 
 uint64_t context::scoring_copy_bytes(const hill::model & m, const context_params & p) {
     const hparams & hp = m.hp();
     const attention_shape s{hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f};
-    if (make_policy(p.policy, hp.n_head_kv)->scores_from() == copy_kind::page_bounds) {
-        return page_bounds::bytes_for(s, p.policy.page_size, p.n_seq, hp.n_layer, p.n_ctx);
-    }
+    const copy_kind kind = make_policy(p.policy, hp.n_head_kv)->scores_from();
+    if (kind == copy_kind::attention) return attention_totals::bytes_for(p.n_seq, hp.n_layer, p.n_ctx);
+    if (kind == copy_kind::page_bounds) return page_bounds::bytes_for(s, p.policy.page_size, p.n_seq, hp.n_layer, p.n_ctx);
     const int bits = scoring_copy_bits(m, p);
     return bits == 0 ? 0 : quant_copy::bytes_for(s, bits, p.n_seq, hp.n_layer, p.n_ctx);
 }
@@ -154,9 +158,11 @@ void context::set_policy(const policy_params & p) {
     // A copy is made with the context, from every key as it arrives: a policy that scores from another
     // kind of copy needs a context made for it (the prompt cache moves a prefill into one).
     if (policy_ != nullptr && next->uses_scores() && next->scores_from() != policy_->scores_from() &&
-        (copy_ != nullptr || next->scores_from() == copy_kind::page_bounds)) {
+        (copy_ != nullptr || next->scores_from() != copy_kind::tier)) {
+        const copy_kind k = next->scores_from();
         fail_usage("policy '{}' scores from {}, but this context was made for policy '{}'{}: make a new context for it",
-                   p.name, next->scores_from() == copy_kind::page_bounds ? "page bounds of the keys" : "the KV tiers",
+                   p.name, k == copy_kind::page_bounds ? "page bounds of the keys"
+                           : k == copy_kind::attention ? "the accumulated attention of its tokens" : "the KV tiers",
                    policy_->name(), copy_ != nullptr ? fmt::format(" and keeps {}", copy_->describe()) : std::string());
     }
     step_->set_policy(*next, params_.storage.kind);  // checks the storage device can score as the policy asks
@@ -388,7 +394,15 @@ void context::append_layer(int seq, int il, int64_t p0, int64_t n, const uint8_t
         logs_->prepare(seq, il, n, k, v, out.app);
         out.appended = true;
     }
-    if (copy_ != nullptr) copy_->write(seq, il, p0, n, layout_.type, k, layout_.n_embd_kv);
+    if (copy_ != nullptr) {
+        copy_->write(seq, il, p0, n, layout_.type, k, layout_.n_embd_kv);
+        if (copy_->wants_attention() && importance != nullptr) {
+            // The segment's tokens start from the attention the prompt's last queries paid them.
+            std::vector<int32_t> positions(static_cast<size_t>(n));
+            std::iota(positions.begin(), positions.end(), int32_t(p0));
+            copy_->observe(seq, il, positions, importance + p0);
+        }
+    }
     prefill_plan plan;
     policy_->place_prefill(prefill_place_input{il, seq, p0, p0 + n, cells_.get(), importance, cells_->n_hot_free(il),
                                                cells_->n_appending(std::array{std::pair{seq, p0 + n}})}, plan);

@@ -5,7 +5,7 @@
 //   place   which moves the hot pool makes: cold tokens to promote (they are read by this step's
 //           gather anyway) and hot tokens to evict; and, after a prefill, which tokens start hot.
 // Every policy runs in the same engine over the same tiers and storage devices, so comparisons are
-// side by side. One file per policy (full.cpp, streaming.cpp, hillinfer.cpp, quest.cpp) and one line in the
+// side by side. One file per policy (full.cpp, streaming.cpp, hillinfer.cpp, quest.cpp, h2o.cpp) and one line in the
 // registry (registry.cpp) make a new one.
 //
 // Placement rules shared by the policies (placement.h): `fifo` (the sinks and the most recent tokens
@@ -32,8 +32,10 @@ enum class placement_kind { by_policy, fifo, hkm };
 //   tier:        where the keys live — the host scores what is in DRAM, a computational storage
 //                device its cold pages — or, on a plain SSD, the quantized scoring copy in DRAM
 //                (score/quant_copy.h, --score-copy; off: the plain SSD reads the cold keys);
-//   page_bounds: per-page key bounds in DRAM (score/page_bounds.h, Quest), whatever the storage.
-enum class copy_kind { tier, page_bounds };
+//   page_bounds: per-page key bounds in DRAM (score/page_bounds.h, Quest), whatever the storage;
+//   attention:   the accumulated attention of every token (score/attention_totals.h, H2O), learned
+//                from the steps' attention weights.
+enum class copy_kind { tier, page_bounds, attention };
 std::string_view name(placement_kind k);
 // "fifo" or "hkm"; anything else is a usage error listing them.
 placement_kind parse_placement(std::string_view s);
@@ -141,8 +143,11 @@ public:
     // Placement (placement.h; a policy may refine it).
     virtual void place(const place_input & in, placement_plan & plan) const;
     virtual void place_prefill(const prefill_place_input & in, prefill_plan & plan) const;
-    // Whether place_prefill() reads prefill importance (the prefill measures it only then).
-    bool wants_prefill_importance() const { return placement_ == placement_kind::hkm; }
+    // Whether the prefill measures prefill importance: place_prefill() reads it (hkm), or the policy's
+    // scoring copy starts from it (h2o's accumulated attention).
+    bool wants_prefill_importance() const {
+        return placement_ == placement_kind::hkm || scores_from() == copy_kind::attention;
+    }
 
 protected:
     policy(const policy_params & p, int n_group, placement_kind default_placement);
@@ -159,7 +164,7 @@ void validate(const policy_params & p, int n_head_kv);
 // The policy named p.name (validated). n_head_kv: the model's KV heads (groups of kv_head granularity).
 std::unique_ptr<policy> make_policy(const policy_params & p, int n_head_kv);
 
-// The registered policy names, in registry order ("full, streaming, hillinfer, quest").
+// The registered policy names, in registry order ("full, streaming, hillinfer, quest, h2o").
 std::string policy_names();
 
 }  // namespace hill

@@ -19,6 +19,7 @@ constexpr policy_entry registry[] = {
     {"streaming", make_streaming_policy, true},
     {"hillinfer", make_hillinfer_policy, true},
     {"quest", make_quest_policy, true},
+    {"h2o", make_h2o_policy, true},
 };
 
 const policy_entry * find(std::string_view name) {

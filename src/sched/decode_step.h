@@ -137,6 +137,8 @@ private:
     void measure(int il, int b);
     void apply(prepared & prep);
     void discard(prepared & prep);
+    // The attention weights of the n tokens whose logits gather_and_attend left in logits_ (h2o).
+    void attention_weights(int64_t n, std::vector<float> & out);
 
     const model & model_;
     arch_forward & forward_;
@@ -161,6 +163,10 @@ private:
     std::vector<std::vector<int32_t>> prev_;       // diag: [n_seq, n_layer] the previous step's union
     std::unique_ptr<prepared> prep_;
     std::vector<std::vector<int32_t>> last_attended_;  // [n_seq, n_layer] each sequence's last step's union, ascending
+    std::vector<float> logits_;                    // f32 [n_head, n_ctx]: attention logits of the attended tokens (a
+                                                   // copy that learns from attention only)
+    std::vector<double> weight_acc_;               // f64 [n_ctx] scratch of attention_weights
+    std::vector<float> weight_exp_;                // f32 [n_ctx] scratch of attention_weights
 
     // The batch, for the step in flight.
     std::vector<int> seqs_;

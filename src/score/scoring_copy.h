@@ -7,7 +7,9 @@
 //                               hillinfer policy's copy on a plain SSD;
 //   page_bounds (page_bounds.h) per page of keys, the elementwise min and max (Quest, Tang et al.,
 //                               ICML 2024, §3): one upper bound of q·k per page, given to every token
-//                               of the page.
+//                               of the page;
+//   attention_totals (attention_totals.h) per token the attention it has been paid (H2O, Zhang et al.,
+//                               NeurIPS 2023): learned from the steps' attention, not from the query.
 //
 // A score is what the policy ranks tokens by (raw q·k or its bound: no softmax, no 1/√d), aggregated
 // over query heads per score_params (score/score_config.h) exactly as host_scorer does, so that a
@@ -18,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "core/ggml_type.h"
@@ -57,6 +60,12 @@ public:
     // prepared (seq, il). stride >= n when n_group() > 1. A token's score does not depend on the
     // thread count. Does not allocate.
     virtual void score(int64_t n, float * scores, int64_t stride, thread_pool & pool) = 0;
+
+    // Whether the copy learns from attention (observe()): then a decode step hands it the attention
+    // weights of the tokens it attended when it applies, and a prefill its tokens' prefill importance.
+    virtual bool wants_attention() const { return false; }
+    // weights[j]: the attention paid token positions[j] of (seq, il), summed over the query heads.
+    virtual void observe(int, int, std::span<const int32_t>, const float *) {}
 };
 
 }  // namespace hill

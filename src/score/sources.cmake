@@ -2,6 +2,7 @@
 # scoring copy and the selector.
 hill_add_library(hill_score
   score/attention_recall.cpp
+  score/attention_totals.cpp
   score/host_scorer.cpp
   score/page_bounds.cpp
   score/score_avx2.cpp
