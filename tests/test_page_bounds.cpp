@@ -1,7 +1,9 @@
 // Page bounds (score/page_bounds.h, Quest's scoring copy): a page's score bounds q·k of every key in the
 // page from above, per head; pages of one token score q·k itself; bounds round outwards to f16; a page
 // written again from its start forgets its old keys; a NaN key makes its page's score NaN and no other;
-// heads aggregate as score_params says.
+// heads aggregate as score_params says. Adaptive chunks (LeoAM): the candidates are the best chunks by
+// their merged bounds (a copy with pages of the chunk's size), refined page by page, the rest −inf;
+// the chunk size grows where important pages cluster and shrinks where they scatter.
 #include "core/fp16.h"
 #include "score/page_bounds.h"
 #include "test_util.h"
@@ -9,7 +11,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <random>
+
+#include "score/selector.h"
 
 namespace hill {
 namespace {
@@ -145,6 +150,91 @@ TEST(page_bounds, a_nan_key_makes_its_page_nan_and_heads_aggregate_as_asked) {
                 }
             }
         }
+    }
+}
+
+// A brute-force statement of one adaptive step: chunk scores from a pages-only copy whose pages are the
+// chunks (min/max commute with the outward f16 rounding, so its bounds are the merged ones), the best
+// chunks until they hold 2⌈α·n⌉ tokens, their pages' scores from a pages-only copy, −inf elsewhere.
+TEST(page_bounds, adaptive_chunks_refine_the_best_chunks_and_drop_the_rest) {
+    const uint32_t seed = test::fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    const int n_head = 4, n_kv = 2, hd = 16, page = 4;
+    const attention_shape s{n_head, n_kv, hd, 0.25f};
+    const score_params sp{.aggregate = score_aggregate::sum};
+    thread_pool pool(2);
+    for (int trial = 0; trial < 20; ++trial) {
+        const int64_t n = std::uniform_int_distribution<int64_t>(5, 300)(rng);
+        const double alpha = std::uniform_real_distribution<double>(0.02, 0.6)(rng);
+        const std::vector<uint16_t> k = random_keys(rng, n, n_kv, hd);
+        const std::vector<float> q = test::random_floats(rng, size_t(n_head * hd));
+        page_bounds adaptive(s, sp, page, 1, 1, 512, 2, page_chunking{.alpha = alpha, .max_pages = 8, .start_pages = 4});
+        adaptive.write(0, 0, 0, n, ggml_type::f16, k.data(), n_kv * hd);
+        const int c = adaptive.chunk_pages(0, 0);
+        ASSERT_EQ(c, 4);
+        adaptive.prepare_query(0, 0, q.data(), nullptr);
+        std::vector<float> got(static_cast<size_t>(n));
+        adaptive.score(n, got.data(), n, pool);
+        // The reference.
+        const auto scores_with = [&](int ps) {
+            page_bounds pb(s, sp, ps, 1, 1, 512, 2);
+            pb.write(0, 0, 0, n, ggml_type::f16, k.data(), n_kv * hd);
+            pb.prepare_query(0, 0, q.data(), nullptr);
+            std::vector<float> out(static_cast<size_t>(n));
+            pb.score(n, out.data(), n, pool);
+            return out;
+        };
+        const std::vector<float> chunk = scores_with(c * page), fine = scores_with(page);
+        const int64_t chunk_tokens = int64_t(c) * page, n_chunks = (n + chunk_tokens - 1) / chunk_tokens;
+        std::vector<std::pair<uint64_t, int64_t>> rank;
+        for (int64_t j = 0; j < n_chunks; ++j) rank.emplace_back(select_rank_key(chunk[size_t(j * chunk_tokens)], j), j);
+        std::sort(rank.begin(), rank.end(), [](const auto & a, const auto & b) { return a.first > b.first; });
+        const int64_t want = std::min<int64_t>(n, 2 * int64_t(std::ceil(alpha * double(n))));
+        std::vector<char> cand(size_t(n), 0);
+        int64_t held = 0;
+        for (size_t i = 0; i < rank.size() && held < want; ++i) {
+            const int64_t j = rank[i].second;
+            for (int64_t t = j * chunk_tokens; t < std::min(n, (j + 1) * chunk_tokens); ++t) cand[size_t(t)] = 1;
+            held += std::min(n, (j + 1) * chunk_tokens) - j * chunk_tokens;
+        }
+        for (int64_t t = 0; t < n; ++t) {
+            if (cand[size_t(t)] != 0) {
+                EXPECT_EQ(got[size_t(t)], fine[size_t(t)]) << "n " << n << " token " << t;
+            } else {
+                EXPECT_EQ(got[size_t(t)], -INFINITY) << "n " << n << " token " << t;
+            }
+        }
+    }
+}
+
+// Keys whose important pages form one run of 26: chunks grow to 8 pages; important pages one in eight
+// (runs of one): chunks shrink to single pages.
+TEST(page_bounds, adaptive_chunks_grow_over_deserts_and_shrink_over_scattered_pages) {
+    const int hd = 8, page = 4;
+    const int64_t n = 1024;
+    const attention_shape s{1, 1, hd, 0.25f};
+    thread_pool pool(1);
+    std::vector<float> q(hd, 0.0f);
+    q[0] = 1.0f;
+    for (const bool clustered : {true, false}) {
+        SCOPED_TRACE(clustered ? "clustered" : "scattered");
+        std::vector<float> k(size_t(n) * hd, 0.0f);
+        for (int64_t t = 0; t < n; ++t) {
+            const int64_t pg = t / page;
+            const bool hot = clustered ? (pg >= 100 && pg < 126) : pg % 8 == 3;
+            k[size_t(t * hd)] = hot ? 10.0f : -1.0f;
+            k[size_t(t * hd + 1)] = float(t % 7) * 0.01f;
+        }
+        page_bounds pb(s, score_params{.aggregate = score_aggregate::sum}, page, 1, 1, n, 1,
+                       page_chunking{.alpha = 0.1, .max_pages = 8, .start_pages = 2});
+        pb.write(0, 0, 0, n, ggml_type::f32, k.data(), hd);
+        std::vector<float> sc(static_cast<size_t>(n));
+        for (int step = 0; step < 4; ++step) {
+            pb.prepare_query(0, 0, q.data(), nullptr);
+            pb.score(n, sc.data(), n, pool);
+        }
+        EXPECT_EQ(pb.chunk_pages(0, 0), clustered ? 8 : 1);
     }
 }
 

@@ -383,11 +383,11 @@ TEST(quest_select, equals_a_brute_force_statement_of_the_rule) {
 }
 
 // α = 1: every page, so dense attention's logits bit for bit, all in RAM and mostly cold.
-TEST_F(policy_test, quest_selecting_everything_equals_dense_attention) {
-    for (int64_t budget : {0, 50}) {
-        SCOPED_TRACE("budget " + std::to_string(budget));
+TEST_F(policy_test, quest_and_leoam_selecting_everything_equal_dense_attention) {
+    for (const auto & [name, budget] : {std::pair{"quest", 0}, std::pair{"quest", 50}, std::pair{"leoam", 50}}) {
+        SCOPED_TRACE(std::string(name) + " budget " + std::to_string(budget));
         auto dense = make(policy_params{}, ggml_type::f16, 0);
-        auto quest = make(policy_params{.name = "quest", .alpha = 1.0}, ggml_type::f16, budget);
+        auto quest = make(policy_params{.name = name, .alpha = 1.0}, ggml_type::f16, budget);
         dense->eval(prompt);
         quest->eval(prompt);
         for (int step = 0; step < 6; ++step) {
@@ -397,15 +397,18 @@ TEST_F(policy_test, quest_selecting_everything_equals_dense_attention) {
             for (int32_t i = 0; i < 300; ++i) ASSERT_EQ(dense->logits()[i], quest->logits()[i]) << "step " << step;
         }
         ASSERT_NE(quest->ctx().scoring_copy(), nullptr);
-        EXPECT_NE(quest->ctx().scoring_copy()->describe().find("page bounds"), std::string::npos);
+        EXPECT_NE(quest->ctx().scoring_copy()->describe().find(std::string(name) == "quest" ? "page bounds" : "chunk bounds"),
+                  std::string::npos);
     }
 }
 
 // Page bounds score every token in DRAM, so the selection, and the logits, are the same whether the KV
 // is all in RAM or mostly cold, on the plain SSD or the emulator (which then only reads); the pages
 // attended are whole and hold at least ⌈α·N⌉ middle tokens.
-TEST_F(policy_test, quest_selects_the_same_pages_over_any_tiers_and_storage) {
-    const policy_params p{.name = "quest", .alpha = 0.2, .n_sinks = 4, .n_window = 16, .page_size = 8};
+TEST_F(policy_test, quest_and_leoam_select_the_same_pages_over_any_tiers_and_storage) {
+  for (const char * name : {"quest", "leoam"}) {
+    SCOPED_TRACE(name);
+    const policy_params p{.name = name, .alpha = 0.2, .n_sinks = 4, .n_window = 16, .page_size = 8};
     auto ram = make(p, ggml_type::f16, 0);
     auto plain = make(p, ggml_type::f16, 50);
     auto emu = make(p, ggml_type::f16, 50, csd::storage_kind::emulator);
@@ -431,6 +434,7 @@ TEST_F(policy_test, quest_selects_the_same_pages_over_any_tiers_and_storage) {
     for (int step = 0; step < 8; ++step) lo += 20 + uint64_t(n_top_for(0.2, int64_t(prompt.size()) + step + 1));
     EXPECT_GE(L.n_attended, lo);
     EXPECT_LE(L.n_attended, lo + 8 * 7);
+  }
 }
 
 TEST_F(policy_test, a_policy_scoring_from_another_copy_needs_its_own_context) {
@@ -608,13 +612,13 @@ TEST(policy_params_test, bad_parameters_are_usage_errors) {
     }
 
     expect_usage(policy_params{.name = "quest", .page_size = 0}, "page size 0");
-    EXPECT_EQ(policy_names(), "full, streaming, hillinfer, quest, h2o");
-    for (const char * pol : {"full", "streaming", "hillinfer", "quest", "h2o"}) {
+    EXPECT_EQ(policy_names(), "full, streaming, hillinfer, quest, h2o, leoam");
+    for (const char * pol : {"full", "streaming", "hillinfer", "quest", "h2o", "leoam"}) {
         EXPECT_EQ(make_policy(policy_params{.name = pol}, 2)->name(), pol);
     }
     const std::string msg = expect_usage(policy_params{.name = "lru"}, "lru");
     EXPECT_NE(msg.find("'lru'"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("full, streaming, hillinfer, quest, h2o"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("full, streaming, hillinfer, quest, h2o, leoam"), std::string::npos) << msg;
 
     EXPECT_EQ(parse_placement("fifo"), placement_kind::fifo);
     EXPECT_EQ(parse_placement("hkm"), placement_kind::hkm);

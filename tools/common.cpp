@@ -207,12 +207,12 @@ void policy_opts::add(CLI::App & app) {
     select = std::string(name(d.granularity));
     aggregate = std::string(name(d.aggregate));
     app.add_option("--policy", p.name, "decode attention: " + policy_names() + " (full: dense; streaming: sinks + "
-                   "window; hillinfer: those and the top alpha by score; quest: those and the top pages by key bounds; h2o: "
-                   "those and the heavy hitters by accumulated attention)")
+                   "window; hillinfer: those and the top alpha by score; quest: those and the top pages by key bounds; leoam: "
+                   "the same through adaptive chunks; h2o: those and the heavy hitters by accumulated attention)")
         ->capture_default_str();
-    app.add_option("--alpha", p.alpha, "hillinfer, quest, h2o: share of the cached tokens attended besides sinks and window, "
+    app.add_option("--alpha", p.alpha, "scoring policies: share of the cached tokens attended besides sinks and window, "
                    "in (0, 1]")->capture_default_str();
-    app.add_option("--page-size", p.page_size, "quest: tokens per page of key bounds")->capture_default_str();
+    app.add_option("--page-size", p.page_size, "quest, leoam: tokens per page of key bounds")->capture_default_str();
     app.add_option("--sinks", p.n_sinks, "first tokens always attended and kept in the hot pool")->capture_default_str();
     app.add_option("--window", p.n_window, "last tokens always attended and kept in the hot pool")->capture_default_str();
     app.add_option("--score-precision", key_precision, "hillinfer: keys cast to fp16, int8 or int4 for scoring")

@@ -72,9 +72,13 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
     }
     if (policy_->scores_from() == copy_kind::attention) {
         copy_ = std::make_unique<attention_totals>(p.n_seq, hp.n_layer, p.n_ctx);
-    } else if (policy_->scores_from() == copy_kind::page_bounds) {
+    } else if (policy_->scores_from() == copy_kind::page_bounds || policy_->scores_from() == copy_kind::chunk_bounds) {
+        // LeoAM's chunks: 1 to 8 pages, candidates sized from the policy's α.
+        const page_chunking chunks = policy_->scores_from() == copy_kind::chunk_bounds
+                                         ? page_chunking{.alpha = pp.alpha, .max_pages = 8}
+                                         : page_chunking{};
         copy_ = std::make_unique<page_bounds>(attn_shape(), pp.score, pp.page_size, p.n_seq, hp.n_layer, p.n_ctx,
-                                              pool.n_threads());
+                                              pool.n_threads(), chunks);
     } else if (with_copy) {
         copy_ = std::make_unique<quant_copy>(attn_shape(), pp.score, scoring_copy_bits(m, p), p.n_seq, hp.n_layer, p.n_ctx,
                                              pool.n_threads());
@@ -139,7 +143,9 @@ uint64_t context::scoring_copy_bytes(const hill::model & m, const context_params
     const attention_shape s{hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f};
     const copy_kind kind = make_policy(p.policy, hp.n_head_kv)->scores_from();
     if (kind == copy_kind::attention) return attention_totals::bytes_for(p.n_seq, hp.n_layer, p.n_ctx);
-    if (kind == copy_kind::page_bounds) return page_bounds::bytes_for(s, p.policy.page_size, p.n_seq, hp.n_layer, p.n_ctx);
+    if (kind == copy_kind::page_bounds || kind == copy_kind::chunk_bounds) {
+        return page_bounds::bytes_for(s, p.policy.page_size, p.n_seq, hp.n_layer, p.n_ctx);
+    }
     const int bits = scoring_copy_bits(m, p);
     return bits == 0 ? 0 : quant_copy::bytes_for(s, bits, p.n_seq, hp.n_layer, p.n_ctx);
 }
@@ -162,6 +168,7 @@ void context::set_policy(const policy_params & p) {
         const copy_kind k = next->scores_from();
         fail_usage("policy '{}' scores from {}, but this context was made for policy '{}'{}: make a new context for it",
                    p.name, k == copy_kind::page_bounds ? "page bounds of the keys"
+                           : k == copy_kind::chunk_bounds ? "chunk bounds of the keys"
                            : k == copy_kind::attention ? "the accumulated attention of its tokens" : "the KV tiers",
                    policy_->name(), copy_ != nullptr ? fmt::format(" and keeps {}", copy_->describe()) : std::string());
     }

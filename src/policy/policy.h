@@ -5,7 +5,7 @@
 //   place   which moves the hot pool makes: cold tokens to promote (they are read by this step's
 //           gather anyway) and hot tokens to evict; and, after a prefill, which tokens start hot.
 // Every policy runs in the same engine over the same tiers and storage devices, so comparisons are
-// side by side. One file per policy (full.cpp, streaming.cpp, hillinfer.cpp, quest.cpp, h2o.cpp) and one line in the
+// side by side. One file per policy (full.cpp, streaming.cpp, hillinfer.cpp, quest.cpp, h2o.cpp, leoam.cpp) and one line in the
 // registry (registry.cpp) make a new one.
 //
 // Placement rules shared by the policies (placement.h): `fifo` (the sinks and the most recent tokens
@@ -33,9 +33,10 @@ enum class placement_kind { by_policy, fifo, hkm };
 //                device its cold pages — or, on a plain SSD, the quantized scoring copy in DRAM
 //                (score/quant_copy.h, --score-copy; off: the plain SSD reads the cold keys);
 //   page_bounds: per-page key bounds in DRAM (score/page_bounds.h, Quest), whatever the storage;
+//   chunk_bounds: the same, scored over adaptive chunks of pages first (LeoAM);
 //   attention:   the accumulated attention of every token (score/attention_totals.h, H2O), learned
 //                from the steps' attention weights.
-enum class copy_kind { tier, page_bounds, attention };
+enum class copy_kind { tier, page_bounds, chunk_bounds, attention };
 std::string_view name(placement_kind k);
 // "fifo" or "hkm"; anything else is a usage error listing them.
 placement_kind parse_placement(std::string_view s);
@@ -51,7 +52,7 @@ struct policy_params {
     placement_kind placement = placement_kind::by_policy;  // by_policy: the policy's own default
     uint64_t migrate_bytes = 0; // promotions per decode step, in bytes of K and V (all layers, all sequences);
                                 // 0: a sixteenth of the hot pool
-    int32_t page_size = 16;     // tokens per page of a page-scoring policy (quest: Quest's default page)
+    int32_t page_size = 16;     // tokens per page of a page-scoring policy (quest, leoam; 16: Quest's default)
     bool diag = false;          // measure attention recall and selection overlap (slow: scores twice)
 };
 
@@ -164,7 +165,7 @@ void validate(const policy_params & p, int n_head_kv);
 // The policy named p.name (validated). n_head_kv: the model's KV heads (groups of kv_head granularity).
 std::unique_ptr<policy> make_policy(const policy_params & p, int n_head_kv);
 
-// The registered policy names, in registry order ("full, streaming, hillinfer, quest, h2o").
+// The registered policy names, in registry order ("full, streaming, hillinfer, quest, h2o, leoam").
 std::string policy_names();
 
 }  // namespace hill

@@ -20,6 +20,7 @@ constexpr policy_entry registry[] = {
     {"hillinfer", make_hillinfer_policy, true},
     {"quest", make_quest_policy, true},
     {"h2o", make_h2o_policy, true},
+    {"leoam", make_leoam_policy, true},
 };
 
 const policy_entry * find(std::string_view name) {
