@@ -218,7 +218,8 @@ void policy_opts::add(CLI::App & app) {
     app.add_option("--score-precision", key_precision, "hillinfer: keys cast to fp16, int8 or int4 for scoring")
         ->capture_default_str();
     query_opt = app.add_option("--query-precision", query_precision, "hillinfer: query in fp32 or int8 for scoring "
-                               "(default with --storage emulator: int8)")->capture_default_str();
+                               "(default with --storage emulator: int8, for the policies the device scores for)")
+                    ->capture_default_str();
     app.add_option("--select", select, "hillinfer, quest: one token set per layer, or per kv_head")->capture_default_str();
     app.add_option("--aggregate", aggregate,
                    "hillinfer, quest: how the query heads' scores make a token's: sum or max of "
@@ -236,7 +237,10 @@ policy_params policy_opts::resolve(csd::storage_kind storage) const {
     policy_params r = p;
     r.score.key = parse_score_precision(key_precision);
     r.score.query = parse_query_precision(query_precision);
-    if (storage == csd::storage_kind::emulator && query_opt->count() == 0) r.score.query = query_precision::int8;
+    // The device's integer kernel needs an int8 query: the default on the emulator, for the policies it scores for.
+    if (storage == csd::storage_kind::emulator && query_opt->count() == 0 && make_policy(r, 1)->scores_from() == copy_kind::tier) {
+        r.score.query = query_precision::int8;
+    }
     r.score.granularity = parse_select_granularity(select);
     r.score.aggregate = parse_score_aggregate(aggregate);
     if (!placement.empty()) r.placement = parse_placement(placement);
