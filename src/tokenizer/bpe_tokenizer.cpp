@@ -148,11 +148,19 @@ struct bpe_tokenizer::scratch {
         int32_t left_id, right_id;  // their ids when pushed: a changed id makes the entry stale
         int32_t merged;
     };
-    std::vector<pcre2_match_data *> match;
+    std::vector<pcre2_match_data *> match;  // [n_regex]
+    std::vector<std::string_view> words;    // pre-tokens of the current stretch
     std::vector<symbol> sym;
     std::vector<candidate> heap;
     std::string pieces;
 
+    void init(const std::vector<std::unique_ptr<regex>> & regexes) {
+        match.reserve(regexes.size());
+        for (const auto & re : regexes) {
+            match.push_back(pcre2_match_data_create_from_pattern(re->code, nullptr));
+            HILL_ASSERT(match.back() != nullptr);
+        }
+    }
     ~scratch() {
         for (pcre2_match_data * m : match) pcre2_match_data_free(m);
     }
@@ -271,8 +279,8 @@ bpe_tokenizer::bpe_tokenizer(bpe_config c)
         int err = 0;
         PCRE2_SIZE offset = 0;
         auto re = std::make_unique<regex>();
-        re->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(), PCRE2_UTF | PCRE2_UCP, &err, &offset,
-                                 nullptr);
+        re->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(),
+                                 PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &err, &offset, nullptr);
         if (re->code == nullptr) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(err, msg, sizeof msg);
@@ -317,11 +325,7 @@ std::vector<int32_t> bpe_tokenizer::encode_impl(std::string_view text, bool add_
     out.reserve(text.size() / 3 + 2);
     if (add_bos && vocab_.add_bos && vocab_.bos >= 0) out.push_back(vocab_.bos);
     scratch s;
-    s.match.reserve(regexes_.size());
-    for (const auto & re : regexes_) {
-        s.match.push_back(pcre2_match_data_create_from_pattern(re->code, nullptr));
-        HILL_ASSERT(s.match.back() != nullptr);
-    }
+    s.init(regexes_);
 
     // The stretch [p0, p1) of plain text before an added token (or the end).
     const auto plain = [&](size_t p0, size_t p1) {
@@ -371,6 +375,12 @@ std::vector<int32_t> bpe_tokenizer::encode_impl(std::string_view text, bool add_
 }
 
 void bpe_tokenizer::encode_stretch(std::string_view text, scratch & s, std::vector<int32_t> & out) const {
+    s.words.clear();
+    pre_tokenize_stretch(text, s);
+    for (const std::string_view w : s.words) encode_word(w, s, out);
+}
+
+void bpe_tokenizer::pre_tokenize_stretch(std::string_view text, scratch & s) const {
     size_t run = 0;  // start of the current valid UTF-8 run
     for (size_t i = 0; i < text.size();) {
         const size_t n = utf8_len(text, i);
@@ -378,16 +388,23 @@ void bpe_tokenizer::encode_stretch(std::string_view text, scratch & s, std::vect
             i += n;
             continue;
         }
-        if (i > run) split(text.substr(run, i - run), 0, s, out);
-        encode_word(text.substr(i, 1), s, out);
+        if (i > run) split(text.substr(run, i - run), 0, s);
+        s.words.push_back(text.substr(i, 1));
         run = ++i;
     }
-    if (text.size() > run) split(text.substr(run), 0, s, out);
+    if (text.size() > run) split(text.substr(run), 0, s);
 }
 
-void bpe_tokenizer::split(std::string_view text, size_t level, scratch & s, std::vector<int32_t> & out) const {
+std::vector<std::string> bpe_tokenizer::pre_tokenize(std::string_view text) const {
+    scratch s;
+    s.init(regexes_);
+    pre_tokenize_stretch(text, s);
+    return {s.words.begin(), s.words.end()};
+}
+
+void bpe_tokenizer::split(std::string_view text, size_t level, scratch & s) const {
     if (level == regexes_.size()) {
-        encode_word(text, s, out);
+        s.words.push_back(text);
         return;
     }
     pcre2_code * code = regexes_[level]->code;
@@ -406,16 +423,18 @@ void bpe_tokenizer::split(std::string_view text, size_t level, scratch & s, std:
         if (rc < 0) break;
         const PCRE2_SIZE * ov = pcre2_get_ovector_pointer(md);
         const size_t m0 = ov[0], m1 = ov[1];
-        if (m1 <= m0) {  // an empty match: move on one character, it joins the next gap
+        if (m1 <= m0) {  // an empty match cuts the text there, then the search moves on one character
             if (m0 >= text.size()) break;
+            if (m0 > done) split(text.substr(done, m0 - done), level + 1, s);
+            done = m0;
             search = m0 + std::max<size_t>(1, utf8_len(text, m0));
             continue;
         }
-        if (m0 > done) split(text.substr(done, m0 - done), level + 1, s, out);
-        split(text.substr(m0, m1 - m0), level + 1, s, out);
+        if (m0 > done) split(text.substr(done, m0 - done), level + 1, s);
+        split(text.substr(m0, m1 - m0), level + 1, s);
         done = search = m1;
     }
-    if (text.size() > done) split(text.substr(done), level + 1, s, out);
+    if (text.size() > done) split(text.substr(done), level + 1, s);
 }
 
 void bpe_tokenizer::encode_word(std::string_view word, scratch & s, std::vector<int32_t> & out) const {

@@ -1,4 +1,5 @@
-// Byte-level BPE as GPT-2 defined it and GPT-2, OPT, Qwen2/3 and Llama-3 use it.
+// Byte-level BPE as GPT-2 defined it and GPT-2, OPT, Qwen2/3, Llama-3, DeepSeek, Mistral's tekken
+// and the other models of bpe_pre_tokenizer.h use it.
 //
 // Sources: Radford et al., "Language Models are Unsupervised Multitask Learners" (2019), §2.2, and
 // OpenAI's GPT-2 release (encoder.json + vocab.bpe, the byte-to-unicode table, the pre-tokenizer
@@ -15,8 +16,11 @@
 //     ' ' is prepended to its first stretch (HF prepends one to every stretch between added
 //     tokens; no vocabulary supported here sets add_prefix_space).
 //  3. Each remaining stretch is split into pre-tokens by the regexes in order (PCRE2, UTF + UCP:
-//     \p{L}, \p{N}, \s are Unicode classes); every match and every unmatched gap is a pre-token
-//     (HF Split behaviour "Isolated"). With several regexes, each splits the pieces of the previous.
+//     \p{L}, \p{N}, \s are Unicode classes; DOLLAR_ENDONLY: `$` is the end of the piece only, as
+//     in Rust's regex and std::regex); every match and every unmatched gap is a pre-token (HF Split
+//     behaviour "Isolated"), and an empty match cuts the text where it matches (SuperBPE's
+//     lookahead-only pattern, as in HF and llama.cpp). With several regexes, each splits the pieces
+//     of the previous.
 //  4. Each pre-token's bytes become their byte tokens (the vocab pieces of GPT-2's byte-to-unicode
 //     table: printable Latin-1 bytes map to themselves, the other 68 bytes to U+0100..U+0143).
 //     With ignore_merges (Llama-3) a pre-token that is itself a vocab piece is emitted whole.
@@ -117,6 +121,10 @@ public:
     std::string decode(const std::vector<int32_t> & ids) const override;
     const hill::vocab & vocab() const override { return vocab_; }
 
+    // The pre-tokens of `text` (step 3 above: the regexes, invalid UTF-8 bytes on their own) as
+    // plain bytes, without added-token matching or a space prefix; their concatenation is `text`.
+    std::vector<std::string> pre_tokenize(std::string_view text) const;
+
     const std::vector<std::string> & patterns() const { return patterns_; }
     bool ignore_merges() const { return ignore_merges_; }
     int32_t n_merges() const { return n_merges_; }
@@ -133,7 +141,10 @@ private:
 
     std::vector<int32_t> encode_impl(std::string_view text, bool add_bos, bool parse_special) const;
     void encode_stretch(std::string_view text, scratch & s, std::vector<int32_t> & out) const;
-    void split(std::string_view text, size_t level, scratch & s, std::vector<int32_t> & out) const;
+    // Appends the pre-tokens of `text` (step 3, invalid UTF-8 bytes on their own) to s.words.
+    void pre_tokenize_stretch(std::string_view text, scratch & s) const;
+    // Appends the pre-tokens of valid UTF-8 `text` under regexes_[level..] to s.words.
+    void split(std::string_view text, size_t level, scratch & s) const;
     void encode_word(std::string_view word, scratch & s, std::vector<int32_t> & out) const;
     int32_t find_piece(std::string_view piece) const;  // normal piece id, -1 if none
     // Merge of the pair (left, right): rank in the high 32 bits, merged id in the low; -1: none.

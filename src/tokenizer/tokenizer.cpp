@@ -12,6 +12,7 @@
 #include "core/mapped_file.h"
 #include "format/gguf_file.h"
 #include "format/json_file.h"
+#include "tokenizer/bpe_pre_tokenizer.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/pieces.h"
 #include "tokenizer/spm_tokenizer.h"
@@ -35,39 +36,23 @@ int32_t gguf_token_id(const gguf_file & gguf, const std::string & key, int32_t d
     return int32_t(*v);
 }
 
-// The pre-tokenizer llama.cpp's `tokenizer.ggml.pre` names: regex, ignore_merges, default add_bos.
-struct gguf_pre {
-    const char * name;
-    const char * pattern;
-    bool ignore_merges;
-    bool add_bos;
-};
-constexpr gguf_pre k_gguf_pres[] = {
-    {"gpt-2", k_bpe_pattern_gpt2, false, false},    // GPT-2, OPT
-    {"default", k_bpe_pattern_gpt2, false, false},  // llama.cpp's name when the converter knew none
-    {"qwen2", k_bpe_pattern_qwen2, false, false},   // Qwen2, Qwen2.5, Qwen3
-    {"deepseek-r1-qwen", k_bpe_pattern_qwen2, false, false},
-    {"llama3", k_bpe_pattern_llama3, true, true},     // Llama-3, 3.1, 3.2
-    {"llama-bpe", k_bpe_pattern_llama3, true, true},  // the name llama.cpp's converter writes for Llama-3
-};
-
 std::unique_ptr<tokenizer> load_gguf_bpe(const gguf_file & gguf, vocab v) {
     const std::string & file = gguf.name();
     bpe_config c;
     c.source = file;
     c.merges_field = "tokenizer.ggml.merges";
     const std::string pre = gguf.get_string("tokenizer.ggml.pre").value_or("default");
-    const gguf_pre * p = nullptr;
-    for (const gguf_pre & q : k_gguf_pres) {
-        if (pre == q.name) p = &q;
-    }
+    const bpe_pre_tokenizer * p = find_bpe_pre_tokenizer(pre);
     if (p == nullptr) {
         std::string names;
-        for (const gguf_pre & q : k_gguf_pres) names += fmt::format("{}'{}'", names.empty() ? "" : ", ", q.name);
-        fail_input("'{}': tokenizer.ggml.pre = '{}' is not supported for tokenizer.ggml.model 'gpt2' (supported: {})",
-                   file, pre, names);
+        for (const bpe_pre_tokenizer & q : bpe_pre_tokenizers()) {
+            if (q.unsupported == nullptr) names += fmt::format("{}'{}'", names.empty() ? "" : ", ", q.name);
+        }
+        fail_input("'{}': tokenizer.ggml.pre = '{}' is not a pre-tokenizer llama.cpp knows (supported: {})", file, pre,
+                   names);
     }
-    c.patterns = {p->pattern};
+    if (p->unsupported != nullptr) fail_input("'{}': tokenizer.ggml.pre = '{}': {}", file, pre, p->unsupported);
+    c.patterns.assign(p->patterns.begin(), p->patterns.end());
     c.ignore_merges = p->ignore_merges;
 
     std::optional<std::vector<std::string>> merges = gguf.get_string_array("tokenizer.ggml.merges");
@@ -96,7 +81,7 @@ std::unique_ptr<tokenizer> load_gguf_bpe(const gguf_file & gguf, vocab v) {
         }
         return std::nullopt;
     }();
-    v.bos = gguf_token_id(gguf, "tokenizer.ggml.bos_token_id", eot.value_or(-1), n_vocab);
+    v.bos = gguf_token_id(gguf, "tokenizer.ggml.bos_token_id", p->bos_none ? -1 : eot.value_or(-1), n_vocab);
     v.eos = gguf_token_id(gguf, "tokenizer.ggml.eos_token_id", eot.value_or(-1), n_vocab);
     v.unk = gguf_token_id(gguf, "tokenizer.ggml.unknown_token_id", -1, n_vocab);
     v.add_bos = gguf.get_bool("tokenizer.ggml.add_bos_token").value_or(p->add_bos);

@@ -1,0 +1,468 @@
+// Unit tests of the GGUF pre-tokenizer table (tokenizer/bpe_pre_tokenizer.h): every
+// `tokenizer.ggml.pre` name llama.cpp knows loads from a GGUF file with its regexes and flags, and
+// splits a tricky text (whitespace runs, apostrophes in both cases, a digit run, precomposed and
+// combining accents, CR LF and LF, CJK and kana, an emoji, punctuation) the way its regexes say.
+// The expected splits were worked out from the patterns by hand and agree with Python's `regex`
+// module (an independent engine) running the same patterns.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "format/gguf_file.h"
+#include "format/gguf_writer.h"
+#include "test_util.h"
+#include "tokenizer/bpe_pre_tokenizer.h"
+#include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace hill {
+namespace {
+
+using strs = std::vector<std::string>;
+using ids_t = std::vector<int32_t>;
+
+#define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << (msg)
+
+// "Hi  y'all, WE'RE 1234567 café née\r\n\n你好こん 🦙!!  x  ", the first é precomposed (U+00E9), the
+// second an e with a combining acute (U+0301).
+const std::string k_text =
+    "Hi  y'all, WE'RE 1234567 caf\u00e9 ne\u0301e\r\n\n\u4f60\u597d\u3053\u3093 \U0001F999!!  x  ";
+
+// A tokenizer of the 256 byte pieces (no merges) with the patterns of pre-tokenizer `name`.
+bpe_tokenizer bytes_only(std::string_view name) {
+    const bpe_pre_tokenizer * p = find_bpe_pre_tokenizer(name);
+    EXPECT_NE(p, nullptr) << name;
+    bpe_config c;
+    c.source = std::string(name);
+    for (int b = 0; b < 256; ++b) c.vocab.pieces.push_back(bpe_byte_to_piece(uint8_t(b)));
+    c.vocab.kinds.assign(c.vocab.pieces.size(), token_kind::normal);
+    if (p != nullptr) c.patterns.assign(p->patterns.begin(), p->patterns.end());
+    return bpe_tokenizer(std::move(c));
+}
+
+TEST(bpe_pre_tokenizer, table) {
+    // llama.cpp's names (commit 00ad355e, llama-vocab.cpp), each once.
+    std::set<std::string_view> names;
+    size_t n_refused = 0;
+    for (const bpe_pre_tokenizer & p : bpe_pre_tokenizers()) {
+        EXPECT_TRUE(names.insert(p.name).second) << p.name;
+        if (p.unsupported != nullptr) {
+            ++n_refused;
+            EXPECT_TRUE(p.patterns.empty()) << p.name;
+        } else {
+            EXPECT_FALSE(p.patterns.empty()) << p.name;
+        }
+    }
+    EXPECT_EQ(names.size(), 90u);
+    EXPECT_EQ(n_refused, 4u);  // gemma4, granite-embed-multi-311m, sarvam-moe, whitespace
+    for (const char * name : {"default",        "gpt-2",       "llama3", "llama-bpe", "qwen2",       "deepseek-llm",
+                              "deepseek-coder", "deepseek-v3", "falcon", "mpt",       "starcoder",   "gpt-4o",
+                              "command-r",      "olmo",        "smollm", "tekken",    "chatglm-bpe", "glm4",
+                              "kimi-k2",        "superbpe",    "afmoe",  "qwen35"}) {
+        EXPECT_NE(find_bpe_pre_tokenizer(name), nullptr) << name;
+    }
+    EXPECT_EQ(find_bpe_pre_tokenizer("chatglm-4"), nullptr);  // the converter writes chatglm-bpe / glm4
+    EXPECT_EQ(find_bpe_pre_tokenizer(""), nullptr);
+
+    // Names that share a pre-type share its patterns.
+    EXPECT_EQ(find_bpe_pre_tokenizer("olmo")->patterns.data(), find_bpe_pre_tokenizer("gpt-2")->patterns.data());
+    EXPECT_EQ(find_bpe_pre_tokenizer("command-r")->patterns.data(),
+              find_bpe_pre_tokenizer("starcoder")->patterns.data());
+    EXPECT_EQ(find_bpe_pre_tokenizer("hunyuan-dense")->patterns.data(),
+              find_bpe_pre_tokenizer("deepseek-v3")->patterns.data());
+}
+
+TEST(bpe_pre_tokenizer, every_pattern_compiles_and_splits_losslessly) {
+    for (const bpe_pre_tokenizer & p : bpe_pre_tokenizers()) {
+        if (p.unsupported != nullptr) continue;
+        const bpe_tokenizer t = bytes_only(p.name);
+        const strs words = t.pre_tokenize(k_text);
+        std::string joined;
+        for (const std::string & w : words) {
+            EXPECT_FALSE(w.empty()) << p.name;
+            joined += w;
+        }
+        EXPECT_EQ(joined, k_text) << p.name;
+        EXPECT_EQ(t.decode(t.encode(k_text, false)), k_text) << p.name;
+    }
+}
+
+TEST(bpe_pre_tokenizer, splits_the_tricky_text) {
+    struct case_t {
+        const char * name;
+        strs expected;
+    };
+    const std::vector<case_t> cases = {
+        // GPT-2: lowercase contractions only, digits in one run with their space, the combining
+        // accent on its own (not a letter), "\s+(?!\S)" leaving the last space to " x".
+        {"gpt-2",
+         {"Hi",
+          " ",
+          " y",
+          "'",
+          "all",
+          ",",
+          " WE",
+          "'",
+          "RE",
+          " 1234567",
+          " caf\u00e9",
+          " ne",
+          "\u0301",
+          "e",
+          "\r\n",
+          "\n",
+          "\u4f60\u597d\u3053\u3093",
+          " \U0001F999!!",
+          " ",
+          " x",
+          "  "}},
+        // llama.cpp's default: punctuation runs first, then GPT-2's, digit runs, then threes.
+        {"default",
+         {"Hi",          " ",   " y", "'",          "all", ",",      " WE", "'",    "RE", " ",
+          "123",         "456", "7",  " caf\u00e9", " ne", "\u0301", "e",   "\r\n", "\n", "\u4f60\u597d\u3053\u3093",
+          " \U0001F999", "!!",  " ",  " x",         "  "}},
+        {"falcon",
+         {"Hi",          " ",   " y", "'",          "all", ",",      " WE", "'",    "RE", " ",
+          "123",         "456", "7",  " caf\u00e9", " ne", "\u0301", "e",   "\r\n", "\n", "\u4f60\u597d\u3053\u3093",
+          " \U0001F999", "!!",  " ",  " x",         "  "}},
+        // StarCoder family: digits one by one before GPT-2's pattern.
+        {"starcoder",
+         {"Hi",
+          " ",
+          " y",
+          "'",
+          "all",
+          ",",
+          " WE",
+          "'",
+          "RE",
+          " ",
+          "1",
+          "2",
+          "3",
+          "4",
+          "5",
+          "6",
+          "7",
+          " caf\u00e9",
+          " ne",
+          "\u0301",
+          "e",
+          "\r\n",
+          "\n",
+          "\u4f60\u597d\u3053\u3093",
+          " \U0001F999!!",
+          " ",
+          " x",
+          "  "}},
+        // Llama-3: any-case contractions, a non-letter glued before letters, digits in threes,
+        // "\s*[\r\n]+" taking both line ends.
+        {"llama3",
+         {"Hi",
+          " ",
+          " y",
+          "'all",
+          ",",
+          " WE",
+          "'RE",
+          " ",
+          "123",
+          "456",
+          "7",
+          " caf\u00e9",
+          " ne",
+          "\u0301e",
+          "\r\n\n",
+          "\u4f60\u597d\u3053\u3093",
+          " \U0001F999!!",
+          " ",
+          " x",
+          "  "}},
+        {"qwen2",
+         {"Hi",
+          " ",
+          " y",
+          "'all",
+          ",",
+          " WE",
+          "'RE",
+          " ",
+          "1",
+          "2",
+          "3",
+          "4",
+          "5",
+          "6",
+          "7",
+          " caf\u00e9",
+          " ne",
+          "\u0301e",
+          "\r\n\n",
+          "\u4f60\u597d\u3053\u3093",
+          " \U0001F999!!",
+          " ",
+          " x",
+          "  "}},
+        // Qwen3.5: combining marks count as letters.
+        {"qwen35",
+         {"Hi",
+          " ",
+          " y",
+          "'all",
+          ",",
+          " WE",
+          "'RE",
+          " ",
+          "1",
+          "2",
+          "3",
+          "4",
+          "5",
+          "6",
+          "7",
+          " caf\u00e9",
+          " ne\u0301e",
+          "\r\n\n",
+          "\u4f60\u597d\u3053\u3093",
+          " \U0001F999!!",
+          " ",
+          " x",
+          "  "}},
+        // DeepSeek LLM: line ends one by one; "[!-/:-~...]" (which holds the ASCII letters) cuts
+        // "caf" from a non-ASCII letter; digit runs whole; CJK and kana by range.
+        {"deepseek-llm",
+         {"Hi",          " ",    " y",     "'",   "all",    ",", " WE", "'",  "RE", " ",
+          "1234567",     " caf", "\u00e9", " ne", "\u0301", "e", "\r",  "\n", "\n", "\u4f60\u597d\u3053\u3093",
+          " \U0001F999", "!!",   " ",      " x",  "  "}},
+        {"deepseek-coder", {"Hi",          " ",   " y",         "'",   "all",
+                            ",",           " WE", "'",          "RE",  " ",
+                            "1",           "2",   "3",          "4",   "5",
+                            "6",           "7",   " caf\u00e9", " ne", "\u0301",
+                            "e",           "\r",  "\n",         "\n",  "\u4f60\u597d\u3053\u3093",
+                            " \U0001F999", "!!",  " ",          " x",  "  "}},
+        // DeepSeek V3: digits in threes first, an ASCII punctuation glued to ASCII letters, marks
+        // inside words.
+        {"deepseek-v3",
+         {"Hi", " ", " y", "'all", ",", " WE", "'RE", " ", "123", "456", "7", " caf\u00e9", " ne\u0301e", "\r\n\n",
+          "\u4f60\u597d\u3053\u3093", " \U0001F999!!", " ", " x", "  "}},
+        // GPT-4o: an uppercase run may take a contraction ("WE'RE"); a lowercase word cannot take
+        // "'all" (not a contraction).
+        {"gpt-4o",
+         {"Hi", " ", " y", "'all", ",", " WE'RE", " ", "123", "456", "7", " caf\u00e9", " ne\u0301e", "\r\n\n",
+          "\u4f60\u597d\u3053\u3093", " \U0001F999!!", " ", " x", "  "}},
+        {"tekken",
+         {"Hi",
+          " ",
+          " y",
+          "'all",
+          ",",
+          " WE",
+          "'RE",
+          " ",
+          "1",
+          "2",
+          "3",
+          "4",
+          "5",
+          "6",
+          "7",
+          " caf\u00e9",
+          " ne\u0301e",
+          "\r\n\n",
+          "\u4f60\u597d\u3053\u3093",
+          " \U0001F999!!",
+          " ",
+          " x",
+          "  "}},
+        // Kimi K2: Han runs apart from the kana after them.
+        {"kimi-k2",
+         {"Hi", " ", " y", "'all", ",", " WE'RE", " ", "123", "456", "7", " caf\u00e9", " ne\u0301e", "\r\n\n",
+          "\u4f60\u597d", "\u3053\u3093", " \U0001F999!!", " ", " x", "  "}},
+        // Digits in threes from the right: Tiny Aya (a lookahead), AFMoE (llama.cpp's hand-written
+        // split), SuperBPE (an empty-match lookahead; other text stays in long pieces).
+        {"tiny_aya",
+         {"Hi", " ", " y", "'all", ",", " WE'RE", " ", "1", "234", "567", " caf\u00e9", " ne\u0301e", "\r\n\n",
+          "\u4f60\u597d\u3053\u3093", " \U0001F999!!", " ", " x", "  "}},
+        {"afmoe",
+         {"Hi", " ", " y", "'all", ",", " WE", "'RE", " ", "1", "234", "567", " caf\u00e9", " ne\u0301e", "\r\n\n",
+          "\u4f60\u597d\u3053\u3093", " \U0001F999!!", " ", " x", "  "}},
+        {"superbpe",
+         {"Hi  y'all, WE'RE ", "1", "234", "567",
+          " caf\u00e9 ne\u0301e\r\n\n\u4f60\u597d\u3053\u3093 \U0001F999!!  x  "}},
+        // Poro/BLOOM: anything but whitespace and sentence punctuation, with one leading space.
+        {"poro-chat",
+         {"Hi", " ", " y'all", ",", " WE'RE", " 1234567", " caf\u00e9", " ne\u0301e", "\r\n\n",
+          "\u4f60\u597d\u3053\u3093", " \U0001F999", "!! ", " x", "  "}},
+        // Chameleon: double spaces, digits and punctuation isolated before GPT-2's pattern.
+        {"chameleon", {"Hi",          "  ",  "y",          "'",   "all",
+                       ",",           " WE", "'",          "RE",  " ",
+                       "1",           "2",   "3",          "4",   "5",
+                       "6",           "7",   " caf\u00e9", " ne", "\u0301",
+                       "e",           "\r",  "\n",         "\n",  "\u4f60\u597d\u3053\u3093",
+                       " \U0001F999", "!",   "!",          "  ",  "x",
+                       "  "}},
+        // EXAONE MoE: space-separated letters stay one word.
+        {"exaone-moe",
+         {"Hi",
+          " ",
+          " y",
+          "'all",
+          ",",
+          " WE",
+          "'RE",
+          " ",
+          "1",
+          "2",
+          "3",
+          "4",
+          "5",
+          "6",
+          "7",
+          " caf\u00e9 ne\u0301e",
+          "\r\n\n",
+          "\u4f60\u597d\u3053\u3093",
+          " \U0001F999!!",
+          " ",
+          " x",
+          "  "}},
+        // Laguna: lines first, so "\r" stays on its line.
+        {"laguna",
+         {"Hi",
+          " ",
+          " y",
+          "'all",
+          ",",
+          " WE",
+          "'RE",
+          " ",
+          "1",
+          "2",
+          "3",
+          "4",
+          "5",
+          "6",
+          "7",
+          " caf\u00e9",
+          " ne",
+          "\u0301e",
+          "\r",
+          "\n\n",
+          "\u4f60\u597d\u3053\u3093",
+          " \U0001F999!!",
+          " ",
+          " x",
+          "  "}},
+        {"spark2_5",
+         {"Hi",
+          " ",
+          " y",
+          "'all",
+          ",",
+          " WE",
+          "'RE",
+          " ",
+          "1",
+          "2",
+          "3",
+          "4",
+          "5",
+          "6",
+          "7",
+          " caf\u00e9",
+          " ne\u0301e",
+          "\r",
+          "\n",
+          "\n",
+          "\u4f60\u597d\u3053\u3093",
+          " \U0001F999!!",
+          " ",
+          " x",
+          "  "}},
+    };
+    for (const case_t & c : cases) EXPECT_EQ(bytes_only(c.name).pre_tokenize(k_text), c.expected) << c.name;
+}
+
+TEST(bpe_pre_tokenizer, splits_beyond_the_text) {
+    // Upper/lower runs: gpt-4o, tekken and kimi-k2 cut camel case, Llama-3 does not.
+    EXPECT_EQ(bytes_only("gpt-4o").pre_tokenize("HelloWorld"), (strs{"Hello", "World"}));
+    EXPECT_EQ(bytes_only("kimi-k2").pre_tokenize("HelloWorld"), (strs{"Hello", "World"}));
+    EXPECT_EQ(bytes_only("llama3").pre_tokenize("HelloWorld"), (strs{"HelloWorld"}));
+    // Right-aligned threes against left-aligned ones.
+    EXPECT_EQ(bytes_only("afmoe").pre_tokenize("12345678"), (strs{"12", "345", "678"}));
+    EXPECT_EQ(bytes_only("superbpe").pre_tokenize("12345678"), (strs{"12", "345", "678"}));
+    EXPECT_EQ(bytes_only("llama3").pre_tokenize("12345678"), (strs{"123", "456", "78"}));
+    // DeepSeek LLM's "\s+$": trailing whitespace is one piece ($ is the end of the piece).
+    EXPECT_EQ(bytes_only("deepseek-llm").pre_tokenize("x  "), (strs{"x", "  "}));
+    // Jais-2's whitespace cascade: runs of 4 before a word keep their last space for the word.
+    EXPECT_EQ(bytes_only("jais-2").pre_tokenize("a     x"), (strs{"a", "    ", " x"}));
+}
+
+void write_gguf(const std::string & path, const std::string & pre, bool with_bos_id = false) {
+    std::vector<std::string> tokens;
+    for (int b = 0; b < 256; ++b) tokens.push_back(bpe_byte_to_piece(uint8_t(b)));
+    tokens.push_back(bpe_bytes_to_pieces("ab"));
+    tokens.push_back("<|endoftext|>");
+    std::vector<int32_t> types(tokens.size(), 1);
+    types.back() = 3;
+    gguf_writer w;
+    w.set_string("general.architecture", "llama");
+    w.set_string("tokenizer.ggml.model", "gpt2");
+    w.set_string("tokenizer.ggml.pre", pre);
+    w.set_string_array("tokenizer.ggml.tokens", tokens);
+    w.set_i32_array("tokenizer.ggml.token_type", types);
+    w.set_string_array("tokenizer.ggml.merges", {bpe_bytes_to_pieces("a") + " " + bpe_bytes_to_pieces("b")});
+    if (with_bos_id) w.set_u32("tokenizer.ggml.bos_token_id", 257);
+    w.write(path);
+}
+
+TEST(bpe_pre_tokenizer, every_name_loads_from_gguf) {
+    test::temp_dir dir;
+    for (const bpe_pre_tokenizer & p : bpe_pre_tokenizers()) {
+        const std::string name(p.name);
+        const std::string path = dir.file("v.gguf");
+        write_gguf(path, name);
+        if (p.unsupported != nullptr) {
+            const std::string msg = test::error_of([&] { load_tokenizer(*gguf_file::open(path)); });
+            EXPECT_HAS(msg, "'" + name + "'");
+            EXPECT_HAS(msg, p.unsupported);
+            continue;
+        }
+        const auto t = load_tokenizer(*gguf_file::open(path));
+        const auto & bpe = dynamic_cast<const bpe_tokenizer &>(*t);
+        EXPECT_EQ(bpe.patterns(), strs(p.patterns.begin(), p.patterns.end())) << name;
+        EXPECT_EQ(bpe.ignore_merges(), p.ignore_merges) << name;
+        EXPECT_EQ(t->vocab().add_bos, p.add_bos) << name;
+        EXPECT_EQ(t->vocab().bos, p.bos_none ? -1 : 257) << name;
+        EXPECT_EQ(t->decode(t->encode(k_text, true)), k_text) << name;
+        EXPECT_EQ(t->encode("ab", false), (ids_t{256})) << name;  // the merge applies under every pre-tokenizer
+    }
+}
+
+TEST(bpe_pre_tokenizer, bos_rules) {
+    test::temp_dir dir;
+    // Llama-3 and tekken prepend BOS by default, GPT-2 does not.
+    write_gguf(dir.file("t.gguf"), "tekken");
+    EXPECT_EQ(load_tokenizer(*gguf_file::open(dir.file("t.gguf")))->encode("ab", true), (ids_t{257, 256}));
+    write_gguf(dir.file("g.gguf"), "gpt-2");
+    EXPECT_EQ(load_tokenizer(*gguf_file::open(dir.file("g.gguf")))->encode("ab", true), (ids_t{256}));
+    // ChatGLM-4 has no BOS unless the file names one.
+    write_gguf(dir.file("c.gguf"), "chatglm-bpe");
+    EXPECT_EQ(load_tokenizer(*gguf_file::open(dir.file("c.gguf")))->vocab().bos, -1);
+    write_gguf(dir.file("c2.gguf"), "chatglm-bpe", true);
+    EXPECT_EQ(load_tokenizer(*gguf_file::open(dir.file("c2.gguf")))->vocab().bos, 257);
+}
+
+TEST(bpe_pre_tokenizer, unknown_name_is_refused) {
+    test::temp_dir dir;
+    write_gguf(dir.file("x.gguf"), "no-such-pre");
+    const std::string msg = test::error_of([&] { load_tokenizer(*gguf_file::open(dir.file("x.gguf"))); });
+    EXPECT_HAS(msg, "tokenizer.ggml.pre");
+    EXPECT_HAS(msg, "'no-such-pre'");
+    EXPECT_HAS(msg, "'deepseek-v3'");  // the message lists the supported names
+    EXPECT_HAS(msg, "'gpt-4o'");
+    EXPECT_EQ(msg.find("'gemma4'"), std::string::npos);  // but not the refused ones
+}
+
+}  // namespace
+}  // namespace hill
