@@ -4,6 +4,7 @@
 // combining accents, CR LF and LF, CJK and kana, an emoji, punctuation) the way its regexes say.
 // The expected splits were worked out from the patterns by hand and agree with Python's `regex`
 // module (an independent engine) running the same patterns.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <set>
@@ -54,7 +55,7 @@ TEST(bpe_pre_tokenizer, table) {
         }
     }
     EXPECT_EQ(names.size(), 90u);
-    EXPECT_EQ(n_refused, 4u);  // gemma4, granite-embed-multi-311m, sarvam-moe, whitespace
+    EXPECT_EQ(n_refused, 1u);  // whitespace
     for (const char * name : {"default",        "gpt-2",       "llama3", "llama-bpe", "qwen2",       "deepseek-llm",
                               "deepseek-coder", "deepseek-v3", "falcon", "mpt",       "starcoder",   "gpt-4o",
                               "command-r",      "olmo",        "smollm", "tekken",    "chatglm-bpe", "glm4",
@@ -398,20 +399,32 @@ TEST(bpe_pre_tokenizer, splits_beyond_the_text) {
     EXPECT_EQ(bytes_only("jais-2").pre_tokenize("a     x"), (strs{"a", "    ", " x"}));
 }
 
-void write_gguf(const std::string & path, const std::string & pre, bool with_bos_id = false) {
+// A GGUF vocabulary: 256 byte tokens (GPT-2's byte pieces, or SentencePiece style "<0xXX>" of
+// kind byte), 256 "ab" (merge "a b"), 257 "<|endoftext|>"; SentencePiece style adds 258 "a",
+// 259 "b" and 260 U+2581 (the escaped space).
+void write_gguf(const std::string & path, const std::string & pre, bool byte_level = true, bool with_bos_id = false,
+                const std::string & model = "gpt2") {
     std::vector<std::string> tokens;
-    for (int b = 0; b < 256; ++b) tokens.push_back(bpe_byte_to_piece(uint8_t(b)));
-    tokens.push_back(bpe_bytes_to_pieces("ab"));
+    std::vector<int32_t> types;
+    for (int b = 0; b < 256; ++b) {
+        tokens.push_back(byte_level ? bpe_byte_to_piece(uint8_t(b)) : fmt::format("<0x{:02X}>", b));
+        types.push_back(byte_level ? 1 : 6);
+    }
+    tokens.push_back(byte_level ? bpe_bytes_to_pieces("ab") : "ab");
     tokens.push_back("<|endoftext|>");
-    std::vector<int32_t> types(tokens.size(), 1);
-    types.back() = 3;
+    types.insert(types.end(), {1, 3});
+    if (!byte_level) {
+        tokens.insert(tokens.end(), {"a", "b", "\u2581"});
+        types.insert(types.end(), {1, 1, 1});
+    }
     gguf_writer w;
     w.set_string("general.architecture", "llama");
-    w.set_string("tokenizer.ggml.model", "gpt2");
+    w.set_string("tokenizer.ggml.model", model);
     w.set_string("tokenizer.ggml.pre", pre);
     w.set_string_array("tokenizer.ggml.tokens", tokens);
     w.set_i32_array("tokenizer.ggml.token_type", types);
-    w.set_string_array("tokenizer.ggml.merges", {bpe_bytes_to_pieces("a") + " " + bpe_bytes_to_pieces("b")});
+    w.set_string_array("tokenizer.ggml.merges",
+                       {byte_level ? bpe_bytes_to_pieces("a") + " " + bpe_bytes_to_pieces("b") : std::string("a b")});
     if (with_bos_id) w.set_u32("tokenizer.ggml.bos_token_id", 257);
     w.write(path);
 }
@@ -421,7 +434,7 @@ TEST(bpe_pre_tokenizer, every_name_loads_from_gguf) {
     for (const bpe_pre_tokenizer & p : bpe_pre_tokenizers()) {
         const std::string name(p.name);
         const std::string path = dir.file("v.gguf");
-        write_gguf(path, name);
+        write_gguf(path, name, p.byte_level);
         if (p.unsupported != nullptr) {
             const std::string msg = test::error_of([&] { load_tokenizer(*gguf_file::open(path)); });
             EXPECT_HAS(msg, "'" + name + "'");
@@ -432,7 +445,7 @@ TEST(bpe_pre_tokenizer, every_name_loads_from_gguf) {
         const auto & bpe = dynamic_cast<const bpe_tokenizer &>(*t);
         EXPECT_EQ(bpe.patterns(), strs(p.patterns.begin(), p.patterns.end())) << name;
         EXPECT_EQ(bpe.ignore_merges(), p.ignore_merges) << name;
-        EXPECT_EQ(t->vocab().add_bos, p.add_bos) << name;
+        EXPECT_EQ(t->vocab().add_bos, p.add_bos || p.force_bos) << name;
         EXPECT_EQ(t->vocab().bos, p.bos_none ? -1 : 257) << name;
         EXPECT_EQ(t->decode(t->encode(k_text, true)), k_text) << name;
         EXPECT_EQ(t->encode("ab", false), (ids_t{256})) << name;  // the merge applies under every pre-tokenizer
@@ -449,8 +462,61 @@ TEST(bpe_pre_tokenizer, bos_rules) {
     // ChatGLM-4 has no BOS unless the file names one.
     write_gguf(dir.file("c.gguf"), "chatglm-bpe");
     EXPECT_EQ(load_tokenizer(*gguf_file::open(dir.file("c.gguf")))->vocab().bos, -1);
-    write_gguf(dir.file("c2.gguf"), "chatglm-bpe", true);
+    write_gguf(dir.file("c2.gguf"), "chatglm-bpe", true, true);
     EXPECT_EQ(load_tokenizer(*gguf_file::open(dir.file("c2.gguf")))->vocab().bos, 257);
+}
+
+TEST(bpe_pre_tokenizer, sentencepiece_style) {
+    // Gemma 4's kind of BPE: raw UTF-8 pieces, spaces as U+2581, "<0xXX>" byte fallback.
+    bpe_config c;
+    c.source = "spm-style";
+    for (int b = 0; b < 256; ++b) {
+        c.vocab.pieces.push_back(fmt::format("<0x{:02X}>", b));
+        c.vocab.kinds.push_back(token_kind::byte);
+    }
+    for (const char * p : {"a", "b", "ab", "\u2581", "\u2581ab", "\n\n", "\n"}) {  // 256..262
+        c.vocab.pieces.push_back(p);
+        c.vocab.kinds.push_back(token_kind::normal);
+    }
+    c.merges = {{"a", "b"}, {"\u2581", "ab"}};
+    const bpe_pre_tokenizer * gemma4 = find_bpe_pre_tokenizer("gemma4");
+    ASSERT_NE(gemma4, nullptr);
+    c.patterns.assign(gemma4->patterns.begin(), gemma4->patterns.end());
+    c.byte_level = false;
+    c.whole_newline_runs = true;
+    const bpe_tokenizer t(c);
+    EXPECT_EQ(t.pre_tokenize("ab ab\n\nx\n"), (strs{"ab\u2581ab", "\n\n", "x", "\n"}));
+    // "ab▁ab": a b ▁ a b -> ab ▁ ab (rank 0, leftmost first) -> ab ▁ab; "\n\n" whole though no merge
+    // builds it; "x" has no piece: its byte token.
+    const std::string text = "ab ab\n\nx\n";
+    EXPECT_EQ(t.encode(text, false), (ids_t{258, 260, 261, 'x', 262}));
+    EXPECT_EQ(t.decode(t.encode(text, false)), text);
+    // A character no piece holds falls back to its UTF-8 bytes, an invalid byte to its own.
+    EXPECT_EQ(t.encode("a\u00e9\xFF", false), (ids_t{256, 0xC3, 0xA9, 0xFF}));
+    EXPECT_EQ(t.decode(t.encode("a\u00e9\xFF b", false)), "a\u00e9\xFF b");
+    EXPECT_EQ(t.token_to_piece(260), " ab");
+    c.whole_newline_runs = false;  // sarvam-moe: newline runs merge like any text
+    EXPECT_EQ(bpe_tokenizer(c).encode("\n\n", false), (ids_t{262, 262}));
+}
+
+TEST(bpe_pre_tokenizer, gemma4_from_gguf) {
+    test::temp_dir dir;
+    // tokenizer.ggml.model = gemma4 means the gemma4 pre-tokenizer whatever tokenizer.ggml.pre says,
+    // and BOS even when add_bos_token is false (llama.cpp's override).
+    write_gguf(dir.file("g.gguf"), "gpt-2", false, false, "gemma4");
+    {
+        gguf_writer w;
+        const auto g = gguf_file::open(dir.file("g.gguf"));
+        for (const auto & [key, value] : g->metadata()) w.set_value(key, value);
+        w.set_bool("tokenizer.ggml.add_bos_token", false);
+        w.write(dir.file("g2.gguf"));
+    }
+    const auto t = load_tokenizer(*gguf_file::open(dir.file("g2.gguf")));
+    const auto & bpe = dynamic_cast<const bpe_tokenizer &>(*t);
+    EXPECT_EQ(bpe.patterns(), (strs{"[^\\n]+|[\\n]+"}));
+    EXPECT_TRUE(t->vocab().add_bos);
+    EXPECT_EQ(t->encode("ab a", true), (ids_t{257, 256, 260, 258}));  // BOS, "ab", "▁", "a"
+    EXPECT_EQ(t->decode(t->encode("ab a", false)), "ab a");
 }
 
 TEST(bpe_pre_tokenizer, unknown_name_is_refused) {
@@ -461,7 +527,8 @@ TEST(bpe_pre_tokenizer, unknown_name_is_refused) {
     EXPECT_HAS(msg, "'no-such-pre'");
     EXPECT_HAS(msg, "'deepseek-v3'");  // the message lists the supported names
     EXPECT_HAS(msg, "'gpt-4o'");
-    EXPECT_EQ(msg.find("'gemma4'"), std::string::npos);  // but not the refused ones
+    EXPECT_HAS(msg, "'gemma4'");
+    EXPECT_EQ(msg.find("'whitespace'"), std::string::npos);  // but not the refused one
 }
 
 }  // namespace

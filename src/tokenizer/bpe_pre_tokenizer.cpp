@@ -83,7 +83,8 @@ constexpr const char * k_spark2_5[] = {
 constexpr const char * k_youtu[] = {
     // Hangul; CJK punctuation; Bopomofo; CJK ideographs and kana.
     R"re([\x{AC00}-\x{D7A3}\x{3131}-\x{318E}]+)re"
-    R"re(|[\x{FF01}\x{2026}\x{201C}\x{201D}\x{2018}\x{2019}\x{2014}\x{FF1A}\x{FF1B}\x{FF0C}\x{3001}-\x{303F}\x{FE30}-\x{FE4F}]+)re"
+    R"re(|[\x{FF01}\x{2026}\x{201C}\x{201D}\x{2018}\x{2019}\x{2014}\x{FF1A}\x{FF1B}\x{FF0C})re"
+    R"re(\x{3001}-\x{303F}\x{FE30}-\x{FE4F}]+)re"
     R"re(|[\x{3105}-\x{312F}]+|[\x{4E00}-\x{9FA5}\x{3040}-\x{309F}\x{30A0}-\x{30FF}]+)re",
     HILL_GPT4O_WORDS R"re(|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)re",
 };
@@ -126,8 +127,10 @@ constexpr const char * k_tiny_aya[] = {
 };
 constexpr const char * k_kimi_k2[] = {
     R"re(\p{Han}+)re"
-    R"re(|[^\r\n\p{L}\p{N}]?(?:(?!\p{Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])*(?:(?!\p{Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])+)re" HILL_CONTRACTIONS
-    R"re(?|[^\r\n\p{L}\p{N}]?(?:(?!\p{Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])+(?:(?!\p{Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])*)re" HILL_CONTRACTIONS
+    R"re(|[^\r\n\p{L}\p{N}]?(?:(?!\p{Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])*)re"
+    R"re((?:(?!\p{Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])+)re" HILL_CONTRACTIONS
+    R"re(?|[^\r\n\p{L}\p{N}]?(?:(?!\p{Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])+)re"
+    R"re((?:(?!\p{Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])*)re" HILL_CONTRACTIONS
     R"re(?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re",
 };
 // The second pattern matches only empty strings: it cuts digit runs into threes from the right.
@@ -151,10 +154,11 @@ constexpr const char * k_afmoe[] = {
     HILL_PUNCT_ASCII_WORD
     R"re(|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re",
 };
+constexpr const char * k_lines[] = {R"re([^\n]+|[\n]+)re"};  // SentencePiece style: lines, newline runs
 constexpr const char * k_laguna[] = {R"re([^\n]+|[\n]+)re", k_bpe_pattern_qwen2};
 constexpr const char * k_exaone_moe[] = {
-    HILL_CONTRACTIONS
-    R"re(|[^\r\n\p{L}\p{N}]?(?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]?|\s*[\r\n]|\s+(?!\S)|\s+)re",
+    HILL_CONTRACTIONS R"re(|[^\r\n\p{L}\p{N}]?(?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+)re"
+                      R"re(|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]?|\s*[\r\n]|\s+(?!\S)|\s+)re",
 };
 constexpr const char * k_minicpm5[] = {
     R"re(\p{N}{1,3})re",
@@ -169,10 +173,6 @@ constexpr const char * k_minicpm5[] = {
 #undef HILL_GPT4O_WORDS
 #undef HILL_PORO
 
-constexpr const char * k_spm_style =
-    "SentencePiece-style BPE (merges over raw UTF-8 with spaces as U+2581 and <0xXX> byte tokens) is not supported "
-    "for tokenizer.ggml.model 'gpt2'";
-
 // Shorthands for the table: name, patterns, then the flags.
 constexpr bpe_pre_tokenizer pre(std::string_view name, std::span<const char * const> p) {
     return {name, p};
@@ -184,7 +184,7 @@ constexpr bpe_pre_tokenizer pre_bos(std::string_view name, std::span<const char 
     return {name, p, true, true};
 }
 constexpr bpe_pre_tokenizer refused(std::string_view name, const char * why) {
-    return {name, {}, false, false, false, why};
+    return {.name = name, .unsupported = why};
 }
 
 const bpe_pre_tokenizer k_pre_tokenizers[] = {
@@ -219,9 +219,19 @@ const bpe_pre_tokenizer k_pre_tokenizers[] = {
     pre("mellum", k_gpt2),
     pre("modern-bert", k_gpt2),
     pre("jais-2", k_jais2),
-    refused("gemma4", k_spm_style),
-    refused("granite-embed-multi-311m", k_spm_style),
-    refused("sarvam-moe", k_spm_style),
+    {.name = "gemma4",
+     .patterns = k_lines,
+     .add_bos = true,
+     .byte_level = false,
+     .force_bos = true,
+     .whole_newline_runs = true},
+    {.name = "granite-embed-multi-311m",
+     .patterns = k_lines,
+     .add_bos = true,
+     .byte_level = false,
+     .force_bos = true,
+     .whole_newline_runs = true},
+    {.name = "sarvam-moe", .patterns = k_lines, .byte_level = false},
     pre("jina-v1-en", k_gpt2),  // these three also append a separator token (embedding models)
     pre("jina-v2-code", k_gpt2),
     pre("roberta-bpe", k_gpt2),

@@ -29,14 +29,18 @@
 // - add_bos: the default of `tokenizer.ggml.add_bos_token` (Llama-3 family, tekken, chameleon).
 // - bos_none: no BOS token unless `tokenizer.ggml.bos_token_id` names one (ChatGLM-4: glm4,
 //   chatglm-bpe).
+// - byte_level = false: SentencePiece-style BPE over raw UTF-8 with spaces as U+2581 and "<0xXX>"
+//   byte tokens (llama.cpp's byte_encode = false with escape_whitespaces: gemma4,
+//   granite-embed-multi-311m, sarvam-moe), split into lines and newline runs first.
+// - force_bos: BOS even when `tokenizer.ggml.add_bos_token` is false (llama.cpp overrides the key
+//   for Gemma 4), and whole_newline_runs: a pre-token of newlines that is a vocabulary piece is one
+//   token (Gemma 4's newline-run tokens have no merges).
 // Not applied, as they do not change the ids of a prompt: llama.cpp's clean_spaces (a decode
 // cosmetic that removes spaces before punctuation; decode here is exact) and add_sep (the
 // separator that the jina/roberta embedding models append).
 //
-// Recognized but refused (with a message naming the reason): the SentencePiece-style BPE
-// pre-types gemma4, granite-embed-multi-311m and sarvam-moe (merges over raw UTF-8 with spaces as
-// U+2581 and "<0xXX>" byte tokens, not GPT-2's byte table) and whitespace (an embedding model's
-// split that drops the whitespace).
+// Recognized but refused (with a message naming the reason): whitespace (the pre-tokenizer of an
+// embedding model's `tokenizer.ggml.model = whitespace`, which drops the whitespace).
 #pragma once
 
 #include <span>
@@ -48,8 +52,11 @@ struct bpe_pre_tokenizer {
     std::string_view name;                   // the tokenizer.ggml.pre value
     std::span<const char * const> patterns;  // PCRE2 regexes, applied in order (bpe_tokenizer.h)
     bool ignore_merges = false;
-    bool add_bos = false;   // BOS rule when tokenizer.ggml.add_bos_token is absent
-    bool bos_none = false;  // no default BOS token
+    bool add_bos = false;             // BOS rule when tokenizer.ggml.add_bos_token is absent
+    bool bos_none = false;            // no default BOS token
+    bool byte_level = true;           // false: SentencePiece-style BPE (bpe_config::byte_level)
+    bool force_bos = false;           // add_bos even when tokenizer.ggml.add_bos_token says false
+    bool whole_newline_runs = false;  // bpe_config::whole_newline_runs
     // Non-null: recognized but not supported, and why (the patterns are then empty).
     const char * unsupported = nullptr;
 };

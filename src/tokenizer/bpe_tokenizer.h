@@ -28,6 +28,13 @@
 //     first among equal ranks), until no adjacent pair has a merge. Linked list + binary heap,
 //     O(n log n) per pre-token, so long runs (whitespace, digits for GPT-2) stay fast.
 //
+// SentencePiece-style BPE (bpe_config::byte_level = false; llama.cpp's gemma4 and sarvam-moe
+// pre-tokenizers, its byte_encode = false): the same steps on raw UTF-8 — before step 3 each ' '
+// of a stretch becomes U+2581; in step 4 the symbols are the pre-token's UTF-8 characters as
+// pieces, a character no piece holds never merges and becomes its bytes' "<0xXX>" tokens, and
+// (whole_newline_runs, Gemma 4) a pre-token of newlines that is a vocab piece is one token.
+// decode() turns U+2581 back into ' ', so a literal U+2581 in the text comes back as ' '.
+//
 // Invalid UTF-8 never throws: the text is split into maximal valid UTF-8 stretches (strict:
 // no overlong forms, surrogates or code points above U+10FFFF) and single invalid bytes; each
 // invalid byte is a pre-token of its own (its byte token), and the valid stretches around it are
@@ -41,7 +48,8 @@
 // exists: the caller says "this starts a sequence", the model's rule (Llama-3 yes, GPT-2/Qwen no)
 // decides. Loaders set add_bos from the sources listed at each loader in tokenizer.h.
 //
-// decode(): normal pieces through the inverse byte table, user-defined pieces as their text,
+// decode(): normal pieces through the inverse byte table (SentencePiece style: their text with
+// U+2581 as ' '), byte tokens their byte, user-defined pieces as their text,
 // control and unused tokens "" (as the SPM tokenizer does), so decode(encode(x)) == x for any
 // bytes x, except that a prepended add_space_prefix ' ' stays (as in HF), whitespace absorbed by an
 // lstrip/rstrip added token is lost, and encode_with_special() drops the control tokens' text.
@@ -87,6 +95,13 @@ struct bpe_config {
     // Pre-tokenizer regexes (PCRE2 syntax), applied in order; empty: each stretch is one pre-token.
     std::vector<std::string> patterns;
     bool ignore_merges = false;
+    // false: SentencePiece-style BPE (Gemma 4, Sarvam): normal pieces and merges are raw UTF-8
+    // with U+2581 for ' ', the text's spaces become U+2581 before pre-tokenization, merging starts
+    // from UTF-8 characters, and a character no piece holds falls back to its bytes' "<0xXX>" tokens
+    // (kind byte).
+    bool byte_level = true;
+    // A pre-token of '\n' only that is itself a vocab piece is one token (Gemma 4).
+    bool whole_newline_runs = false;
 
     // Per added token (kinds control / user_defined), optional: HF added_tokens flags.
     struct added_flags {
@@ -122,7 +137,8 @@ public:
     const hill::vocab & vocab() const override { return vocab_; }
 
     // The pre-tokens of `text` (step 3 above: the regexes, invalid UTF-8 bytes on their own) as
-    // plain bytes, without added-token matching or a space prefix; their concatenation is `text`.
+    // plain bytes, without added-token matching or a space prefix; their concatenation is `text`
+    // (SentencePiece style: `text` with its spaces as U+2581).
     std::vector<std::string> pre_tokenize(std::string_view text) const;
 
     const std::vector<std::string> & patterns() const { return patterns_; }
@@ -152,7 +168,9 @@ private:
 
     hill::vocab vocab_;
     std::string source_;
+    bool byte_level_ = true;
     bool ignore_merges_ = false;
+    bool whole_newline_runs_ = false;
     int32_t n_merges_ = 0;
     std::vector<std::string> patterns_;
     std::vector<std::unique_ptr<regex>> regexes_;
@@ -162,7 +180,7 @@ private:
     // Merges keyed by (left << 32 | right) + 1 (0 = empty), value rank << 32 | merged id.
     std::vector<uint64_t> merge_keys_;        // [power of two >= 2 * n_merges]
     std::vector<uint64_t> merge_vals_;        // [same]
-    int32_t byte_token_[256];                 // id of each byte's piece; -1 if the vocab lacks it
+    int32_t byte_token_[256];                 // id of each byte's token; -1 if the vocab lacks it
     std::vector<added_token> added_;          // longest first
     std::vector<uint32_t> added_first_[256];  // indices into added_ by first byte (longest first)
     std::vector<std::string> surface_;        // [n_vocab] what token_to_piece returns

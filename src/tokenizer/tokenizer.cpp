@@ -36,12 +36,14 @@ int32_t gguf_token_id(const gguf_file & gguf, const std::string & key, int32_t d
     return int32_t(*v);
 }
 
-std::unique_ptr<tokenizer> load_gguf_bpe(const gguf_file & gguf, vocab v) {
+// `model` is "gpt2" or "gemma4"; the latter always has the gemma4 pre-tokenizer (as in llama.cpp).
+std::unique_ptr<tokenizer> load_gguf_bpe(const gguf_file & gguf, vocab v, const std::string & model) {
     const std::string & file = gguf.name();
     bpe_config c;
     c.source = file;
     c.merges_field = "tokenizer.ggml.merges";
-    const std::string pre = gguf.get_string("tokenizer.ggml.pre").value_or("default");
+    const std::string pre =
+        model == "gemma4" ? model : gguf.get_string("tokenizer.ggml.pre").value_or("default");
     const bpe_pre_tokenizer * p = find_bpe_pre_tokenizer(pre);
     if (p == nullptr) {
         std::string names;
@@ -54,6 +56,8 @@ std::unique_ptr<tokenizer> load_gguf_bpe(const gguf_file & gguf, vocab v) {
     if (p->unsupported != nullptr) fail_input("'{}': tokenizer.ggml.pre = '{}': {}", file, pre, p->unsupported);
     c.patterns.assign(p->patterns.begin(), p->patterns.end());
     c.ignore_merges = p->ignore_merges;
+    c.byte_level = p->byte_level;
+    c.whole_newline_runs = p->whole_newline_runs;
 
     std::optional<std::vector<std::string>> merges = gguf.get_string_array("tokenizer.ggml.merges");
     if (!merges)
@@ -84,7 +88,7 @@ std::unique_ptr<tokenizer> load_gguf_bpe(const gguf_file & gguf, vocab v) {
     v.bos = gguf_token_id(gguf, "tokenizer.ggml.bos_token_id", p->bos_none ? -1 : eot.value_or(-1), n_vocab);
     v.eos = gguf_token_id(gguf, "tokenizer.ggml.eos_token_id", eot.value_or(-1), n_vocab);
     v.unk = gguf_token_id(gguf, "tokenizer.ggml.unknown_token_id", -1, n_vocab);
-    v.add_bos = gguf.get_bool("tokenizer.ggml.add_bos_token").value_or(p->add_bos);
+    v.add_bos = p->force_bos || gguf.get_bool("tokenizer.ggml.add_bos_token").value_or(p->add_bos);
     v.add_space_prefix = gguf.get_bool("tokenizer.ggml.add_space_prefix").value_or(false);
     v.scores.assign(n_vocab, 0.0f);  // BPE ranks live in the merges
     c.vocab = std::move(v);
@@ -97,8 +101,9 @@ std::unique_ptr<tokenizer> load_tokenizer(const gguf_file & gguf) {
     const std::string & file = gguf.name();
     const std::optional<std::string> model = gguf.get_string("tokenizer.ggml.model");
     if (!model) fail_input("'{}' has no tokenizer: metadata key tokenizer.ggml.model is missing", file);
-    if (*model != "llama" && *model != "gpt2") {
-        fail_input("'{}': tokenizer.ggml.model = '{}' is not supported (supported: 'llama', 'gpt2')", file, *model);
+    if (*model != "llama" && *model != "gpt2" && *model != "gemma4") {
+        fail_input("'{}': tokenizer.ggml.model = '{}' is not supported (supported: 'llama', 'gpt2', 'gemma4')", file,
+                   *model);
     }
     const bool spm = *model == "llama";
     vocab v;
@@ -147,7 +152,7 @@ std::unique_ptr<tokenizer> load_tokenizer(const gguf_file & gguf) {
         }
     }
 
-    if (!spm) return load_gguf_bpe(gguf, std::move(v));
+    if (!spm) return load_gguf_bpe(gguf, std::move(v), *model);
 
     v.bos = gguf_token_id(gguf, "tokenizer.ggml.bos_token_id", 1, n_vocab);
     v.eos = gguf_token_id(gguf, "tokenizer.ggml.eos_token_id", 2, n_vocab);
