@@ -445,6 +445,7 @@ TEST(bpe_pre_tokenizer, every_name_loads_from_gguf) {
         const auto & bpe = dynamic_cast<const bpe_tokenizer &>(*t);
         EXPECT_EQ(bpe.patterns(), strs(p.patterns.begin(), p.patterns.end())) << name;
         EXPECT_EQ(bpe.ignore_merges(), p.ignore_merges) << name;
+        EXPECT_EQ(bpe.byte_level(), p.byte_level) << name;
         EXPECT_EQ(t->vocab().add_bos, p.add_bos || p.force_bos) << name;
         EXPECT_EQ(t->vocab().bos, p.bos_none ? -1 : 257) << name;
         EXPECT_EQ(t->decode(t->encode(k_text, true)), k_text) << name;

@@ -143,6 +143,7 @@ public:
 
     const std::vector<std::string> & patterns() const { return patterns_; }
     bool ignore_merges() const { return ignore_merges_; }
+    bool byte_level() const { return byte_level_; }
     int32_t n_merges() const { return n_merges_; }
 
 private:
