@@ -510,6 +510,7 @@ TEST(bpe_pre_tokenizer, gemma4_from_gguf) {
         const auto g = gguf_file::open(dir.file("g.gguf"));
         for (const auto & [key, value] : g->metadata()) w.set_value(key, value);
         w.set_bool("tokenizer.ggml.add_bos_token", false);
+        w.set_bool("tokenizer.ggml.add_space_prefix", true);  // ignored: no space is prepended
         w.write(dir.file("g2.gguf"));
     }
     const auto t = load_tokenizer(*gguf_file::open(dir.file("g2.gguf")));

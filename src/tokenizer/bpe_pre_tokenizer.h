@@ -1,4 +1,4 @@
-// The byte-level BPE pre-tokenizers GGUF files name in `tokenizer.ggml.pre`: every value
+// The BPE pre-tokenizers GGUF files name in `tokenizer.ggml.pre`: every value
 // llama.cpp recognizes, with the regexes that cut text into pre-tokens and the flags that go with
 // them.
 //
@@ -13,8 +13,8 @@
 // model's original pattern (from its tokenizer.json) in a comment and runs an adapted one. PCRE2
 // runs the original as written, so the table holds the original where llama.cpp gives it: the
 // split is then the model's own. The adaptations differ only on rare text (`(?i:'s)` also takes the
-// Kelvin sign; the adapted gpt-4o/tekken letter classes count a non-ASCII lowercase letter after
-// an uppercase one as part of an uppercase run, and leave out combining marks).
+// Kelvin sign; the adapted gpt-4o/tekken letter classes tell upper from lower case for ASCII
+// letters only, and leave combining marks out of words).
 // Where llama.cpp splits by hand-written code, the table holds the regex that code implements:
 // kimi-k2 (its tokenizer's pattern, `[X&&[^\p{Han}]]` written as `(?:(?!\p{Han})[X])`; llama.cpp's
 // code merges upper- and lowercase runs, "HelloWorld" in one piece, where the pattern gives
@@ -26,7 +26,8 @@
 // Flags, as llama.cpp sets them:
 // - ignore_merges: a pre-token that is itself a vocabulary piece is one token (Llama-3 family,
 //   tekken, youtu, minicpm5, granite-embed-multi-97m).
-// - add_bos: the default of `tokenizer.ggml.add_bos_token` (Llama-3 family, tekken, chameleon).
+// - add_bos: the default of `tokenizer.ggml.add_bos_token` (Llama-3 family, tekken, chameleon,
+//   Gemma 4).
 // - bos_none: no BOS token unless `tokenizer.ggml.bos_token_id` names one (ChatGLM-4: glm4,
 //   chatglm-bpe).
 // - byte_level = false: SentencePiece-style BPE over raw UTF-8 with spaces as U+2581 and "<0xXX>"

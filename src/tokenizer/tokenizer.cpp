@@ -89,7 +89,9 @@ std::unique_ptr<tokenizer> load_gguf_bpe(const gguf_file & gguf, vocab v, const 
     v.eos = gguf_token_id(gguf, "tokenizer.ggml.eos_token_id", eot.value_or(-1), n_vocab);
     v.unk = gguf_token_id(gguf, "tokenizer.ggml.unknown_token_id", -1, n_vocab);
     v.add_bos = p->force_bos || gguf.get_bool("tokenizer.ggml.add_bos_token").value_or(p->add_bos);
-    v.add_space_prefix = gguf.get_bool("tokenizer.ggml.add_space_prefix").value_or(false);
+    // SentencePiece-style BPE never prepends a space (llama.cpp's BPE path ignores the key); its
+    // GGUF may carry the key from the SentencePiece convention.
+    v.add_space_prefix = p->byte_level && gguf.get_bool("tokenizer.ggml.add_space_prefix").value_or(false);
     v.scores.assign(n_vocab, 0.0f);  // BPE ranks live in the merges
     c.vocab = std::move(v);
     return std::make_unique<bpe_tokenizer>(std::move(c));
