@@ -270,7 +270,7 @@ TEST(convert, q8_0_bf16_f16_types) {
         const std::string out = dir.file("out.gguf");
         const convert_result r = convert_hf_to_gguf(dir.path.string(), out, {w.type});
         EXPECT_EQ(r.type, w.expect);
-        EXPECT_EQ(r.n_fallback_f16, 0);
+        EXPECT_EQ(r.n_fallback, 0);
         EXPECT_EQ(r.tokenizer_model, "gpt2");
         const auto g = gguf_file::open(out);
         EXPECT_EQ(g->get_uint("general.file_type"), w.file_type);
@@ -445,7 +445,7 @@ TEST(convert, opt_350m_like_post_norm_projected_embedding) {
 
     const std::string q8 = dir.file("q8.gguf");
     const convert_result rq = convert_hf_to_gguf(dir.path.string(), q8, {ggml_type::q8_0});
-    EXPECT_EQ(rq.n_fallback_f16, 0);
+    EXPECT_EQ(rq.n_fallback, 0);
     EXPECT_EQ(gguf_file::open(q8)->find_tensor("token_embd_proj.weight")->type, ggml_type::q8_0);
     EXPECT_LT(folder_vs_gguf(dir, q8, "opt 350m-like q8_0"), 5e-2);
 }
