@@ -89,6 +89,8 @@ struct load_bf16 {
 //   quant group row  one accumulator a: per block a = fma(Σ_block q·x, d, a), Σ_block = block_dot;
 //                    hsum(a).
 //   quant single row quant_dot_row: two accumulators (even and odd blocks).
+//   decoded types    (Q4_1 .. IQ4_XS: weights decoded to f32 per 32 columns) group and single rows
+//                    alike: a0, a1 as the float group rows over all columns; hsum(a0 + a1).
 // These are the orders of gemv before the batched kernel existed, and its n_tok = 1 results kept
 // every bit but one case: the scalar tails are now written as fma(). GCC had contracted `s += w * x`
 // into an FMA in the release build, except in the F16 group rows (whose last n_cols % 8 columns it

@@ -85,6 +85,7 @@ void gemv_rows(const weight_view & w, const float * x, float * y, int64_t r0, in
 // without an offset: every encoded value is representable in f32 (d · sc · q has at most 24
 // significant bits). Q4_1, Q5_1, Q2_K, Q4_K and Q5_K (w = a · q + m, resp. a · q - dmin · mn):
 // the f32 nearest to the encoded value (a · q and dmin · mn are exact, one rounding of their sum).
+// The AVX2 decoders of those types give the same bits.
 void dequantize_row(ggml_type type, const void * src, float * dst, int64_t n);
 
 // dst = `type` encoding of src[n] (F32 copy, F16/BF16 round to nearest even, Q8_0/Q4_0 with
