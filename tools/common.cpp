@@ -5,6 +5,7 @@
 #include "core/mapped_file.h"
 #include "core/sys_info.h"
 #include "core/trace.h"
+#include "score/quant_copy.h"
 
 #include <fmt/format.h>
 
@@ -206,18 +207,22 @@ void policy_opts::add(CLI::App & app) {
     select = std::string(name(d.granularity));
     aggregate = std::string(name(d.aggregate));
     app.add_option("--policy", p.name, "decode attention: " + policy_names() + " (full: dense; streaming: sinks + "
-                   "window; hillinfer: those and the top alpha by score)")->capture_default_str();
-    app.add_option("--alpha", p.alpha, "hillinfer: share of the cached tokens attended besides sinks and window, in "
-                   "(0, 1]")->capture_default_str();
+                   "window; hillinfer: those and the top alpha by score; quest: those and the top pages by key bounds; leoam: "
+                   "the same through adaptive chunks; h2o: those and the heavy hitters by accumulated attention)")
+        ->capture_default_str();
+    app.add_option("--alpha", p.alpha, "scoring policies: share of the cached tokens attended besides sinks and window, "
+                   "in (0, 1]")->capture_default_str();
+    app.add_option("--page-size", p.page_size, "quest, leoam: tokens per page of key bounds")->capture_default_str();
     app.add_option("--sinks", p.n_sinks, "first tokens always attended and kept in the hot pool")->capture_default_str();
     app.add_option("--window", p.n_window, "last tokens always attended and kept in the hot pool")->capture_default_str();
     app.add_option("--score-precision", key_precision, "hillinfer: keys cast to fp16, int8 or int4 for scoring")
         ->capture_default_str();
     query_opt = app.add_option("--query-precision", query_precision, "hillinfer: query in fp32 or int8 for scoring "
-                               "(default with --storage emulator: int8)")->capture_default_str();
-    app.add_option("--select", select, "hillinfer: one token set per layer, or per kv_head")->capture_default_str();
+                               "(default with --storage emulator: int8, for the policies the device scores for)")
+                    ->capture_default_str();
+    app.add_option("--select", select, "hillinfer, quest: one token set per layer, or per kv_head")->capture_default_str();
     app.add_option("--aggregate", aggregate,
-                   "hillinfer: how the query heads' scores make a token's: sum or max of "
+                   "hillinfer, quest: how the query heads' scores make a token's: sum or max of "
                    "the raw q.k, or softmax (each head's attention weight, normalized per head, summed)")
         ->capture_default_str();
     app.add_option("--placement", placement, "hot pool placement: fifo (recent tokens stay hot) or hkm (hit rates "
@@ -232,7 +237,10 @@ policy_params policy_opts::resolve(csd::storage_kind storage) const {
     policy_params r = p;
     r.score.key = parse_score_precision(key_precision);
     r.score.query = parse_query_precision(query_precision);
-    if (storage == csd::storage_kind::emulator && query_opt->count() == 0) r.score.query = query_precision::int8;
+    // The device's integer kernel needs an int8 query: the default on the emulator, for the policies it scores for.
+    if (storage == csd::storage_kind::emulator && query_opt->count() == 0 && make_policy(r, 1)->scores_from() == copy_kind::tier) {
+        r.score.query = query_precision::int8;
+    }
     r.score.granularity = parse_select_granularity(select);
     r.score.aggregate = parse_score_aggregate(aggregate);
     if (!placement.empty()) r.placement = parse_placement(placement);

@@ -77,7 +77,7 @@ struct policy_opts {
     CLI::Option * query_opt = nullptr;
     void add(CLI::App & app);
     // Parses and validates (exit_code::usage on bad values). With the emulator as storage, the query
-    // precision defaults to int8 (the device's integer kernel needs it).
+    // precision defaults to int8 for a policy the device scores for (its integer kernel needs it).
     policy_params resolve(csd::storage_kind storage) const;
 };
 

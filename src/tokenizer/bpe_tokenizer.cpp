@@ -14,6 +14,10 @@ namespace hill {
 
 namespace {
 
+// The id of a symbol that is a character no piece holds (SentencePiece style): it merges with
+// nothing and falls back to its bytes' tokens.
+constexpr int32_t k_no_piece = -2;
+
 // GPT-2's byte-to-unicode table: the 188 printable bytes '!'..'~', U+00A1..U+00AC, U+00AE..U+00FF
 // stand for themselves; the other 68 bytes, in increasing order, for U+0100, U+0101, ... so that
 // every byte is a visible, non-space character.
@@ -81,6 +85,19 @@ size_t table_size(size_t n) {
     return size;
 }
 
+// `text` with every ' ' replaced by U+2581 (SentencePiece's escaped space), in `buf`.
+std::string_view escape_spaces(std::string_view text, std::string & buf) {
+    buf.clear();
+    for (const char c : text) {
+        if (c == ' ') {
+            buf += pieces::space_marker;
+        } else {
+            buf.push_back(c);
+        }
+    }
+    return buf;
+}
+
 bool is_ascii_space(char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
@@ -90,6 +107,21 @@ bool is_ascii_space(char c) {
 bool is_word_byte(char c) {
     const uint8_t b = uint8_t(c);
     return b >= 0x80 || (b >= '0' && b <= '9') || (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') || b == '_';
+}
+
+// A SentencePiece-style piece's text with U+2581 turned back into ' '.
+std::string unescape_spaces(std::string_view piece) {
+    std::string out;
+    out.reserve(piece.size());
+    for (size_t i = 0; i < piece.size();) {
+        if (piece.substr(i).starts_with(pieces::space_marker)) {
+            out.push_back(' ');
+            i += pieces::space_marker.size();
+        } else {
+            out.push_back(piece[i++]);
+        }
+    }
+    return out;
 }
 
 // A normal piece back to bytes: each character of the byte table gives its byte; any other
@@ -138,9 +170,10 @@ struct bpe_tokenizer::regex {
 // Per-call working memory: PCRE2 match data (one per regex) and the merge loop's buffers.
 struct bpe_tokenizer::scratch {
     struct symbol {
-        int32_t id;    // -1: merged into its left neighbour
+        int32_t id;    // -1: merged into its left neighbour; k_no_piece: a character no piece holds
         int32_t prev;  // -1: none
         int32_t next;  // -1: none
+        int32_t p0;    // its first byte in the word (for k_no_piece: its bytes' tokens are emitted)
     };
     struct candidate {
         uint32_t rank;
@@ -148,11 +181,19 @@ struct bpe_tokenizer::scratch {
         int32_t left_id, right_id;  // their ids when pushed: a changed id makes the entry stale
         int32_t merged;
     };
-    std::vector<pcre2_match_data *> match;
+    std::vector<pcre2_match_data *> match;  // [n_regex]
+    std::vector<std::string_view> words;    // pre-tokens of the current stretch
     std::vector<symbol> sym;
     std::vector<candidate> heap;
     std::string pieces;
 
+    void init(const std::vector<std::unique_ptr<regex>> & regexes) {
+        match.reserve(regexes.size());
+        for (const auto & re : regexes) {
+            match.push_back(pcre2_match_data_create_from_pattern(re->code, nullptr));
+            HILL_ASSERT(match.back() != nullptr);
+        }
+    }
     ~scratch() {
         for (pcre2_match_data * m : match) pcre2_match_data_free(m);
     }
@@ -161,7 +202,11 @@ struct bpe_tokenizer::scratch {
 bpe_tokenizer::~bpe_tokenizer() = default;
 
 bpe_tokenizer::bpe_tokenizer(bpe_config c)
-    : vocab_(std::move(c.vocab)), source_(std::move(c.source)), ignore_merges_(c.ignore_merges) {
+    : vocab_(std::move(c.vocab)),
+      source_(std::move(c.source)),
+      byte_level_(c.byte_level),
+      ignore_merges_(c.ignore_merges),
+      whole_newline_runs_(c.whole_newline_runs) {
     hill::vocab & v = vocab_;
     const size_t n_vocab = v.pieces.size();
     if (n_vocab == 0) fail_input("'{}': the vocabulary is empty", source_);
@@ -188,7 +233,18 @@ bpe_tokenizer::bpe_tokenizer(bpe_config c)
         while (piece_slots_[h] >= 0) h = (h + 1) & piece_mask;
         piece_slots_[h] = int32_t(id);
     }
-    for (int b = 0; b < 256; ++b) byte_token_[b] = find_piece(bytes().piece[b]);
+    if (byte_level_) {
+        for (int b = 0; b < 256; ++b) byte_token_[b] = find_piece(bytes().piece[b]);
+    } else {  // SentencePiece-style: the "<0xXX>" byte tokens
+        std::fill(std::begin(byte_token_), std::end(byte_token_), -1);
+        for (size_t id = 0; id < n_vocab; ++id) {
+            unsigned x = 0;
+            if (v.kinds[id] == token_kind::byte && v.pieces[id].size() == 6 &&
+                std::sscanf(v.pieces[id].c_str(), "<0x%2X>", &x) == 1 && byte_token_[x] < 0) {
+                byte_token_[x] = int32_t(id);
+            }
+        }
+    }
 
     // Merges: the lowest rank of a pair wins.
     const size_t n_merges = c.merges.size();
@@ -245,7 +301,7 @@ bpe_tokenizer::bpe_tokenizer(bpe_config c)
     for (size_t id = 0; id < n_vocab; ++id) {
         switch (v.kinds[id]) {
             case token_kind::normal:
-                surface_[id] = piece_to_bytes(v.pieces[id]);
+                surface_[id] = byte_level_ ? piece_to_bytes(v.pieces[id]) : unescape_spaces(v.pieces[id]);
                 break;
             case token_kind::user_defined:
             case token_kind::unknown:
@@ -271,8 +327,8 @@ bpe_tokenizer::bpe_tokenizer(bpe_config c)
         int err = 0;
         PCRE2_SIZE offset = 0;
         auto re = std::make_unique<regex>();
-        re->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(), PCRE2_UTF | PCRE2_UCP, &err, &offset,
-                                 nullptr);
+        re->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(),
+                                 PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &err, &offset, nullptr);
         if (re->code == nullptr) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(err, msg, sizeof msg);
@@ -317,20 +373,18 @@ std::vector<int32_t> bpe_tokenizer::encode_impl(std::string_view text, bool add_
     out.reserve(text.size() / 3 + 2);
     if (add_bos && vocab_.add_bos && vocab_.bos >= 0) out.push_back(vocab_.bos);
     scratch s;
-    s.match.reserve(regexes_.size());
-    for (const auto & re : regexes_) {
-        s.match.push_back(pcre2_match_data_create_from_pattern(re->code, nullptr));
-        HILL_ASSERT(s.match.back() != nullptr);
-    }
+    s.init(regexes_);
 
     // The stretch [p0, p1) of plain text before an added token (or the end).
+    std::string escaped;
     const auto plain = [&](size_t p0, size_t p1) {
         if (p0 == 0 && vocab_.add_space_prefix && p1 > 0 && text[0] != ' ') {
             std::string t = " ";
             t.append(text.substr(0, p1));
-            encode_stretch(t, s, out);
+            encode_stretch(byte_level_ ? t : escape_spaces(t, escaped), s, out);
         } else if (p1 > p0) {
-            encode_stretch(text.substr(p0, p1 - p0), s, out);
+            const std::string_view t = text.substr(p0, p1 - p0);
+            encode_stretch(byte_level_ ? t : escape_spaces(t, escaped), s, out);
         }
     };
 
@@ -371,6 +425,12 @@ std::vector<int32_t> bpe_tokenizer::encode_impl(std::string_view text, bool add_
 }
 
 void bpe_tokenizer::encode_stretch(std::string_view text, scratch & s, std::vector<int32_t> & out) const {
+    s.words.clear();
+    pre_tokenize_stretch(text, s);
+    for (const std::string_view w : s.words) encode_word(w, s, out);
+}
+
+void bpe_tokenizer::pre_tokenize_stretch(std::string_view text, scratch & s) const {
     size_t run = 0;  // start of the current valid UTF-8 run
     for (size_t i = 0; i < text.size();) {
         const size_t n = utf8_len(text, i);
@@ -378,16 +438,24 @@ void bpe_tokenizer::encode_stretch(std::string_view text, scratch & s, std::vect
             i += n;
             continue;
         }
-        if (i > run) split(text.substr(run, i - run), 0, s, out);
-        encode_word(text.substr(i, 1), s, out);
+        if (i > run) split(text.substr(run, i - run), 0, s);
+        s.words.push_back(text.substr(i, 1));
         run = ++i;
     }
-    if (text.size() > run) split(text.substr(run), 0, s, out);
+    if (text.size() > run) split(text.substr(run), 0, s);
 }
 
-void bpe_tokenizer::split(std::string_view text, size_t level, scratch & s, std::vector<int32_t> & out) const {
+std::vector<std::string> bpe_tokenizer::pre_tokenize(std::string_view text) const {
+    scratch s;
+    s.init(regexes_);
+    std::string escaped;
+    pre_tokenize_stretch(byte_level_ ? text : escape_spaces(text, escaped), s);
+    return {s.words.begin(), s.words.end()};
+}
+
+void bpe_tokenizer::split(std::string_view text, size_t level, scratch & s) const {
     if (level == regexes_.size()) {
-        encode_word(text, s, out);
+        s.words.push_back(text);
         return;
     }
     pcre2_code * code = regexes_[level]->code;
@@ -406,16 +474,18 @@ void bpe_tokenizer::split(std::string_view text, size_t level, scratch & s, std:
         if (rc < 0) break;
         const PCRE2_SIZE * ov = pcre2_get_ovector_pointer(md);
         const size_t m0 = ov[0], m1 = ov[1];
-        if (m1 <= m0) {  // an empty match: move on one character, it joins the next gap
+        if (m1 <= m0) {  // an empty match cuts the text there, then the search moves on one character
             if (m0 >= text.size()) break;
+            if (m0 > done) split(text.substr(done, m0 - done), level + 1, s);
+            done = m0;
             search = m0 + std::max<size_t>(1, utf8_len(text, m0));
             continue;
         }
-        if (m0 > done) split(text.substr(done, m0 - done), level + 1, s, out);
-        split(text.substr(m0, m1 - m0), level + 1, s, out);
+        if (m0 > done) split(text.substr(done, m0 - done), level + 1, s);
+        split(text.substr(m0, m1 - m0), level + 1, s);
         done = search = m1;
     }
-    if (text.size() > done) split(text.substr(done), level + 1, s, out);
+    if (text.size() > done) split(text.substr(done), level + 1, s);
 }
 
 void bpe_tokenizer::encode_word(std::string_view word, scratch & s, std::vector<int32_t> & out) const {
@@ -424,27 +494,41 @@ void bpe_tokenizer::encode_word(std::string_view word, scratch & s, std::vector<
         if (id >= 0) return id;
         if (vocab_.unk >= 0) return vocab_.unk;
         fail_input("'{}': the vocabulary has no token for byte 0x{:02X} (piece '{}') and no unknown token", source_,
-                   unsigned(b), bytes().piece[b]);
+                   unsigned(b), byte_level_ ? bytes().piece[b] : fmt::format("<0x{:02X}>", unsigned(b)));
     };
-    if (word.size() == 1) {
+    if (byte_level_ && word.size() == 1) {
         out.push_back(byte_id(uint8_t(word[0])));
         return;
     }
-    if (ignore_merges_) {
-        s.pieces.clear();
-        for (const char c : word) s.pieces += bytes().piece[uint8_t(c)];
-        const int32_t id = find_piece(s.pieces);
+    const bool newline_run = whole_newline_runs_ && word.find_first_not_of('\n') == std::string_view::npos;
+    if (ignore_merges_ || newline_run) {
+        std::string_view piece = word;
+        if (byte_level_) {
+            s.pieces.clear();
+            for (const char c : word) s.pieces += bytes().piece[uint8_t(c)];
+            piece = s.pieces;
+        }
+        const int32_t id = find_piece(piece);
         if (id >= 0) {
             out.push_back(id);
             return;
         }
     }
 
+    // Symbols: the bytes (byte level) or the UTF-8 characters (SentencePiece style, an invalid byte
+    // on its own) of the word, as piece ids.
     using symbol = scratch::symbol;
     using candidate = scratch::candidate;
-    const int32_t n = int32_t(word.size());
-    s.sym.resize(size_t(n));
-    for (int32_t i = 0; i < n; ++i) s.sym[size_t(i)] = symbol{byte_id(uint8_t(word[size_t(i)])), i - 1, i + 1};
+    s.sym.clear();
+    for (size_t i = 0; i < word.size();) {
+        const size_t n = byte_level_ ? 1 : std::max<size_t>(1, utf8_len(word, i));
+        int32_t id = byte_level_ ? byte_id(uint8_t(word[i])) : find_piece(word.substr(i, n));
+        if (id < 0) id = k_no_piece;
+        const int32_t k = int32_t(s.sym.size());
+        s.sym.push_back(symbol{id, k - 1, k + 1, int32_t(i)});
+        i += n;
+    }
+    const int32_t n = int32_t(s.sym.size());
     s.sym[size_t(n - 1)].next = -1;
 
     // Min-heap on (rank, left position): the lowest-ranked pair, leftmost among equals.
@@ -455,6 +539,7 @@ void bpe_tokenizer::encode_word(std::string_view word, scratch & s, std::vector<
     const auto push = [&](int32_t left, int32_t right) {
         if (left < 0 || right < 0) return;
         const int32_t a = s.sym[size_t(left)].id, b = s.sym[size_t(right)].id;
+        if (a < 0 || b < 0) return;  // a character no piece holds merges with nothing
         const int64_t m = find_merge(a, b);
         if (m < 0) return;
         s.heap.push_back({uint32_t(uint64_t(m) >> 32), left, right, a, b, int32_t(uint32_t(m))});
@@ -476,7 +561,17 @@ void bpe_tokenizer::encode_word(std::string_view word, scratch & s, std::vector<
         push(l.prev, c.left);
         push(c.left, l.next);
     }
-    for (int32_t i = 0; i >= 0; i = s.sym[size_t(i)].next) out.push_back(s.sym[size_t(i)].id);
+    for (int32_t i = 0; i >= 0; i = s.sym[size_t(i)].next) {
+        const symbol & y = s.sym[size_t(i)];
+        if (y.id != k_no_piece) {
+            out.push_back(y.id);
+            continue;
+        }
+        // Byte fallback for a character no piece holds (SentencePiece style only): its bytes run to
+        // the next symbol.
+        const size_t p1 = y.next >= 0 ? size_t(s.sym[size_t(y.next)].p0) : word.size();
+        for (size_t b = size_t(y.p0); b < p1; ++b) out.push_back(byte_id(uint8_t(word[b])));
+    }
 }
 
 std::string bpe_tokenizer::token_to_piece(int32_t id) const {

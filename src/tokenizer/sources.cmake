@@ -1,4 +1,5 @@
 hill_add_library(hill_tokenizer
+  tokenizer/bpe_pre_tokenizer.cpp
   tokenizer/bpe_tokenizer.cpp
   tokenizer/spm_tokenizer.cpp
   tokenizer/tokenizer.cpp

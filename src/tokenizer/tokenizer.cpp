@@ -12,6 +12,7 @@
 #include "core/mapped_file.h"
 #include "format/gguf_file.h"
 #include "format/json_file.h"
+#include "tokenizer/bpe_pre_tokenizer.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/pieces.h"
 #include "tokenizer/spm_tokenizer.h"
@@ -35,40 +36,28 @@ int32_t gguf_token_id(const gguf_file & gguf, const std::string & key, int32_t d
     return int32_t(*v);
 }
 
-// The pre-tokenizer llama.cpp's `tokenizer.ggml.pre` names: regex, ignore_merges, default add_bos.
-struct gguf_pre {
-    const char * name;
-    const char * pattern;
-    bool ignore_merges;
-    bool add_bos;
-};
-constexpr gguf_pre k_gguf_pres[] = {
-    {"gpt-2", k_bpe_pattern_gpt2, false, false},    // GPT-2, OPT
-    {"default", k_bpe_pattern_gpt2, false, false},  // llama.cpp's name when the converter knew none
-    {"qwen2", k_bpe_pattern_qwen2, false, false},   // Qwen2, Qwen2.5, Qwen3
-    {"deepseek-r1-qwen", k_bpe_pattern_qwen2, false, false},
-    {"llama3", k_bpe_pattern_llama3, true, true},     // Llama-3, 3.1, 3.2
-    {"llama-bpe", k_bpe_pattern_llama3, true, true},  // the name llama.cpp's converter writes for Llama-3
-};
-
-std::unique_ptr<tokenizer> load_gguf_bpe(const gguf_file & gguf, vocab v) {
+// `model` is "gpt2" or "gemma4"; the latter always has the gemma4 pre-tokenizer (as in llama.cpp).
+std::unique_ptr<tokenizer> load_gguf_bpe(const gguf_file & gguf, vocab v, const std::string & model) {
     const std::string & file = gguf.name();
     bpe_config c;
     c.source = file;
     c.merges_field = "tokenizer.ggml.merges";
-    const std::string pre = gguf.get_string("tokenizer.ggml.pre").value_or("default");
-    const gguf_pre * p = nullptr;
-    for (const gguf_pre & q : k_gguf_pres) {
-        if (pre == q.name) p = &q;
-    }
+    const std::string pre =
+        model == "gemma4" ? model : gguf.get_string("tokenizer.ggml.pre").value_or("default");
+    const bpe_pre_tokenizer * p = find_bpe_pre_tokenizer(pre);
     if (p == nullptr) {
         std::string names;
-        for (const gguf_pre & q : k_gguf_pres) names += fmt::format("{}'{}'", names.empty() ? "" : ", ", q.name);
-        fail_input("'{}': tokenizer.ggml.pre = '{}' is not supported for tokenizer.ggml.model 'gpt2' (supported: {})",
-                   file, pre, names);
+        for (const bpe_pre_tokenizer & q : bpe_pre_tokenizers()) {
+            if (q.unsupported == nullptr) names += fmt::format("{}'{}'", names.empty() ? "" : ", ", q.name);
+        }
+        fail_input("'{}': tokenizer.ggml.pre = '{}' is not a pre-tokenizer llama.cpp knows (supported: {})", file, pre,
+                   names);
     }
-    c.patterns = {p->pattern};
+    if (p->unsupported != nullptr) fail_input("'{}': tokenizer.ggml.pre = '{}': {}", file, pre, p->unsupported);
+    c.patterns.assign(p->patterns.begin(), p->patterns.end());
     c.ignore_merges = p->ignore_merges;
+    c.byte_level = p->byte_level;
+    c.whole_newline_runs = p->whole_newline_runs;
 
     std::optional<std::vector<std::string>> merges = gguf.get_string_array("tokenizer.ggml.merges");
     if (!merges)
@@ -96,11 +85,13 @@ std::unique_ptr<tokenizer> load_gguf_bpe(const gguf_file & gguf, vocab v) {
         }
         return std::nullopt;
     }();
-    v.bos = gguf_token_id(gguf, "tokenizer.ggml.bos_token_id", eot.value_or(-1), n_vocab);
+    v.bos = gguf_token_id(gguf, "tokenizer.ggml.bos_token_id", p->bos_none ? -1 : eot.value_or(-1), n_vocab);
     v.eos = gguf_token_id(gguf, "tokenizer.ggml.eos_token_id", eot.value_or(-1), n_vocab);
     v.unk = gguf_token_id(gguf, "tokenizer.ggml.unknown_token_id", -1, n_vocab);
-    v.add_bos = gguf.get_bool("tokenizer.ggml.add_bos_token").value_or(p->add_bos);
-    v.add_space_prefix = gguf.get_bool("tokenizer.ggml.add_space_prefix").value_or(false);
+    v.add_bos = p->force_bos || gguf.get_bool("tokenizer.ggml.add_bos_token").value_or(p->add_bos);
+    // SentencePiece-style BPE never prepends a space (llama.cpp's BPE path ignores the key); its
+    // GGUF may carry the key from the SentencePiece convention.
+    v.add_space_prefix = p->byte_level && gguf.get_bool("tokenizer.ggml.add_space_prefix").value_or(false);
     v.scores.assign(n_vocab, 0.0f);  // BPE ranks live in the merges
     c.vocab = std::move(v);
     return std::make_unique<bpe_tokenizer>(std::move(c));
@@ -112,8 +103,9 @@ std::unique_ptr<tokenizer> load_tokenizer(const gguf_file & gguf) {
     const std::string & file = gguf.name();
     const std::optional<std::string> model = gguf.get_string("tokenizer.ggml.model");
     if (!model) fail_input("'{}' has no tokenizer: metadata key tokenizer.ggml.model is missing", file);
-    if (*model != "llama" && *model != "gpt2") {
-        fail_input("'{}': tokenizer.ggml.model = '{}' is not supported (supported: 'llama', 'gpt2')", file, *model);
+    if (*model != "llama" && *model != "gpt2" && *model != "gemma4") {
+        fail_input("'{}': tokenizer.ggml.model = '{}' is not supported (supported: 'llama', 'gpt2', 'gemma4')", file,
+                   *model);
     }
     const bool spm = *model == "llama";
     vocab v;
@@ -162,7 +154,7 @@ std::unique_ptr<tokenizer> load_tokenizer(const gguf_file & gguf) {
         }
     }
 
-    if (!spm) return load_gguf_bpe(gguf, std::move(v));
+    if (!spm) return load_gguf_bpe(gguf, std::move(v), *model);
 
     v.bos = gguf_token_id(gguf, "tokenizer.ggml.bos_token_id", 1, n_vocab);
     v.eos = gguf_token_id(gguf, "tokenizer.ggml.eos_token_id", 2, n_vocab);

@@ -62,14 +62,18 @@ public:
 };
 
 // Builds the tokenizer a GGUF file describes: `tokenizer.ggml.model` = "llama" (SentencePiece
-// BPE, spm_tokenizer.h) or "gpt2" (byte-level BPE, bpe_tokenizer.h). For "gpt2": tokens, merges
-// ("a b", rank order), token_type (3 control, 4 user-defined), bos/eos/unknown ids (default: the
-// "<|endoftext|>" token when present), add_space_prefix, and `tokenizer.ggml.pre` choosing the
-// pre-tokenizer: "gpt-2" (also absent or "default"), "qwen2" / "deepseek-r1-qwen", "llama3" /
-// "llama-bpe" (with ignore_merges). BOS rule: add_bos_token when present, else true for the
-// Llama-3 names only.
-// Errors: missing or inconsistent tokenizer metadata, unsupported model or pre-tokenizer, a merge
-// naming pieces not in tokens, naming key and values.
+// BPE, spm_tokenizer.h), "gpt2" (BPE, bpe_tokenizer.h) or "gemma4" (SentencePiece-style BPE,
+// bpe_tokenizer.h, with the gemma4 pre-tokenizer whatever tokenizer.ggml.pre says). For "gpt2"
+// and "gemma4": tokens, merges ("a b", rank order), token_type (3 control, 4 user-defined, 6
+// byte), bos/eos/unknown ids (default: the "<|endoftext|>" token when present; none for
+// ChatGLM-4), add_space_prefix (byte-level only), and `tokenizer.ggml.pre` choosing the
+// pre-tokenizer: any name llama.cpp knows, with its regexes, ignore_merges and BOS rule
+// (bpe_pre_tokenizer.h; absent: "default", as in llama.cpp). BOS rule: add_bos_token when
+// present, else the pre-tokenizer's (true for the Llama-3 names, tekken, chameleon and Gemma 4,
+// which has BOS even when add_bos_token says false, as in llama.cpp).
+// Errors: missing or inconsistent tokenizer metadata, an unsupported model, a pre-tokenizer name
+// llama.cpp does not know (listing the known ones) or one it knows that is not supported here
+// (saying why), a merge naming pieces not in tokens, naming key and values.
 std::unique_ptr<tokenizer> load_tokenizer(const gguf_file & gguf);
 
 // Byte-level BPE from a Hugging Face tokenizer.json and, when `tokenizer_config_path` is not empty,
