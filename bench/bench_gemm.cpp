@@ -63,7 +63,8 @@ uint64_t hash64(uint64_t i) {
 }
 
 // Random weights encoded directly (no quantization pass): f16/bf16/f32 values uniform in [-1, 1),
-// Q8_0/Q4_0 blocks of random quants with a scale d in [2^-9, 2^-8). Filled by the pool's threads.
+// Q8_0/Q4_0 blocks of random quants with a scale d in [2^-9, 2^-8), the other written types
+// (quantize_supported) uniform values through their encoder. Filled by the pool's threads.
 matrix make_matrix(ggml_type type, int64_t n_rows, int64_t n_cols, uint64_t seed, thread_pool & pool) {
     const size_t rb = *ggml_row_bytes(type, n_cols);
     const size_t bytes = (rb * size_t(n_rows) + 63) / 64 * 64;
@@ -99,6 +100,12 @@ matrix make_matrix(ggml_type type, int64_t n_rows, int64_t n_cols, uint64_t seed
                         for (size_t k = 2; k < block_bytes; ++k)
                             b[k] = uint8_t(hash64(s + uint64_t(ib) * 64 + k) >> 32);
                     }
+                    break;
+                }
+                default: {  // the other written types: uniform values through their encoder
+                    std::vector<float> v(static_cast<size_t>(n_cols));
+                    for (int64_t j = 0; j < n_cols; ++j) v[static_cast<size_t>(j)] = uniform(j);
+                    quantize_row(type, v.data(), row, n_cols);
                     break;
                 }
             }
@@ -172,6 +179,11 @@ int main(int argc, char ** argv) {
             while (std::getline(in, item, ',')) {
                 const auto t = ggml_type_from_name(item);
                 if (!t) fail_usage("--types: unknown type '{}'", item);
+                const bool written = *t == ggml_type::q8_0 || *t == ggml_type::q4_0 || quantize_supported(*t);
+                if (!written || (n_embd % ggml_block_size(*t) != 0 || n_ff % ggml_block_size(*t) != 0)) {
+                    fail_usage("--types: {} needs an encoder and --n-embd, --n-ff multiples of {}", item,
+                               ggml_block_size(*t));
+                }
                 types.push_back(*t);
             }
         }

@@ -5,3 +5,5 @@ hill_add_test(test_passkey_model unit LIBS hill_engine SOURCES test_passkey_mode
 hill_add_test(test_forward unit LIBS hill_model SOURCES test_forward.cpp)
 # hillinfer convert: checkpoint folder -> GGUF, compared through the engine's logits.
 hill_add_test(test_convert unit LIBS hill_convert hill_engine SOURCES test_convert.cpp)
+# Weight schemes of the model writers (model/weight_scheme.h): names, the Q4_K_M rule, fallbacks.
+hill_add_test(test_weight_scheme unit LIBS hill_model SOURCES test_weight_scheme.cpp)

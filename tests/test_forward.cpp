@@ -152,6 +152,14 @@ const forward_case k_cases[] = {
                                                                     .n_ctx = 64, .type = ggml_type::q8_0, .seed = 3});
          return dir.file("m.gguf");
      }},
+    {"llama_gguf_q4_k_m", "llama",  // Q4_K, Q6_K, and Q5_0 / Q8_0 for the 96-wide ffn_down rows
+     [](const test::temp_dir & dir) {
+         write_random_model(dir.file("m.gguf"),
+                            random_model_params{.n_vocab = 300, .n_embd = 256, .n_ff = 96, .n_layer = 2, .n_head = 4,
+                                                .n_head_kv = 2, .n_ctx = 64,
+                                                .type = weight_scheme(ggml_type::q4_k, true), .seed = 3});
+         return dir.file("m.gguf");
+     }},
     {"llama", "llama",
      [](const test::temp_dir & dir) {
          return write_folder(dir, "llama", fmt::format(R"({{"model_type": "llama", {}}})", k_llama_dims),

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compute/attention.h"
@@ -28,7 +30,14 @@ using test::mode_guard;
 using test::fresh_seed;
 using test::random_floats;
 
-const ggml_type all_types[] = {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0, ggml_type::q4_0};
+const ggml_type all_types[] = {ggml_type::f32,  ggml_type::f16,  ggml_type::bf16, ggml_type::q8_0,   ggml_type::q4_0,
+                               ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1, ggml_type::iq4_nl, ggml_type::q2_k,
+                               ggml_type::q3_k, ggml_type::q4_k, ggml_type::q5_k, ggml_type::q6_k,   ggml_type::iq4_xs};
+
+// The types decoded to f32 weights by the products (all quantized types but Q8_0 and Q4_0).
+const ggml_type decoded_types[] = {ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1, ggml_type::iq4_nl,
+                                   ggml_type::q2_k, ggml_type::q3_k, ggml_type::q4_k, ggml_type::q5_k,
+                                   ggml_type::q6_k, ggml_type::iq4_xs};
 
 // size_t of a count (avoids `T v(size_t(n))` parsing as a function declaration).
 inline size_t sz(int64_t v) {
@@ -37,6 +46,32 @@ inline size_t sz(int64_t v) {
 
 bool is_quant(ggml_type t) {
     return ggml_block_size(t) > 1;
+}
+
+bool is_decoded(ggml_type t) {
+    return std::find(std::begin(decoded_types), std::end(decoded_types), t) != std::end(decoded_types);
+}
+
+// A column count for type t: n_float for the float types, n_quant (a multiple of 32) for the types
+// with blocks of 32, and as many blocks of 256, rounded up, for the super-block types.
+int64_t cols_of(ggml_type t, int64_t n_float, int64_t n_quant) {
+    const int64_t bs = ggml_block_size(t);
+    if (bs == 1) return n_float;
+    return (n_quant + bs - 1) / bs * bs;
+}
+
+// The byte offsets of a block's f16 scales (d, m, dmin), for random blocks.
+std::vector<size_t> f16_fields(ggml_type t) {
+    switch (t) {
+        case ggml_type::q4_1:
+        case ggml_type::q5_1:
+        case ggml_type::q4_k:
+        case ggml_type::q5_k: return {0, 2};
+        case ggml_type::q2_k: return {offsetof(block_q2_k, d), offsetof(block_q2_k, dmin)};
+        case ggml_type::q3_k: return {offsetof(block_q3_k, d)};
+        case ggml_type::q6_k: return {offsetof(block_q6_k, d)};
+        default: return {0};
+    }
 }
 
 #define HILL_REQUIRE_AVX2() \
@@ -100,9 +135,23 @@ weights make_weights(ggml_type type, int64_t n_rows, int64_t n_cols, std::mt1993
     const size_t rb = *ggml_row_bytes(type, n_cols);
     w.bytes.resize(rb * sz(n_rows));
     w.deq.resize(sz(n_rows * n_cols));
-    const std::vector<float> src = random_floats(rng, sz(n_rows * n_cols));
-    for (int64_t r = 0; r < n_rows; ++r) {
-        quantize_row(type, src.data() + r * n_cols, w.bytes.data() + sz(r) * rb, n_cols);
+    if (is_decoded(type)) {
+        // Random bytes (every bit pattern of quants and sub-block scales) with finite f16 scales.
+        std::uniform_int_distribution<int> byte(0, 255);
+        for (uint8_t & b : w.bytes) b = uint8_t(byte(rng));
+        std::uniform_real_distribution<float> scale(-1.0f / 64, 1.0f / 64);
+        const size_t bb = ggml_block_bytes(type);
+        for (size_t o = 0; o < w.bytes.size(); o += bb) {
+            for (size_t f : f16_fields(type)) {
+                const f16_bits h = fp32_to_fp16(scale(rng));
+                std::memcpy(w.bytes.data() + o + f, &h, 2);
+            }
+        }
+    } else {
+        const std::vector<float> src = random_floats(rng, sz(n_rows * n_cols));
+        for (int64_t r = 0; r < n_rows; ++r) {
+            quantize_row(type, src.data() + r * n_cols, w.bytes.data() + sz(r) * rb, n_cols);
+        }
     }
     mode_guard g;
     kernel_mode_set(kernel_mode::scalar);
@@ -136,6 +185,7 @@ std::vector<double> rel_tol(const std::vector<double> & mag, double rel, double 
 }
 
 std::vector<int64_t> col_sizes(ggml_type t) {
+    if (ggml_block_size(t) == qk_k) return {256, 256 * 3};
     if (is_quant(t)) return {32, 32 * 7, 32 * 33};
     return {1, 7, 16, 33, 257};
 }
@@ -229,7 +279,7 @@ TEST(matmul, gemv_same_result_for_1_2_3_threads) {
         if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
         kernel_mode_set(m);
         for (ggml_type t : all_types) {
-            const int64_t n_cols = is_quant(t) ? 32 * 7 : 33;
+            const int64_t n_cols = cols_of(t, 33, 32 * 7);
             const weights w = make_weights(t, 301, n_cols, rng);
             const std::vector<float> x = random_floats(rng, sz(n_cols));
             std::vector<float> y1(301), y2(301), y3(301);
@@ -262,7 +312,10 @@ TEST(matmul, gemm_blas_matches_gemv_per_token) {
         kernel_mode_set(m);
         for (const shape & sh : shapes) {
             for (ggml_type t : all_types) {
-                const int64_t n_cols = is_quant(t) ? sh.n_cols_quant : sh.n_cols_float;
+                // The large shape for one type of each decoder family only (time, not coverage:
+                // the tiles do not depend on the type).
+                if (sh.n_rows == 600 && is_decoded(t) && t != ggml_type::q4_k && t != ggml_type::q5_0) continue;
+                const int64_t n_cols = cols_of(t, sh.n_cols_float, sh.n_cols_quant);
                 const weights w = make_weights(t, sh.n_rows, n_cols, rng);
                 for (int64_t n_tok : sh.n_toks) {
                     const std::string what = case_name(t, sh.n_rows, n_cols) + " n_tok " + std::to_string(n_tok) +
@@ -318,7 +371,12 @@ TEST(matmul, gemv_batch_rows_bitwise_equal_gemv_alone) {
         kernel_mode_set(m);
         for (const shape & sh : shapes) {
             for (ggml_type t : all_types) {
-                const int64_t n_cols = is_quant(t) ? sh.n_cols_quant : sh.n_cols_float;
+                // The two largest shapes for one decoded type per block size only (time: the decoded
+                // types share one kernel template and differ only in their decoders).
+                if (sh.n_rows >= 21 && sh.n_cols_float >= 257 && is_decoded(t) && t != ggml_type::q4_k &&
+                    t != ggml_type::q5_0)
+                    continue;
+                const int64_t n_cols = cols_of(t, sh.n_cols_float, sh.n_cols_quant);
                 const weights w = make_weights(t, sh.n_rows, n_cols, rng);
                 const int64_t n_max = sh.ns.back();
                 const std::vector<float> x = random_floats(rng, sz(n_max * n_cols));
@@ -382,7 +440,7 @@ TEST(matmul, gemv_batch_row_independent_of_its_neighbours) {
         if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
         kernel_mode_set(m);
         for (ggml_type t : all_types) {
-            const int64_t n_rows = 45, n_cols = is_quant(t) ? 32 * 9 : 300;
+            const int64_t n_rows = 45, n_cols = cols_of(t, 300, 32 * 9);
             const weights w = make_weights(t, n_rows, n_cols, rng);
             const std::vector<float> x0 = random_floats(rng, sz(n_cols));
             std::vector<float> want(sz(n_rows));
@@ -552,6 +610,332 @@ TEST(quantize, q8_0_and_q4_0_known_block) {
     for (float v : y) EXPECT_EQ(v, 0.0f);
     dequantize_row(ggml_type::q4_0, &b4, y, 32);
     for (float v : y) EXPECT_EQ(v, 0.0f);
+}
+
+// The decoded types' AVX2 dequantize_row (gemm's tiles) gives the scalar reference's bits, on random
+// blocks (every bit pattern of quants and sub-block scales, finite f16 scales).
+TEST(quantize, decoded_types_avx2_dequantize_bitwise_equal_scalar) {
+    HILL_REQUIRE_AVX2();
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    mode_guard g;
+    for (ggml_type t : decoded_types) {
+        const int64_t n = cols_of(t, 0, 32 * 40);
+        const weights w = make_weights(t, 3, n, rng);
+        std::vector<float> ya(sz(3 * n));
+        kernel_mode_set(kernel_mode::avx2);
+        for (int64_t r = 0; r < 3; ++r)
+            dequantize_row(t, w.bytes.data() + sz(r) * w.view().row_bytes(), ya.data() + r * n, n);
+        expect_bitwise_equal(ya, w.deq, std::string(ggml_type_name(t)) + " avx2 dequantize_row");
+    }
+}
+
+// One hand-built block per decoded type, its weights computed from the layout of ggml_type.h by
+// hand: a wrong nibble, bit or scale position changes some of them. Each block is checked
+// element by element against the construction and at a few places against literal values, in
+// both kernel modes.
+struct known_block {
+    ggml_type type;
+    std::vector<uint8_t> bytes;
+    std::vector<float> want;                    // every weight, from the construction
+    std::vector<std::pair<int, float>> spots;  // (weight, value) worked out by hand
+};
+
+void put_f16(std::vector<uint8_t> & b, size_t at, float v) {
+    const f16_bits h = fp32_to_fp16(v);
+    std::memcpy(b.data() + at, &h, 2);
+}
+
+std::vector<known_block> known_blocks() {
+    std::vector<known_block> out;
+    // Blocks of 32: qs[j] = j | (15 - j) << 4, so weight j < 16 has nibble j and weight 16 + j
+    // nibble 15 - j.
+    auto nib32 = [](int p) { return p < 16 ? p : 31 - p; };
+    {
+        known_block k{ggml_type::q4_1, std::vector<uint8_t>(20), {}, {}};
+        put_f16(k.bytes, 0, 0.5f);
+        put_f16(k.bytes, 2, -1.0f);
+        for (int j = 0; j < 16; ++j) k.bytes[4 + sz(j)] = uint8_t(j | (15 - j) << 4);
+        for (int p = 0; p < 32; ++p) k.want.push_back(0.5f * float(nib32(p)) - 1.0f);
+        k.spots = {{3, 0.5f}, {19, 5.0f}, {31, -1.0f}};
+        out.push_back(k);
+    }
+    // Q5_0 / Q5_1: fifth bits qh = 0x80000001 (weights 0 and 31).
+    auto q5 = [&](int p) { return nib32(p) + (p == 0 || p == 31 ? 16 : 0); };
+    {
+        known_block k{ggml_type::q5_0, std::vector<uint8_t>(22), {}, {}};
+        put_f16(k.bytes, 0, 0.25f);
+        const uint32_t qh = 0x80000001u;
+        std::memcpy(k.bytes.data() + 2, &qh, 4);
+        for (int j = 0; j < 16; ++j) k.bytes[6 + sz(j)] = uint8_t(j | (15 - j) << 4);
+        for (int p = 0; p < 32; ++p) k.want.push_back(0.25f * float(q5(p) - 16));
+        k.spots = {{0, 0.0f}, {1, -3.75f}, {15, -0.25f}, {16, -0.25f}, {30, -3.75f}, {31, 0.0f}};
+        out.push_back(k);
+    }
+    {
+        known_block k{ggml_type::q5_1, std::vector<uint8_t>(24), {}, {}};
+        put_f16(k.bytes, 0, 0.5f);
+        put_f16(k.bytes, 2, 2.0f);
+        const uint32_t qh = 0x80000001u;
+        std::memcpy(k.bytes.data() + 4, &qh, 4);
+        for (int j = 0; j < 16; ++j) k.bytes[8 + sz(j)] = uint8_t(j | (15 - j) << 4);
+        for (int p = 0; p < 32; ++p) k.want.push_back(0.5f * float(q5(p)) + 2.0f);
+        k.spots = {{0, 10.0f}, {1, 2.5f}, {16, 9.5f}, {31, 10.0f}};
+        out.push_back(k);
+    }
+    {
+        known_block k{ggml_type::iq4_nl, std::vector<uint8_t>(18), {}, {}};
+        put_f16(k.bytes, 0, 2.0f);
+        for (int j = 0; j < 16; ++j) k.bytes[2 + sz(j)] = uint8_t(j | (15 - j) << 4);
+        for (int p = 0; p < 32; ++p) k.want.push_back(2.0f * float(kvalues_iq4nl[nib32(p)]));
+        k.spots = {{0, -254.0f}, {8, 2.0f}, {16, 226.0f}, {31, -254.0f}};
+        out.push_back(k);
+    }
+    // Super-blocks: weight p = 32u + l, 16-weight sub-block s = p / 16.
+    {
+        // Q2_K: scales[s] = s | (15 - s) << 4; qs bytes 0..31 = 0xE4 (2-bit field f holds f),
+        // 32..63 = 0x1B (field f holds 3 - f); d = 1, dmin = 0.5.
+        known_block k{ggml_type::q2_k, std::vector<uint8_t>(84), {}, {}};
+        for (int s = 0; s < 16; ++s) k.bytes[sz(s)] = uint8_t(s | (15 - s) << 4);
+        for (int i = 0; i < 64; ++i) k.bytes[16 + sz(i)] = i < 32 ? 0xE4 : 0x1B;
+        put_f16(k.bytes, 80, 1.0f);
+        put_f16(k.bytes, 82, 0.5f);
+        for (int p = 0; p < 256; ++p) {
+            const int u = p / 32, s = p / 16, q = u < 4 ? u % 4 : 3 - u % 4;
+            k.want.push_back(float(s * q) - 0.5f * float(15 - s));
+        }
+        k.spots = {{0, -7.5f}, {40, -4.5f}, {150, 24.0f}, {255, 0.0f}};
+        out.push_back(k);
+    }
+    {
+        // Q3_K: 6-bit scale of sub-block s = s + 24 (so w = d · (s - 8) · q), packed: low nibbles
+        // in scales[0..7] (s < 8: low half, s >= 8: high half of scales[s - 8]), the two high
+        // bits in scales[8 + s % 4] at bit 2 · (s / 4); hmask bytes 0xAA (high bit set for odd u);
+        // qs bytes 0xE4; d = 1. q = (u % 4) - 4 + 4 · (u odd).
+        known_block k{ggml_type::q3_k, std::vector<uint8_t>(110), {}, {}};
+        for (int l = 0; l < 32; ++l) k.bytes[sz(l)] = 0xAA;
+        for (int i = 0; i < 64; ++i) k.bytes[32 + sz(i)] = 0xE4;
+        uint8_t * sc = k.bytes.data() + 96;
+        for (int s = 0; s < 16; ++s) {
+            const int v = s + 24;
+            sc[s % 8] |= uint8_t((v & 15) << (s < 8 ? 0 : 4));
+            sc[8 + s % 4] |= uint8_t((v >> 4) << (2 * (s / 4)));
+        }
+        put_f16(k.bytes, 108, 1.0f);
+        for (int p = 0; p < 256; ++p) {
+            const int u = p / 32, s = p / 16, q = u % 4 - 4 + (u % 2 ? 4 : 0);
+            k.want.push_back(float(s - 8) * float(q));  // -0 where the scale is 0 and q < 0, as d · sc · q
+        }
+        k.spots = {{0, 32.0f}, {40, -6.0f}, {100, -6.0f}, {255, 21.0f}};
+        out.push_back(k);
+    }
+    // Q4_K / Q5_K: scale 9u and min 63 - 9u of sub-block u (6 bits: u < 4 in the low 6 bits of
+    // scales[u] and scales[u + 4]; u >= 4: low nibbles of scales[u + 4], high bits in the top two
+    // bits of scales[u - 4] and scales[u]); qs[i] = i % 16 | (15 - i % 16) << 4, so weight 32u + l
+    // has nibble l % 16 (u even) or 15 - l % 16 (u odd); d = dmin = 1. Q5_K: qh bytes 0x55 (the
+    // fifth bit set for even u).
+    for (bool five : {false, true}) {
+        const size_t bytes = five ? 176 : 144, qs_at = five ? 48 : 16;
+        known_block k{five ? ggml_type::q5_k : ggml_type::q4_k, std::vector<uint8_t>(bytes), {}, {}};
+        put_f16(k.bytes, 0, 1.0f);
+        put_f16(k.bytes, 2, 1.0f);
+        uint8_t * s = k.bytes.data() + 4;
+        for (int u = 0; u < 8; ++u) {
+            const int sc = 9 * u, mn = 63 - 9 * u;
+            if (u < 4) {
+                s[u] |= uint8_t(sc);
+                s[u + 4] |= uint8_t(mn);
+            } else {
+                s[u + 4] = uint8_t((sc & 15) | (mn & 15) << 4);
+                s[u - 4] |= uint8_t((sc >> 4) << 6);
+                s[u] |= uint8_t((mn >> 4) << 6);
+            }
+        }
+        if (five) {
+            for (int l = 0; l < 32; ++l) k.bytes[16 + sz(l)] = 0x55;
+        }
+        for (int i = 0; i < 128; ++i) k.bytes[qs_at + sz(i)] = uint8_t(i % 16 | (15 - i % 16) << 4);
+        for (int p = 0; p < 256; ++p) {
+            const int u = p / 32, l = p % 32;
+            const int q = (u % 2 ? 15 - l % 16 : l % 16) + (five && u % 2 == 0 ? 16 : 0);
+            k.want.push_back(float(9 * u * q - (63 - 9 * u)));
+        }
+        if (five) k.spots = {{0, -63.0f}, {33, 72.0f}, {64, 243.0f}, {200, 1287.0f}};
+        else k.spots = {{0, -63.0f}, {33, 72.0f}, {200, 423.0f}, {255, 0.0f}};
+        out.push_back(k);
+    }
+    {
+        // Q6_K: ql[i] = i % 16 | (15 - i % 16) << 4; qh bytes 0xE4 (2-bit field f holds f);
+        // scales[s] = s - 8; d = 0.5. Weight p = 128n + 32f + l: low 4 bits from ql[64n + 32(f % 2) + l]
+        // (low nibble for f < 2), high 2 bits f; q - 32.
+        known_block k{ggml_type::q6_k, std::vector<uint8_t>(210), {}, {}};
+        for (int i = 0; i < 128; ++i) k.bytes[sz(i)] = uint8_t(i % 16 | (15 - i % 16) << 4);
+        for (int i = 0; i < 64; ++i) k.bytes[128 + sz(i)] = 0xE4;
+        for (int s = 0; s < 16; ++s) k.bytes[192 + sz(s)] = uint8_t(int8_t(s - 8));
+        put_f16(k.bytes, 208, 0.5f);
+        for (int p = 0; p < 256; ++p) {
+            const int f = (p % 128) / 32, l = p % 32;
+            const int lo = f < 2 ? l % 16 : 15 - l % 16;
+            k.want.push_back(0.5f * float(p / 16 - 8) * float(lo + 16 * f - 32));
+        }
+        k.spots = {{0, 128.0f}, {70, -18.0f}, {161, -15.0f}, {255, 56.0f}};
+        out.push_back(k);
+    }
+    {
+        // IQ4_XS: 6-bit scale of sub-block u = 8u + 5 (low nibble in scales_l[u / 2] at 4 · (u % 2),
+        // high 2 bits in scales_h at 2u), w = d · (8u + 5 - 32) · kvalues[nibble]; qs[16u + j] =
+        // j | (15 - j) << 4; d = 1.
+        known_block k{ggml_type::iq4_xs, std::vector<uint8_t>(136), {}, {}};
+        put_f16(k.bytes, 0, 1.0f);
+        uint16_t scales_h = 0;
+        for (int u = 0; u < 8; ++u) {
+            const int ls = 8 * u + 5;
+            k.bytes[4 + sz(u / 2)] |= uint8_t((ls & 15) << (4 * (u % 2)));
+            scales_h = uint16_t(scales_h | (ls >> 4) << (2 * u));
+        }
+        std::memcpy(k.bytes.data() + 2, &scales_h, 2);
+        for (int i = 0; i < 128; ++i) k.bytes[8 + sz(i)] = uint8_t(i % 16 | (15 - i % 16) << 4);
+        for (int p = 0; p < 256; ++p) {
+            const int u = p / 32;
+            k.want.push_back(float((8 * u - 27) * kvalues_iq4nl[nib32(p % 32)]));
+        }
+        k.spots = {{0, 3429.0f}, {60, 1235.0f}, {100, 147.0f}, {255, -3683.0f}};
+        out.push_back(k);
+    }
+    return out;
+}
+
+TEST(quantize, decoded_types_known_block) {
+    mode_guard g;
+    thread_pool pool(1);
+    for (const known_block & k : known_blocks()) {
+        ASSERT_EQ(k.bytes.size(), ggml_block_bytes(k.type)) << ggml_type_name(k.type);
+        const int64_t n = ggml_block_size(k.type);
+        ASSERT_EQ(int64_t(k.want.size()), n);
+        for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
+            if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+            kernel_mode_set(m);
+            const std::string what = std::string(ggml_type_name(k.type)) + (m == kernel_mode::avx2 ? " avx2" : " scalar");
+            std::vector<float> y(sz(n));
+            dequantize_row(k.type, k.bytes.data(), y.data(), n);
+            expect_bitwise_equal(y, k.want, what);
+            for (auto [p, v] : k.spots) EXPECT_EQ(y[sz(p)], v) << what << " weight " << p;
+            // The product reads the same weights: W · e_p = w_p.
+            for (auto [p, v] : k.spots) {
+                std::vector<float> x(sz(n), 0.0f);
+                x[sz(p)] = 1.0f;
+                float out = 0.0f;
+                gemv({k.type, 1, n, k.bytes.data()}, x.data(), &out, pool);
+                EXPECT_EQ(out, v) << what << " gemv picks weight " << p;
+            }
+        }
+    }
+}
+
+// Round trips through the encoders of matmul.h: every weight within its bound.
+TEST(quantize, q4_1_q5_1_error_within_half_step) {
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    const int64_t n = 32 * 33;
+    for (ggml_type t : {ggml_type::q4_1, ggml_type::q5_1}) {
+        for (auto [lo, hi] : {std::pair{-1e-3f, 1e-3f}, std::pair{-1.0f, 1.0f}, std::pair{2.0f, 300.0f}}) {
+            const std::vector<float> x = random_floats(rng, sz(n), lo, hi);
+            std::vector<uint8_t> q(*ggml_row_bytes(t, n));
+            std::vector<float> y(sz(n));
+            quantize_row(t, x.data(), q.data(), n);
+            dequantize_row(t, q.data(), y.data(), n);
+            for (int64_t ib = 0; ib < n / 32; ++ib) {
+                f16_bits dh;
+                std::memcpy(&dh, q.data() + sz(ib) * ggml_block_bytes(t), 2);
+                const double d = fp16_to_fp32(dh);
+                for (int j = 0; j < 32; ++j) {
+                    const size_t i = sz(ib * 32 + j);
+                    EXPECT_LE(std::fabs(double(x[i]) - double(y[i])), d / 2 + 1e-5 * (d + std::fabs(x[i])))
+                        << ggml_type_name(t) << " range " << hi << " element " << i;
+                }
+            }
+        }
+    }
+}
+
+TEST(quantize, q5_0_error_within_half_step) {
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    const int64_t n = 32 * 33;
+    for (float range : {1e-3f, 1.0f, 300.0f}) {
+        const std::vector<float> x = random_floats(rng, sz(n), -range, range);
+        std::vector<block_q5_0> q(sz(n / 32));
+        std::vector<float> y(sz(n));
+        quantize_row(ggml_type::q5_0, x.data(), q.data(), n);
+        dequantize_row(ggml_type::q5_0, q.data(), y.data(), n);
+        for (int64_t ib = 0; ib < n / 32; ++ib) {
+            float amax = 0.0f, max = 0.0f;
+            for (int j = 0; j < 32; ++j) {
+                const float v = x[sz(ib * 32 + j)];
+                if (std::fabs(v) > amax) amax = std::fabs(v), max = v;
+            }
+            const double d = std::fabs(double(max / -16.0f));
+            const double d16 = std::fabs(double(fp16_to_fp32(q[sz(ib)].d)));
+            for (int j = 0; j < 32; ++j) {
+                const size_t i = sz(ib * 32 + j);
+                // x / d in [-16, 16]; values in (15.5, 16] (the opposite sign of max) clamp to 31.
+                const double steps = double(x[i]) / double(max / -16.0f);
+                const double bound = (steps > 15.5 ? d : d / 2) + 16.0 * std::fabs(d - d16) + 1e-6 * d;
+                EXPECT_LE(std::fabs(double(x[i]) - double(y[i])), bound) << "range " << range << " element " << i;
+            }
+        }
+    }
+}
+
+// Q4_K/Q5_K: within half the sub-block's step, at most (max x - min(0, min x) + dmin) / qmax + d;
+// Q6_K: within half of max|x| / 31 + d per 16 weights (matmul.h). d and dmin are read from the
+// block's f16 fields; the bounds do not depend on how the 6-bit scales are packed.
+TEST(quantize, k_quants_error_within_half_step) {
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    const int64_t n = 256 * 9;
+    for (ggml_type t : {ggml_type::q4_k, ggml_type::q5_k, ggml_type::q6_k}) {
+        for (auto [lo, hi] : {std::pair{-1e-3f, 1e-3f}, std::pair{-1.0f, 1.0f}, std::pair{-300.0f, 2.0f},
+                              std::pair{1.0f, 5.0f}}) {
+            std::vector<float> x = random_floats(rng, sz(n), lo, hi);
+            // Sub-blocks of very different spreads, and an all-zero one.
+            for (int64_t i = 0; i < n; ++i) x[sz(i)] *= float(1 + (i / 32) % 5) / 5.0f;
+            std::fill(x.begin() + 256 * 3, x.begin() + 256 * 3 + 32, 0.0f);
+            std::vector<uint8_t> q(*ggml_row_bytes(t, n));
+            std::vector<float> y(sz(n));
+            quantize_row(t, x.data(), q.data(), n);
+            dequantize_row(t, q.data(), y.data(), n);
+            const size_t bb = ggml_block_bytes(t);
+            for (int64_t ib = 0; ib < n / 256; ++ib) {
+                const uint8_t * b = q.data() + sz(ib) * bb;
+                f16_bits dh, dminh = 0;
+                std::memcpy(&dh, b + (t == ggml_type::q6_k ? offsetof(block_q6_k, d) : 0), 2);
+                if (t != ggml_type::q6_k) std::memcpy(&dminh, b + 2, 2);
+                const double d = fp16_to_fp32(dh), dmin = fp16_to_fp32(dminh);
+                const int group = t == ggml_type::q6_k ? 16 : 32;
+                const double qmax = t == ggml_type::q4_k ? 15 : 31;
+                for (int g0 = 0; g0 < 256; g0 += group) {
+                    const float * xg = x.data() + ib * 256 + g0;
+                    double mn = 0, mx = xg[0], amax = 0;
+                    for (int j = 0; j < group; ++j) {
+                        mn = std::min(mn, double(xg[j]));
+                        mx = std::max(mx, double(xg[j]));
+                        amax = std::max(amax, std::fabs(double(xg[j])));
+                    }
+                    const double step = t == ggml_type::q6_k ? amax / 31 + d : (mx - mn + dmin) / qmax + d;
+                    for (int j = 0; j < group; ++j) {
+                        const size_t i = sz(ib * 256 + g0 + j);
+                        EXPECT_LE(std::fabs(double(x[i]) - double(y[i])), step / 2 + 1e-5 * (step + std::fabs(x[i])))
+                            << ggml_type_name(t) << " range [" << lo << ", " << hi << ") element " << i;
+                    }
+                }
+            }
+        }
+    }
 }
 
 // Every finite f16 (resp. bf16) value survives quantize -> dequantize bit for bit, in both modes.

@@ -9,6 +9,7 @@
 #include "core/sys_info.h"
 #include "demo_text.h"
 #include "model/synthetic_model.h"
+#include "model/weight_scheme.h"
 
 namespace hill::cli {
 
@@ -30,7 +31,10 @@ command_fn add_make_model(CLI::App & app) {
         ->check(CLI::IsMember({"random", "bigram", "passkey"}));
     sub->add_option("-o,--output", o->out, "GGUF file to write")->required();
     sub->add_option("--text", o->text_file, "bigram: training text (default: a short built-in story)");
-    sub->add_option("--type", o->type, "random: matrix type f32, f16, bf16, q8_0, q4_0")->capture_default_str();
+    sub->add_option("--type", o->type,
+                    "random: matrix type f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k or q4_k_m "
+                    "(llama.cpp's Q4_K + Q6_K mix)")
+        ->capture_default_str();
     sub->add_option("--n-vocab", o->rp.n_vocab, "random: vocabulary size (>= 259)")->capture_default_str();
     sub->add_option("--n-embd", o->rp.n_embd, "random: embedding size")->capture_default_str();
     sub->add_option("--n-ff", o->rp.n_ff, "random: feed-forward size")->capture_default_str();
@@ -64,8 +68,8 @@ command_fn add_make_model(CLI::App & app) {
         o->rp.seed = *parse_seed(o->seed, "--seed", false);
         const int64_t t0 = time_us();
         if (o->kind == "random") {
-            const auto t = ggml_type_from_name(o->type);
-            if (!t) fail_usage("--type must be one of f32, f16, bf16, q8_0, q4_0; got '{}'", o->type);
+            const auto t = weight_scheme_from_name(o->type);
+            if (!t) fail_usage("--type must be one of {}; got '{}'", weight_scheme_names(), o->type);
             o->rp.type = *t;
             try {
                 write_random_model(o->out, o->rp);
@@ -78,7 +82,7 @@ command_fn add_make_model(CLI::App & app) {
                 fail_input(
                     "not enough memory to build a model of {:.3g} parameters ({} needs about {:.3g} GB in memory "
                     "while it is written)",
-                    n, ggml_type_name(o->rp.type), n * 4 / 1e9);
+                    n, weight_scheme_name(o->rp.type), n * 4 / 1e9);
             }
         } else if (o->kind == "bigram") {
             const std::string text =

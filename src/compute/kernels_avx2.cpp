@@ -6,8 +6,10 @@
 
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 namespace hill::avx2 {
 
@@ -87,6 +89,8 @@ struct load_bf16 {
 //   quant group row  one accumulator a: per block a = fma(Σ_block q·x, d, a), Σ_block = block_dot;
 //                    hsum(a).
 //   quant single row quant_dot_row: two accumulators (even and odd blocks).
+//   decoded types    (Q4_1 .. IQ4_XS: weights decoded to f32 per 32 columns) group and single rows
+//                    alike: a0, a1 as the float group rows over all columns; hsum(a0 + a1).
 // These are the orders of gemv before the batched kernel existed, and its n_tok = 1 results kept
 // every bit but one case: the scalar tails are now written as fma(). GCC had contracted `s += w * x`
 // into an FMA in the release build, except in the F16 group rows (whose last n_cols % 8 columns it
@@ -433,6 +437,294 @@ template <class L>
 using float_tiles = tile_table<float_kernel<L>, 1, 2, 3, 4, 5, 6>;
 template <class Q>
 using quant_tiles = tile_table<quant_kernel<Q>, 1, 2, 3, 4, 5, 6, 7, 8>;
+
+// ---- types decoded to f32 weights (all quantized types but Q8_0 and Q4_0) ----
+//
+// Each type gives the 32 weights of column unit u (columns [32u, 32u + 32)) of a row as four f32
+// vectors (weights 0..7, 8..15, 16..23, 24..31 of the unit), with the values of matmul.cpp's
+// decode_block bit for bit: a = d · sc in f32 (exact), w = a · q (exact) or fma(a, q, ±m), which
+// rounds a · q ± m once as the scalar a · q ± m does (a · q is exact). The scale unpacking repeats
+// matmul.cpp's (this file may not share inline functions with others: kernels_avx2.h); the tests
+// compare the two on random blocks.
+
+inline __m256i u8x8(const uint8_t * p) { return _mm256_cvtepu8_epi32(load_8_bytes(p)); }
+
+inline __m256 i32_to_f32(__m256i v) { return _mm256_cvtepi32_ps(v); }
+
+// (v >> s) & mask per lane.
+inline __m256i bits(__m256i v, int s, int mask) {
+    return _mm256_and_si256(_mm256_srli_epi32(v, s), _mm256_set1_epi32(mask));
+}
+
+// 32 weights of 16 bytes, weight j < 16 the low nibble of qs[j] and j + 16 its high nibble: the
+// nibbles as int32 lanes.
+inline void nibbles_32(const uint8_t * qs, __m256i * q) {
+    const __m256i u0 = u8x8(qs), u1 = u8x8(qs + 8);
+    q[0] = bits(u0, 0, 15);
+    q[1] = bits(u1, 0, 15);
+    q[2] = bits(u0, 4, 15);
+    q[3] = bits(u1, 4, 15);
+}
+
+// The same 32 nibbles looked up in kvalues_iq4nl (one byte shuffle per 16), times a.
+inline void iq4_32(const uint8_t * qs, float a, __m256 * w) {
+    const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i *>(kvalues_iq4nl));
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i *>(qs));
+    const __m128i m4 = _mm_set1_epi8(15);
+    const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(v, m4));                     // weights 0..15
+    const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(v, 4), m4));  // 16..31
+    const __m256 va = _mm256_set1_ps(a);
+    w[0] = _mm256_mul_ps(va, i32_to_f32(_mm256_cvtepi8_epi32(lo)));
+    w[1] = _mm256_mul_ps(va, i32_to_f32(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))));
+    w[2] = _mm256_mul_ps(va, i32_to_f32(_mm256_cvtepi8_epi32(hi)));
+    w[3] = _mm256_mul_ps(va, i32_to_f32(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))));
+}
+
+inline float f16_at(const uint8_t * p) { return f16_scalar(load_u16(p)); }
+
+struct deq_q4_1 {
+    static constexpr size_t block_bytes = sizeof(block_q4_1);
+    static constexpr int64_t block_units = 1;
+    static void weights(const uint8_t * row, int64_t u, __m256 * w) {
+        const uint8_t * b = row + size_t(u) * block_bytes;
+        const __m256 d = _mm256_set1_ps(f16_at(b)), m = _mm256_set1_ps(f16_at(b + 2));
+        __m256i q[4];
+        nibbles_32(b + offsetof(block_q4_1, qs), q);
+        for (int k = 0; k < 4; ++k) w[k] = _mm256_fmadd_ps(d, i32_to_f32(q[k]), m);
+    }
+};
+
+// Q5_0 (offset false: w = d · (q - 16)) and Q5_1 (w = d · q + m).
+template <bool offset>
+struct deq_q5 {
+    using block = std::conditional_t<offset, block_q5_1, block_q5_0>;
+    static constexpr size_t block_bytes = sizeof(block);
+    static constexpr int64_t block_units = 1;
+    static void weights(const uint8_t * row, int64_t u, __m256 * w) {
+        const uint8_t * b = row + size_t(u) * block_bytes;
+        const __m256 d = _mm256_set1_ps(f16_at(b));
+        uint32_t qh32;
+        std::memcpy(&qh32, b + offsetof(block, qh), 4);
+        const __m256i qh = _mm256_set1_epi32(int(qh32));
+        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        __m256i q[4];
+        nibbles_32(b + offsetof(block, qs), q);
+        for (int k = 0; k < 4; ++k) {
+            // The fifth bit of weight 8k + lane is bit 8k + lane of qh.
+            const __m256i hb = _mm256_and_si256(_mm256_srlv_epi32(qh, _mm256_add_epi32(lane, _mm256_set1_epi32(8 * k))),
+                                                _mm256_set1_epi32(1));
+            q[k] = _mm256_or_si256(q[k], _mm256_slli_epi32(hb, 4));
+        }
+        if constexpr (offset) {
+            const __m256 m = _mm256_set1_ps(f16_at(b + 2));
+            for (int k = 0; k < 4; ++k) w[k] = _mm256_fmadd_ps(d, i32_to_f32(q[k]), m);
+        } else {
+            for (int k = 0; k < 4; ++k) w[k] = _mm256_mul_ps(d, i32_to_f32(_mm256_sub_epi32(q[k], _mm256_set1_epi32(16))));
+        }
+    }
+};
+
+struct deq_iq4_nl {
+    static constexpr size_t block_bytes = sizeof(block_iq4_nl);
+    static constexpr int64_t block_units = 1;
+    static void weights(const uint8_t * row, int64_t u, __m256 * w) {
+        const uint8_t * b = row + size_t(u) * block_bytes;
+        iq4_32(b + offsetof(block_iq4_nl, qs), f16_at(b), w);
+    }
+};
+
+// Super-block types: unit u of a row is sub-block u % 8 of super-block u / 8.
+template <class B>
+struct super_block {
+    static constexpr size_t block_bytes = sizeof(B);
+    static constexpr int64_t block_units = 8;
+    static const uint8_t * at(const uint8_t * row, int64_t u) { return row + size_t(u / 8) * block_bytes; }
+};
+
+struct deq_q2_k : super_block<block_q2_k> {
+    static void weights(const uint8_t * row, int64_t unit, __m256 * w) {
+        const uint8_t * b = at(row, unit);
+        const int u = int(unit % 8);
+        const float d = f16_at(b + offsetof(block_q2_k, d)), dmin = f16_at(b + offsetof(block_q2_k, dmin));
+        const uint8_t * qs = b + offsetof(block_q2_k, qs) + 32 * (u / 4);
+        for (int h = 0; h < 2; ++h) {  // the two 16-weight sub-blocks
+            const int sc = b[offsetof(block_q2_k, scales) + 2 * u + h];
+            const __m256 a = _mm256_set1_ps(d * float(sc & 15)), m = _mm256_set1_ps(dmin * float(sc >> 4));
+            for (int k = 2 * h; k < 2 * h + 2; ++k)
+                w[k] = _mm256_fmsub_ps(a, i32_to_f32(bits(u8x8(qs + 8 * k), 2 * (u % 4), 3)), m);
+        }
+    }
+};
+
+struct deq_q3_k : super_block<block_q3_k> {
+    static int scale(const uint8_t * s, int i) {
+        const int lo = i < 8 ? s[i] & 15 : s[i - 8] >> 4;
+        const int hi = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
+        return (lo | hi << 4) - 32;
+    }
+    static void weights(const uint8_t * row, int64_t unit, __m256 * w) {
+        const uint8_t * b = at(row, unit);
+        const int u = int(unit % 8);
+        const float d = f16_at(b + offsetof(block_q3_k, d));
+        const uint8_t * qs = b + offsetof(block_q3_k, qs) + 32 * (u / 4);
+        const uint8_t * hmask = b + offsetof(block_q3_k, hmask);
+        const __m256i four = _mm256_set1_epi32(4);
+        for (int h = 0; h < 2; ++h) {
+            const __m256 a = _mm256_set1_ps(d * float(scale(b + offsetof(block_q3_k, scales), 2 * u + h)));
+            for (int k = 2 * h; k < 2 * h + 2; ++k) {
+                const __m256i lo = bits(u8x8(qs + 8 * k), 2 * (u % 4), 3);
+                const __m256i hb = _mm256_slli_epi32(bits(u8x8(hmask + 8 * k), u, 1), 2);
+                w[k] = _mm256_mul_ps(a, i32_to_f32(_mm256_sub_epi32(_mm256_add_epi32(lo, hb), four)));
+            }
+        }
+    }
+};
+
+// Q4_K (q5 false) and Q5_K.
+template <bool q5>
+struct deq_q45_k : super_block<std::conditional_t<q5, block_q5_k, block_q4_k>> {
+    using block = std::conditional_t<q5, block_q5_k, block_q4_k>;
+    static void weights(const uint8_t * row, int64_t unit, __m256 * w) {
+        const uint8_t * b = super_block<block>::at(row, unit);
+        const int u = int(unit % 8);
+        const uint8_t * s = b + offsetof(block, scales);
+        int sc, mn;
+        if (u < 4) {
+            sc = s[u] & 63;
+            mn = s[u + 4] & 63;
+        } else {
+            sc = (s[u + 4] & 15) | (s[u - 4] >> 6) << 4;
+            mn = (s[u + 4] >> 4) | (s[u] >> 6) << 4;
+        }
+        const __m256 a = _mm256_set1_ps(f16_at(b) * float(sc)), m = _mm256_set1_ps(f16_at(b + 2) * float(mn));
+        const uint8_t * qs = b + offsetof(block, qs) + 32 * (u / 2);
+        for (int k = 0; k < 4; ++k) {
+            __m256i q = bits(u8x8(qs + 8 * k), 4 * (u % 2), 15);
+            if constexpr (q5) {
+                q = _mm256_or_si256(q, _mm256_slli_epi32(bits(u8x8(b + offsetof(block_q5_k, qh) + 8 * k), u, 1), 4));
+            }
+            w[k] = _mm256_fmsub_ps(a, i32_to_f32(q), m);
+        }
+    }
+};
+
+struct deq_q6_k : super_block<block_q6_k> {
+    static void weights(const uint8_t * row, int64_t unit, __m256 * w) {
+        const uint8_t * b = at(row, unit);
+        const int u = int(unit % 8), n = u / 4, k4 = u % 4;
+        const float d = f16_at(b + offsetof(block_q6_k, d));
+        const auto * scales = reinterpret_cast<const int8_t *>(b + offsetof(block_q6_k, scales));
+        const uint8_t * ql = b + offsetof(block_q6_k, ql) + 64 * n + 32 * (k4 % 2);
+        const uint8_t * qh = b + offsetof(block_q6_k, qh) + 32 * n;
+        const __m256i off = _mm256_set1_epi32(32);
+        for (int h = 0; h < 2; ++h) {
+            const __m256 a = _mm256_set1_ps(d * float(scales[2 * u + h]));
+            for (int k = 2 * h; k < 2 * h + 2; ++k) {
+                const __m256i lo = bits(u8x8(ql + 8 * k), k4 < 2 ? 0 : 4, 15);
+                const __m256i hi = _mm256_slli_epi32(bits(u8x8(qh + 8 * k), 2 * k4, 3), 4);
+                w[k] = _mm256_mul_ps(a, i32_to_f32(_mm256_sub_epi32(_mm256_or_si256(lo, hi), off)));
+            }
+        }
+    }
+};
+
+struct deq_iq4_xs : super_block<block_iq4_xs> {
+    static void weights(const uint8_t * row, int64_t unit, __m256 * w) {
+        const uint8_t * b = at(row, unit);
+        const int u = int(unit % 8);
+        const unsigned scales_h = load_u16(b + offsetof(block_iq4_xs, scales_h));
+        const int ls = ((b[offsetof(block_iq4_xs, scales_l) + u / 2] >> (4 * (u % 2))) & 15) |
+                       ((scales_h >> (2 * u)) & 3) << 4;
+        iq4_32(b + offsetof(block_iq4_xs, qs) + 16 * u, f16_at(b) * float(ls - 32), w);
+    }
+};
+
+// Decoded rows: R weight rows times T activation rows, units [u0, u1), the accumulators a0, a1 of
+// (r, t) at acc[r · acc_ld + 2t] (as float_tile). Per unit and (r, t): a0 += w0·x0, a1 += w1·x1,
+// a0 += w2·x2, a1 += w3·x3 (FMA) — the order of every row, whatever R and T; each unit of a weight
+// row is decoded once for the T activation rows. Prefetch as quant_tile, unit_bytes per unit.
+template <class D, int R, int T>
+void deq_tile(const uint8_t * w, size_t rb, const float * x, int64_t ldx, int64_t u0, int64_t u1, __m256 * acc,
+              int64_t acc_ld, const uint8_t * pf) {
+    constexpr size_t unit_bytes = (D::block_bytes + D::block_units - 1) / D::block_units;
+    __m256 a[R][T][2];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+            a[r][t][0] = acc[r * acc_ld + 2 * t];
+            a[r][t][1] = acc[r * acc_ld + 2 * t + 1];
+        }
+    }
+    for (int64_t u = u0; u < u1; ++u) {
+        if (pf != nullptr) {
+            for (size_t o = 0; o < 4 * unit_bytes; o += 64) prefetch(pf + o);
+            pf += 4 * unit_bytes;
+        }
+        const float * xu = x + u * 32;
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+            __m256 wv[4];
+            D::weights(w + size_t(r) * rb, u, wv);
+#pragma GCC unroll 8
+            for (int t = 0; t < T; ++t) {
+                const float * xt = xu + t * ldx;
+                a[r][t][0] = _mm256_fmadd_ps(wv[0], _mm256_loadu_ps(xt), a[r][t][0]);
+                a[r][t][1] = _mm256_fmadd_ps(wv[1], _mm256_loadu_ps(xt + 8), a[r][t][1]);
+                a[r][t][0] = _mm256_fmadd_ps(wv[2], _mm256_loadu_ps(xt + 16), a[r][t][0]);
+                a[r][t][1] = _mm256_fmadd_ps(wv[3], _mm256_loadu_ps(xt + 24), a[r][t][1]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+            acc[r * acc_ld + 2 * t] = a[r][t][0];
+            acc[r * acc_ld + 2 * t + 1] = a[r][t][1];
+        }
+    }
+}
+
+template <class D>
+struct deq_kernel {
+    static constexpr int n_acc = 2;
+    static constexpr size_t unit_bytes = (D::block_bytes + D::block_units - 1) / D::block_units;
+    // Register tiles: one weight row against up to t_tile = 4 activation rows (8 accumulators, the
+    // unit's four weight vectors, an x vector), two rows against two, the group's four rows
+    // against one (the gemv kernel).
+    static constexpr int t_tile = 4;
+    static constexpr int rows_per_tile(int T) { return T == 1 ? 4 : T == 2 ? 2 : 1; }
+    template <int T>
+    static void tile(const uint8_t * w, size_t rb, const float * x, int64_t ldx, int64_t u0, int64_t u1, __m256 * acc,
+                     int64_t acc_ld, const uint8_t * pf) {
+        constexpr int R = rows_per_tile(T);
+        for (int r = 0; r < 4; r += R) {
+            deq_tile<D, R, T>(w + size_t(r) * rb, rb, x, ldx, u0, u1, acc + r * acc_ld, acc_ld, r == 0 ? pf : nullptr);
+        }
+    }
+    static const uint8_t * prefetch_base(const uint8_t *, const uint8_t * next_group, int64_t u0) {
+        return next_group + size_t(4 * u0) * unit_bytes;
+    }
+    static float finish(const uint8_t *, const float *, int64_t, const __m256 * acc) {
+        return hsum(_mm256_add_ps(acc[0], acc[1]));
+    }
+    // A single row: the group rows' order (deq_tile with R = T = 1 over all units).
+    static float single(const uint8_t * row, const float * x, int64_t n) {
+        __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        deq_tile<D, 1, 1>(row, 0, x, 0, 0, n / 32, acc, 2, nullptr);
+        return hsum(_mm256_add_ps(acc[0], acc[1]));
+    }
+};
+
+template <class D>
+using deq_tiles = tile_table<deq_kernel<D>, 1, 2, 3, 4>;
+
+template <class D>
+void deq_rows(const uint8_t * w, size_t rb, int64_t n, const float * x, int64_t ldx, int64_t n_tok, float * y,
+              int64_t ldy, int64_t n_rows) {
+    batch_rows<deq_kernel<D>, deq_tiles<D>>(w, rb, n, x, ldx, n_tok, y, ldy, n_rows);
+}
 
 // ---- attention: the online softmax of a KV head's query heads over chunks of keys ----
 
@@ -784,8 +1076,47 @@ void gemv_batch_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_
             batch_rows<quant_kernel<block_q4>, quant_tiles<block_q4>>(w, row_bytes, n_cols, x, ldx, n_tok, y, ldy,
                                                                       n_rows);
             return;
+        case ggml_type::q4_1: deq_rows<deq_q4_1>(w, row_bytes, n_cols, x, ldx, n_tok, y, ldy, n_rows); return;
+        case ggml_type::q5_0: deq_rows<deq_q5<false>>(w, row_bytes, n_cols, x, ldx, n_tok, y, ldy, n_rows); return;
+        case ggml_type::q5_1: deq_rows<deq_q5<true>>(w, row_bytes, n_cols, x, ldx, n_tok, y, ldy, n_rows); return;
+        case ggml_type::iq4_nl: deq_rows<deq_iq4_nl>(w, row_bytes, n_cols, x, ldx, n_tok, y, ldy, n_rows); return;
+        case ggml_type::q2_k: deq_rows<deq_q2_k>(w, row_bytes, n_cols, x, ldx, n_tok, y, ldy, n_rows); return;
+        case ggml_type::q3_k: deq_rows<deq_q3_k>(w, row_bytes, n_cols, x, ldx, n_tok, y, ldy, n_rows); return;
+        case ggml_type::q4_k: deq_rows<deq_q45_k<false>>(w, row_bytes, n_cols, x, ldx, n_tok, y, ldy, n_rows); return;
+        case ggml_type::q5_k: deq_rows<deq_q45_k<true>>(w, row_bytes, n_cols, x, ldx, n_tok, y, ldy, n_rows); return;
+        case ggml_type::q6_k: deq_rows<deq_q6_k>(w, row_bytes, n_cols, x, ldx, n_tok, y, ldy, n_rows); return;
+        case ggml_type::iq4_xs: deq_rows<deq_iq4_xs>(w, row_bytes, n_cols, x, ldx, n_tok, y, ldy, n_rows); return;
     }
     __builtin_trap();  // unreachable: the caller validated the type
+}
+
+namespace {
+
+template <class D>
+void deq_row(const uint8_t * src, float * dst, int64_t n) {
+    for (int64_t u = 0; u < n / 32; ++u) {
+        __m256 w[4];
+        D::weights(src, u, w);
+        for (int k = 0; k < 4; ++k) _mm256_storeu_ps(dst + 32 * u + 8 * k, w[k]);
+    }
+}
+
+}  // namespace
+
+bool dequantize_row(ggml_type type, const uint8_t * src, float * dst, int64_t n) {
+    switch (type) {
+        case ggml_type::q4_1: deq_row<deq_q4_1>(src, dst, n); return true;
+        case ggml_type::q5_0: deq_row<deq_q5<false>>(src, dst, n); return true;
+        case ggml_type::q5_1: deq_row<deq_q5<true>>(src, dst, n); return true;
+        case ggml_type::iq4_nl: deq_row<deq_iq4_nl>(src, dst, n); return true;
+        case ggml_type::q2_k: deq_row<deq_q2_k>(src, dst, n); return true;
+        case ggml_type::q3_k: deq_row<deq_q3_k>(src, dst, n); return true;
+        case ggml_type::q4_k: deq_row<deq_q45_k<false>>(src, dst, n); return true;
+        case ggml_type::q5_k: deq_row<deq_q45_k<true>>(src, dst, n); return true;
+        case ggml_type::q6_k: deq_row<deq_q6_k>(src, dst, n); return true;
+        case ggml_type::iq4_xs: deq_row<deq_iq4_xs>(src, dst, n); return true;
+        default: return false;
+    }
 }
 
 float dot_f32(const float * a, const float * b, int64_t n) {

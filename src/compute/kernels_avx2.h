@@ -24,6 +24,11 @@ namespace hill::avx2 {
 void gemv_batch_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const float * x, int64_t ldx,
                      int64_t n_tok, float * y, int64_t ldy, int64_t n_rows);
 
+// dst[n] = the row of n weights of `type` as f32, bit for bit what matmul.cpp's scalar
+// dequantize_row gives, for the types the products decode to f32 weights (all quantized types but
+// Q8_0 and Q4_0; n a multiple of the block size): returns true. Any other type: false, nothing written.
+bool dequantize_row(ggml_type type, const uint8_t * src, float * dst, int64_t n);
+
 // Σ a[i]·b[i], f32 accumulation.
 float dot_f32(const float * a, const float * b, int64_t n);
 float dot_f16(const float * a, const uint16_t * b, int64_t n);

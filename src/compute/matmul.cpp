@@ -24,11 +24,256 @@ uint16_t load_u16(const uint8_t * p) {
     return v;
 }
 
+uint32_t load_u32(const uint8_t * p) {
+    uint32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+
+// Q4_K/Q5_K: the 6-bit scale and min of sub-block u (0..7) from the 12 packed bytes s (ggml_type.h).
+void scale_min_k4(const uint8_t * s, int u, int & sc, int & mn) {
+    if (u < 4) {
+        sc = s[u] & 63;
+        mn = s[u + 4] & 63;
+    } else {
+        sc = (s[u + 4] & 15) | (s[u - 4] >> 6) << 4;
+        mn = (s[u + 4] >> 4) | (s[u] >> 6) << 4;
+    }
+}
+
+// Q3_K: the 6-bit scale of 16-weight sub-block i (0..15) from the 12 packed bytes s, minus 32.
+int scale_q3_k(const uint8_t * s, int i) {
+    const int lo = i < 8 ? s[i] & 15 : s[i - 8] >> 4;
+    const int hi = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
+    return (lo | hi << 4) - 32;
+}
+
+// The weights of one block of the types added with the k-quants (Q4_1, Q5_0, Q5_1, IQ4_NL: 32
+// weights; Q2_K .. Q6_K, IQ4_XS: 256), as the f32 nearest to each encoded value (ggml_type.h):
+// per group of 16 or 32 weights a = d · sc (exact in f32: at most 11 + 8 significant bits) and
+// w = a · q (exact: at most 24 bits) or, for the types with an offset, a · q + m resp.
+// a · q - dmin · mn with one rounding (a · q and dmin · mn are exact).
+void decode_block(ggml_type type, const uint8_t * b, float * y) {
+    switch (type) {
+        case ggml_type::q4_1: {
+            const float d = fp16_to_fp32(load_u16(b)), m = fp16_to_fp32(load_u16(b + 2));
+            const uint8_t * qs = b + offsetof(block_q4_1, qs);
+            for (int j = 0; j < 16; ++j) {
+                y[j] = d * float(qs[j] & 15) + m;
+                y[j + 16] = d * float(qs[j] >> 4) + m;
+            }
+            return;
+        }
+        case ggml_type::q5_0:
+        case ggml_type::q5_1: {
+            const bool q5_1 = type == ggml_type::q5_1;
+            const float d = fp16_to_fp32(load_u16(b)), m = q5_1 ? fp16_to_fp32(load_u16(b + 2)) : 0.0f;
+            const uint32_t qh = load_u32(b + (q5_1 ? offsetof(block_q5_1, qh) : offsetof(block_q5_0, qh)));
+            const uint8_t * qs = b + (q5_1 ? offsetof(block_q5_1, qs) : offsetof(block_q5_0, qs));
+            for (int j = 0; j < 16; ++j) {
+                const int q0 = (qs[j] & 15) | int((qh >> j) & 1) << 4;
+                const int q1 = (qs[j] >> 4) | int((qh >> (j + 16)) & 1) << 4;
+                if (q5_1) {
+                    y[j] = d * float(q0) + m;
+                    y[j + 16] = d * float(q1) + m;
+                } else {
+                    y[j] = d * float(q0 - 16);
+                    y[j + 16] = d * float(q1 - 16);
+                }
+            }
+            return;
+        }
+        case ggml_type::iq4_nl: {
+            const float d = fp16_to_fp32(load_u16(b));
+            const uint8_t * qs = b + offsetof(block_iq4_nl, qs);
+            for (int j = 0; j < 16; ++j) {
+                y[j] = d * float(kvalues_iq4nl[qs[j] & 15]);
+                y[j + 16] = d * float(kvalues_iq4nl[qs[j] >> 4]);
+            }
+            return;
+        }
+        case ggml_type::q2_k: {
+            const uint8_t * scales = b + offsetof(block_q2_k, scales);
+            const uint8_t * qs = b + offsetof(block_q2_k, qs);
+            const float d = fp16_to_fp32(load_u16(b + offsetof(block_q2_k, d)));
+            const float dmin = fp16_to_fp32(load_u16(b + offsetof(block_q2_k, dmin)));
+            for (int u = 0; u < 8; ++u) {
+                for (int l = 0; l < 32; ++l) {
+                    const int sc = scales[2 * u + l / 16];
+                    const int q = (qs[32 * (u / 4) + l] >> (2 * (u % 4))) & 3;
+                    y[32 * u + l] = (d * float(sc & 15)) * float(q) - dmin * float(sc >> 4);
+                }
+            }
+            return;
+        }
+        case ggml_type::q3_k: {
+            const uint8_t * hmask = b + offsetof(block_q3_k, hmask);
+            const uint8_t * qs = b + offsetof(block_q3_k, qs);
+            const uint8_t * scales = b + offsetof(block_q3_k, scales);
+            const float d = fp16_to_fp32(load_u16(b + offsetof(block_q3_k, d)));
+            for (int u = 0; u < 8; ++u) {
+                for (int l = 0; l < 32; ++l) {
+                    const int lo = (qs[32 * (u / 4) + l] >> (2 * (u % 4))) & 3;
+                    const int q = lo - 4 + 4 * ((hmask[l] >> u) & 1);
+                    y[32 * u + l] = (d * float(scale_q3_k(scales, 2 * u + l / 16))) * float(q);
+                }
+            }
+            return;
+        }
+        case ggml_type::q4_k:
+        case ggml_type::q5_k: {
+            const bool q5 = type == ggml_type::q5_k;
+            const float d = fp16_to_fp32(load_u16(b)), dmin = fp16_to_fp32(load_u16(b + 2));
+            const uint8_t * scales = b + 4;  // same offset in both blocks
+            const uint8_t * qh = b + offsetof(block_q5_k, qh);
+            const uint8_t * qs = b + (q5 ? offsetof(block_q5_k, qs) : offsetof(block_q4_k, qs));
+            for (int u = 0; u < 8; ++u) {
+                int sc = 0, mn = 0;
+                scale_min_k4(scales, u, sc, mn);
+                const float a = d * float(sc), m = dmin * float(mn);
+                for (int l = 0; l < 32; ++l) {
+                    int q = (qs[32 * (u / 2) + l] >> (4 * (u % 2))) & 15;
+                    if (q5) q |= ((qh[l] >> u) & 1) << 4;
+                    y[32 * u + l] = a * float(q) - m;
+                }
+            }
+            return;
+        }
+        case ggml_type::q6_k: {
+            const uint8_t * ql = b + offsetof(block_q6_k, ql);
+            const uint8_t * qh = b + offsetof(block_q6_k, qh);
+            const auto * scales = reinterpret_cast<const int8_t *>(b + offsetof(block_q6_k, scales));
+            const float d = fp16_to_fp32(load_u16(b + offsetof(block_q6_k, d)));
+            for (int u = 0; u < 8; ++u) {
+                const int n = u / 4, k = u % 4;
+                for (int l = 0; l < 32; ++l) {
+                    const int lo = (ql[64 * n + 32 * (k % 2) + l] >> (k < 2 ? 0 : 4)) & 15;
+                    const int hi = (qh[32 * n + l] >> (2 * k)) & 3;
+                    y[32 * u + l] = (d * float(scales[2 * u + l / 16])) * float((lo | hi << 4) - 32);
+                }
+            }
+            return;
+        }
+        case ggml_type::iq4_xs: {
+            const uint8_t * scales_l = b + offsetof(block_iq4_xs, scales_l);
+            const uint8_t * qs = b + offsetof(block_iq4_xs, qs);
+            const float d = fp16_to_fp32(load_u16(b));
+            const unsigned scales_h = load_u16(b + offsetof(block_iq4_xs, scales_h));
+            for (int u = 0; u < 8; ++u) {
+                const int ls = ((scales_l[u / 2] >> (4 * (u % 2))) & 15) | ((scales_h >> (2 * u)) & 3) << 4;
+                const float a = d * float(ls - 32);
+                for (int l = 0; l < 32; ++l) {
+                    const int nib = (qs[16 * u + l % 16] >> (l < 16 ? 0 : 4)) & 15;
+                    y[32 * u + l] = a * float(kvalues_iq4nl[nib]);
+                }
+            }
+            return;
+        }
+        default: break;
+    }
+    HILL_ASSERT(false && "decode_block: not a block type of its own");
+}
+
+// Q8_0 and Q4_0 keep their scale out of the weights (the products multiply Σ q·x by d per block);
+// the other quantized types are decoded to their f32 weights (decode_block).
+bool scale_factored(ggml_type type) {
+    return type == ggml_type::q8_0 || type == ggml_type::q4_0;
+}
+
+// The least f16 >= v (v >= 0, at most 65504): a scale rounded so that it still covers its range.
+f16_bits f16_at_least(float v) {
+    f16_bits h = fp32_to_fp16(v);
+    if (fp16_to_fp32(h) < v) ++h;
+    return h;
+}
+
+// The greatest f16 <= v (|v| at most 65504): an offset rounded so that it still covers its range.
+f16_bits f16_at_most(float v) {
+    f16_bits h = fp32_to_fp16(v);
+    if (fp16_to_fp32(h) > v) {
+        if (h == 0) h = 0x8001;  // the negative f16 nearest zero
+        else if (h & 0x8000) ++h;
+        else --h;
+    }
+    return h;
+}
+
+// q = round(v / a) clamped to [lo, hi]; 0 when a = 0.
+int round_div_clamped(float v, float a, int lo, int hi) {
+    if (a == 0.0f) return std::clamp(0, lo, hi);
+    return std::clamp(int(std::lround(v / a)), lo, hi);
+}
+
+// The smallest integer in [0, hi] with n · unit >= v (hi when none; 0 when unit = 0): a 6- or 8-bit
+// sub-block scale rounded up, so that the sub-block's range is covered.
+int ceil_div_clamped(float v, float unit, int hi) {
+    if (unit == 0.0f) return 0;
+    return std::clamp(int(std::ceil(v / unit)), 0, hi);
+}
+
+// Q4_1 / Q5_1 of one block of 32 (qmax 15 / 31): m = min x rounded down to f16, d = (max x - m) /
+// qmax rounded up to f16, q = round((x - m) / d) in [0, qmax].
+void quantize_block_offset(const float * x, int qmax, float & d, float & m, f16_bits & d16, f16_bits & m16, int * q) {
+    float lo = x[0], hi = x[0];
+    for (int j = 1; j < 32; ++j) lo = std::min(lo, x[j]), hi = std::max(hi, x[j]);
+    m16 = f16_at_most(lo);
+    m = fp16_to_fp32(m16);
+    d16 = f16_at_least((hi - m) / float(qmax));
+    d = fp16_to_fp32(d16);
+    for (int j = 0; j < 32; ++j) q[j] = round_div_clamped(x[j] - m, d, 0, qmax);
+}
+
+// Q4_K / Q5_K of one super-block (qmax 15 / 31), writing d, dmin, scales[12] and q[256] (0..qmax):
+// per sub-block u of 32, lo_u = min(0, min x), hi_u = max x; dmin = max_u(-lo_u) / 63 and the
+// 6-bit min mn_u = ceil(-lo_u / dmin), so that b_u = dmin · mn_u >= -lo_u; then the sub-block's
+// step must reach hi_u from -b_u: s_u = (hi_u + b_u) / qmax, d = max_u s_u / 63 and the 6-bit scale
+// sc_u = ceil(s_u / d); both super-block scales rounded up to f16. Every x is then within the
+// sub-block's range [-b_u, -b_u + qmax · a_u] (a_u = d · sc_u, up to f32 rounding), and
+// q = round((x + b_u) / a_u).
+void quantize_block_k(const float * x, int qmax, uint8_t * scales, f16_bits & d16, f16_bits & dmin16, int * q) {
+    float lo[8], hi[8], s[8];
+    float max_min = 0.0f;
+    for (int u = 0; u < 8; ++u) {
+        lo[u] = 0.0f;
+        hi[u] = x[32 * u];
+        for (int l = 0; l < 32; ++l) lo[u] = std::min(lo[u], x[32 * u + l]), hi[u] = std::max(hi[u], x[32 * u + l]);
+        max_min = std::max(max_min, -lo[u]);
+    }
+    dmin16 = f16_at_least(max_min / 63.0f);
+    const float dmin = fp16_to_fp32(dmin16);
+    int mn[8], sc[8];
+    float b[8], max_s = 0.0f;
+    for (int u = 0; u < 8; ++u) {
+        mn[u] = ceil_div_clamped(-lo[u], dmin, 63);
+        b[u] = dmin * float(mn[u]);
+        s[u] = std::max(0.0f, (hi[u] + b[u]) / float(qmax));
+        max_s = std::max(max_s, s[u]);
+    }
+    d16 = f16_at_least(max_s / 63.0f);
+    const float d = fp16_to_fp32(d16);
+    std::memset(scales, 0, 12);
+    for (int u = 0; u < 8; ++u) {
+        sc[u] = ceil_div_clamped(s[u], d, 63);
+        const float a = d * float(sc[u]);
+        for (int l = 0; l < 32; ++l) q[32 * u + l] = round_div_clamped(x[32 * u + l] + b[u], a, 0, qmax);
+        // The packing that scale_min_k4 reads.
+        if (u < 4) {
+            scales[u] |= uint8_t(sc[u]);
+            scales[u + 4] |= uint8_t(mn[u]);
+        } else {
+            scales[u + 4] = uint8_t((sc[u] & 15) | (mn[u] & 15) << 4);
+            scales[u - 4] |= uint8_t((sc[u] >> 4) << 6);
+            scales[u] |= uint8_t((mn[u] >> 4) << 6);
+        }
+    }
+}
+
 // Scalar reference of gemv_batch_rows on rows [0, n_rows) of W (rb bytes apart from `base`):
 // y[t · ldy + r] = row r · x_t (x_t at x + t · ldx) for t < n_tok. Each (t, r) accumulates in f32 in
 // the order of one row alone: column after column; quantized rows per block s = Σ q·x (Q4_0: low
-// nibble j, then high nibble j + 16, for j < 16), then acc += d · s. A chunk of a weight row is
-// decoded (exactly, to f32; quantized weights unscaled) once per 64 activation rows.
+// nibble j, then high nibble j + 16, for j < 16), then acc += d · s; the other quantized types
+// column after column over their decoded f32 weights (decode_block), as the float types. A chunk
+// of a weight row is decoded (to f32; Q8_0/Q4_0 weights unscaled) once per 64 activation rows.
 void batch_rows_scalar(ggml_type type, const uint8_t * base, size_t rb, int64_t n, const float * x, int64_t ldx,
                        int64_t n_tok, float * y, int64_t ldy, int64_t n_rows) {
     constexpr int64_t tok_block = 64;
@@ -36,7 +281,7 @@ void batch_rows_scalar(ggml_type type, const uint8_t * base, size_t rb, int64_t 
     float wq[chunk];                // the chunk's weights (quantized: q as f32, unscaled)
     float d[chunk / 32];            // quantized: the scale of each block of the chunk
     float acc[tok_block];
-    const bool quant = type == ggml_type::q8_0 || type == ggml_type::q4_0;
+    const bool quant = scale_factored(type);
     for (int64_t r = 0; r < n_rows; ++r) {
         const uint8_t * row = base + size_t(r) * rb;
         for (int64_t t0 = 0; t0 < n_tok; t0 += tok_block) {
@@ -72,6 +317,11 @@ void batch_rows_scalar(ggml_type type, const uint8_t * base, size_t rb, int64_t 
                                 wq[ib * qk4_0 + j + qk4_0 / 2] = float(int(qs[j] >> 4) - 8);
                             }
                         }
+                        break;
+                    default:
+                        for (int64_t jb = 0; jb < nj; jb += ggml_block_size(type))
+                            decode_block(type, row + size_t((j0 + jb) / ggml_block_size(type)) * ggml_block_bytes(type),
+                                         wq + jb);
                         break;
                 }
                 for (int64_t t = 0; t < nt; ++t) {
@@ -277,8 +527,12 @@ void dequantize_row(ggml_type type, const void * src, float * dst, int64_t n) {
                 }
             }
             return;
+        default:
+            if (kernel_mode_get() == kernel_mode::avx2 && avx2::dequantize_row(type, p, dst, n)) return;
+            for (int64_t ib = 0; ib < n / ggml_block_size(type); ++ib)
+                decode_block(type, p + size_t(ib) * ggml_block_bytes(type), dst + ib * ggml_block_size(type));
+            return;
     }
-    HILL_ASSERT(false && "unsupported ggml_type");
 }
 
 void quantize_row(ggml_type type, const float * src, void * dst, int64_t n) {
@@ -338,8 +592,136 @@ void quantize_row(ggml_type type, const float * src, void * dst, int64_t n) {
                 std::memcpy(p + ib * sizeof(block_q4_0), &blk, sizeof(blk));
             }
             return;
+        case ggml_type::q4_1:
+            for (int64_t ib = 0; ib < n / qk4_1; ++ib) {
+                float d = 0.0f, m = 0.0f;
+                int q[32];
+                block_q4_1 blk;
+                quantize_block_offset(src + ib * qk4_1, 15, d, m, blk.d, blk.m, q);
+                for (int j = 0; j < 16; ++j) blk.qs[j] = uint8_t(q[j] | q[j + 16] << 4);
+                std::memcpy(p + ib * sizeof(blk), &blk, sizeof(blk));
+            }
+            return;
+        case ggml_type::q5_1:
+            for (int64_t ib = 0; ib < n / qk5_1; ++ib) {
+                float d = 0.0f, m = 0.0f;
+                int q[32];
+                block_q5_1 blk;
+                quantize_block_offset(src + ib * qk5_1, 31, d, m, blk.d, blk.m, q);
+                uint32_t qh = 0;
+                for (int j = 0; j < 16; ++j) {
+                    blk.qs[j] = uint8_t((q[j] & 15) | (q[j + 16] & 15) << 4);
+                    qh |= uint32_t(q[j] >> 4) << j | uint32_t(q[j + 16] >> 4) << (j + 16);
+                }
+                std::memcpy(blk.qh, &qh, 4);
+                std::memcpy(p + ib * sizeof(blk), &blk, sizeof(blk));
+            }
+            return;
+        case ggml_type::q5_0:
+            // As ggml's quantize_row_q5_0_ref: d = max / -16 (max the signed value of largest
+            // magnitude, mapped to q = 0), q = min(31, trunc(x / d + 16.5)).
+            for (int64_t ib = 0; ib < n / qk5_0; ++ib) {
+                const float * x = src + ib * qk5_0;
+                float amax = 0.0f, max = 0.0f;
+                for (int j = 0; j < 32; ++j) {
+                    if (amax < std::fabs(x[j])) {
+                        amax = std::fabs(x[j]);
+                        max = x[j];
+                    }
+                }
+                const float d = max / -16.0f;
+                const float id = d != 0.0f ? 1.0f / d : 0.0f;
+                block_q5_0 blk;
+                blk.d = fp32_to_fp16(d);
+                uint32_t qh = 0;
+                for (int j = 0; j < 16; ++j) {
+                    const int q0 = std::min(31, int(int8_t(x[j] * id + 16.5f)));
+                    const int q1 = std::min(31, int(int8_t(x[j + 16] * id + 16.5f)));
+                    blk.qs[j] = uint8_t((q0 & 15) | (q1 & 15) << 4);
+                    qh |= uint32_t(q0 >> 4) << j | uint32_t(q1 >> 4) << (j + 16);
+                }
+                std::memcpy(blk.qh, &qh, 4);
+                std::memcpy(p + ib * sizeof(blk), &blk, sizeof(blk));
+            }
+            return;
+        case ggml_type::q4_k:
+        case ggml_type::q5_k: {
+            const bool q5 = type == ggml_type::q5_k;
+            for (int64_t ib = 0; ib < n / qk_k; ++ib) {
+                int q[qk_k];
+                uint8_t scales[12];
+                f16_bits d16 = 0, dmin16 = 0;
+                quantize_block_k(src + ib * qk_k, q5 ? 31 : 15, scales, d16, dmin16, q);
+                uint8_t qs[qk_k / 2] = {}, qh[qk_k / 8] = {};
+                for (int u = 0; u < 8; ++u) {
+                    for (int l = 0; l < 32; ++l) {
+                        const int v = q[32 * u + l];
+                        qs[32 * (u / 2) + l] |= uint8_t((v & 15) << (4 * (u % 2)));
+                        qh[l] |= uint8_t((v >> 4) << u);
+                    }
+                }
+                if (q5) {
+                    block_q5_k blk;
+                    blk.d = d16;
+                    blk.dmin = dmin16;
+                    std::memcpy(blk.scales, scales, 12);
+                    std::memcpy(blk.qh, qh, sizeof(qh));
+                    std::memcpy(blk.qs, qs, sizeof(qs));
+                    std::memcpy(p + ib * sizeof(blk), &blk, sizeof(blk));
+                } else {
+                    block_q4_k blk;
+                    blk.d = d16;
+                    blk.dmin = dmin16;
+                    std::memcpy(blk.scales, scales, 12);
+                    std::memcpy(blk.qs, qs, sizeof(qs));
+                    std::memcpy(p + ib * sizeof(blk), &blk, sizeof(blk));
+                }
+            }
+            return;
+        }
+        case ggml_type::q6_k:
+            // Symmetric per 16 weights: s_g = max|x| / 31, d = max_g s_g / 127 rounded up to f16,
+            // the 8-bit scale sc_g = ceil(s_g / d), so that a_g = d · sc_g >= s_g and every x lies
+            // within ±31 · a_g; q = round(x / a_g) in [-31, 31] (q = -32 is not used).
+            for (int64_t ib = 0; ib < n / qk_k; ++ib) {
+                const float * x = src + ib * qk_k;
+                float s[16], max_s = 0.0f;
+                for (int g = 0; g < 16; ++g) {
+                    float amax = 0.0f;
+                    for (int j = 0; j < 16; ++j) amax = std::max(amax, std::fabs(x[16 * g + j]));
+                    s[g] = amax / 31.0f;
+                    max_s = std::max(max_s, s[g]);
+                }
+                block_q6_k blk = {};
+                blk.d = f16_at_least(max_s / 127.0f);
+                const float d = fp16_to_fp32(blk.d);
+                for (int g = 0; g < 16; ++g) {
+                    const int sc = ceil_div_clamped(s[g], d, 127);
+                    blk.scales[g] = int8_t(sc);
+                    const float a = d * float(sc);
+                    for (int j = 0; j < 16; ++j) {
+                        const int pos = 16 * g + j, u = pos / 32, l = pos % 32, nn = u / 4, k = u % 4;
+                        const int v = round_div_clamped(x[pos], a, -31, 31) + 32;
+                        blk.ql[64 * nn + 32 * (k % 2) + l] |= uint8_t((v & 15) << (k < 2 ? 0 : 4));
+                        blk.qh[32 * nn + l] |= uint8_t((v >> 4) << (2 * k));
+                    }
+                }
+                std::memcpy(p + ib * sizeof(blk), &blk, sizeof(blk));
+            }
+            return;
+        default: break;
     }
-    HILL_ASSERT(false && "unsupported ggml_type");
+    HILL_ASSERT(false && "quantize_row: no quantizer for this type (quantize_supported)");
+}
+
+bool quantize_supported(ggml_type type) {
+    switch (type) {
+        case ggml_type::q2_k:
+        case ggml_type::q3_k:
+        case ggml_type::iq4_nl:
+        case ggml_type::iq4_xs: return false;
+        default: return true;
+    }
 }
 
 void blas_init_single_threaded() {

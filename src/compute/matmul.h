@@ -9,7 +9,8 @@
 namespace hill {
 
 // A weight matrix W [n_rows, n_cols] of `type`, rows contiguous, each row
-// ggml_row_bytes(type, n_cols) bytes (n_cols a multiple of the block size for Q8_0/Q4_0).
+// ggml_row_bytes(type, n_cols) bytes (n_cols a multiple of the type's block size: 32, or 256 for the
+// k-quants and IQ4_XS).
 // In GGUF terms: ne[0] = n_cols, ne[1] = n_rows.
 struct weight_view {
     ggml_type type = ggml_type::f32;
@@ -32,7 +33,8 @@ struct weight_view {
 // rows in fours from the range's start; gemv and gemv_batch split rows in grains of 16.)
 
 // y f32 [n_rows] = W · x f32 [n_cols]; rows split across the pool in grains of 16 rows. Accumulates in
-// f32 (quantized rows: per block Σ q·x, times the block's d). The weights are read once, straight
+// f32 (Q8_0/Q4_0 rows: per block Σ q·x, times the block's d; the other quantized types: Σ w·x over
+// their weights decoded to f32 as dequantize_row gives them). The weights are read once, straight
 // from `data` (dequantized in registers); the result does not depend on the thread count. The
 // AVX2 kernels multiply the same f32 values as the scalar reference and differ from it only in
 // the order of the f32 sums. gemv_batch with n_tok = 1.
@@ -40,7 +42,7 @@ void gemv(const weight_view & w, const float * x, float * y, thread_pool & pool)
 
 // y f32 [n_tok, n_rows] = x f32 [n_tok, n_cols] · Wᵀ: the batched decode product, batch-invariant
 // (above); n_tok >= 0, any size. One pass over the weights per 64 activation rows: per group of
-// four weight rows, each weight vector is widened (F16/BF16) or dequantized (Q8_0/Q4_0) once and
+// four weight rows, each weight vector is widened (F16/BF16) or dequantized (quantized types) once and
 // multiplied into every activation row, from L1. Rows split across the pool as in gemv. A decode
 // step's batch goes through here (through gemm), so that a matrix costs one read of its weights
 // per step instead of one per sequence. With the AVX2 kernels, n_tok > 1 rows of x that are not
@@ -79,8 +81,11 @@ void gemm_blas(const weight_view & w, const float * x, int64_t n_tok, float * y,
 void gemv_batch_rows(const weight_view & w, const float * x, int64_t n_tok, float * y, int64_t r0, int64_t r1);
 void gemv_rows(const weight_view & w, const float * x, float * y, int64_t r0, int64_t r1);
 
-// dst[n] = row of n elements of `type` as f32 (n a multiple of the block size). Exact: every
-// encoded value is representable in f32.
+// dst[n] = row of n elements of `type` as f32 (n a multiple of the block size). Exact for every type
+// without an offset: every encoded value is representable in f32 (d · sc · q has at most 24
+// significant bits). Q4_1, Q5_1, Q2_K, Q4_K and Q5_K (w = a · q + m, resp. a · q - dmin · mn):
+// the f32 nearest to the encoded value (a · q and dmin · mn are exact, one rounding of their sum).
+// The AVX2 decoders of those types give the same bits.
 void dequantize_row(ggml_type type, const void * src, float * dst, int64_t n);
 
 // dst = `type` encoding of src[n] (F32 copy, F16/BF16 round to nearest even, Q8_0/Q4_0 with
@@ -89,7 +94,23 @@ void dequantize_row(ggml_type type, const void * src, float * dst, int64_t n);
 //   Q4_0: max = the element of largest |x| (the first on ties, with its sign), d = max / -8,
 //         nibble = min(15, trunc(x · (1/d) + 8.5)): within |d|/2 of x, except for x / d in
 //         (7.5, 8] (opposite sign to max), which clamp to nibble 15, up to |d| off.
+//   Q5_0: as Q4_0 with 16 for 8 and 31 for 15 (ggml's reference): within |d|/2, except x / d in
+//         (15.5, 16], up to |d| off.
+// The others round to nearest with scales rounded up, so that nothing clamps (not ggml's search
+// for the best scales: a simpler encoder of the same format, no better or worse to read):
+//   Q4_1/Q5_1: m = min x rounded down to f16, d = (max x - m) / qmax (15 / 31) rounded up to f16,
+//         q = round((x - m) / d): within d/2 of x.
+//   Q4_K/Q5_K: per 32-weight sub-block u, mn_u = ceil(-min(0, min x) / dmin) and
+//         sc_u = ceil(((max x) + dmin · mn_u) / qmax / d) (6 bits each; dmin, d the super-block's f16
+//         scales, max / 63 rounded up), q = round((x + dmin · mn_u) / (d · sc_u)): within half the
+//         sub-block's step d · sc_u of x, a step of at most (max x - min(0, min x) + dmin) / qmax + d.
+//   Q6_K: per 16 weights sc_g = ceil(max|x| / 31 / d) (8 bits; d = the largest max|x| / 31 / 127
+//         rounded up to f16), q = round(x / (d · sc_g)) in [-31, 31]: within half the step
+//         d · sc_g <= max|x| / 31 + d of x.
+//   (Up to f32 rounding of the quotients: the tests allow 1e-5 of the step and of |x|.)
+// Q2_K, Q3_K, IQ4_NL and IQ4_XS are read, not written: quantize_supported(type) is false.
 void quantize_row(ggml_type type, const float * src, void * dst, int64_t n);
+bool quantize_supported(ggml_type type);
 
 // Sets OpenBLAS to one thread (call once at start; the thread pool provides parallelism). gemm
 // also calls it, once, before its first sgemm.

@@ -322,8 +322,8 @@ void gguf_file::parse_all(const uint8_t * data, size_t size) {
         const uint32_t type_raw = c.get<uint32_t>(ctx, "type");
         const std::optional<ggml_type> type = ggml_type_from_u32(type_raw);
         if (!type) {
-            fail_input("{}: {}: unsupported tensor type {} ({}); supported: F32, F16, BF16, Q8_0, Q4_0", file, ctx,
-                       type_raw, ggml_type_number_name(type_raw));
+            fail_input("{}: {}: unsupported tensor type {} ({}); supported: {}", file, ctx, type_raw,
+                       ggml_type_number_name(type_raw), ggml_type_names_supported());
         }
         t.type = *type;
         t.offset = c.get<uint64_t>(ctx, "offset");

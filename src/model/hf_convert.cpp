@@ -1,4 +1,5 @@
 #include "model/hf_convert.h"
+#include "model/weight_scheme.h"
 
 #include "compute/matmul.h"
 #include "core/error.h"
@@ -21,17 +22,6 @@
 namespace fs = std::filesystem;
 
 namespace hill {
-
-uint32_t gguf_file_type(ggml_type t) {
-    switch (t) {
-        case ggml_type::f32: return 0;
-        case ggml_type::f16: return 1;
-        case ggml_type::q4_0: return 2;
-        case ggml_type::q8_0: return 7;
-        case ggml_type::bf16: return 32;
-    }
-    return 0;
-}
 
 namespace {
 
@@ -368,13 +358,14 @@ convert_result convert_hf_to_gguf(const std::string & dir, const std::string & o
     const std::vector<hf_tensor_mapping> tensors = hf_tensor_map(c, r.arch);
     // Default type: as token_embd is stored.
     r.type = ggml_type::f32;
+    bool has_output = false;
     for (const hf_tensor_mapping & t : tensors) {
         if (t.gguf_name == "token_embd.weight") r.type = c.find(t.hf_name)->type;
+        if (t.gguf_name == "output.weight") has_output = true;
     }
     if (p.type) r.type = *p.type;
-    if (r.type != ggml_type::f32 && r.type != ggml_type::f16 && r.type != ggml_type::bf16 &&
-        r.type != ggml_type::q8_0) {
-        fail_usage("convert: type {} is not supported; supported: f32, f16, bf16, q8_0", ggml_type_name(r.type));
+    if (!weight_scheme_from_name(weight_scheme_name(r.type))) {
+        fail_usage("convert: type {} is not supported; supported: {}", weight_scheme_name(r.type), weight_scheme_names());
     }
 
     gguf_writer w;
@@ -382,8 +373,8 @@ convert_result convert_hf_to_gguf(const std::string & dir, const std::string & o
     std::string name = fs::path(dir).lexically_normal().filename().string();
     if (name.empty()) name = fs::path(dir).lexically_normal().parent_path().filename().string();
     w.set_string("general.name", name);
-    w.set_u32("general.file_type", gguf_file_type(r.type));
-    if (r.type == ggml_type::q8_0) w.set_u32("general.quantization_version", 2);
+    w.set_u32("general.file_type", weight_scheme_file_type(r.type));
+    if (ggml_block_size(r.type.type) > 1) w.set_u32("general.quantization_version", 2);
     write_hparams(w, hp, r.arch);
     write_tokenizer(w, c, hp.n_vocab, r);
 
@@ -397,10 +388,11 @@ convert_result convert_hf_to_gguf(const std::string & dir, const std::string & o
             if (d == 0) fail_input("'{}': tensor '{}' is empty (shape has a 0); GGUF cannot store it", dir, m.hf_name);
         }
         std::vector<int64_t> ne(t.shape.rbegin(), t.shape.rend());  // GGUF: innermost first
-        ggml_type type = t.shape.size() >= 2 ? r.type : ggml_type::f32;
-        if (type == ggml_type::q8_0 && ne[0] % qk8_0 != 0) {
-            type = ggml_type::f16;
-            ++r.n_fallback_f16;
+        ggml_type type = ggml_type::f32;
+        if (t.shape.size() >= 2) {
+            const weight_choice wc = weight_scheme_type(r.type, m.gguf_name, ne[0], hp.n_layer, has_output);
+            type = wc.type;
+            if (wc.fallback) ++r.n_fallback;
         }
         if (m.permutation != hf_permutation::none) ++r.n_permuted;
         const int64_t n = t.n_elements();

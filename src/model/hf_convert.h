@@ -3,8 +3,8 @@
 // What is written (llama.cpp's GGUF conventions, so that llama.cpp-style readers and HillInfer's
 // GGUF loader read it back):
 //   - general.architecture (llama, qwen2, qwen, opt: model/hf_names.h), general.name (the folder
-//     name), general.file_type (llama.cpp's llama_ftype: 0 all F32, 1 mostly F16, 7 mostly Q8_0,
-//     32 mostly BF16), general.quantization_version = 2 for Q8_0;
+//     name), general.file_type (llama.cpp's llama_ftype: weight_scheme_file_type),
+//     general.quantization_version = 2 for the quantized types;
 //   - hyperparameters as the HF loader reads them (model_loader, arch_*.cpp), under {arch}.:
 //     vocab_size, context_length, embedding_length, block_count, feed_forward_length (qwen: twice
 //     the w1/w2 width, as llama.cpp writes it), attention.head_count, attention.head_count_kv,
@@ -16,8 +16,9 @@
 //     (word_embed_proj_dim), opt.layer_norm_before (do_layer_norm_before);
 //   - every weight under its GGUF name (hf_names.h), llama q/k rows permuted from rotate-half to
 //     adjacent pairs (hf_names.h); 2-D matrices in the requested type, vectors (norms, biases) and
-//     rope_freqs in F32 (as llama.cpp keeps them). Q8_0 needs rows that are a multiple of 32
-//     elements: other matrices fall back to F16 (counted in the result);
+//     rope_freqs in F32 (as llama.cpp keeps them); q4_k_m mixes Q4_K and Q6_K as llama.cpp does, and
+//     a matrix whose rows are not a multiple of its type's block size falls back to another type
+//     (weight_scheme.h; counted in the result);
 //   - the tokenizer, when the folder has one: byte-level BPE (tokenizer.json, vocab.json +
 //     merges.txt) as tokenizer.ggml.model "gpt2" with tokens, token_type, merges, pre ("gpt-2",
 //     "qwen2" or "llama-bpe" from the pre-tokenizer regex), bos/eos/unknown ids, add_bos_token,
@@ -35,6 +36,7 @@
 #pragma once
 
 #include "core/ggml_type.h"
+#include "model/weight_scheme.h"
 
 #include <cstdint>
 #include <optional>
@@ -44,15 +46,16 @@
 namespace hill {
 
 struct convert_params {
-    // Type of the 2-D matrices: f32, f16, bf16 or q8_0; nullopt: the type token_embd is stored in.
-    std::optional<ggml_type> type;
+    // Type of the 2-D matrices: a weight_scheme (weight_scheme_from_name); nullopt: the type
+    // token_embd is stored in.
+    std::optional<weight_scheme> type;
 };
 
 struct convert_result {
     std::string arch;
-    ggml_type type = ggml_type::f32;  // the matrices' type
+    weight_scheme type = ggml_type::f32;  // the matrices' type
     int64_t n_tensors = 0;
-    int64_t n_fallback_f16 = 0;       // Q8_0 requested, row length not a multiple of 32
+    int64_t n_fallback = 0;  // matrices whose rows the type's block does not divide (weight_scheme.h)
     int64_t n_permuted = 0;           // q/k tensors permuted to adjacent pairs
     std::string tokenizer_model;      // "gpt2", "llama", or "" (none written)
     std::vector<std::string> warnings;
@@ -61,8 +64,5 @@ struct convert_result {
 
 // Converts the checkpoint folder `dir` to the GGUF file `out` (written atomically).
 convert_result convert_hf_to_gguf(const std::string & dir, const std::string & out, const convert_params & p);
-
-// llama.cpp's general.file_type number for matrices of type t.
-uint32_t gguf_file_type(ggml_type t);
 
 }  // namespace hill

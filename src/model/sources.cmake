@@ -14,6 +14,7 @@ hill_add_library(hill_model
   model/model.cpp
   model/model_loader.cpp
   model/synthetic_model.cpp
+  model/weight_scheme.cpp
 )
 # The model owns its tokenizer; the synthetic models quantize with the compute kernels.
 target_link_libraries(hill_model PUBLIC hill_format hill_tokenizer hill_compute hill_core)

@@ -1,4 +1,5 @@
 #include "model/synthetic_model.h"
+#include "model/weight_scheme.h"
 
 #include <fmt/format.h>
 
@@ -82,7 +83,8 @@ void check_dims(const dims & d, ggml_type type) {
         fail_usage("n_embd {} must be n_head {} times an even head dimension", d.n_embd, d.n_head);
     }
     if (d.n_head % d.n_head_kv != 0) fail_usage("n_head {} must be a multiple of n_head_kv {}", d.n_head, d.n_head_kv);
-    const int64_t bs = ggml_block_size(type);
+    // Super-block types need rows of 32 only: other rows fall back (weight_scheme.h).
+    const int64_t bs = std::min<int64_t>(ggml_block_size(type), 32);
     if (d.n_embd % bs != 0 || d.n_ff % bs != 0) {
         fail_usage("{} needs n_embd ({}) and n_ff ({}) to be multiples of {}", ggml_type_name(type), d.n_embd, d.n_ff,
                    bs);
@@ -107,9 +109,10 @@ void write_header(gguf_writer & w, const dims & d, const std::string & name, flo
     }
 }
 
-// Adds an f32 matrix [rows, cols] stored as `type`.
-void add_matrix(gguf_writer & w, const std::string & name, ggml_type type, int64_t rows, int64_t cols,
-                const std::vector<float> & v) {
+// Adds an f32 matrix [rows, cols] stored as `scheme` says for it.
+void add_matrix(gguf_writer & w, const std::string & name, const weight_scheme & scheme, int32_t n_layer, bool tied,
+                int64_t rows, int64_t cols, const std::vector<float> & v) {
+    const ggml_type type = weight_scheme_type(scheme, name, cols, n_layer, !tied).type;
     const size_t rb = *ggml_row_bytes(type, cols);
     std::vector<uint8_t> data(rb * size_t(rows));
     for (int64_t r = 0; r < rows; ++r) quantize_row(type, v.data() + r * cols, data.data() + size_t(r) * rb, cols);
@@ -123,13 +126,13 @@ std::vector<float> random_values(rng64 & rng, size_t n, float scale) {
 }
 
 // Every matrix of the model: random unless `fixed` supplies it by tensor name.
-void add_weights(gguf_writer & w, const dims & d, ggml_type type, bool tied, rng64 & rng,
+void add_weights(gguf_writer & w, const dims & d, const weight_scheme & scheme, bool tied, rng64 & rng,
                  const std::map<std::string, std::vector<float>> & fixed) {
     const int64_t hd = d.n_embd / d.n_head;
     auto mat = [&](const std::string & name, int64_t rows, int64_t cols) {
         auto it = fixed.find(name);
         add_matrix(
-            w, name, type, rows, cols,
+            w, name, scheme, d.n_layer, tied, rows, cols,
             it != fixed.end() ? it->second : random_values(rng, size_t(rows * cols), 1.0f / std::sqrt(float(cols))));
     };
     auto norm = [&](const std::string & name) {
@@ -159,7 +162,7 @@ void add_weights(gguf_writer & w, const dims & d, ggml_type type, bool tied, rng
 
 void write_random_model(const std::string & path, const random_model_params & p) {
     const dims d{p.n_vocab, p.n_embd, p.n_ff, p.n_layer, p.n_head, p.n_head_kv, p.n_ctx};
-    check_dims(d, p.type);
+    check_dims(d, p.type.type);
     if (!(p.rope_freq_base > 0.0f)) fail_usage("RoPE frequency base must be > 0, got {}", p.rope_freq_base);
     if (!(p.rope_scaling_factor > 0.0f)) fail_usage("RoPE scaling factor must be > 0, got {}", p.rope_scaling_factor);
 
@@ -178,6 +181,7 @@ void write_random_model(const std::string & path, const random_model_params & p)
     gguf_writer w;
     write_header(w, d, "hillinfer-random", p.rope_freq_base, p.rope_scaling_factor);
     w.set_u64("general.seed", p.seed);
+    w.set_u32("general.file_type", weight_scheme_file_type(p.type));
     vocab.write(w);
     rng64 rng{p.seed};
     add_weights(w, d, p.type, p.tied_output, rng, {});

@@ -28,18 +28,19 @@
 #include <string_view>
 
 #include "core/ggml_type.h"
+#include "model/weight_scheme.h"
 
 namespace hill {
 
 struct random_model_params {
     int32_t n_vocab = 512;  // >= 259 (3 control tokens + 256 byte tokens)
     int32_t n_embd = 256;
-    int32_t n_ff = 704;  // a multiple of 32, so Q8_0/Q4_0 work with the defaults
+    int32_t n_ff = 704;  // a multiple of 32, so every type works with the defaults (k-quants: weight_scheme.h)
     int32_t n_layer = 4;
     int32_t n_head = 8;
     int32_t n_head_kv = 2;
     int32_t n_ctx = 4096;             // llama.context_length
-    ggml_type type = ggml_type::f16;  // of every matrix (norms are f32)
+    weight_scheme type = ggml_type::f16;  // of the matrices (norms are f32); a ggml_type or q4_k_m
     float rope_freq_base = 10000.0f;
     float rope_scaling_factor = 1.0f;  // > 1 writes linear scaling metadata
     bool tied_output = false;          // no output.weight: the output reuses token_embd
@@ -48,8 +49,8 @@ struct random_model_params {
 
 // Writes a random model. Same params, same file (bit for bit). Errors: hill::error(usage) for
 // inconsistent dims (n_embd % n_head, odd head_dim, n_head % n_head_kv, a matrix row length that
-// is not a multiple of the type's block size), hill::error(bad_input) when the file cannot be
-// written.
+// is not a multiple of the type's block size, or of 32 for the super-block types, whose other
+// rows fall back as weight_scheme.h says), hill::error(bad_input) when the file cannot be written.
 void write_random_model(const std::string & path, const random_model_params & p);
 
 // Writes the bigram model of `text` (words split on whitespace). Deterministic. Errors as above;
