@@ -3,13 +3,14 @@
 // of the llama.cpp source bundle that the npm package `node-llama-cpp` ships and the prebuilt
 // libllama of `@node-llama-cpp/linux-x64`; not part of the CMake build (no llama.cpp in the tree).
 //
-//   llama_oracle tokenize [--bos] [--special] MODEL TEXTS
+//   llama_oracle tokenize MODEL TEXTS
 //       TEXTS: texts in llama.cpp's `.inp` framing (each text followed by the line
-//       "__ggml_vocab_test__"). Prints a JSON array with the ids of each text. --bos: add the
-//       vocabulary's BOS as it asks (llama_tokenize add_special); --special: text that spells a
-//       control token becomes that token (parse_special). Without the flags: HillInfer's
-//       tokenizer::encode(text, false); with both: encode_with_special(text, true). The model is
-//       loaded vocabulary-only (a vocab-only GGUF works).
+//       "__ggml_vocab_test__"). Prints {"plain": [ids of each text], "special": [...]}: plain
+//       without BOS and without special-token parsing (llama_tokenize add_special = parse_special =
+//       false; HillInfer's tokenizer::encode(text, false)), special with the vocabulary's BOS as it
+//       asks and text that spells a control token turned into that token (both true;
+//       encode_with_special(text, true)). The model is loaded vocabulary-only (a vocab-only GGUF
+//       works).
 //   llama_oracle greedy MODEL PROMPT_IDS N LOGITS_OUT
 //       PROMPT_IDS: comma-separated token ids (no BOS is added). Prefills them, then decodes N - 1
 //       greedy tokens (argmax, lowest id on ties). Prints {"n_vocab": V, "ids": [N ids]} and writes
@@ -121,35 +122,33 @@ void decode(llama_context * ctx, const std::vector<llama_token> & ids, int32_t p
 }
 
 int cmd_tokenize(int argc, char ** argv) {
-    bool bos = false, special = false;
-    std::vector<std::string> pos;
-    for (int i = 0; i < argc; ++i) {
-        const std::string a = argv[i];
-        if (a == "--bos") bos = true;
-        else if (a == "--special") special = true;
-        else pos.push_back(a);
-    }
-    if (pos.size() != 2) die(2, "usage: tokenize [--bos] [--special] MODEL TEXTS");
-    const std::string text = read_file(pos[1]);
+    if (argc != 2) die(2, "usage: tokenize MODEL TEXTS");
+    const std::string text = read_file(argv[1]);
     const std::string sep = "\n__ggml_vocab_test__\n";
-    llama_model * m = load_model(pos[0], true);
-    const llama_vocab * v = llama_model_get_vocab(m);
-    std::printf("[");
-    size_t at = 0;
-    for (bool first = true; at < text.size(); first = false) {
+    std::vector<std::string> texts;
+    for (size_t at = 0; at < text.size();) {
         const size_t end = text.find(sep, at);
-        if (end == std::string::npos) die(2, "'" + pos[1] + "': text after the last separator line");
-        const std::string s = text.substr(at, end - at);
+        if (end == std::string::npos) die(2, std::string("'") + argv[1] + "': text after the last separator line");
+        texts.push_back(text.substr(at, end - at));
         at = end + sep.size();
-        const int32_t n = -llama_tokenize(v, s.data(), int32_t(s.size()), nullptr, 0, bos, special);
-        std::vector<llama_token> ids(size_t(n > 0 ? n : 0));
-        if (llama_tokenize(v, s.data(), int32_t(s.size()), ids.data(), int32_t(ids.size()), bos, special) < 0) {
-            die(1, "llama_tokenize failed");
-        }
-        std::printf("%s", first ? "" : ",\n ");
-        print_ids(ids);
     }
-    std::printf("]\n");
+    llama_model * m = load_model(argv[0], true);
+    const llama_vocab * v = llama_model_get_vocab(m);
+    for (const bool special : {false, true}) {
+        std::printf("%s", special ? ",\n \"special\": [" : "{\"plain\": [");
+        for (size_t i = 0; i < texts.size(); ++i) {
+            const std::string & s = texts[i];
+            const int32_t n = -llama_tokenize(v, s.data(), int32_t(s.size()), nullptr, 0, special, special);
+            std::vector<llama_token> ids(size_t(n > 0 ? n : 0));
+            if (llama_tokenize(v, s.data(), int32_t(s.size()), ids.data(), int32_t(ids.size()), special, special) < 0) {
+                die(1, "llama_tokenize failed");
+            }
+            std::printf("%s", i ? ",\n  " : "");
+            print_ids(ids);
+        }
+        std::printf("]");
+    }
+    std::printf("}\n");
     llama_model_free(m);
     return 0;
 }
