@@ -5,7 +5,7 @@
 # the vocabulary fixtures models/ggml-vocab-*) and @node-llama-cpp/linux-x64 (a prebuilt libllama and
 # ggml CPU backends for x86-64), version $HILL_LLAMACPP_VERSION (default 3.22.1), into
 # $HILL_LLAMACPP_DIR (default ${XDG_CACHE_HOME:-~/.cache}/hillinfer/llamacpp: outside the checkout,
-# shared by its builds; about 120 MB), then compiles tests/oracle/llama_oracle.cpp against them
+# shared by its builds; about 100 MB, 46 MB downloaded), then compiles tests/oracle/llama_oracle.cpp against them
 # (seconds) and prints the oracle's path on its last line. Fetched once; rebuilt when the source is
 # newer.
 # When the registry cannot be reached (or npm is missing, or the machine is not x86-64 Linux), it

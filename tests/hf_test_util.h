@@ -92,7 +92,9 @@ inline void write_tiny_llama_checkpoint(const std::filesystem::path & dir, int64
     const std::string p = "model.layers.0.";
     add(p + "input_layernorm.weight", {n_embd});
     add(p + "post_attention_layernorm.weight", {n_embd});
-    for (const char * m : {"q_proj", "k_proj", "v_proj", "o_proj"}) add(p + "self_attn." + m + ".weight", {n_embd, n_embd});
+    for (const char * m : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
+        add(p + "self_attn." + m + ".weight", {n_embd, n_embd});
+    }
     add(p + "mlp.gate_proj.weight", {n_ff, n_embd});
     add(p + "mlp.up_proj.weight", {n_ff, n_embd});
     add(p + "mlp.down_proj.weight", {n_embd, n_ff});

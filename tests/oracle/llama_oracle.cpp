@@ -28,9 +28,6 @@
 // Every run: 1 thread, context = the tokens given, KV cache f16 (llama.cpp's default), flash
 // attention off (the plain softmax(QK^T)V path, as HillInfer's). Exit codes: 0 ok, 1 llama.cpp
 // failed (message on stderr), 2 bad arguments.
-#include "ggml-backend.h"
-#include "llama.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -41,6 +38,9 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "ggml-backend.h"
+#include "llama.h"
 
 #ifndef ORACLE_BACKEND_DIR
 #error "ORACLE_BACKEND_DIR: the folder of the prebuilt libggml-cpu-*.so (set by scripts/llamacpp.sh)"
@@ -230,26 +230,35 @@ int cmd_quantize(int argc, char ** argv) {
         }
     }
     if (!found) die(2, std::string("unknown type '") + argv[2] + "'");
-    if (llama_model_quantize(argv[0], argv[1], &qp) != 0) die(1, std::string("llama_model_quantize failed on '") + argv[0] + "'");
+    if (llama_model_quantize(argv[0], argv[1], &qp) != 0)
+        die(1, std::string("llama_model_quantize failed on '") + argv[0] + "'");
     return 0;
 }
 
 }  // namespace
 
 int main(int argc, char ** argv) {
-    if (argc < 2) die(2, "usage: llama_oracle tokenize|greedy|nll|quantize ARGS... (see tests/oracle/llama_oracle.cpp)");
+    if (argc < 2)
+        die(2, "usage: llama_oracle tokenize|greedy|nll|quantize ARGS... (see tests/oracle/llama_oracle.cpp)");
     const std::string cmd = argv[1];
-    llama_log_set([](ggml_log_level level, const char * text, void *) {
-        if (level == GGML_LOG_LEVEL_ERROR) std::fputs(text, stderr);
-    }, nullptr);
+    llama_log_set(
+        [](ggml_log_level level, const char * text, void *) {
+            if (level == GGML_LOG_LEVEL_ERROR) std::fputs(text, stderr);
+        },
+        nullptr);
     ggml_backend_load_all_from_path(ORACLE_BACKEND_DIR);
     llama_backend_init();
     int rc = 2;
-    if (cmd == "tokenize") rc = cmd_tokenize(argc - 2, argv + 2);
-    else if (cmd == "greedy") rc = cmd_greedy(argc - 2, argv + 2);
-    else if (cmd == "nll") rc = cmd_nll(argc - 2, argv + 2);
-    else if (cmd == "quantize") rc = cmd_quantize(argc - 2, argv + 2);
-    else die(2, "unknown command '" + cmd + "'");
+    if (cmd == "tokenize")
+        rc = cmd_tokenize(argc - 2, argv + 2);
+    else if (cmd == "greedy")
+        rc = cmd_greedy(argc - 2, argv + 2);
+    else if (cmd == "nll")
+        rc = cmd_nll(argc - 2, argv + 2);
+    else if (cmd == "quantize")
+        rc = cmd_quantize(argc - 2, argv + 2);
+    else
+        die(2, "unknown command '" + cmd + "'");
     llama_backend_free();
     return rc;
 }
