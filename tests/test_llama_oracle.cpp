@@ -255,6 +255,30 @@ void write_spm_vocab_gguf(const vocab & v, const std::string & path, const std::
     w.write(path);
 }
 
+// Vocabularies (llama.cpp's test files by name, "pre NAME" for a pre-tokenizer name) that HillInfer
+// loads but tokenizes differently from llama.cpp today, with the reason: printed rather than failed;
+// one that matches fails its test until it is removed from here.
+const std::string k_no_pre =
+    "tokenizer.ggml.pre absent or 'default': HillInfer splits with the GPT-2 pattern, llama.cpp with its 'default' "
+    "pre-tokenizer (issue 15 item 3)";
+const std::map<std::string, std::string> k_known_differences = {
+    {"ggml-vocab-aquila.gguf", k_no_pre},
+    {"ggml-vocab-gpt-neox.gguf", k_no_pre},
+    {"pre default", k_no_pre},
+};
+
+// compare_tokenizer with the known differences applied: one listed is printed, and fails once it
+// matches.
+void compare_known(const std::string & oracle, const tokenizer & t, const std::string & gguf, const std::string & inp,
+                   const std::vector<fixture> & fx, const std::string & what, const std::string & key) {
+    const auto known = k_known_differences.find(key);
+    const size_t n_bad = compare_tokenizer(oracle, t, gguf, inp, fx, what, known != k_known_differences.end());
+    if (known != k_known_differences.end()) {
+        if (n_bad == 0) ADD_FAILURE() << key << " now matches llama.cpp: remove it from k_known_differences";
+        std::printf("  known difference: %s\n", known->second.c_str());
+    }
+}
+
 TEST(llama_oracle, tokenizers_of_the_shared_data_match_llama_cpp) {
     HILL_REQUIRE_ORACLE(oracle);
     const std::string root = test::data_path("tokenizers");
@@ -312,16 +336,6 @@ TEST(llama_oracle, tokenizers_of_the_shared_data_match_llama_cpp) {
     EXPECT_GE(n_vocabs, 8u) << "vocabularies found under " << root;
 }
 
-// llama.cpp test vocabularies that HillInfer loads but tokenizes differently today, with the reason:
-// printed rather than failed; one that matches fails the test until it is removed from here.
-const std::string k_no_pre =
-    "no tokenizer.ggml.pre: HillInfer splits with the GPT-2 pattern, llama.cpp with its 'default' pre-tokenizer "
-    "(issue 15 item 3)";
-const std::map<std::string, std::string> k_known_differences = {
-    {"ggml-vocab-aquila.gguf", k_no_pre},
-    {"ggml-vocab-gpt-neox.gguf", k_no_pre},
-};
-
 TEST(llama_oracle, llama_cpp_test_vocabularies_match_where_hillinfer_loads_them) {
     HILL_REQUIRE_ORACLE(oracle);
     const std::string dir = llamacpp_dir() + "/src/models";
@@ -345,17 +359,140 @@ TEST(llama_oracle, llama_cpp_test_vocabularies_match_where_hillinfer_loads_them)
             continue;
         }
         const std::string name = fs::path(f).filename().string();
-        const auto known = k_known_differences.find(name);
-        const size_t n_bad = compare_tokenizer(oracle, *t, f, inp, fx, name, known != k_known_differences.end());
-        if (known != k_known_differences.end()) {
-            if (n_bad == 0) ADD_FAILURE() << name << " now matches llama.cpp: remove it from k_known_differences";
-            std::printf("  known difference: %s\n", known->second.c_str());
-        }
+        compare_known(oracle, *t, f, inp, fx, name, name);
         ++n_compared;
     }
     std::printf("%zu of llama.cpp's %zu test vocabularies compared; HillInfer refuses the others:%s\n", n_compared,
                 files.size(), refused.c_str());
     EXPECT_GE(n_compared, 4u);
+}
+
+// Every `tokenizer.ggml.pre` value llama.cpp 3.22.1 (the bundle's src/llama-vocab.cpp) recognizes
+// for a byte-level BPE vocabulary.
+const char * const k_llama_cpp_pre_names[] = {
+    "a.x-4.0",
+    "afmoe",
+    "bailingmoe",
+    "bailingmoe2",
+    "bloom",
+    "chameleon",
+    "chatglm-bpe",
+    "codeshell",
+    "cohere2moe",
+    "command-r",
+    "dbrx",
+    "deepseek-coder",
+    "deepseek-llm",
+    "deepseek-r1-qwen",
+    "deepseek-v3",
+    "default",
+    "exaone",
+    "exaone-moe",
+    "exaone4",
+    "f2llmv2",
+    "falcon",
+    "falcon-h1",
+    "falcon3",
+    "gigachat",
+    "glm4",
+    "gpt-2",
+    "gpt-4o",
+    "gpt3-finnish",
+    "granite-docling",
+    "granite-embed-multi-311m",
+    "granite-embed-multi-97m",
+    "grok-2",
+    "hunyuan",
+    "hunyuan-dense",
+    "hy_v4",
+    "jais",
+    "jais-2",
+    "jina-de",
+    "jina-es",
+    "jina-v1-en",
+    "jina-v2-code",
+    "jina-v2-de",
+    "jina-v2-es",
+    "jina-v5-nano",
+    "joyai-llm",
+    "kanana2",
+    "kimi-k2",
+    "kormo",
+    "laguna",
+    "lfm2",
+    "llada-moe",
+    "llama-bpe",
+    "llama-v3",
+    "llama3",
+    "llama4",
+    "megrez",
+    "mellum",
+    "mellum2",
+    "midm-2.0",
+    "minerva-7b",
+    "minicpm5",
+    "minimax-m2",
+    "modern-bert",
+    "mpt",
+    "olmo",
+    "phi-2",
+    "pixtral",
+    "poro-chat",
+    "qwen2",
+    "qwen35",
+    "refact",
+    "roberta-bpe",
+    "sarvam-moe",
+    "seed-coder",
+    "smaug-bpe",
+    "smollm",
+    "solar-open",
+    "spark2_5",
+    "stablelm2",
+    "starcoder",
+    "superbpe",
+    "talkie",
+    "tekken",
+    "tiny_aya",
+    "trillion",
+    "ufakzeka",
+    "viking",
+    "youtu",
+};
+
+// Pre-tokenizers without a vocabulary fixture: the GPT-2 vocabulary (tokens, merges) written again
+// under each pre-tokenizer name llama.cpp knows. The regexes (and ignore_merges) the name selects
+// decide the split, so any byte-level vocabulary checks them. Names HillInfer refuses are listed.
+TEST(llama_oracle, every_pre_tokenizer_name_hillinfer_accepts_splits_as_llama_cpp) {
+    HILL_REQUIRE_ORACLE(oracle);
+    HILL_REQUIRE_DATA(gpt2, "tokenizers/llamacpp-vocab/ggml-vocab-gpt-2.gguf");
+    test::temp_dir tmp;
+    const std::vector<fixture> fx = text_fixtures();
+    const std::string inp = write_inp(tmp, fx);
+    const auto src = gguf_file::open(gpt2);
+    size_t n_compared = 0;
+    std::string refused;
+    for (const char * pre : k_llama_cpp_pre_names) {
+        gguf_writer w;
+        for (const auto & [key, value] : src->metadata()) {
+            if (key != "tokenizer.ggml.pre") w.set_value(key, value);
+        }
+        w.set_string("tokenizer.ggml.pre", pre);
+        const std::string gguf = tmp.file(std::string("pre-") + pre + ".gguf");
+        w.write(gguf);
+        std::unique_ptr<tokenizer> t;
+        try {
+            t = load_tokenizer(*gguf_file::open(gguf));
+        } catch (const error &) {
+            refused += std::string(refused.empty() ? "" : ", ") + pre;
+            continue;
+        }
+        compare_known(oracle, *t, gguf, inp, fx, std::string("gpt-2 vocab, pre ") + pre, std::string("pre ") + pre);
+        ++n_compared;
+    }
+    std::printf("%zu of llama.cpp's %zu pre-tokenizer names compared; HillInfer refuses: %s\n", n_compared,
+                std::size(k_llama_cpp_pre_names), refused.c_str());
+    EXPECT_GE(n_compared, 1u);
 }
 
 // --- 2. logits ----------------------------------------------------------------------------------
