@@ -513,19 +513,21 @@ struct weight_case {
 };
 
 // llama.cpp computes a quantized matrix product on activations it quantizes itself (Q8_0 for
-// Q8_0/Q4_0, Q8_K for the k-quants; f16 for F16 weights), HillInfer on f32 activations: that
-// rounding is most of the difference.
+// Q8_0/Q4_0, Q8_K — one scale per 256 — for the k-quants and IQ4_XS; f16 for F16 weights),
+// HillInfer on f32 activations: that rounding is most of the difference. Measured (docs/models.md):
+// F16 6.0e-4, Q8_0 1.34e-2, Q4_0 1.23e-2, Q4_K 1.67e-2, Q5_K 1.73e-2, Q6_K 1.84e-2, Q4_K_M 1.88e-2,
+// Q5_K_M 1.82e-2, Q6_K (llama.cpp) 1.88e-2, IQ4_XS 2.09e-2; the bounds leave about 2x.
 const std::vector<weight_case> k_weight_cases = {
     {"f16", "f16", nullptr, {"f16"}, 2e-3},
     {"q8_0", "q8_0", nullptr, {"q8_0"}, 3e-2},
     {"q4_0", "q4_0", nullptr, {"q4_0"}, 3e-2},
-    {"q4_k", "q4_k", nullptr, {"q4_k"}, 1e-2},
-    {"q5_k", "q5_k", nullptr, {"q5_k"}, 1e-2},
-    {"q6_k", "q6_k", nullptr, {"q6_k"}, 1e-2},
-    {"q4_k_m", nullptr, "q4_k_m", {"q4_k", "q6_k"}, 1e-2},
-    {"q5_k_m", nullptr, "q5_k_m", {"q5_k", "q6_k"}, 1e-2},
-    {"q6_k-llamacpp", nullptr, "q6_k", {"q6_k"}, 1e-2},
-    {"iq4_xs", nullptr, "iq4_xs", {"iq4_xs", "q5_k", "q6_k"}, 1e-2},
+    {"q4_k", "q4_k", nullptr, {"q4_k"}, 4e-2},
+    {"q5_k", "q5_k", nullptr, {"q5_k"}, 4e-2},
+    {"q6_k", "q6_k", nullptr, {"q6_k"}, 4e-2},
+    {"q4_k_m", nullptr, "q4_k_m", {"q4_k", "q6_k"}, 4e-2},
+    {"q5_k_m", nullptr, "q5_k_m", {"q5_k", "q6_k"}, 4e-2},
+    {"q6_k-llamacpp", nullptr, "q6_k", {"q6_k"}, 4e-2},
+    {"iq4_xs", nullptr, "iq4_xs", {"iq4_xs", "q5_k", "q6_k"}, 4e-2},
 };
 
 // The architectures `make-model random` writes (write_random_model: llama only today). One that it
@@ -550,9 +552,14 @@ random_model_params tiny_model(ggml_type type) {
     return p;
 }
 
+// Greedy agreement, step by step. HillInfer's argmax j differs from llama.cpp's id b only if
+// l_b − l_j ≤ 2·d, d the step's max |h − l| (h_j ≥ h_b and |h − l| ≤ d elementwise): a "tie" at the
+// engines' precision, where llama.cpp's own two best logits are closer than the two engines are. A
+// tie is counted apart; any other difference is a mismatch.
 struct logits_result {
-    int n_equal = 0;      // steps where HillInfer's argmax is llama.cpp's greedy id
-    int first_diff = -1;  // first step where they differ
+    int n_equal = 0;    // steps where HillInfer's argmax is llama.cpp's greedy id
+    int n_ties = 0;     // steps where it is not, within 2·d of llama.cpp's best logit
+    std::string diffs;  // "step s: HillInfer j, llama.cpp b, gap g, d" for every step that differs
     double max_rel_err = 0.0;
     double min_gap = 1e30;  // smallest top-2 logit gap of llama.cpp over the steps
 };
@@ -614,15 +621,20 @@ logits_result compare_logits(const std::string & oracle, const std::string & ggu
             mx = std::max(mx, double(std::fabs(l[i])));
         }
         r.max_rel_err = std::max(r.max_rel_err, mx > 0.0 ? d / mx : d);
-        const int32_t best = argmax(l, n_vocab);
+        const int32_t best = ids[size_t(step)];
         float second = -INFINITY;
         for (int32_t i = 0; i < n_vocab; ++i) second = i != best ? std::max(second, l[i]) : second;
         r.min_gap = std::min(r.min_gap, double(l[best] - second));
-        if (argmax(h, n_vocab) == ids[size_t(step)]) {
+        const int32_t mine = argmax(h, n_vocab);
+        if (mine == best) {
             ++r.n_equal;
-        } else if (r.first_diff < 0) {
-            r.first_diff = step;
+            continue;
         }
+        const double gap = double(l[best]) - double(l[mine]);
+        r.n_ties += gap <= 2.0 * d;
+        r.diffs += "\n  step " + std::to_string(step) + ": HillInfer " + std::to_string(mine) + ", llama.cpp " +
+                   std::to_string(best) + ", llama.cpp's gap between them " + std::to_string(gap) +
+                   ", max |logit difference| " + std::to_string(d) + (gap <= 2.0 * d ? " (a tie)" : "");
     }
     return r;
 }
@@ -676,10 +688,12 @@ TEST(llama_oracle, greedy_ids_and_logits_match_llama_cpp_for_every_architecture_
             const logits_result r = compare_logits(oracle, gguf, prompt, tmp);
             const double ppl = ppl_ratio(oracle, gguf, text);
             std::printf(
-                "%-6s %-7s greedy %d/%d steps equal, max rel logit error %.2e (bound %.0e), min top-2 gap "
-                "%.3f, perplexity HillInfer/llama.cpp %.5f (%zu tokens)\n",
-                arch, c.name, r.n_equal, k_steps, r.max_rel_err, c.max_rel_err, r.min_gap, ppl, text.size());
-            EXPECT_EQ(r.n_equal, k_steps) << "first differing step " << r.first_diff;
+                "%-6s %-13s greedy %d/%d steps equal (%d ties), max rel logit error %.2e (bound %.0e), "
+                "min top-2 gap %.3f, perplexity HillInfer/llama.cpp %.5f (%zu tokens)%s\n",
+                arch, c.name, r.n_equal, k_steps, r.n_ties, r.max_rel_err, c.max_rel_err, r.min_gap, ppl, text.size(),
+                r.diffs.c_str());
+            EXPECT_EQ(r.n_equal + r.n_ties, k_steps) << "greedy ids differ beyond ties:" << r.diffs;
+            EXPECT_LE(r.n_ties, 2) << r.diffs;
             EXPECT_LE(r.max_rel_err, c.max_rel_err);
             EXPECT_LT(std::fabs(ppl - 1.0), 0.005);
         }
