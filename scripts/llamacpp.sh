@@ -5,12 +5,12 @@
 # the vocabulary fixtures models/ggml-vocab-*) and @node-llama-cpp/linux-x64 (a prebuilt libllama and
 # ggml CPU backends for x86-64), version $HILL_LLAMACPP_VERSION (default 3.22.1), into
 # $HILL_LLAMACPP_DIR (default ${XDG_CACHE_HOME:-~/.cache}/hillinfer/llamacpp: outside the checkout,
-# shared by its builds; about 100 MB, 46 MB downloaded), then compiles tests/oracle/llama_oracle.cpp against them
-# (seconds) and prints the oracle's path on its last line. Fetched once; rebuilt when the source is
-# newer.
-# When the registry cannot be reached (or npm is missing, or the machine is not x86-64 Linux), it
-# says so, writes the reason to $HILL_LLAMACPP_DIR/unavailable.txt — the oracle tests then skip with
-# that message — and exits 0. A failed compilation is an error (exit 1).
+# shared by its builds; about 100 MB, 46 MB downloaded), then compiles tests/oracle/llama_oracle.cpp
+# against them (seconds) and prints the oracle's path on its last line. Fetched once; rebuilt when
+# the source is newer.
+# When the registry cannot be reached (or npm or git is missing, or the machine is not x86-64
+# Linux), it says so, writes the reason to $HILL_LLAMACPP_DIR/unavailable.txt — the oracle tests
+# then skip with that message — and exits 0. A failed compilation is an error (exit 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,7 +31,9 @@ fi
 
 # 1. The two package tarballs (npm pack: no dependencies, no install scripts), unpacked.
 if [[ "$(cat "$dir/version" 2>/dev/null)" != "$version" ]]; then
-  command -v npm > /dev/null || unavailable "npm is not installed (scripts/install-deps.sh --test installs it)"
+  for tool in npm git; do
+    command -v "$tool" > /dev/null || unavailable "$tool is not installed (scripts/install-deps.sh --test installs it)"
+  done
   rm -rf "$dir/pack" "$dir/lib" "$dir/src" "$dir/version" "$dir/llama_oracle"
   mkdir -p "$dir/pack"
   # One retry with short waits: an unreachable registry is reported in seconds, not minutes.
