@@ -47,6 +47,7 @@
 #include "model/model.h"
 #include "model/synthetic_model.h"
 #include "test_util.h"
+#include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/spm_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer_test_util.h"
@@ -210,10 +211,14 @@ size_t compare_tokenizer(const std::string & oracle, const tokenizer & t, const 
                 continue;
             }
             ++n_bad;
-            if (known) continue;
-            ADD_FAILURE() << what << (special ? " (BOS, special tokens parsed)" : " (plain)") << ": fixture "
-                          << fx[i].name << " '" << fx[i].text.substr(0, 80) << "': HillInfer [" << ids_arg(got)
-                          << "], llama.cpp [" << ids_arg(want) << "]";
+            const std::string msg = what + (special ? " (BOS, special tokens parsed)" : " (plain)") + ": fixture " +
+                                    fx[i].name + " '" + fx[i].text.substr(0, 80) + "': HillInfer [" + ids_arg(got) +
+                                    "], llama.cpp [" + ids_arg(want) + "]";
+            if (known) {
+                std::printf("  %s\n", msg.c_str());
+            } else {
+                ADD_FAILURE() << msg;
+            }
         }
     }
     std::printf("%-32s %zu fixtures x 2 modes: %zu differ from llama.cpp", what.c_str(), fx.size(), n_bad);
@@ -258,13 +263,20 @@ void write_spm_vocab_gguf(const vocab & v, const std::string & path, const std::
 // Vocabularies (llama.cpp's test files by name, "pre NAME" for a pre-tokenizer name) that HillInfer
 // loads but tokenizes differently from llama.cpp today, with the reason: printed rather than failed;
 // one that matches fails its test until it is removed from here.
-const std::string k_no_pre =
-    "tokenizer.ggml.pre absent or 'default': HillInfer splits with the GPT-2 pattern, llama.cpp with its 'default' "
-    "pre-tokenizer (issue 15 item 3)";
+const std::string k_digits_from_right =
+    "digits: HillInfer groups a run of digits in threes from the left (1314151 -> 131 415 1), llama.cpp from "
+    "the right (1 314 151) (issue 15 item 3)";
+const std::string k_gutenberg_digits =
+    "the Alice snippet @0 (the Project Gutenberg header: dates, numbers) splits differently; not analyzed further "
+    "(issue 15 item 3)";
 const std::map<std::string, std::string> k_known_differences = {
-    {"ggml-vocab-aquila.gguf", k_no_pre},
-    {"ggml-vocab-gpt-neox.gguf", k_no_pre},
-    {"pre default", k_no_pre},
+    {"ggml-vocab-aquila.gguf",
+     "<|endoftext|> is its BOS and EOS but typed normal: llama.cpp parses it as a control token when special "
+     "tokens are parsed, HillInfer keeps it as text"},
+    {"pre cohere2moe", k_digits_from_right},
+    {"pre tiny_aya", k_digits_from_right},
+    {"pre kimi-k2", k_gutenberg_digits},
+    {"pre youtu", k_gutenberg_digits},
 };
 
 // compare_tokenizer with the known differences applied: one listed is printed, and fails once it
@@ -471,7 +483,7 @@ TEST(llama_oracle, every_pre_tokenizer_name_hillinfer_accepts_splits_as_llama_cp
     const std::string inp = write_inp(tmp, fx);
     const auto src = gguf_file::open(gpt2);
     size_t n_compared = 0;
-    std::string refused;
+    std::string refused, not_byte_level;
     for (const char * pre : k_llama_cpp_pre_names) {
         gguf_writer w;
         for (const auto & [key, value] : src->metadata()) {
@@ -487,11 +499,19 @@ TEST(llama_oracle, every_pre_tokenizer_name_hillinfer_accepts_splits_as_llama_cp
             refused += std::string(refused.empty() ? "" : ", ") + pre;
             continue;
         }
+        if (const auto * bpe = dynamic_cast<const bpe_tokenizer *>(t.get()); bpe != nullptr && !bpe->byte_level()) {
+            // A SentencePiece-style BPE (byte pieces <0xXX>, U+2581 for space): the GPT-2 vocabulary
+            // does not fit it; a vocabulary fixture of that family checks it instead.
+            not_byte_level += std::string(not_byte_level.empty() ? "" : ", ") + pre;
+            continue;
+        }
         compare_known(oracle, *t, gguf, inp, fx, std::string("gpt-2 vocab, pre ") + pre, std::string("pre ") + pre);
         ++n_compared;
     }
-    std::printf("%zu of llama.cpp's %zu pre-tokenizer names compared; HillInfer refuses: %s\n", n_compared,
-                std::size(k_llama_cpp_pre_names), refused.c_str());
+    std::printf(
+        "%zu of llama.cpp's %zu pre-tokenizer names compared; not byte-level (skipped): %s; HillInfer "
+        "refuses: %s\n",
+        n_compared, std::size(k_llama_cpp_pre_names), not_byte_level.c_str(), refused.c_str());
     EXPECT_GE(n_compared, 1u);
 }
 
