@@ -2,13 +2,14 @@
 # Installs what HillInfer needs to build, run and test, from Debian's packages. Idempotent: when
 # everything is present it changes nothing and prints one line.
 #   scripts/install-deps.sh          build + run dependencies
-#   scripts/install-deps.sh --test   also what the tests need (GoogleTest, NumPy, clang's libFuzzer)
+#   scripts/install-deps.sh --test   also what the tests need (GoogleTest, NumPy, clang's libFuzzer, npm
+#                                    and git for llama.cpp as the oracle: scripts/llamacpp.sh)
 set -euo pipefail
 
 pkgs=(g++ cmake ninja-build pkg-config libopenblas-dev libcli11-dev nlohmann-json3-dev libfmt-dev liburing-dev
       libxxhash-dev libpcre2-dev gnuplot-nox)
 if [[ "${1:-}" == "--test" ]]; then
-  pkgs+=(libgtest-dev python3-numpy clang libclang-rt-dev lld)
+  pkgs+=(libgtest-dev python3-numpy clang libclang-rt-dev lld npm git)
 fi
 
 missing=()

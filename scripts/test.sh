@@ -2,7 +2,8 @@
 # Builds and runs the test suites on a fresh machine: installs dependencies, then
 #   1. Release build (warnings fatal) of the CLI, the benchmarks and the model-test executables: ctest
 #      label model (tests on ../shared/data, or $HILLINFER_DATA, which skip cleanly when it is absent,
-#      and the runs too long for the sanitizers);
+#      and the runs too long for the sanitizers), with llama.cpp as the oracle (scripts/llamacpp.sh
+#      fetches it from the npm registry; its tests skip, saying why, when the registry is unreachable);
 #   2. ASan+UBSan build of the unit-test executables (and the CLI they run): unit tests (every parser
 #      and bad-input path runs under the sanitizers; the unit tests run here, not in Release, to keep
 #      the whole script within CI's 25 minutes on 2 cores);
@@ -20,6 +21,7 @@ jobs=$(nproc)
 
 cmake --preset release -DHILL_WERROR=ON > /dev/null
 cmake --build --preset release -j "$jobs" --target hillinfer_cli hill_benches hill_model_tests
+scripts/llamacpp.sh
 ctest --test-dir build/release -L model --no-tests=error --output-on-failure -j "$jobs" "$@"
 
 cmake --preset asan -DHILL_WERROR=ON > /dev/null

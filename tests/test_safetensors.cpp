@@ -5,7 +5,9 @@
 #include "core/fp16.h"
 #include "format/hf_checkpoint.h"
 #include "format/safetensors_file.h"
+#include "hf_test_util.h"
 #include "model/hf_names.h"
+#include "model/model.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -317,6 +319,47 @@ TEST(safetensors_corrupt, missing_file_and_directory_are_usage_errors) {
         EXPECT_EQ(e.code(), exit_code::usage);
     }
     EXPECT_THROW(safetensors_file::open(dir.path.string()), error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Data at an odd offset (issue 15 item 7): the format does not require aligned tensor data, and a
+// header whose length is odd puts every tensor at an odd address in the mapping.
+
+// Bytes of every matrix of a model (the views' data, row by row).
+std::vector<uint8_t> matrix_bytes(const model & m) {
+    std::vector<uint8_t> out;
+    const auto add = [&](const weight_view & w) {
+        const auto * p = static_cast<const uint8_t *>(w.data);
+        out.insert(out.end(), p, p + w.row_bytes() * size_t(w.n_rows));
+    };
+    add(m.token_embd());
+    for (const layer_weights & l : m.layers()) {
+        for (const weight_view * w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) add(*w);
+    }
+    return out;
+}
+
+TEST(hf_checkpoint, data_at_an_odd_offset_loads_with_the_same_weights) {
+    for (const ggml_type type : {ggml_type::f32, ggml_type::f16, ggml_type::bf16}) {
+        SCOPED_TRACE(std::string(ggml_type_name(type)));
+        test::temp_dir aligned, odd;
+        test::write_tiny_llama_checkpoint(aligned.path, 300, type);
+        test::write_tiny_llama_checkpoint(odd.path, 300, type, 1);
+        EXPECT_EQ((8 + safetensors_file::open(aligned.file("model.safetensors"))->header_bytes()) % 8, 0u);
+        EXPECT_EQ((8 + safetensors_file::open(odd.file("model.safetensors"))->header_bytes()) % 2, 1u);
+        const auto ma = model::load(aligned.path.string());
+        const auto mo = model::load(odd.path.string());
+        // An aligned file is used in place; the odd one's matrices are copied once, at load:
+        // embedding [300, 8], q/k/v/o [8, 8], gate/up [16, 8], down [8, 16].
+        EXPECT_EQ(ma->copied_weight_bytes(), 0u);
+        EXPECT_EQ(mo->copied_weight_bytes(), (300 * 8 + 4 * 64 + 3 * 128) * ggml_block_bytes(type));
+        for (const weight_view * w : {&mo->token_embd(), &mo->layers()[0].wq, &mo->layers()[0].ffn_down}) {
+            EXPECT_EQ(reinterpret_cast<uintptr_t>(w->data) % ggml_block_bytes(type), 0u);
+        }
+        EXPECT_EQ(matrix_bytes(*mo), matrix_bytes(*ma));
+        EXPECT_EQ(mo->layers()[0].attn_norm, ma->layers()[0].attn_norm);
+        EXPECT_EQ(mo->output_norm(), ma->output_norm());
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 // A loaded model: hyperparameters, weight views into the mapped file(s), and its tokenizer. Weights
-// are never copied (norm vectors and biases, which are tiny, are converted to f32).
+// are not copied (norm vectors and biases, which are tiny, are converted to f32), except the
+// matrices of a safetensors file whose data is not aligned to the element size (the format allows
+// it; copied_weight_bytes() counts them).
 //
 // Architectures (hparams::arch; see docs/models.md "Architectures"):
 //   llama  RMSNorm, RoPE, GQA, SwiGLU; also Mistral, LongChat (linear RoPE scaling) and Llama 3
@@ -18,6 +20,7 @@
 
 #include "compute/matmul.h"
 #include "compute/ops.h"
+#include "core/aligned_buffer.h"
 #include "format/gguf_file.h"
 #include "tokenizer/tokenizer.h"
 
@@ -131,6 +134,9 @@ public:
     uint64_t weight_bytes_per_token() const;
     // Element count per weight type over all matrices and vectors (for `info`).
     std::map<ggml_type, uint64_t> params_by_type() const;
+    // Bytes of matrices copied at load because their data in the file was not aligned to their
+    // element size (safetensors only; 0 for every file a standard writer makes).
+    uint64_t copied_weight_bytes() const { return copied_weight_bytes_; }
 
 private:
     friend struct model_loader;
@@ -154,6 +160,8 @@ private:
     bool output_tied_ = false;
     std::vector<layer_weights> layers_;
     std::map<ggml_type, uint64_t> vector_params_;  // norm vectors by their stored type
+    std::vector<aligned_buffer> weight_copies_;    // matrices whose file data was misaligned (64-byte aligned copies)
+    uint64_t copied_weight_bytes_ = 0;
 };
 
 // The llama2.c loader behind model::load (model/llama2c_file.cpp); GGUF and checkpoint folders go

@@ -44,7 +44,7 @@ std::string model_loader::supported(bool gguf_only) {
     return s;
 }
 
-std::optional<weight_view> model_loader::matrix_opt(const tensor_source & src, model &, const std::string & name,
+std::optional<weight_view> model_loader::matrix_opt(const tensor_source & src, model & m, const std::string & name,
                                                     int64_t rows, int64_t cols) {
     const std::optional<tensor_ref> t = src.find(name);
     if (!t) return std::nullopt;
@@ -52,13 +52,17 @@ std::optional<weight_view> model_loader::matrix_opt(const tensor_source & src, m
         fail_input("'{}': tensor {} has shape {}, expected [{}, {}] (rows, columns)", src.name(), src.describe(name),
                    shape_str(t->shape), rows, cols);
     }
-    if (ggml_block_size(t->type) == 1 && reinterpret_cast<uintptr_t>(t->data) % ggml_block_bytes(t->type) != 0) {
-        fail_input(
-            "'{}': tensor {} ({}) starts at an address not aligned to its element size; rewrite the file with "
-            "a standard writer (it pads the header so that the data is aligned)",
-            src.name(), src.describe(name), ggml_type_name(t->type));
+    const void * data = t->data;
+    if (ggml_block_size(t->type) == 1 && reinterpret_cast<uintptr_t>(data) % ggml_block_bytes(t->type) != 0) {
+        // safetensors does not require aligned data (a header of odd length puts every tensor at an
+        // odd address); the kernels read whole elements, so such a matrix is copied once, here.
+        const size_t n_bytes = *ggml_row_bytes(t->type, cols) * size_t(rows);
+        aligned_buffer & copy = m.weight_copies_.emplace_back(n_bytes, 64);
+        if (n_bytes > 0) std::memcpy(copy.data(), data, n_bytes);
+        m.copied_weight_bytes_ += n_bytes;
+        data = copy.data();
     }
-    return weight_view{t->type, rows, cols, t->data};
+    return weight_view{t->type, rows, cols, data};
 }
 
 weight_view model_loader::matrix(const tensor_source & src, model & m, const std::string & name, int64_t rows,
