@@ -128,7 +128,8 @@ TEST_F(cli, bad_values_exit_2) {
     const std::string g = "generate -m " + model() + " -p hi ";
     for (const std::string & a : {g + "-n -1", g + "--top-p 2", g + "-t 0", g + "-t -1", g + "--temp -1",
                                   g + "--cache-type q9", g + "--seed -2", g + "--bogus-flag", std::string("generate -p hi"),
-                                  g + "--policy lru", g + "--policy h2o --select kv_head", g + "--policy quest --page-size 0", g + "--policy hillinfer --alpha 0", g + "--alpha 1.5",
+                                  g + "--policy lru", g + "--policy h2o --select kv_head", g + "--policy quest --page-size 0",
+                                  g + "--policy hillinfer --alpha 0", g + "--alpha 1.5",
                                   g + "--sinks -1", g + "--window -3", g + "--score-precision int2",
                                   g + "--select token", g + "--aggregate mean", g + "--query-precision int4",
                                   g + "--policy streaming --sinks 0 --window 0", g + "--kv-host-budget 0.5",
