@@ -362,7 +362,7 @@ TEST(architectures, gguf_architecture_without_a_loader_is_rejected_naming_the_su
     w.write(dir.file("gpt2.gguf"));
     const std::string msg = load_error(dir.file("gpt2.gguf"));
     EXPECT_MENTIONS(msg, "'gpt2'");
-    EXPECT_MENTIONS(msg, "llama, qwen2, qwen, opt");
+    EXPECT_MENTIONS(msg, "llama, qwen2, qwen, qwen3, gemma2, gemma3, phi3, opt");
 }
 
 TEST(architectures, a_folder_that_is_not_a_checkpoint_is_a_usage_error) {
