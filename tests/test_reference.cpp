@@ -336,6 +336,47 @@ INSTANTIATE_TEST_SUITE_P(
                   "f32", 1, false, "opt"}),
     [](const auto & info) { return std::string(info.param.name); });
 
+struct generated_case {
+    const char * arch;
+    ggml_type type;
+    int32_t n_swa;
+    float tol;
+};
+
+void PrintTo(const generated_case & c, std::ostream * os) { *os << c.arch; }
+
+class generated : public ::testing::TestWithParam<generated_case> {};
+
+// `hillinfer make-model random --arch X` (write_random_model) against arch_ref.py's reading of the
+// same GGUF file (its own metadata reading: window pattern, soft-caps, Gemma's 1 + w norms), over a
+// prompt longer than the sliding window.
+TEST_P(generated, random_model_logits_match_float64_numpy) {
+    if (!numpy_available()) GTEST_SKIP() << "/usr/bin/python3 with numpy (Debian python3-numpy) not found";
+    const generated_case & c = GetParam();
+    test::temp_dir dir;
+    const std::string path = dir.file("m.gguf");
+    write_random_model(path, random_model_params{.n_vocab = 301, .n_embd = 64, .n_ff = 96, .n_layer = 7,
+                                                 .n_head = 4, .n_head_kv = 2, .n_ctx = 64, .type = c.type,
+                                                 .seed = 5, .arch = c.arch, .n_swa = c.n_swa});
+    std::vector<int32_t> tokens;
+    for (int i = 0; i < 24; ++i) tokens.push_back((i * 37 + 11) % 301);
+    const auto ref = run_script("arch_ref.py", "gguf-logits " + path + " " + token_list(tokens));
+    auto m = model::load(path);
+    EXPECT_EQ(m->hp().arch, c.arch);
+    EXPECT_EQ(m->hp().n_swa, c.n_swa);
+    expect_logits_match(*m, tokens, ref, c.tol, std::string(c.arch) + " (make-model)");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    archs, generated,
+    ::testing::Values(generated_case{"llama", ggml_type::f32, 5, 1e-4f}, generated_case{"qwen2", ggml_type::f32, 0, 1e-4f},
+                      generated_case{"qwen3", ggml_type::f32, 6, 1e-4f}, generated_case{"gemma2", ggml_type::f32, 6, 1e-4f},
+                      generated_case{"gemma3", ggml_type::f32, 5, 1e-4f}, generated_case{"phi3", ggml_type::f32, 7, 1e-4f},
+                      generated_case{"gemma3", ggml_type::q8_0, 5, 2e-3f}),
+    [](const auto & info) {
+        return std::string(info.param.arch) + "_" + std::string(ggml_type_name(info.param.type));
+    });
+
 // A checkpoint folder written from C++: config.json and one safetensors file of f32 tensors.
 struct tiny_folder {
     test::temp_dir dir;

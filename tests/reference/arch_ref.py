@@ -14,6 +14,10 @@
         llama / mistral / qwen2 / qwen3 / qwen (Qwen-1's remote code) / gemma2 / gemma3_text / phi3 /
         opt, sliding windows included.
 
+    arch_ref.py gguf-logits FILE.gguf 1,17,42,...
+        The same for a GGUF file of any of these architectures but qwen and opt (llama_ref.py's
+        parser), read back into transformers' names and config as llama.cpp reads its metadata.
+
 Shares nothing with the C++ loaders (names, layouts and formulas are written out here again).
 """
 import json
@@ -686,6 +690,72 @@ def forward_opt(cfg, t, tokens):
     return x @ t.get("lm_head.weight", t[d + "embed_tokens.weight"]).T
 
 
+# ---------------------------------------------------------------------------------------------
+# A GGUF file read back as a checkpoint (the models `hillinfer make-model random --arch` writes)
+
+
+def checkpoint_of_gguf(path):
+    """(config, tensors under transformers' names) of a GGUF file of a llama-family architecture, as
+    llama.cpp reads its metadata: the sliding window and the layers it applies to by architecture,
+    Gemma 2's soft-caps (defaults 50, 30), Gemma's 1 + w norms, llama's adjacent-pair Q/K rows."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import llama_ref
+    kv, g = llama_ref.load(path)
+    arch = kv["general.architecture"]
+    a = arch + "."
+    E, H = kv[a + "embedding_length"], kv[a + "attention.head_count"]
+    KV = kv.get(a + "attention.head_count_kv", H)
+    hd = kv.get(a + "attention.key_length", E // H)
+    L = kv[a + "block_count"]
+    w = kv.get(a + "attention.sliding_window", 0)
+    mt = {"llama": "mistral" if w else "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
+          "gemma3": "gemma3_text", "phi3": "phi3"}[arch]
+    cfg = {"model_type": mt, "vocab_size": g["token_embd.weight"].shape[0], "hidden_size": E, "head_dim": hd,
+           "num_attention_heads": H, "num_key_value_heads": KV, "num_hidden_layers": L,
+           "intermediate_size": kv[a + "feed_forward_length"], "max_position_embeddings": kv[a + "context_length"],
+           "rms_norm_eps": kv.get(a + "attention.layer_norm_rms_epsilon", 1e-5),
+           "rope_theta": kv.get(a + "rope.freq_base", 10000.0)}
+    if kv.get(a + "rope.scaling.type") == "linear":
+        cfg["rope_scaling"] = {"type": "linear", "factor": kv[a + "rope.scaling.factor"]}
+    if w:
+        cfg["sliding_window"] = w
+        cfg["use_sliding_window"] = True     # qwen2/qwen3 in GGUF: every layer
+        cfg["max_window_layers"] = 0
+    if mt.startswith("gemma"):
+        cfg["query_pre_attn_scalar"] = hd
+        if mt == "gemma2":
+            cfg["attn_logit_softcapping"] = kv.get(a + "attn_logit_softcapping", 50.0)
+            cfg["final_logit_softcapping"] = kv.get(a + "final_logit_softcapping", 30.0)
+        else:
+            cfg["final_logit_softcapping"] = kv.get(a + "final_logit_softcapping")
+            cfg["rope_local_base_freq"] = kv.get(a + "rope.freq_base_swa", 10000.0)
+    names = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+             "attn_v": "self_attn.v_proj", "attn_qkv": "self_attn.qkv_proj", "attn_output": "self_attn.o_proj",
+             "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
+             "ffn_norm": "pre_feedforward_layernorm" if mt.startswith("gemma") else "post_attention_layernorm",
+             "post_attention_norm": "post_attention_layernorm", "post_ffw_norm": "post_feedforward_layernorm",
+             "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.gate_up_proj" if mt == "phi3" else "mlp.up_proj",
+             "ffn_down": "mlp.down_proj"}
+    t = {}
+    for name, arr in g.items():
+        if name == "token_embd.weight":
+            hf = "model.embed_tokens.weight"
+        elif name == "output_norm.weight":
+            hf = "model.norm.weight"
+        elif name == "output.weight":
+            hf = "lm_head.weight"
+        else:
+            _, il, base, suffix = name.split(".")
+            hf = f"model.layers.{il}.{names[base]}.{suffix}"
+            if base in ("attn_q", "attn_k") and arch == "llama":   # adjacent pairs -> rotate-half rows
+                n = H if base == "attn_q" else KV
+                arr = arr.reshape(n, hd // 2, 2, *arr.shape[1:]).swapaxes(1, 2).reshape(arr.shape)
+        if mt.startswith("gemma") and name.endswith("norm.weight"):
+            arr = arr - 1.0                                        # transformers stores w of (1 + w)
+        t[hf] = arr
+    return cfg, t
+
+
 def main():
     if sys.argv[1] == "write":
         d, cfg, dtype, seed = sys.argv[2], json.loads(sys.argv[3]), sys.argv[4], int(sys.argv[5])
@@ -695,8 +765,11 @@ def main():
             write_gguf(sys.argv[7], cfg, tensors, dtype)
         return
     d = sys.argv[2]
-    cfg = json.load(open(os.path.join(d, "config.json")))
-    t = read_checkpoint(d)
+    if sys.argv[1] == "gguf-logits":
+        cfg, t = checkpoint_of_gguf(d)
+    else:
+        cfg = json.load(open(os.path.join(d, "config.json")))
+        t = read_checkpoint(d)
     tokens = [int(s) for s in sys.argv[3].split(",")]
     fwd = {"llama": forward_llama, "mistral": forward_llama, "qwen2": forward_llama, "qwen3": forward_llama,
            "qwen": forward_qwen, "gemma2": forward_gemma, "gemma3_text": forward_gemma, "phi3": forward_phi3,
