@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 namespace hill {
@@ -474,6 +475,83 @@ TEST(architectures, gguf_architecture_without_a_loader_is_rejected_naming_the_su
     const std::string msg = load_error(dir.file("gpt2.gguf"));
     EXPECT_MENTIONS(msg, "'gpt2'");
     EXPECT_MENTIONS(msg, "llama, qwen2, qwen, qwen3, gemma2, gemma3, phi3, opt");
+}
+
+// A GGUF file with arch's required llama-like keys (n_embd 64, 4 heads: head_dim 16) and no tokenizer,
+// plus what `extra` adds; its load error.
+std::string gguf_load_error(const std::string & arch, const std::function<void(gguf_writer &)> & extra) {
+    test::temp_dir dir;
+    gguf_writer w;
+    const std::string a = arch + ".";
+    w.set_string("general.architecture", arch);
+    w.set_u32(a + "vocab_size", 8);
+    w.set_u32(a + "context_length", 64);
+    w.set_u32(a + "embedding_length", 64);
+    w.set_u32(a + "feed_forward_length", 96);
+    w.set_u32(a + "block_count", 2);
+    w.set_u32(a + "attention.head_count", 4);
+    extra(w);
+    w.write(dir.file("m.gguf"));
+    return load_error(dir.file("m.gguf"));
+}
+
+TEST(architectures, bad_or_missing_gguf_metadata_of_the_new_architectures_is_named) {
+    EXPECT_MENTIONS(gguf_load_error("gemma2", [](gguf_writer &) {}), "'gemma2.attention.sliding_window' is missing");
+    EXPECT_MENTIONS(gguf_load_error("gemma2",
+                                    [](gguf_writer & w) {
+                                        w.set_u32("gemma2.attention.sliding_window", 8);
+                                        w.set_f32("gemma2.attn_logit_softcapping", -1.0f);
+                                    }),
+                    "'gemma2.attn_logit_softcapping' is -1");
+    EXPECT_MENTIONS(gguf_load_error("gemma3", [](gguf_writer & w) { w.set_string("gemma3.final_logit_softcapping", "x"); }),
+                    "'gemma3.final_logit_softcapping': expected f32");
+    EXPECT_MENTIONS(gguf_load_error("qwen3", [](gguf_writer & w) { w.set_i32("qwen3.attention.sliding_window", -4); }),
+                    "'qwen3.attention.sliding_window' is -4");
+    const std::vector<float> factors(8, 1.0f);
+    EXPECT_MENTIONS(gguf_load_error("phi3",
+                                    [&](gguf_writer & w) {
+                                        w.add_tensor("rope_factors_long.weight", ggml_type::f32, {8}, factors.data());
+                                    }),
+                    "'rope_factors_short.weight' is missing");
+    EXPECT_MENTIONS(gguf_load_error("phi3",
+                                    [&](gguf_writer & w) {
+                                        w.add_tensor("rope_factors_long.weight", ggml_type::f32, {8}, factors.data());
+                                        w.add_tensor("rope_factors_short.weight", ggml_type::f32, {8}, factors.data());
+                                    }),
+                    "'phi3.rope.scaling.original_context_length' is missing");
+    EXPECT_MENTIONS(gguf_load_error("phi3",
+                                    [&](gguf_writer & w) {
+                                        w.add_tensor("rope_factors_long.weight", ggml_type::f32, {7}, factors.data());
+                                    }),
+                    "expected [8]");
+}
+
+TEST(architectures, bad_or_missing_config_values_of_the_new_architectures_are_named) {
+    const std::string gemma = R"({"model_type": "gemma2", "vocab_size": 8, "hidden_size": 8, "intermediate_size": 8, )"
+                              R"("num_hidden_layers": 2, "num_attention_heads": 2, "sliding_window": 4)";
+    const std::string phi3 = R"({"model_type": "phi3", "vocab_size": 8, "hidden_size": 8, "intermediate_size": 8, )"
+                             R"("num_hidden_layers": 1, "num_attention_heads": 2, "max_position_embeddings": 64)";
+    const std::pair<std::string, std::vector<const char *>> cases[] = {
+        {gemma + "}", {"query_pre_attn_scalar", "missing"}},
+        {gemma + R"(, "query_pre_attn_scalar": 4, "hidden_activation": "gelu"})",
+         {"hidden_activation", "'gelu'", "gelu_pytorch_tanh"}},
+        {gemma + R"(, "query_pre_attn_scalar": 4, "final_logit_softcapping": -2.0})", {"final_logit_softcapping", "-2"}},
+        {gemma + R"(, "query_pre_attn_scalar": 4, "layer_types": ["full_attention"]})", {"layer_types", "1 entries"}},
+        {gemma + R"(, "query_pre_attn_scalar": 4, "layer_types": ["full_attention", "chunked"]})",
+         {"layer_types[1]", "chunked"}},
+        {phi3 + R"(, "original_max_position_embeddings": 16, "rope_scaling": {"type": "longrope", )"
+                R"("long_factor": [1.0], "short_factor": [1.0, 1.0]}})",
+         {"long_factor", "1 entries", "head_dim / 2 = 2"}},
+        {phi3 + R"(, "rope_scaling": {"type": "longrope", "long_factor": [1.0, 1.0], "short_factor": [1.0, 1.0]}})",
+         {"original_max_position_embeddings"}},
+        {phi3 + R"(, "partial_rotary_factor": 0.75})", {"partial_rotary_factor", "0.75"}},
+    };
+    for (const auto & [config, words] : cases) {
+        tiny_folder f;
+        f.add("model.embed_tokens.weight", {8, 8});
+        const std::string msg = load_error(f.write(config));
+        for (const char * w : words) EXPECT_MENTIONS(msg, w);
+    }
 }
 
 TEST(architectures, a_folder_that_is_not_a_checkpoint_is_a_usage_error) {

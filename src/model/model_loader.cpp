@@ -307,9 +307,8 @@ void gguf_llama_like_hparams(const gguf_file & f, const std::string & arch, hpar
 }
 
 std::optional<float> gguf_optional_positive(const gguf_file & f, const std::string & key) {
-    if (f.find(key) == nullptr) return std::nullopt;
-    const std::optional<double> v = f.get_float(key);
-    if (!v) fail_input("'{}': metadata key '{}' is not a number", f.name(), key);
+    const std::optional<double> v = f.get_float(key);  // a value of another type: an error naming the key
+    if (!v) return std::nullopt;
     if (!(*v > 0.0) || !std::isfinite(*v)) fail_input("'{}': '{}' is {}, expected a number > 0", f.name(), key, *v);
     return float(*v);
 }
