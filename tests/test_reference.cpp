@@ -378,6 +378,49 @@ INSTANTIATE_TEST_SUITE_P(
         return std::string(info.param.arch) + "_" + std::string(ggml_type_name(info.param.type));
     });
 
+// A model whose every layer slides attends to the same tokens under every policy — its window — so
+// the sparse policies, with a cold tier holding most of the KV, decode exactly as dense `full` in RAM.
+TEST(sliding_window, every_policy_attends_the_window_wherever_its_tokens_live) {
+    test::temp_dir dir;
+    const std::string path = dir.file("m.gguf");
+    write_random_model(path, random_model_params{.n_vocab = 301, .n_embd = 64, .n_ff = 96, .n_layer = 2, .n_head = 4,
+                                                 .n_head_kv = 2, .n_ctx = 128, .type = ggml_type::f32, .seed = 9,
+                                                 .arch = "llama", .n_swa = 6});
+    auto m = model::load(path);
+    ASSERT_EQ(m->hp().window(0), 6);
+    ASSERT_EQ(m->hp().window(1), 6);
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 40; ++i) prompt.push_back((i * 53 + 7) % 301);
+    thread_pool pool(2);
+    // Greedy continuation's logits over 12 decode steps.
+    const auto run = [&](const context_params & cp) {
+        session s(*m, cp, pool);
+        s.eval(prompt);
+        std::vector<float> all;
+        for (int step = 0; step < 12; ++step) {
+            const float * l = s.logits();
+            const int32_t next = int32_t(std::max_element(l, l + m->hp().n_vocab) - l);
+            s.eval(std::span<const int32_t>(&next, 1));
+            all.insert(all.end(), s.logits(), s.logits() + m->hp().n_vocab);
+        }
+        return all;
+    };
+    const std::vector<float> dense = run(context_params{128, ggml_type::f16, 8});
+    for (const char * name : {"hillinfer", "streaming"}) {
+        context_params cp{128, ggml_type::f16, 8};
+        cp.policy.name = name;
+        cp.policy.alpha = 0.1;
+        cp.kv_dir = dir.file(std::string("kv-") + name);
+        std::filesystem::create_directories(cp.kv_dir);
+        cp.kv_host_budget = context::host_budget_for(*m, cp, 24);  // 24 of 52 tokens hot
+        const std::vector<float> got = run(cp);
+        ASSERT_EQ(got.size(), dense.size());
+        double worst = 0.0;
+        for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::abs(got[i] - dense[i])));
+        EXPECT_LE(worst, 1e-5) << name;
+    }
+}
+
 // A checkpoint folder written from C++: config.json and one safetensors file of f32 tensors.
 struct tiny_folder {
     test::temp_dir dir;
