@@ -1,6 +1,6 @@
 // Host scorer throughput (DESIGN.md §3 step 2, §4 f_c): bytes of FP16 keys scored per second, for
 // each key precision (fp16, int8, int4) and query precision (fp32, int8), and for the scoring copy
-// (score/score_copy.h: INT4 or INT2 keys with per-channel scales in DRAM, int8 query; keys "copy4",
+// (score/quant_copy.h: INT4 or INT2 keys with per-channel scales in DRAM, int8 query; keys "copy4",
 // "copy2"), beside this machine's DRAM read bandwidth.
 //
 //   bench_score [--n-tokens 131072] [--head-dim 128] [--n-head 32] [--n-head-kv 8] [--reps 5] [-t N]
@@ -34,7 +34,7 @@
 #include "core/sys_info.h"
 #include "core/thread_pool.h"
 #include "score/host_scorer.h"
-#include "score/score_copy.h"
+#include "score/quant_copy.h"
 
 namespace {
 
@@ -116,10 +116,10 @@ int main(int argc, char ** argv) {
         // The scoring copies of the same keys at 4 and 2 bits (where head_dim allows): the channel
         // scales from the first 4096 tokens (a prompt), the rest written in parallel (disjoint positions
         // of one sequence and layer).
-        std::vector<score_copy> copies;
+        std::vector<quant_copy> copies;
         for (const int bits : {4, 2}) {
-            if (!score_copy::supports(head_dim, bits)) continue;
-            score_copy & copy = copies.emplace_back(s, params, bits, 1, 1, n_tokens, n_threads);
+            if (!quant_copy::supports(head_dim, bits)) continue;
+            quant_copy & copy = copies.emplace_back(s, params, bits, 1, 1, n_tokens, n_threads);
             const int64_t n_prompt = std::min<int64_t>(n_tokens, 4096);
             copy.write(0, 0, 0, n_prompt, ggml_type::f16, keys.data(), row_stride);
             pool.parallel_for(n_tokens - n_prompt, [&](int64_t i0, int64_t i1) {
@@ -156,7 +156,7 @@ int main(int argc, char ** argv) {
                 }
                 results.push_back({m, std::string(name(c.key)), c.query, summarize(gbps)});
             }
-            for (score_copy & copy : copies) {
+            for (quant_copy & copy : copies) {
                 scores.resize(size_t(copy.n_group() * n_tokens));
                 std::vector<double> gbps;
                 for (int r = 0; r < reps + 1; ++r) {
@@ -181,9 +181,9 @@ int main(int argc, char ** argv) {
             use_rows ? " through a shuffled row list" : "", name(params.granularity), name(params.aggregate), reps,
             copies.empty() ? std::string("no scoring copy (odd head_dim)") : [&] {
                 std::string d = "the scoring copies:";
-                for (const score_copy & c : copies) {
+                for (const quant_copy & c : copies) {
                     d += fmt::format(" copy{} {:.0f} MiB ({} bytes per token)", c.bits(), double(c.bytes()) / (1 << 20),
-                                     score_copy::bytes_per_token_layer(s, c.bits()));
+                                     quant_copy::bytes_per_token_layer(s, c.bits()));
                 }
                 return d;
             }());
@@ -206,8 +206,8 @@ int main(int argc, char ** argv) {
                                 {"rows", use_rows},
                                 {"reps", reps},
                                 {"key_bytes", key_bytes},
-                                {"copy4_bytes_per_token", score_copy::bytes_per_token_layer(s, 4)},
-                                {"copy2_bytes_per_token", score_copy::bytes_per_token_layer(s, 2)},
+                                {"copy4_bytes_per_token", quant_copy::bytes_per_token_layer(s, 4)},
+                                {"copy2_bytes_per_token", quant_copy::bytes_per_token_layer(s, 2)},
                                 {"dram_read_gbps", dram},
                                 {"results", nlohmann::json::array()}};
             for (const result & r : results) {

@@ -27,7 +27,7 @@ cmake --build --preset asan -j "$jobs" --target hill_unit_tests
 ctest --test-dir build/asan -L unit --no-tests=error --output-on-failure -j "$jobs"
 
 cmake --preset tsan -DHILL_WERROR=ON > /dev/null
-tsan_tests=(test_core test_trace test_kernels test_session test_io_queue test_cold_pool test_kv_cells test_score test_score_copy test_policy test_csd test_batch test_kv_faults)
+tsan_tests=(test_core test_trace test_kernels test_session test_io_queue test_cold_pool test_kv_cells test_score test_quant_copy test_policy test_csd test_batch test_kv_faults)
 cmake --build --preset tsan -j "$jobs" --target "${tsan_tests[@]}"
 # Two suites at a time (most are single-threaded for long stretches); each one's output is printed
 # whole when it ends, and the first failure stops the script.

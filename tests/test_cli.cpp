@@ -465,8 +465,8 @@ TEST_F(cli, storage_emulator_gives_the_same_tokens_and_reports_its_link) {
     copy_base.replace(copy_base.find("--kv-host-budget 4K"), std::string("--kv-host-budget 4K").size(), "--kv-host-budget 64K");
     const result copy_text = run(copy_base + "--storage plain");
     EXPECT_EQ(copy_text.code, 0) << copy_text.out;
-    EXPECT_NE(copy_text.out.find("scoring: every token from the scoring copy of the keys in DRAM (40.2 KiB, 16 B per "
-                                 "token and layer: INT2 keys"), std::string::npos) << copy_text.out;
+    EXPECT_NE(copy_text.out.find("scoring: every token from the INT2 scoring copy / int8 query in DRAM (40.2 KiB, 16 B "
+                                 "per token and layer)"), std::string::npos) << copy_text.out;
     EXPECT_EQ(copy_text.out.find("cold tokens in"), std::string::npos) << copy_text.out;
     const result too_small = run(base + "--storage plain");
     EXPECT_EQ(too_small.code, 2) << too_small.out;

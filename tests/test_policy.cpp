@@ -3,11 +3,22 @@
 // follow ⌈α·N⌉ + sinks + window and the hit table counts them; streaming attends to sinks and window
 // only, all hot; every step leaves the next one its free hot slot; a hillinfer step over a mostly cold
 // cache equals a brute-force reference (exact scores, sinks + window + top ⌈α·N⌉, dense attention
-// over that set); diagnostics measure recall; bad parameters are usage errors.
+// over that set); diagnostics measure recall; bad parameters are usage errors. Quest: its page
+// selection against a brute-force statement of its rule; α = 1 gives dense logits; its selection,
+// and so its logits, do not depend on the tiers or the storage device; a context scores from the
+// copy it was made with. H2O: the attention logits of its second pass, its accumulated attention
+// (moving sums of the weights attention paid, summing to the heads per step), the heaviest hitters
+// selected (read from the hit table) against a brute-force top-k of those sums, the same logits over
+// any tiers.
 #include "core/error.h"
 #include "engine/session.h"
 #include "model/forward.h"
 #include "model/synthetic_model.h"
+#include "compute/attention.h"
+#include "compute/kernel_mode.h"
+#include "core/fp16.h"
+#include "policy/policies.h"
+#include "score/attention_totals.h"
 #include "score/selector.h"
 #include "test_util.h"
 
@@ -35,8 +46,10 @@ protected:
         for (int i = 0; i < 200; ++i) prompt.push_back(1 + (i * 41) % 299);
     }
     // budget_tokens: hot tokens per layer (0: everything in RAM).
-    std::unique_ptr<session> make(const policy_params & p, ggml_type type, int64_t budget_tokens) {
+    std::unique_ptr<session> make(const policy_params & p, ggml_type type, int64_t budget_tokens,
+                                  csd::storage_kind storage = csd::storage_kind::plain) {
         context_params cp{.n_ctx = 300, .kv_type = type, .n_batch = 64, .policy = p};
+        cp.storage.kind = storage;  // quest scores from its page bounds: any query precision on the emulator
         if (budget_tokens > 0) {
             cp.kv_host_budget = context::host_budget_for(*m, cp, budget_tokens);
             cp.kv_dir = dir.file("kv" + std::to_string(n_dirs++));
@@ -322,6 +335,241 @@ TEST(hillinfer_step, sparse_attention_equals_attention_over_the_reference_set) {
     }
 }
 
+// Quest's rule stated page by page: a page is attended when the middle tokens of the pages ranked
+// strictly above it (score, then lower page first; NaN last) number fewer than n_top.
+TEST(quest_select, equals_a_brute_force_statement_of_the_rule) {
+    const uint32_t seed = test::fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    std::vector<std::pair<uint64_t, int64_t>> scratch;
+    std::vector<int32_t> got;
+    for (int trial = 0; trial < 400; ++trial) {
+        const int64_t n = std::uniform_int_distribution<int64_t>(0, 300)(rng);
+        const int64_t page = std::uniform_int_distribution<int64_t>(1, 20)(rng);
+        const int64_t sinks = std::uniform_int_distribution<int64_t>(0, 24)(rng);
+        const int64_t window = std::uniform_int_distribution<int64_t>(0, 24)(rng);
+        const int64_t n_top = std::uniform_int_distribution<int64_t>(0, n)(rng);
+        // Page-constant scores from a few values (ties), some NaN.
+        std::vector<float> sc(static_cast<size_t>(n));
+        for (int64_t j = 0; j * page < n; ++j) {
+            const int v = std::uniform_int_distribution<int>(0, 6)(rng);
+            const float x = v == 6 ? std::nanf("") : float(v);
+            for (int64_t t = j * page; t < std::min(n, (j + 1) * page); ++t) sc[size_t(t)] = x;
+        }
+        quest_select(sc.data(), n, n_top, sinks, window, page, scratch, got);
+        const auto [s_end, w_begin] = middle_of(n, sinks, window);
+        const auto mid = [&](int64_t j) { return std::max<int64_t>(0, std::min(w_begin, (j + 1) * page) - std::max(s_end, j * page)); };
+        const auto above = [&](int64_t a, int64_t b) {  // page a ranks above page b
+            const float x = sc[size_t(std::max(s_end, a * page))], y = sc[size_t(std::max(s_end, b * page))];
+            if (std::isnan(x) != std::isnan(y)) return std::isnan(y);
+            if (!std::isnan(x) && x != y) return x > y;
+            return a < b;
+        };
+        std::vector<int32_t> want;
+        for (int64_t t = 0; t < n; ++t) {
+            bool in = t < s_end || t >= w_begin;
+            if (!in) {
+                const int64_t j = t / page;
+                int64_t before = 0;
+                for (int64_t i = 0; i * page < n; ++i) {
+                    if (i != j && mid(i) > 0 && above(i, j)) before += mid(i);
+                }
+                in = before < n_top;
+            }
+            if (in) want.push_back(int32_t(t));
+        }
+        ASSERT_EQ(got, want) << "n " << n << " page " << page << " sinks " << sinks << " window " << window << " n_top " << n_top;
+    }
+}
+
+// α = 1: every page, so dense attention's logits bit for bit, all in RAM and mostly cold.
+TEST_F(policy_test, quest_selecting_everything_equals_dense_attention) {
+    for (int64_t budget : {0, 50}) {
+        SCOPED_TRACE("budget " + std::to_string(budget));
+        auto dense = make(policy_params{}, ggml_type::f16, 0);
+        auto quest = make(policy_params{.name = "quest", .alpha = 1.0}, ggml_type::f16, budget);
+        dense->eval(prompt);
+        quest->eval(prompt);
+        for (int step = 0; step < 6; ++step) {
+            const int32_t tok = 1 + (step * 17) % 299;
+            dense->eval(std::span<const int32_t>(&tok, 1));
+            quest->eval(std::span<const int32_t>(&tok, 1));
+            for (int32_t i = 0; i < 300; ++i) ASSERT_EQ(dense->logits()[i], quest->logits()[i]) << "step " << step;
+        }
+        ASSERT_NE(quest->ctx().scoring_copy(), nullptr);
+        EXPECT_NE(quest->ctx().scoring_copy()->describe().find("page bounds"), std::string::npos);
+    }
+}
+
+// Page bounds score every token in DRAM, so the selection, and the logits, are the same whether the KV
+// is all in RAM or mostly cold, on the plain SSD or the emulator (which then only reads); the pages
+// attended are whole and hold at least ⌈α·N⌉ middle tokens.
+TEST_F(policy_test, quest_selects_the_same_pages_over_any_tiers_and_storage) {
+    const policy_params p{.name = "quest", .alpha = 0.2, .n_sinks = 4, .n_window = 16, .page_size = 8};
+    auto ram = make(p, ggml_type::f16, 0);
+    auto plain = make(p, ggml_type::f16, 50);
+    auto emu = make(p, ggml_type::f16, 50, csd::storage_kind::emulator);
+    for (session * s : {ram.get(), plain.get(), emu.get()}) s->eval(prompt);
+    for (int step = 0; step < 8; ++step) {
+        const int32_t tok = 1 + (step * 29) % 299;
+        for (session * s : {ram.get(), plain.get(), emu.get()}) s->eval(std::span<const int32_t>(&tok, 1));
+        for (int32_t i = 0; i < 300; ++i) {
+            ASSERT_EQ(ram->logits()[i], plain->logits()[i]) << "step " << step;
+            ASSERT_EQ(ram->logits()[i], emu->logits()[i]) << "step " << step;
+        }
+    }
+    for (session * s : {plain.get(), emu.get()}) {
+        EXPECT_GE(n_cold(*s) * 4, s->n_past() * 3);
+        EXPECT_EQ(s->ctx().storage().counters().n_score_passes, 0u);  // nothing scored on the device
+        EXPECT_GT(s->ctx().decode_stats().layers[0].n_attended_disk, 0u);
+    }
+    const step_layer_stats & L = ram->ctx().decode_stats().layers[1];
+    const step_layer_stats & C = plain->ctx().decode_stats().layers[1];
+    EXPECT_EQ(L.n_attended, C.n_attended);
+    // Per step: the sinks and the window (20), then whole pages: at least ⌈0.2·n⌉ and at most 7 more.
+    uint64_t lo = 0;
+    for (int step = 0; step < 8; ++step) lo += 20 + uint64_t(n_top_for(0.2, int64_t(prompt.size()) + step + 1));
+    EXPECT_GE(L.n_attended, lo);
+    EXPECT_LE(L.n_attended, lo + 8 * 7);
+}
+
+TEST_F(policy_test, a_policy_scoring_from_another_copy_needs_its_own_context) {
+    auto q = make(policy_params{.name = "quest"}, ggml_type::f16, 60);
+    auto h = make(policy_params{.name = "hillinfer"}, ggml_type::f16, 60);
+    const auto usage_error_of = [](const std::function<void()> & f) -> std::string {
+        try {
+            f();
+        } catch (const error & e) {
+            EXPECT_EQ(e.code(), exit_code::usage) << e.what();
+            return e.what();
+        }
+        ADD_FAILURE() << "no hill::error thrown";
+        return "";
+    };
+    const std::string a = usage_error_of([&] { q->set_policy(policy_params{.name = "hillinfer"}); });
+    EXPECT_NE(a.find("policy 'hillinfer' scores from the KV tiers"), std::string::npos) << a;
+    const std::string b = usage_error_of([&] { h->set_policy(policy_params{.name = "quest"}); });
+    EXPECT_NE(b.find("policy 'quest' scores from page bounds"), std::string::npos) << b;
+    EXPECT_NO_THROW(q->set_policy(policy_params{.name = "streaming"}));  // no scores: any copy will do
+    EXPECT_NO_THROW(h->set_policy(policy_params{.name = "full"}));
+}
+
+TEST(h2o, attention_logits_equal_double_dots_in_both_kernel_modes) {
+    std::mt19937 rng(11);
+    const attention_shape s{8, 2, 16, 0.25f};
+    const int64_t n = 37;
+    const std::vector<float> q = test::random_floats(rng, size_t(s.n_head * s.head_dim));
+    std::vector<uint16_t> k(size_t(n) * 2 * 32);
+    for (auto & x : k) x = fp32_to_fp16(std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng));
+    std::vector<int32_t> rows(20);
+    for (auto & r : rows) r = int32_t(std::uniform_int_distribution<int64_t>(0, n - 1)(rng));
+    thread_pool pool(2);
+    const kernel_mode saved = kernel_mode_get();
+    for (const kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
+        if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+        kernel_mode_set(m);
+        std::vector<float> out(size_t(s.n_head) * 24, -1.0f);
+        attention_logits(s, q.data(), kv_view{ggml_type::f16, k.data(), k.data(), 20, 64}, rows.data(), out.data(), 24, pool);
+        for (int h = 0; h < s.n_head; ++h) {
+            for (int j = 0; j < 20; ++j) {
+                double d = 0.0;
+                for (int i = 0; i < 16; ++i) {
+                    d += double(q[size_t(h * 16 + i)]) * double(fp16_to_fp32(k[size_t(rows[size_t(j)] * 64 + (h / 4) * 16 + i)]));
+                }
+                EXPECT_NEAR(out[size_t(h * 24 + j)], d * 0.25, 1e-5) << "head " << h << " key " << j;
+            }
+            EXPECT_EQ(out[size_t(h * 24 + 20)], -1.0f);  // beyond n: untouched
+        }
+    }
+    kernel_mode_set(saved);
+}
+
+TEST(h2o, accumulated_attention_is_a_moving_sum_of_the_observed_weights) {
+    attention_totals a(2, 3, 10);
+    const std::vector<int32_t> pos = {1, 4, 9};
+    const std::vector<float> w1 = {8.0f, 1.0f, 0.5f}, w2 = {0.0f, 2.0f, 0.5f};
+    a.observe(1, 2, pos, w1.data());
+    a.observe(1, 2, pos, w2.data());
+    EXPECT_EQ(a.total(1, 2, 1), 7.0f);            // 8 − 1 + 0
+    EXPECT_EQ(a.total(1, 2, 4), 1.0f - 0.125f + 2.0f);
+    EXPECT_EQ(a.total(1, 2, 9), 0.5f - 0.0625f + 0.5f);
+    EXPECT_EQ(a.total(1, 1, 4), 0.0f);             // other layers and sequences untouched
+    EXPECT_EQ(a.total(0, 2, 4), 0.0f);
+    std::vector<float> sc(10, -1.0f);
+    thread_pool pool(1);
+    a.prepare_query(1, 2, nullptr, nullptr);
+    a.score(10, sc.data(), 10, pool);
+    EXPECT_EQ(sc[4], a.total(1, 2, 4));
+    a.write(1, 2, 4, 6, ggml_type::f16, nullptr, 0);  // positions written again start at 0
+    EXPECT_EQ(a.total(1, 2, 4), 0.0f);
+    EXPECT_EQ(a.total(1, 2, 9), 0.0f);
+    EXPECT_EQ(a.total(1, 2, 1), 7.0f);
+}
+
+// Each step attends a set S and its weights over S sum to one per head: with α = 1 (S = every token)
+// the sum of the accumulated attention goes from A to A − A/8 + n_head; and the logits equal dense.
+TEST_F(policy_test, h2o_weights_sum_to_the_heads_and_alpha_1_equals_dense) {
+    auto dense = make(policy_params{}, ggml_type::f16, 0);
+    auto h = make(policy_params{.name = "h2o", .alpha = 1.0}, ggml_type::f16, 50);
+    dense->eval(prompt);
+    h->eval(prompt);
+    const auto * totals = dynamic_cast<const attention_totals *>(h->ctx().scoring_copy());
+    ASSERT_NE(totals, nullptr);
+    const auto sum = [&](int il) {
+        double a = 0.0;
+        for (int64_t t = 0; t < h->n_past(); ++t) a += totals->total(0, il, t);
+        return a;
+    };
+    for (int step = 0; step < 5; ++step) {
+        const double before = sum(1);
+        const int32_t tok = 3 + step;
+        dense->eval(std::span<const int32_t>(&tok, 1));
+        h->eval(std::span<const int32_t>(&tok, 1));
+        for (int32_t i = 0; i < 300; ++i) ASSERT_EQ(dense->logits()[i], h->logits()[i]) << "step " << step;
+        EXPECT_NEAR(sum(1), before - before / 8 + 8.0, 1e-3 * (1.0 + before)) << "step " << step;  // 8 query heads
+    }
+}
+
+// The tokens h2o attends (read from the hit table: a selected token's hits climb) are the sinks, the
+// window and the ⌈α·N⌉ largest accumulated attentions before the step (f16-rounded as every score,
+// lower positions first among equals); the same logits all in RAM and mostly cold.
+TEST_F(policy_test, h2o_selects_the_heaviest_hitters_over_any_tiers) {
+    const policy_params p{.name = "h2o", .alpha = 0.1, .n_sinks = 4, .n_window = 16};
+    auto ram = make(p, ggml_type::f16, 0);
+    auto cold = make(p, ggml_type::f16, 50);
+    ram->eval(prompt);
+    cold->eval(prompt);
+    const auto * totals = dynamic_cast<const attention_totals *>(ram->ctx().scoring_copy());
+    ASSERT_NE(totals, nullptr);
+    const kv_cells & cells = ram->ctx().cells();
+    for (int step = 0; step < 6; ++step) {
+        const int64_t n = ram->n_past() + 1;
+        std::vector<std::vector<uint16_t>> hits(2);
+        std::vector<std::vector<int32_t>> want(2);
+        for (int il = 0; il < 2; ++il) {
+            for (int64_t t = 0; t < n - 1; ++t) hits[size_t(il)].push_back(cells.hits(0, il, t));
+            std::vector<std::pair<float, int32_t>> mid;
+            for (int64_t t = 4; t < n - 16; ++t) mid.emplace_back(round_score_f16(totals->total(0, il, t)), int32_t(t));
+            std::stable_sort(mid.begin(), mid.end(), [](const auto & a, const auto & b) { return a.first > b.first; });
+            for (int64_t i = 0; i < n_top_for(0.1, n); ++i) want[size_t(il)].push_back(mid[size_t(i)].second);
+            std::sort(want[size_t(il)].begin(), want[size_t(il)].end());
+        }
+        const int32_t tok = 11 + step;
+        ram->eval(std::span<const int32_t>(&tok, 1));
+        cold->eval(std::span<const int32_t>(&tok, 1));
+        for (int32_t i = 0; i < 300; ++i) ASSERT_EQ(ram->logits()[i], cold->logits()[i]) << "step " << step;
+        for (int il = 0; il < 2; ++il) {
+            std::vector<int32_t> got;
+            for (int64_t t = 4; t < n - 16; ++t) {
+                if (cells.hits(0, il, t) == kv_cells::hit_next(hits[size_t(il)][size_t(t)], true)) got.push_back(int32_t(t));
+            }
+            EXPECT_EQ(got, want[size_t(il)]) << "step " << step << " layer " << il;
+        }
+    }
+    EXPECT_GE(n_cold(*cold) * 4, cold->n_past() * 3);
+    EXPECT_GT(cold->ctx().decode_stats().layers[0].n_attended_disk, 0u);
+}
+
 TEST(policy_params_test, bad_parameters_are_usage_errors) {
     auto expect_usage = [](const policy_params & p, const char * what, int n_head_kv = 2) -> std::string {
         try {
@@ -349,14 +597,24 @@ TEST(policy_params_test, bad_parameters_are_usage_errors) {
     wide.score.granularity = select_granularity::kv_head;
     EXPECT_NO_THROW(validate(wide, 64));
     expect_usage(wide, "kv_head with 65 KV heads", 65);
+    policy_params h2o_wide{.name = "h2o"};
+    h2o_wide.score.granularity = select_granularity::kv_head;
+    try {
+        make_policy(h2o_wide, 2);
+        ADD_FAILURE() << "h2o took --select kv_head";
+    } catch (const error & e) {
+        EXPECT_EQ(e.code(), exit_code::usage);
+        EXPECT_NE(std::string(e.what()).find("one token set per layer"), std::string::npos) << e.what();
+    }
 
-    EXPECT_EQ(policy_names(), "full, streaming, hillinfer");
-    for (const char * pol : {"full", "streaming", "hillinfer"}) {
+    expect_usage(policy_params{.name = "quest", .page_size = 0}, "page size 0");
+    EXPECT_EQ(policy_names(), "full, streaming, hillinfer, quest, h2o");
+    for (const char * pol : {"full", "streaming", "hillinfer", "quest", "h2o"}) {
         EXPECT_EQ(make_policy(policy_params{.name = pol}, 2)->name(), pol);
     }
-    const std::string msg = expect_usage(policy_params{.name = "h2o"}, "h2o");
-    EXPECT_NE(msg.find("'h2o'"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("full, streaming, hillinfer"), std::string::npos) << msg;
+    const std::string msg = expect_usage(policy_params{.name = "lru"}, "lru");
+    EXPECT_NE(msg.find("'lru'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("full, streaming, hillinfer, quest, h2o"), std::string::npos) << msg;
 
     EXPECT_EQ(parse_placement("fifo"), placement_kind::fifo);
     EXPECT_EQ(parse_placement("hkm"), placement_kind::hkm);

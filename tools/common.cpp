@@ -5,6 +5,7 @@
 #include "core/mapped_file.h"
 #include "core/sys_info.h"
 #include "core/trace.h"
+#include "score/quant_copy.h"
 
 #include <fmt/format.h>
 
@@ -206,18 +207,21 @@ void policy_opts::add(CLI::App & app) {
     select = std::string(name(d.granularity));
     aggregate = std::string(name(d.aggregate));
     app.add_option("--policy", p.name, "decode attention: " + policy_names() + " (full: dense; streaming: sinks + "
-                   "window; hillinfer: those and the top alpha by score)")->capture_default_str();
-    app.add_option("--alpha", p.alpha, "hillinfer: share of the cached tokens attended besides sinks and window, in "
-                   "(0, 1]")->capture_default_str();
+                   "window; hillinfer: those and the top alpha by score; quest: those and the top pages by key bounds; h2o: "
+                   "those and the heavy hitters by accumulated attention)")
+        ->capture_default_str();
+    app.add_option("--alpha", p.alpha, "hillinfer, quest, h2o: share of the cached tokens attended besides sinks and window, "
+                   "in (0, 1]")->capture_default_str();
+    app.add_option("--page-size", p.page_size, "quest: tokens per page of key bounds")->capture_default_str();
     app.add_option("--sinks", p.n_sinks, "first tokens always attended and kept in the hot pool")->capture_default_str();
     app.add_option("--window", p.n_window, "last tokens always attended and kept in the hot pool")->capture_default_str();
     app.add_option("--score-precision", key_precision, "hillinfer: keys cast to fp16, int8 or int4 for scoring")
         ->capture_default_str();
     query_opt = app.add_option("--query-precision", query_precision, "hillinfer: query in fp32 or int8 for scoring "
                                "(default with --storage emulator: int8)")->capture_default_str();
-    app.add_option("--select", select, "hillinfer: one token set per layer, or per kv_head")->capture_default_str();
+    app.add_option("--select", select, "hillinfer, quest: one token set per layer, or per kv_head")->capture_default_str();
     app.add_option("--aggregate", aggregate,
-                   "hillinfer: how the query heads' scores make a token's: sum or max of "
+                   "hillinfer, quest: how the query heads' scores make a token's: sum or max of "
                    "the raw q.k, or softmax (each head's attention weight, normalized per head, summed)")
         ->capture_default_str();
     app.add_option("--placement", placement, "hot pool placement: fifo (recent tokens stay hot) or hkm (hit rates "

@@ -324,4 +324,24 @@ void attention_prefill(const attention_shape & s, const float * q, int64_t n_tok
     }
 }
 
+void attention_logits(const attention_shape & s, const float * q, const kv_view & keys, const int32_t * rows, float * out,
+                      int64_t ld, thread_pool & pool) {
+    HILL_ASSERT(s.n_head > 0 && s.n_head_kv > 0 && s.n_head % s.n_head_kv == 0 && s.head_dim > 0);
+    HILL_ASSERT(keys.type == ggml_type::f32 || keys.type == ggml_type::f16);
+    HILL_ASSERT(keys.n_kv >= 0 && ld >= keys.n_kv && (keys.n_kv == 0 || keys.k != nullptr));
+    const head_kernels kern = select_kernels(keys.type);
+    const int group = s.n_head / s.n_head_kv;
+    pool.parallel_for(s.n_head, [&](int64_t h0, int64_t h1) {
+        for (int64_t h = h0; h < h1; ++h) {
+            const float * qh = q + h * s.head_dim;
+            const auto * k = static_cast<const uint8_t *>(keys.k) + size_t(h / group) * size_t(s.head_dim) * kern.elem_bytes;
+            float * o = out + h * ld;
+            for (int64_t j = 0; j < keys.n_kv; ++j) {
+                const int64_t r = rows != nullptr ? rows[j] : j;
+                o[j] = s.scale * kern.dot(qh, k + size_t(r) * size_t(keys.row_stride) * kern.elem_bytes, s.head_dim);
+            }
+        }
+    });
+}
+
 }  // namespace hill

@@ -103,6 +103,14 @@ void attention_prefill_accumulate(const attention_shape & s, const float * q, in
                                   const int32_t * rows, int64_t causal_p0, float * acc, softmax_state * st,
                                   thread_pool & pool);
 
+// The attention logits of a decode query q f32 [n_head, head_dim] over n = keys.n_kv keys (keys.v is
+// not read): out[h · ld + j] = scale · q_h·k_j, key j row rows[j] (rows == nullptr: row j); ld >= n.
+// The same f32 dot per (head, key) as attention_head_accumulate's per-head kernels in the active
+// kernel_mode (not the fused AVX2 one, which keeps its scores on the stack): the attention weights a
+// policy learns from (H2O's accumulated attention, policy h2o). Query heads split across the pool.
+void attention_logits(const attention_shape & s, const float * q, const kv_view & keys, const int32_t * rows, float * out,
+                      int64_t ld, thread_pool & pool);
+
 // One query head against tokens [0, n) of its KV head, on the current thread, with the active
 // kernel_mode: out[head_dim] = softmax(q·k_j·scale) · v_j. k, v point at the KV head's first
 // element; consecutive tokens are `row_stride` elements apart. Keys are scored in chunks (scores

@@ -5,12 +5,16 @@
 #include "core/sys_info.h"
 #include "core/trace.h"
 #include "kv/page_table.h"
+#include "score/attention_totals.h"
+#include "score/page_bounds.h"
+#include "score/quant_copy.h"
 #include "score/selector.h"
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 namespace hill {
 
@@ -38,9 +42,11 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
     policy_ = make_policy(p.policy, hp.n_head_kv);
     const uint64_t copy_bytes = scoring_copy_bytes(m, p);
     const bool with_copy = copy_bytes > 0;
-    // With the scoring copy nothing scans the cold keys: a gathered token is one read of its K and V
-    // together (token records, kv/kv_layout.h); otherwise the keys are scanned apart from the values.
-    layout_ = kv_layout{hp.n_layer, hp.n_embd_kv(), p.kv_type, with_copy ? cold_records::token : cold_records::split};
+    // With a scoring copy over a plain SSD nothing scans the cold keys: a gathered token is one read of
+    // its K and V together (token records, kv/kv_layout.h); otherwise the keys are scanned apart from the
+    // values (the emulator scores them where they live).
+    const bool token_records = with_copy && p.storage.kind == csd::storage_kind::plain;
+    layout_ = kv_layout{hp.n_layer, hp.n_embd_kv(), p.kv_type, token_records ? cold_records::token : cold_records::split};
 
     // The hot pool: the budget's slots per layer, at most every token of every sequence.
     const uint64_t per_slot = uint64_t(hp.n_layer) * layout_.token_layer_bytes();
@@ -64,8 +70,13 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
                    "window and the new token of each sequence stay hot; {} per token)", format_bytes(budget), hot_slots,
                    copy, int64_t(p.n_seq) * per_seq_min, seqs, pp.n_sinks, pp.n_window, format_bytes(per_slot));
     }
-    if (with_copy) {
-        copy_ = std::make_unique<score_copy>(attn_shape(), pp.score, scoring_copy_bits(m, p), p.n_seq, hp.n_layer, p.n_ctx,
+    if (policy_->scores_from() == copy_kind::attention) {
+        copy_ = std::make_unique<attention_totals>(p.n_seq, hp.n_layer, p.n_ctx);
+    } else if (policy_->scores_from() == copy_kind::page_bounds) {
+        copy_ = std::make_unique<page_bounds>(attn_shape(), pp.score, pp.page_size, p.n_seq, hp.n_layer, p.n_ctx,
+                                              pool.n_threads());
+    } else if (with_copy) {
+        copy_ = std::make_unique<quant_copy>(attn_shape(), pp.score, scoring_copy_bits(m, p), p.n_seq, hp.n_layer, p.n_ctx,
                                              pool.n_threads());
     }
     cells_ = std::make_unique<kv_cells>(kv_cells_params{hp.n_layer, p.n_seq, p.n_ctx, hot_slots});
@@ -110,24 +121,27 @@ context::~context() = default;
 
 int context::scoring_copy_bits(const hill::model & m, const context_params & p) {
     // Over a plain SSD a scoring policy scores from the scoring copy of the keys in DRAM
-    // (score/score_copy.h), which the budget holds beside the hot pool.
+    // (score/quant_copy.h), which the budget holds beside the hot pool.
     const hparams & hp = m.hp();
-    if (p.score_copy_bits == 0 || p.storage.kind != csd::storage_kind::plain ||
-        !make_policy(p.policy, hp.n_head_kv)->uses_scores()) {
+    const auto pol = make_policy(p.policy, hp.n_head_kv);
+    if (p.score_copy_bits == 0 || p.storage.kind != csd::storage_kind::plain || !pol->uses_scores() ||
+        pol->scores_from() != copy_kind::tier) {
         return 0;
     }
     for (const int bits : {p.score_copy_bits, 4}) {
-        if (score_copy::supports(hp.head_dim, bits)) return bits;
+        if (quant_copy::supports(hp.head_dim, bits)) return bits;
     }
     return 0;
 }
 
 uint64_t context::scoring_copy_bytes(const hill::model & m, const context_params & p) {
-    const int bits = scoring_copy_bits(m, p);
-    if (bits == 0) return 0;
     const hparams & hp = m.hp();
-    return score_copy::bytes_for(attention_shape{hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f}, bits, p.n_seq,
-                                 hp.n_layer, p.n_ctx);
+    const attention_shape s{hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f};
+    const copy_kind kind = make_policy(p.policy, hp.n_head_kv)->scores_from();
+    if (kind == copy_kind::attention) return attention_totals::bytes_for(p.n_seq, hp.n_layer, p.n_ctx);
+    if (kind == copy_kind::page_bounds) return page_bounds::bytes_for(s, p.policy.page_size, p.n_seq, hp.n_layer, p.n_ctx);
+    const int bits = scoring_copy_bits(m, p);
+    return bits == 0 ? 0 : quant_copy::bytes_for(s, bits, p.n_seq, hp.n_layer, p.n_ctx);
 }
 
 uint64_t context::host_budget_for(const hill::model & m, const context_params & p, int64_t hot_tokens) {
@@ -138,6 +152,16 @@ attention_shape context::attn_shape() const { return model_.hp().attn_shape(); }
 
 void context::set_policy(const policy_params & p) {
     auto next = make_policy(p, model_.hp().n_head_kv);
+    // A copy is made with the context, from every key as it arrives: a policy that scores from another
+    // kind of copy needs a context made for it (the prompt cache moves a prefill into one).
+    if (policy_ != nullptr && next->uses_scores() && next->scores_from() != policy_->scores_from() &&
+        (copy_ != nullptr || next->scores_from() != copy_kind::tier)) {
+        const copy_kind k = next->scores_from();
+        fail_usage("policy '{}' scores from {}, but this context was made for policy '{}'{}: make a new context for it",
+                   p.name, k == copy_kind::page_bounds ? "page bounds of the keys"
+                           : k == copy_kind::attention ? "the accumulated attention of its tokens" : "the KV tiers",
+                   policy_->name(), copy_ != nullptr ? fmt::format(" and keeps {}", copy_->describe()) : std::string());
+    }
     step_->set_policy(*next, params_.storage.kind);  // checks the storage device can score as the policy asks
     if (planner_ != nullptr && p.alpha != planner_->alpha()) {
         planner_ = std::make_unique<hill::planner>(planner_->params(), p.alpha, int64_t(layout_.row_bytes()),
@@ -395,7 +419,15 @@ void context::append_layer(int seq, int il, int64_t p0, int64_t n, const uint8_t
         logs_->prepare(seq, il, n, k, v, out.app);
         out.appended = true;
     }
-    if (copy_ != nullptr) copy_->write(seq, il, p0, n, layout_.type, k, layout_.n_embd_kv);
+    if (copy_ != nullptr) {
+        copy_->write(seq, il, p0, n, layout_.type, k, layout_.n_embd_kv);
+        if (copy_->wants_attention() && importance != nullptr) {
+            // The segment's tokens start from the attention the prompt's last queries paid them.
+            std::vector<int32_t> positions(static_cast<size_t>(n));
+            std::iota(positions.begin(), positions.end(), int32_t(p0));
+            copy_->observe(seq, il, positions, importance + p0);
+        }
+    }
     prefill_plan plan;
     policy_->place_prefill(prefill_place_input{il, seq, p0, p0 + n, cells_.get(), importance, cells_->n_hot_free(il),
                                                cells_->n_appending(std::array{std::pair{seq, p0 + n}})}, plan);

@@ -45,7 +45,7 @@
 #include "sched/decode_step.h"
 #include "sched/planner.h"
 #include "score/host_scorer.h"
-#include "score/score_copy.h"
+#include "score/scoring_copy.h"
 
 #include <cstdint>
 #include <functional>
@@ -62,13 +62,14 @@ struct context_params {
     int32_t n_batch = 256;              // prompt tokens per forward chunk (activation memory)
     int32_t n_segment = 8192;           // prompt tokens per layer-major pass; longer prompts go segment by segment
     uint64_t kv_host_budget = 0;        // host bytes of the KV cache (all layers, all sequences): the hot pool and,
-                                        // with a cold pool on a plain SSD and a scoring policy, the scoring copy of
-                                        // the keys (score/score_copy.h); 0: everything in RAM
+                                        // the scoring copy of the policy's keys (score/scoring_copy.h: the quantized
+                                        // keys of a scoring policy over a plain SSD, the page bounds of quest);
+                                        // 0: everything in RAM
     std::string kv_dir;                 // cold pool directory (needed when the budget is below the KV of every sequence)
     policy_params policy;               // decode attention policy and placement
     csd::storage_params storage;        // the device that holds the cold pool (plain SSD or CSD emulator)
     // A scoring policy over a plain SSD scores from a copy of the keys in DRAM of this many bits per
-    // element, 4 or 2 (score/score_copy.h; 2 needs head_dim % 4 == 0, else 4 is used), counted in
+    // element, 4 or 2 (score/quant_copy.h; 2 needs head_dim % 4 == 0, else 4 is used), counted in
     // kv_host_budget, in RAM and tiered alike; 0: from the stored keys (the cold ones read from the SSD
     // at every step). The emulator scores the cold keys where they live either way. The default is
     // chosen by attention recall and perplexity at equal bytes (docs/storage.md "The scoring copy").
@@ -105,8 +106,8 @@ public:
     ~context();
     context(const context &) = delete;
 
-    // The key width of the scoring copy a context of m under p keeps in DRAM (0: none), and its bytes;
-    // part of kv_host_budget.
+    // The key width of the quantized scoring copy a context of m under p keeps in DRAM (0: none), and
+    // the bytes of its scoring copy, whichever (quantized keys or page bounds); part of kv_host_budget.
     static int scoring_copy_bits(const hill::model & m, const context_params & p);
     static uint64_t scoring_copy_bytes(const hill::model & m, const context_params & p);
     // The kv_host_budget under which p (its budget ignored) gets hot_tokens hot slots per layer.
@@ -153,8 +154,9 @@ public:
     const kv_layout & layout() const { return layout_; }
     const cold_pool * cold() const { return cold_.get(); }  // nullptr when everything fits the host budget
     const cold_logs * logs() const { return logs_.get(); }
-    // The scoring copy of the keys in DRAM; nullptr unless a scoring policy runs over a cold pool on a plain SSD.
-    const score_copy * scoring_copy() const { return copy_.get(); }
+    // The scoring copy of the keys in DRAM; nullptr unless the policy made with the context scores from
+    // one (the quantized keys on a plain SSD with --score-copy, or quest's page bounds).
+    const hill::scoring_copy * scoring_copy() const { return copy_.get(); }
     const csd::device & storage() const { return *storage_; }
     const device_tier & device() const { return *device_; }
     const step_stats & decode_stats() const { return step_->stats(); }
@@ -217,7 +219,7 @@ private:
     std::unique_ptr<cold_logs> logs_;
     std::unique_ptr<cold_reader> reader_;
     std::unique_ptr<cold_gather> gather_;
-    std::unique_ptr<score_copy> copy_;
+    std::unique_ptr<hill::scoring_copy> copy_;
     std::unique_ptr<ordered_gather> ordered_;  // prefill's attention over the tiers, in position order
     std::unique_ptr<csd::device> storage_;
     std::unique_ptr<device_tier> device_;

@@ -20,8 +20,8 @@ std::string describe(const context & ctx) {
     const policy_params & p = pol.params();
     std::string s = fmt::format("{} (", pol.name());
     if (pol.uses_scores()) {
-        const score_copy * copy = ctx.scoring_copy();
-        const std::string keys = copy != nullptr ? fmt::format("the INT{} scoring copy / int8 query", copy->bits())
+        const scoring_copy * copy = ctx.scoring_copy();
+        const std::string keys = copy != nullptr ? copy->describe()
                                                  : fmt::format("{} keys / {} query", name(p.score.key), name(p.score.query));
         s += fmt::format("alpha {}, sinks {}, window {}, scores {}, {} of heads, per {}, ", p.alpha, p.n_sinks, p.n_window,
                          keys, name(p.score.aggregate), name(p.score.granularity));
@@ -195,11 +195,11 @@ std::string storage_summary(const context & ctx) {
     const csd::device_counters c = d.counters();
     if (c.n_score_passes + c.n_read_passes == 0) return "";
     std::string out = fmt::format("storage: {}, profile {}\n", name(d.kind()), csd::describe(d.profile()));
-    if (const score_copy * copy = ctx.scoring_copy(); copy != nullptr) {
-        out += fmt::format("  scoring: every token from the scoring copy of the keys in DRAM ({}, {} B per token and "
-                           "layer: INT{} keys after per-channel scales); the SSD reads only the selected KV\n",
-                           format_bytes(context::scoring_copy_bytes(ctx.model(), ctx.params())),
-                           score_copy::bytes_per_token_layer(copy->shape(), copy->bits()), copy->bits());
+    if (const scoring_copy * copy = ctx.scoring_copy(); copy != nullptr) {
+        out += fmt::format("  scoring: every token from {} in DRAM ({}, {:.0f} B per token and layer); the storage "
+                           "device reads only the selected KV\n",
+                           copy->describe(), format_bytes(context::scoring_copy_bytes(ctx.model(), ctx.params())),
+                           copy->bytes_per_token_layer());
     }
     if (c.tokens_scored > 0) {
         const bool plain = d.kind() == csd::storage_kind::plain;

@@ -9,6 +9,7 @@
 #include "model/model.h"
 #include "model/synthetic_model.h"
 #include "policy/policy.h"
+#include "score/quant_copy.h"
 
 #include <algorithm>
 #include <cmath>
@@ -477,7 +478,10 @@ std::vector<step_result> run_step_bench(const step_bench_params & p, const synth
         }
         for (const double cold : p.colds) {
             for (const std::string & pol : p.policies) {
-                const bool scores = make_policy(policy_params{.name = pol}, hp.n_head_kv)->uses_scores();
+                const auto made = make_policy(policy_params{.name = pol}, hp.n_head_kv);
+                const bool scores = made->uses_scores();
+                // The scoring copy variants: for a policy that scores from the tiers (quest has its page bounds).
+                const bool copies = scores && made->scores_from() == copy_kind::tier;
                 const std::vector<std::string> ram = {"ram"}, none = {"-"};
                 for (const std::string & storage : cold > 0.0 ? p.storages : ram) {
                     const bool emulator = storage == "emulator";
@@ -487,7 +491,7 @@ std::vector<step_result> run_step_bench(const step_bench_params & p, const synth
                         for (const std::string & beta : emulator && scores ? p.betas : none) variants.emplace_back(pi, beta);
                     }
                     for (const auto & [pi, beta] : variants) {
-                        for (const std::string & copy : scores && !emulator ? p.score_copies : none) {
+                        for (const std::string & copy : copies && !emulator ? p.score_copies : none) {
                             step_config cfg{n, cold, pol, storage, emulator ? profiles[pi].name : "none", copy, beta};
                             // Tracing: the configuration's index in the printed order, its context and cold share.
                             trace_scope span("bench configuration", "bench",

@@ -12,7 +12,7 @@
 //          keys where they live (the storage device emulator; the host when there is no scoring copy)
 //          reads the K pages alone;
 //   token  one page per group, [page_tokens] records of (K row, V row): where nothing scans the cold
-//          keys (the host scores from the scoring copy in DRAM, score/score_copy.h), a gathered token
+//          keys (the host scores from the scoring copy in DRAM, score/quant_copy.h), a gathered token
 //          costs one aligned read of its K and V together instead of a K page and a V page — for a
 //          row pair of 4 KiB (8 KV heads of 128, f16), one 4 KiB read per token instead of two, and
 //          half the bytes (issue 13 item 3).

@@ -18,6 +18,8 @@ constexpr policy_entry registry[] = {
     {"full", make_full_policy, false},
     {"streaming", make_streaming_policy, true},
     {"hillinfer", make_hillinfer_policy, true},
+    {"quest", make_quest_policy, true},
+    {"h2o", make_h2o_policy, true},
 };
 
 const policy_entry * find(std::string_view name) {
@@ -41,6 +43,7 @@ void validate(const policy_params & p, int n_head_kv) {
     if (!(p.alpha > 0.0 && p.alpha <= 1.0)) fail_usage("--alpha must be in (0, 1], got {}", p.alpha);
     if (p.n_sinks < 0) fail_usage("--sinks must be >= 0, got {}", p.n_sinks);
     if (p.n_window < 0) fail_usage("--window must be >= 0, got {}", p.n_window);
+    if (p.page_size < 1) fail_usage("--page-size must be >= 1 token, got {}", p.page_size);
     if (e->attends_by_rule && p.n_sinks == 0 && p.n_window == 0) {
         fail_usage("--policy {} with --sinks 0 and --window 0 attends to no token by rule (the step's own token is in "
                    "the window): give --window 1 or more", p.name);

@@ -2,9 +2,11 @@
 # registry (name -> factory).
 hill_add_library(hill_policy
   policy/full.cpp
+  policy/h2o.cpp
   policy/hillinfer.cpp
   policy/placement.cpp
   policy/policy.cpp
+  policy/quest.cpp
   policy/registry.cpp
   policy/streaming.cpp
 )

@@ -20,6 +20,8 @@ struct decode_step::prepared {
         std::vector<char> appended;                   // [B] append[b] is prepared (and not applied)
         std::vector<std::vector<int32_t>> attended;   // [B] the union of the sets, ascending
         std::vector<std::vector<int32_t>> counted;    // [B] the scored part: hit counts go up
+        std::vector<std::vector<float>> weights;      // [B] f32 [|attended|]: the attention each attended token
+                                                      // was paid, summed over heads (a copy that learns from it)
         placement_plan plan;
     };
     std::vector<layer_prep> layers;                   // [n_layer]
@@ -31,7 +33,7 @@ struct decode_step::prepared {
 };
 
 decode_step::decode_step(const model & m, arch_forward & forward, kv_cells & cells, hot_arena & hot,
-                         cold_logs * logs, cold_reader * reader, score_copy * copy, csd::device & device,
+                         cold_logs * logs, cold_reader * reader, scoring_copy * copy, csd::device & device,
                          device_tier & dev, thread_pool & pool)
     : model_(m), forward_(forward), cells_(cells), hot_(hot), logs_(logs), reader_(reader), copy_(copy), device_(device),
       dev_(dev), pool_(pool), layout_(hot.layout()), n_seq_max_(cells.n_seq()), prep_(std::make_unique<prepared>()),
@@ -57,7 +59,9 @@ decode_step::decode_step(const model & m, arch_forward & forward, kv_cells & cel
         L.appended.assign(nb, 0);
         L.attended.resize(nb);
         L.counted.resize(nb);
+        L.weights.resize(nb);
     }
+    if (copy_ != nullptr && copy_->wants_attention()) logits_.resize(size_t(hp.n_head) * n_ctx);
     stats_.layers.resize(size_t(hp.n_layer));
 }
 
@@ -65,7 +69,7 @@ decode_step::~decode_step() = default;
 
 void decode_step::set_policy(const policy & pol, csd::storage_kind storage) {
     const policy_params & p = pol.params();
-    if (pol.uses_scores()) csd::check_scoring(storage, p.score);
+    if (pol.uses_scores() && pol.scores_from() == copy_kind::tier) csd::check_scoring(storage, p.score);
     policy_ = &pol;
     scorer_ = std::make_unique<host_scorer>(shape_, p.score, pool_.n_threads());
     HILL_ASSERT(scorer_->n_group() == pol.n_group() || !pol.uses_scores());
@@ -436,11 +440,22 @@ void decode_step::gather_and_attend(int il, int b, prepared & prep) {
     if (!disk.empty()) device_.read_begin(csd::device_pass{il, seq, log.page_tokens, log.groups, disk});
     gather_.begin(il, table_, 0, kv_view{layout_.type, log.open_k, log.open_v, log.n_open, layout_.n_embd_kv},
                   [this](kv_batch & out) { return device_.read_next(out); });
+    // A copy that learns from attention (h2o): the logits of every attended token, in attended order.
+    const bool learn = copy_ != nullptr && copy_->wants_attention();
+    HILL_ASSERT(!learn || n_group == 1);
+    int64_t n_seen = 0;
     kv_batch w;
     while (gather_.next(w)) {
         attend(w);
         promote_rows(w);
+        if (learn) {
+            attention_logits(shape_, q_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim),
+                             kv_view{w.view.type, w.view.k, w.view.k, w.view.n_kv, w.view.row_stride}, w.rows,
+                             logits_.data() + n_seen, int64_t(cells_.n_ctx()), pool_);
+            n_seen += w.view.n_kv;
+        }
     }
+    if (learn) attention_weights(int64_t(att.size()), L.weights[size_t(b)]);
     if (!disk.empty()) {
         kv_batch rest;
         const bool more = device_.read_next(rest);  // the pass's end
@@ -461,6 +476,25 @@ void decode_step::gather_and_attend(int il, int b, prepared & prep) {
     S.n_attended_hot += table_.hot_pos.size();
     S.n_attended_open += table_.open_pos.size();
     S.n_attended_disk += disk.size();
+}
+
+void decode_step::attention_weights(int64_t n, std::vector<float> & out) {
+    // out[j] = Σ_h softmax_j(logits_[h, 0..n)): the weights attention gave the n tokens, summed over heads.
+    HILL_ASSERT(n >= 0 && n <= int64_t(cells_.n_ctx()));
+    weight_acc_.assign(size_t(n), 0.0);
+    weight_exp_.resize(size_t(n));
+    for (int h = 0; h < shape_.n_head; ++h) {
+        const float * s = logits_.data() + size_t(h) * size_t(cells_.n_ctx());
+        const float m = n > 0 ? *std::max_element(s, s + n) : 0.0f;
+        double l = 0.0;
+        for (int64_t j = 0; j < n; ++j) {
+            weight_exp_[size_t(j)] = std::exp(s[j] - m);
+            l += double(weight_exp_[size_t(j)]);
+        }
+        for (int64_t j = 0; j < n; ++j) weight_acc_[size_t(j)] += double(weight_exp_[size_t(j)]) / l;
+    }
+    out.resize(size_t(n));
+    for (int64_t j = 0; j < n; ++j) out[size_t(j)] = float(weight_acc_[size_t(j)]);
 }
 
 void decode_step::measure(int il, int b) {
@@ -538,6 +572,9 @@ void decode_step::apply(prepared & prep) {
         }
         for (int64_t b = 0; b < nb; ++b) {
             cells_.update_hits(seqs_[size_t(b)], il, L.counted[size_t(b)]);
+            if (copy_ != nullptr && copy_->wants_attention()) {
+                copy_->observe(seqs_[size_t(b)], il, L.attended[size_t(b)], L.weights[size_t(b)].data());
+            }
             const std::vector<int32_t> & att = L.attended[size_t(b)];
             last_attended_[size_t(seqs_[size_t(b)]) * size_t(cells_.n_layer()) + size_t(il)].assign(att.begin(), att.end());
         }

@@ -6,7 +6,8 @@
 //      its group fills), and its key is written to the scoring copy (at a position no reader sees
 //      before apply);
 //   2. per sequence, when the policy wants scores: with a scoring copy of the keys in DRAM
-//      (score/score_copy.h: a plain SSD), every token is scored from it and the SSD is not read;
+//      (score/scoring_copy.h: the quantized keys on a plain SSD, quest's page bounds), every token
+//      is scored from it and the SSD is not read;
 //      otherwise a page table of where its tokens live (kv/page_table.h), the query packet is
 //      broadcast — the host scorer scores the tokens in DRAM while the storage device scores those in
 //      written cold pages and streams score blocks — and the scores are merged (HillInfer paper §4.2
@@ -57,7 +58,7 @@
 #include "policy/policy.h"
 #include "score/attention_recall.h"
 #include "score/host_scorer.h"
-#include "score/score_copy.h"
+#include "score/scoring_copy.h"
 
 #include <cstdint>
 #include <memory>
@@ -104,7 +105,7 @@ public:
     // are nullptr without a cold tier; copy (the scoring copy of the keys, whose positions below each
     // sequence's length the caller keeps written) is nullptr when the step scores the stored keys.
     decode_step(const model & m, arch_forward & forward, kv_cells & cells, hot_arena & hot, cold_logs * logs,
-                cold_reader * reader, score_copy * copy, csd::device & device, device_tier & dev, thread_pool & pool);
+                cold_reader * reader, scoring_copy * copy, csd::device & device, device_tier & dev, thread_pool & pool);
     ~decode_step();
 
     // The policy to decide with (owned by the caller; replaced between steps). Errors (usage): scoring
@@ -136,6 +137,8 @@ private:
     void measure(int il, int b);
     void apply(prepared & prep);
     void discard(prepared & prep);
+    // The attention weights of the n tokens whose logits gather_and_attend left in logits_ (h2o).
+    void attention_weights(int64_t n, std::vector<float> & out);
 
     const model & model_;
     arch_forward & forward_;
@@ -143,7 +146,7 @@ private:
     hot_arena & hot_;
     cold_logs * logs_;
     cold_reader * reader_;
-    score_copy * copy_;
+    scoring_copy * copy_;
     csd::device & device_;
     device_tier & dev_;
     thread_pool & pool_;
@@ -160,6 +163,10 @@ private:
     std::vector<std::vector<int32_t>> prev_;       // diag: [n_seq, n_layer] the previous step's union
     std::unique_ptr<prepared> prep_;
     std::vector<std::vector<int32_t>> last_attended_;  // [n_seq, n_layer] each sequence's last step's union, ascending
+    std::vector<float> logits_;                    // f32 [n_head, n_ctx]: attention logits of the attended tokens (a
+                                                   // copy that learns from attention only)
+    std::vector<double> weight_acc_;               // f64 [n_ctx] scratch of attention_weights
+    std::vector<float> weight_exp_;                // f32 [n_ctx] scratch of attention_weights
 
     // The batch, for the step in flight.
     std::vector<int> seqs_;

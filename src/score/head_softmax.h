@@ -1,6 +1,6 @@
 // Per-head softmax aggregation of importance scores (score_aggregate::softmax, issue 13 item 9): the
 // arithmetic every scoring tier shares — the host scorer (host_scorer.h), the scoring copy
-// (score_copy.h) and the storage device's kernel (csd/hls/score_kernel.h) — so that a token scores the
+// (quant_copy.h) and the storage device's kernel (csd/hls/score_kernel.h) — so that a token scores the
 // same bits whichever tier scored it.
 //
 // Why. Raw dots q_h·k summed over the heads are not the attention those heads pay: a head whose

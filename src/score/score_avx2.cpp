@@ -181,7 +181,7 @@ void dots_block(const Q * q, int n_q, const uint8_t * const * k, int n_k, int n,
     if (h < n_q) dots_heads<Tile, 1>(q + h * n, n_q, k, n_k, n, out + h);
 }
 
-// Nibble i of a packed int4 head vector of n elements (score_copy.h): in its block of b elements
+// Nibble i of a packed int4 head vector of n elements (quant_copy.h): in its block of b elements
 // (32, the last one n mod 32), byte j holds elements j (low nibble) and j + b/2 (high nibble).
 inline int32_t nibble(const uint8_t * row, int n, int i) {
     const int b0 = i / 32 * 32, half = (n - b0 < 32 ? n - b0 : 32) / 2, j = i - b0;
@@ -200,7 +200,7 @@ struct unpack_u4 {
     static int32_t elem(const uint8_t * row, int n, int i) { return nibble(row, n, i); }
 };
 
-// Element i of a packed int2 head vector of n elements (score_copy.h): in its block of b elements (32,
+// Element i of a packed int2 head vector of n elements (quant_copy.h): in its block of b elements (32,
 // the last one n mod 32), byte j holds elements j + m · b/4 in bits 2m, 2m + 1 (m = 0..3).
 inline int32_t crumb(const uint8_t * row, int n, int i) {
     const int b0 = i / 32 * 32, quarter = (n - b0 < 32 ? n - b0 : 32) / 4, j = i - b0;

@@ -1,7 +1,7 @@
 // AVX2/FMA/F16C kernels of the host scorer and the scoring copy (private to src/score). Defined in
 // score_avx2.cpp, the only file of src/score compiled with -mavx2 -mfma -mf16c; call them only when
 // kernel_mode_get() == kernel_mode::avx2. Each has a scalar reference in host_scorer.cpp (dots_u4_i8,
-// dots_u2_i8: in score_copy.cpp) that tests compare it with.
+// dots_u2_i8: in quant_copy.cpp) that tests compare it with.
 //
 // Same rule as compute/kernels_avx2.h: score_avx2.cpp calls no inline or template function that other
 // files also use (fp16.h, std:: algorithms), since the linker keeps one copy of such a function and it
@@ -29,13 +29,13 @@ void dots_i8(const float * q, int n_q, const uint8_t * const * k, int n_k, int n
 void dots_i8_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out);
 
 // int4 keys of the scoring copy against int8 query heads: k[t] points at one packed head vector of n
-// elements (n even), packed as score_copy.h describes (blocks of 32, the last one n mod 32; nibbles
+// elements (n even), packed as quant_copy.h describes (blocks of 32, the last one n mod 32; nibbles
 // k̂ + 8 in [1, 15]); q int8 [n_q, n] in [-127, 127]:
 //   out[t · n_q + h] = Σ_i q[h · n + i] · nibble_i(k[t])      (out: [n_k, n_q])
 // exact in int32: the dot with k̂ + 8, from which the caller subtracts 8 · Σ_i q[h · n + i]. Asserted
 // nowhere: n <= score_max_head_dim keeps the sums far inside int32.
 void dots_u4_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out);
-// The same with int2 keys (n a multiple of 4), packed as score_copy.h describes (blocks of 32, the last
+// The same with int2 keys (n a multiple of 4), packed as quant_copy.h describes (blocks of 32, the last
 // one n mod 32; 2-bit fields u in [0, 3] for the levels 2u − 3): the dot with u, from which the caller
 // gets the one with 2u − 3 as 2 · dot − 3 · Σ_i q[h · n + i].
 void dots_u2_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out);
@@ -43,7 +43,7 @@ void dots_u2_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, i
 // The softmax aggregate's weights of n <= 16 tokens for one query head (score/head_softmax.h): w[t] =
 // softmax_weight(float(mul · dots[t · stride] − offset) · q_scale · s_k[t · s_stride], c, b), the same
 // bits as that scalar expression (defined in softmax_avx2.cpp, built without FMA contraction; the
-// scalar reference is score_copy.cpp's).
+// scalar reference is quant_copy.cpp's).
 void softmax_weights(const int32_t * dots, int stride, int32_t mul, int32_t offset, float q_scale, const float * s_k,
                      int s_stride, float c, float b, int n, float * w);
 

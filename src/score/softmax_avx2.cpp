@@ -1,6 +1,6 @@
 // The softmax aggregate's head weights, 8 tokens at a time (score_avx2.h). Compiled with -mavx2 and
 // -ffp-contract=off, without -mfma: every step is the IEEE operation the scalar code (head_softmax.h,
-// score_copy.cpp) performs, in the same order — convert, multiply, subtract, min/max, floor, the
+// quant_copy.cpp) performs, in the same order — convert, multiply, subtract, min/max, floor, the
 // Horner polynomial, the exponent bits — so the weights are the same bits.
 #include "score/score_avx2.h"
 

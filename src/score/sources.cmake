@@ -2,10 +2,12 @@
 # scoring copy and the selector.
 hill_add_library(hill_score
   score/attention_recall.cpp
+  score/attention_totals.cpp
   score/host_scorer.cpp
+  score/page_bounds.cpp
   score/score_avx2.cpp
   score/score_config.cpp
-  score/score_copy.cpp
+  score/quant_copy.cpp
   score/softmax_avx2.cpp
   score/selector.cpp
 )

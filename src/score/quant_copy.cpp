@@ -1,10 +1,12 @@
-#include "score/score_copy.h"
+#include "score/quant_copy.h"
 
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <limits>
 #include <new>
+
+#include <fmt/format.h>
 
 #include "compute/kernel_mode.h"
 #include "core/error.h"
@@ -16,7 +18,7 @@ namespace hill {
 
 namespace {
 
-// Nibble i of a packed head vector of n elements (score_copy.h): in its block of b elements (32, the
+// Nibble i of a packed head vector of n elements (quant_copy.h): in its block of b elements (32, the
 // last one n mod 32), byte j holds element j (low nibble) and element j + b/2 (high nibble).
 inline int32_t nibble(const uint8_t * row, int n, int i) {
     const int b0 = i / 32 * 32, half = std::min(n - b0, 32) / 2, j = i - b0;
@@ -24,7 +26,7 @@ inline int32_t nibble(const uint8_t * row, int n, int i) {
     return j < half ? byte & 0x0f : byte >> 4;
 }
 
-// 2-bit field i of a packed int2 head vector of n elements (score_copy.h): in its block of b elements
+// 2-bit field i of a packed int2 head vector of n elements (quant_copy.h): in its block of b elements
 // (32, the last one n mod 32), byte j holds elements j + m · b/4 in bits 2m, 2m + 1 (m = 0..3).
 inline int32_t crumb(const uint8_t * row, int n, int i) {
     const int b0 = i / 32 * 32, quarter = std::min(n - b0, 32) / 4, j = i - b0;
@@ -48,7 +50,7 @@ inline float key_elem(bool f16, const void * k, int64_t i) {
     return f16 ? fp16_to_fp32(static_cast<const f16_bits *>(k)[i]) : static_cast<const float *>(k)[i];
 }
 
-// The limits of the channel scales (score_copy.h): below max_d c_d · channel_floor a channel's scale is
+// The limits of the channel scales (quant_copy.h): below max_d c_d · channel_floor a channel's scale is
 // raised to it, so that a channel silent in the first rows cannot turn a later token's k / c into the
 // only non-zero value of its head (or overflow); below channel_min every scale is 1.
 constexpr float channel_floor = 1e-3f;
@@ -69,7 +71,7 @@ int parse_score_copy(std::string_view name) {
     fail_usage("--score-copy: unknown scoring copy '{}': expected int4, int2 or off", name);
 }
 
-score_copy::score_copy(const attention_shape & s, const score_params & p, int bits, int n_seq, int n_layer,
+quant_copy::quant_copy(const attention_shape & s, const score_params & p, int bits, int n_seq, int n_layer,
                        int64_t n_ctx, int n_threads)
     : shape_(s), params_(p), bits_(bits), n_seq_(n_seq), n_layer_(n_layer), n_ctx_(n_ctx), n_threads_(n_threads) {
     HILL_ASSERT(s.n_head > 0 && s.n_head_kv > 0 && s.n_head % s.n_head_kv == 0);
@@ -99,7 +101,7 @@ score_copy::score_copy(const attention_shape & s, const score_params & p, int bi
     set_params(p);
 }
 
-void score_copy::set_params(const score_params & p) {
+void quant_copy::set_params(const score_params & p) {
     params_ = p;
     query_ready_ = false;
     head_mass_.clear();
@@ -111,21 +113,25 @@ void score_copy::set_params(const score_params & p) {
     }
 }
 
-bool score_copy::supports(int head_dim, int bits) {
+bool quant_copy::supports(int head_dim, int bits) {
     return head_dim > 0 && ((bits == 4 && head_dim % 2 == 0) || (bits == 2 && head_dim % 4 == 0));
 }
 
-uint64_t score_copy::bytes_per_token_layer(const attention_shape & s, int bits) {
+uint64_t quant_copy::bytes_per_token_layer(const attention_shape & s, int bits) {
     return uint64_t(s.n_head_kv) * (uint64_t(s.head_dim) * uint64_t(bits) / 8 + sizeof(float));
 }
 
-uint64_t score_copy::bytes_for(const attention_shape & s, int bits, int n_seq, int n_layer, int64_t n_ctx) {
+uint64_t quant_copy::bytes_for(const attention_shape & s, int bits, int n_seq, int n_layer, int64_t n_ctx) {
     const uint64_t pairs = uint64_t(n_seq) * uint64_t(n_layer);
     return pairs * (uint64_t(n_ctx) * bytes_per_token_layer(s, bits) +
                     uint64_t(scale_rows + 1) * uint64_t(s.n_head_kv) * uint64_t(s.head_dim) * sizeof(float));
 }
 
-uint64_t score_copy::bytes() const {
+std::string quant_copy::describe() const { return fmt::format("the INT{} scoring copy / int8 query", bits_); }
+
+double quant_copy::bytes_per_token_layer() const { return double(bytes_per_token_layer(shape_, bits_)); }
+
+uint64_t quant_copy::bytes() const {
     const uint64_t n_rows = uint64_t(n_seq_) * uint64_t(n_layer_) * uint64_t(n_ctx_);
     return n_rows * bytes_per_token_layer(shape_, bits_) + (channel_.size() + first_.size()) * sizeof(float) +
            q_scaled_.size() * sizeof(float) + q_i8_.size() +
@@ -133,28 +139,28 @@ uint64_t score_copy::bytes() const {
            head_mass_.size() * sizeof(float);
 }
 
-int score_copy::n_group() const {
+int quant_copy::n_group() const {
     return params_.granularity == select_granularity::layer ? 1 : shape_.n_head_kv;
 }
 
-size_t score_copy::pair_index(int seq, int il) const {
+size_t quant_copy::pair_index(int seq, int il) const {
     HILL_ASSERT(seq >= 0 && seq < n_seq_ && il >= 0 && il < n_layer_);
     return size_t(seq) * size_t(n_layer_) + size_t(il);
 }
 
-const uint8_t * score_copy::keys(int seq, int il) const {
+const uint8_t * quant_copy::keys(int seq, int il) const {
     return keys_.get() + pair_index(seq, il) * size_t(n_ctx_) * row_bytes_;
 }
 
-const float * score_copy::key_scales(int seq, int il) const {
+const float * quant_copy::key_scales(int seq, int il) const {
     return scales_.get() + pair_index(seq, il) * size_t(n_ctx_) * size_t(shape_.n_head_kv);
 }
 
-const float * score_copy::channel_scales(int seq, int il) const {
+const float * quant_copy::channel_scales(int seq, int il) const {
     return channel_.data() + pair_index(seq, il) * size_t(shape_.n_head_kv) * size_t(shape_.head_dim);
 }
 
-void score_copy::quantize_row(ggml_type type, const void * k, const float * c, uint8_t * packed, float * scale) const {
+void quant_copy::quantize_row(ggml_type type, const void * k, const float * c, uint8_t * packed, float * scale) const {
     const int hd = shape_.head_dim;
     const bool f16 = type == ggml_type::f16;
     for (int g = 0; g < shape_.n_head_kv; ++g) {
@@ -206,7 +212,7 @@ void score_copy::quantize_row(ggml_type type, const void * k, const float * c, u
     }
 }
 
-void score_copy::write(int seq, int il, int64_t p0, int64_t n, ggml_type type, const void * k, int64_t row_stride) {
+void quant_copy::write(int seq, int il, int64_t p0, int64_t n, ggml_type type, const void * k, int64_t row_stride) {
     const size_t pair = pair_index(seq, il);
     const int hd = shape_.head_dim, n_kv = shape_.n_head_kv;
     const int64_t width = int64_t(n_kv) * hd;
@@ -253,7 +259,7 @@ void score_copy::write(int seq, int il, int64_t p0, int64_t n, ggml_type type, c
     }
 }
 
-void score_copy::prepare_query(int seq, int il, const float * q, const float * head_mass) {
+void quant_copy::prepare_query(int seq, int il, const float * q, const float * head_mass) {
     query_pair_ = pair_index(seq, il);
     HILL_ASSERT(q != nullptr);
     if (!head_mass_.empty()) {
@@ -275,7 +281,7 @@ void score_copy::prepare_query(int seq, int il, const float * q, const float * h
     query_ready_ = true;
 }
 
-score_copy::dots_fn score_copy::kernel() const {
+quant_copy::dots_fn quant_copy::kernel() const {
     const bool avx2 = kernel_mode_get() == kernel_mode::avx2;
     if (bits_ == 2) return avx2 ? score_avx2::dots_u2_i8 : dots_packed_scalar<crumb>;
     return avx2 ? score_avx2::dots_u4_i8 : dots_packed_scalar<nibble>;
@@ -290,7 +296,7 @@ static void softmax_weights_scalar(const int32_t * dots, int stride, int32_t mul
     }
 }
 
-void score_copy::score_tokens(dots_fn dots_of, const uint8_t * keys, const float * scales, int nb, int n_next,
+void quant_copy::score_tokens(dots_fn dots_of, const uint8_t * keys, const float * scales, int nb, int n_next,
                               int32_t * dots, float * out, int64_t stride) const {
     const int hd = shape_.head_dim, n_kv = shape_.n_head_kv, group = group_;
     const int32_t mul = bits_ == 4 ? 1 : 2;  // the stored field u stands for u − 8 (int4) or 2u − 3 (int2)
@@ -348,7 +354,7 @@ void score_copy::score_tokens(dots_fn dots_of, const uint8_t * keys, const float
     }
 }
 
-void score_copy::score(int64_t n, float * scores, int64_t stride, thread_pool & pool) {
+void quant_copy::score(int64_t n, float * scores, int64_t stride, thread_pool & pool) {
     HILL_ASSERT(query_ready_);
     HILL_ASSERT(n >= 0 && n <= n_ctx_);
     HILL_ASSERT(n == 0 || scores != nullptr);
@@ -372,7 +378,7 @@ void score_copy::score(int64_t n, float * scores, int64_t stride, thread_pool & 
     });
 }
 
-void score_copy::score_row(ggml_type type, const void * k, float * scores, int64_t stride) {
+void quant_copy::score_row(ggml_type type, const void * k, float * scores, int64_t stride) {
     HILL_ASSERT(query_ready_);
     HILL_ASSERT(type == ggml_type::f16 || type == ggml_type::f32);
     HILL_ASSERT(k != nullptr && scores != nullptr);

@@ -1,4 +1,4 @@
-// The scoring copy (src/score/score_copy.h): the AVX2 kernel and the scalar reference against the
+// The scoring copy (src/score/quant_copy.h): the AVX2 kernel and the scalar reference against the
 // documented formula, bit for bit; what write() stores against its definition; the documented error
 // bound against the exact q·k; the needle test that motivates per-channel scales; channel scales kept
 // and reset by writes; score_row against a written row.
@@ -18,7 +18,7 @@
 #include "kernel_test_util.h"
 #include "score/host_scorer.h"
 #include "score/score_config.h"
-#include "score/score_copy.h"
+#include "score/quant_copy.h"
 #include "test_util.h"
 
 namespace hill {
@@ -82,7 +82,7 @@ key_rows random_keys(ggml_type type, int64_t n, const attention_shape & s, std::
     return make_rows(type, v, width);
 }
 
-// The level k̂ of element i of a packed head vector of n elements, decoded as score_copy.h documents
+// The level k̂ of element i of a packed head vector of n elements, decoded as quant_copy.h documents
 // it: blocks of 32 (the last one n mod 32); at 4 bits byte j of a block of b holds elements j (low
 // nibble) and j + b/2 (high nibble), each k̂ + 8; at 2 bits elements j + m · b/4 in bits 2m, 2m + 1,
 // each u with k̂ = 2u − 3.
@@ -118,11 +118,11 @@ float combine(score_aggregate agg, float a, float b) {
     return agg == score_aggregate::max ? std::max(a, b) : a + b;  // softmax sums the heads' weights
 }
 
-// The scores of positions [0, n) of (seq, il) as score_copy.h defines them, from what the copy stores
+// The scores of positions [0, n) of (seq, il) as quant_copy.h defines them, from what the copy stores
 // (checked against its own definition in write_stores_quantize_symmetric_of_k_over_c), with the same
 // f32 operations in the same order: [n_group, n]. For finite inputs. head_mass f32 [n_head]: the
 // softmax aggregate's b_h (score/head_softmax.h).
-std::vector<float> documented_scores(const score_copy & copy, int seq, int il, const std::vector<float> & q, int64_t n,
+std::vector<float> documented_scores(const quant_copy & copy, int seq, int il, const std::vector<float> & q, int64_t n,
                                      const float * head_mass = nullptr) {
     const attention_shape & s = copy.shape();
     const score_params & p = copy.params();
@@ -159,7 +159,7 @@ std::vector<float> documented_scores(const score_copy & copy, int seq, int il, c
 }
 
 // The copy's scores [n_group, n] of positions [0, n) of (seq, il) for query q.
-std::vector<float> copy_scores(score_copy & copy, int seq, int il, const std::vector<float> & q, int64_t n,
+std::vector<float> copy_scores(quant_copy & copy, int seq, int il, const std::vector<float> & q, int64_t n,
                                thread_pool & pool, const float * head_mass = nullptr) {
     copy.prepare_query(seq, il, q.data(), head_mass);
     std::vector<float> out(sz(copy.n_group() * n));
@@ -202,11 +202,11 @@ TEST_P(score_copy_w, bytes_per_token_layer_and_bytes) {
     const int bits = GetParam();
     const attention_shape s{32, 8, 128, 0.0f};
     const uint64_t per_token = bits == 4 ? 8u * (64u + 4u) : 8u * (32u + 4u);  // 544 or 288
-    EXPECT_EQ(score_copy::bytes_per_token_layer(s, bits), per_token);
-    const score_copy copy(s, score_params{}, bits, 2, 3, 1000, 2);
+    EXPECT_EQ(quant_copy::bytes_per_token_layer(s, bits), per_token);
+    const quant_copy copy(s, score_params{}, bits, 2, 3, 1000, 2);
     // Per (sequence, layer): 1000 tokens, the channel scales and the first 32 keys in f32.
     const uint64_t stored = 2u * 3u * (1000u * per_token + 33u * 8u * 128u * 4u);
-    EXPECT_EQ(score_copy::bytes_for(s, bits, 2, 3, 1000), stored);
+    EXPECT_EQ(quant_copy::bytes_for(s, bits, 2, 3, 1000), stored);
     EXPECT_GE(copy.bytes(), stored);
     EXPECT_LT(copy.bytes(), stored + 64 * 1024) << "beyond the copy, only the query and a little scratch";
     EXPECT_EQ(copy.n_ctx(), 1000);
@@ -230,12 +230,12 @@ TEST_P(score_copy_w, write_stores_quantize_symmetric_of_k_over_c) {
             std::vector<float> v(sz(n * width));
             for (int64_t r = 0; r < n; ++r) std::copy_n(k.f32.begin() + r * k.stride, width, v.begin() + r * width);
             k = make_rows(t, v, width);
-            score_copy copy(s, score_params{}, bits, 1, 1, n, 1);
+            quant_copy copy(s, score_params{}, bits, 1, 1, n, 1);
             copy.write(0, 0, 0, n, t, k.data(), k.stride);
             const float * c = copy.channel_scales(0, 0);
             for (int g = 0; g < 2; ++g) {
                 std::vector<float> want(sz(hd), 0.0f);
-                for (int64_t r = 0; r < std::min<int64_t>(n, score_copy::scale_rows); ++r) {
+                for (int64_t r = 0; r < std::min<int64_t>(n, quant_copy::scale_rows); ++r) {
                     for (int i = 0; i < hd; ++i) {
                         const float a = std::fabs(k.at(r, g * hd + i));
                         if (std::isfinite(a)) want[sz(i)] = std::max(want[sz(i)], a);
@@ -277,7 +277,7 @@ TEST_P(score_copy_w, zero_keys_give_unit_channel_scales_and_zero_scores) {
     const int bits = GetParam();
     thread_pool pool(1);
     const attention_shape s{4, 2, 64, 0.0f};
-    score_copy copy(s, score_params{}, bits, 1, 1, 4, 1);
+    quant_copy copy(s, score_params{}, bits, 1, 1, 4, 1);
     const std::vector<float> zeros(sz(4 * 128), 0.0f);
     copy.write(0, 0, 0, 4, ggml_type::f32, zeros.data(), 128);
     for (int i = 0; i < 128; ++i) ASSERT_EQ(copy.channel_scales(0, 0)[i], 1.0f);
@@ -307,7 +307,7 @@ TEST_P(score_copy_w, avx2_and_scalar_match_the_documented_scores_bit_for_bit) {
                 const key_rows k = random_keys(t, n, s, rng);
                 for (const score_params & p : params) {
                     const std::string what = case_name(s, p, t);
-                    score_copy copy(s, p, bits, 2, 2, n + 5, 3);
+                    quant_copy copy(s, p, bits, 2, 2, n + 5, 3);
                     copy.write(1, 1, 0, n, t, k.data(), k.stride);
                     const std::vector<float> want = documented_scores(copy, 1, 1, q, n, b.data());
                     kernel_mode_set(kernel_mode::scalar);
@@ -335,7 +335,7 @@ TEST_P(score_copy_w, stride_places_each_group_row) {
     const std::vector<float> q = random_floats(rng, sz(8 * 64));
     score_params p;
     p.granularity = select_granularity::kv_head;
-    score_copy copy(s, p, bits, 1, 1, n, 2);
+    quant_copy copy(s, p, bits, 1, 1, n, 2);
     ASSERT_EQ(copy.n_group(), 2);
     copy.write(0, 0, 0, n, ggml_type::f32, k.data(), k.stride);
     const std::vector<float> dense = copy_scores(copy, 0, 0, q, n, pool);  // [2, n]
@@ -363,7 +363,7 @@ TEST_P(score_copy_w, extreme_values_sum_exactly) {
             const std::vector<float> keys(sz(3 * hd), 2.0f), q(sz(4 * hd), 0.25f * sign);
             score_params p;
             p.granularity = select_granularity::kv_head;
-            score_copy copy(s, p, bits, 1, 1, 3, 1);
+            quant_copy copy(s, p, bits, 1, 1, 3, 1);
             copy.write(0, 0, 0, 3, ggml_type::f32, keys.data(), hd);
             for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
                 if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
@@ -382,7 +382,7 @@ TEST_P(score_copy_w, extreme_values_sum_exactly) {
 
 // Test 2: against the exact q·k (f32 inputs, double arithmetic), per head
 //   |q·k − score| <= Σ|q'| · s_k · e + s_q · c · Σ(|k̃| + s_k · e),   c = 1/2 + 1e-4, e = c (4 bits) or 1 + 1e-4 (2 bits)
-// (score_copy.h; the 1e-4 covers the f32 rounding of x · q_max / max|x| and of the scales), aggregated
+// (quant_copy.h; the 1e-4 covers the f32 rounding of x · q_max / max|x| and of the scales), aggregated
 // as the scores are, plus the f32 rounding of q' = q ⊙ c, k̃ = k / c and the sums.
 TEST_P(score_copy_w, scores_within_documented_bound_of_exact) {
     const int bits = GetParam();
@@ -395,7 +395,7 @@ TEST_P(score_copy_w, scores_within_documented_bound_of_exact) {
         const key_rows k = random_keys(ggml_type::f16, n, s, rng);
         const std::vector<float> q = random_floats(rng, sz(s.n_head * hd));
         for (const score_params & p : all_params()) {
-            score_copy copy(s, p, bits, 1, 1, n, 2);
+            quant_copy copy(s, p, bits, 1, 1, n, 2);
             copy.write(0, 0, 0, n, ggml_type::f16, k.data(), k.stride);
             const std::vector<float> got = copy_scores(copy, 0, 0, q, n, pool);
             const float * cs = copy.channel_scales(0, 0);
@@ -541,7 +541,7 @@ needle_counts find_needles(uint32_t seed, float strength, int bits, thread_pool 
         sc.score(view, nullptr, out.data(), n, pool);
         return count_found(out, needles);
     };
-    score_copy copy(s, score_params{}, bits, 1, 1, n, pool.n_threads());
+    quant_copy copy(s, score_params{}, bits, 1, 1, n, pool.n_threads());
     copy.write(0, 0, 0, n, ggml_type::f16, k.data(), k.stride);
     return {host(score_precision::fp16, query_precision::fp32), host(score_precision::int8, query_precision::int8),
             host(score_precision::int4, query_precision::int8),
@@ -582,7 +582,7 @@ TEST_P(score_copy_w, write_after_start_keeps_channel_scales_and_start_resets_the
     thread_pool pool(1);
     const attention_shape s{8, 2, 64, 0.0f};
     const int64_t n = 40;
-    score_copy copy(s, score_params{}, bits, 2, 2, 3 * n, 1);
+    quant_copy copy(s, score_params{}, bits, 2, 2, 3 * n, 1);
     const key_rows a = random_keys(ggml_type::f16, n, s, rng);
     key_rows b = random_keys(ggml_type::f32, n, s, rng);
     for (float & x : b.f32) x *= 3.0f;  // other keys, other channel scales
@@ -607,7 +607,7 @@ TEST_P(score_copy_w, write_after_start_keeps_channel_scales_and_start_resets_the
     for (int g = 0; g < 2; ++g) {
         std::vector<float> want(64, 0.0f);
         for (int i = 0; i < 64; ++i) {
-            for (int64_t r = 0; r < score_copy::scale_rows; ++r) want[sz(i)] = std::max(want[sz(i)], std::fabs(b.at(r, g * 64 + i)));
+            for (int64_t r = 0; r < quant_copy::scale_rows; ++r) want[sz(i)] = std::max(want[sz(i)], std::fabs(b.at(r, g * 64 + i)));
         }
         const float m = *std::max_element(want.begin(), want.end());
         for (int i = 0; i < 64; ++i)
@@ -639,7 +639,7 @@ TEST_P(score_copy_w, score_row_equals_the_written_row) {
                     if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
                     kernel_mode_set(m);
                     const std::string what = case_name(s, p, t) + (m == kernel_mode::avx2 ? ", avx2" : ", scalar");
-                    score_copy copy(s, p, bits, 1, 1, n + 1, 2);
+                    quant_copy copy(s, p, bits, 1, 1, n + 1, 2);
                     copy.write(0, 0, 0, n, t, k.data(), k.stride);
                     copy.prepare_query(0, 0, q.data());
                     const int n_group = copy.n_group();
@@ -668,7 +668,7 @@ TEST_P(score_copy_w, non_finite_key_scores_nan_only_where_it_is) {
     k.f16[sz(3 * k.stride + 64 + 10)] = 0x7c00;  // +inf in token 3, KV head 1
     const std::vector<float> q = random_floats(rng, sz(8 * 64));
     for (const score_params & p : all_params()) {
-        score_copy copy(s, p, bits, 1, 1, n, 1);
+        quant_copy copy(s, p, bits, 1, 1, n, 1);
         copy.write(0, 0, 0, n, ggml_type::f16, k.data(), k.stride);
         for (int i = 0; i < 128; ++i) ASSERT_TRUE(std::isfinite(copy.channel_scales(0, 0)[i]));
         const std::vector<float> got = copy_scores(copy, 0, 0, q, n, pool);
@@ -688,7 +688,7 @@ TEST_P(score_copy_w, the_first_keys_set_the_scales_however_they_come_in) {
     const attention_shape s{8, 2, 64, 0.0f};
     const int64_t n = 60;
     const key_rows k = random_keys(ggml_type::f16, n, s, rng);
-    score_copy whole(s, score_params{}, bits, 1, 1, n, 1), single(s, score_params{}, bits, 1, 1, n, 1),
+    quant_copy whole(s, score_params{}, bits, 1, 1, n, 1), single(s, score_params{}, bits, 1, 1, n, 1),
         split(s, score_params{}, bits, 1, 1, n, 1);
     whole.write(0, 0, 0, n, ggml_type::f16, k.data(), k.stride);
     for (int64_t r = 0; r < n; ++r) single.write(0, 0, r, 1, ggml_type::f16, k.row(r), k.stride);
@@ -702,7 +702,7 @@ TEST_P(score_copy_w, the_first_keys_set_the_scales_however_they_come_in) {
     EXPECT_TRUE(same_bits(copy_scores(single, 0, 0, q, n, pool), want));
     EXPECT_TRUE(same_bits(copy_scores(split, 0, 0, q, n, pool), want));
     // Scales after the first key alone are that key's; after all, those of the first 32.
-    score_copy one(s, score_params{}, bits, 1, 1, n, 1);
+    quant_copy one(s, score_params{}, bits, 1, 1, n, 1);
     one.write(0, 0, 0, 1, ggml_type::f16, k.data(), k.stride);
     EXPECT_NE(std::vector<float>(one.channel_scales(0, 0), one.channel_scales(0, 0) + 128), c);
 }

@@ -1,6 +1,6 @@
-// The scoring copy (DESIGN.md §1 "scoring copy", §3 "Scoring copy"): a compact INT4 or INT2 copy of every key,
-// kept in DRAM only to score tokens, so that a plain SSD reads only the selected tokens' KV instead of
-// every cold key at every decode step.
+// The quantized scoring copy (scoring_copy.h; DESIGN.md §1 "scoring copy", §3 "Scoring copy"): a compact
+// INT4 or INT2 copy of every key, kept in DRAM only to score tokens, so that a plain SSD reads only the
+// selected tokens' KV instead of every cold key at every decode step.
 //
 // Why per-channel scales. Keys of real models have outlier channels, a few channels 10-50 times the
 // rest. A per-token INT4 cast (host_scorer's score_precision::int4: one scale per token and KV head)
@@ -80,6 +80,7 @@
 #include "core/ggml_type.h"
 #include "core/thread_pool.h"
 #include "score/score_config.h"
+#include "score/scoring_copy.h"
 
 namespace hill {
 
@@ -87,7 +88,7 @@ namespace hill {
 // copy). Errors (hill::error, exit_code::usage): another name, naming the flag and the valid values.
 int parse_score_copy(std::string_view name);
 
-class score_copy {
+class quant_copy final : public scoring_copy {
 public:
     // s: the layer shape (n_head, n_head_kv, head_dim; s.scale: the softmax aggregate's, asserted > 0
     // under it); p: granularity and aggregate
@@ -99,7 +100,7 @@ public:
     // Asserts: n_head, n_head_kv > 0, n_head % n_head_kv == 0, supports(head_dim, bits), head_dim <=
     // score_max_head_dim, n_seq, n_layer, n_ctx, n_threads >= 1.
     // Errors (hill::error, exit_code::bad_input): the allocation fails, naming its size.
-    score_copy(const attention_shape & s, const score_params & p, int bits, int n_seq, int n_layer, int64_t n_ctx,
+    quant_copy(const attention_shape & s, const score_params & p, int bits, int n_seq, int n_layer, int64_t n_ctx,
                int n_threads);
 
     // Whether a copy of `bits` (4 or 2) packs head vectors of head_dim elements: 4 bits an even
@@ -115,19 +116,22 @@ public:
 
     // Everything allocated: n_seq · n_layer · (n_ctx · bytes_per_token_layer + channel scales), plus the
     // prepared query and the per-thread scratch.
-    uint64_t bytes() const;
+    uint64_t bytes() const override;
+    // "the INT<bits> scoring copy / int8 query"; bytes_per_token_layer(shape(), bits()).
+    std::string describe() const override;
+    double bytes_per_token_layer() const override;
 
     // Rows of the first write of a sequence the channel scales come from (outlier channels are
     // channels of every token: a few rows find them).
     static constexpr int64_t scale_rows = 32;
 
     // Score rows per call: 1 (layer granularity) or n_head_kv (kv_head).
-    int n_group() const;
+    int n_group() const override;
 
     // Takes the granularity and aggregate of p (a policy set later than the copy was made): the stored
     // copy does not depend on them. The next score needs a new prepare_query. Asserts: s.scale > 0 for
     // softmax.
-    void set_params(const score_params & p);
+    void set_params(const score_params & p) override;
 
     const attention_shape & shape() const { return shape_; }
     const score_params & params() const { return params_; }
@@ -145,20 +149,20 @@ public:
     // others score unspecified values); positions past p0 + n keep their quantization.
     // n == 0 does nothing. Does not allocate.
     // Asserts: seq, il in range, 0 <= p0, n >= 0, p0 + n <= n_ctx, k != nullptr when n > 0.
-    void write(int seq, int il, int64_t p0, int64_t n, ggml_type type, const void * k, int64_t row_stride);
+    void write(int seq, int il, int64_t p0, int64_t n, ggml_type type, const void * k, int64_t row_stride) override;
 
     // Before score() and score_row(): q f32 [n_head, head_dim], the decode query of (seq, il); copies
     // it (the caller may reuse q) scaled by the channel scales of (seq, il) as they are now, and
     // quantizes it. head_mass f32 [n_head]: under the softmax aggregate each head's b_h (host_scorer.h,
     // head_log2_mass), copied; else ignored (may be null). A later write at p0 == 0 to (seq, il) needs a
     // new prepare_query. Does not allocate. Asserts: head_mass != nullptr under softmax.
-    void prepare_query(int seq, int il, const float * q, const float * head_mass = nullptr);
+    void prepare_query(int seq, int il, const float * q, const float * head_mass = nullptr) override;
 
     // scores[g · stride + t] for g in [0, n_group()), t in [0, n): the scores of positions [0, n) of the
     // prepared (seq, il). stride >= n when n_group() > 1. Positions are split into contiguous ranges
     // over the pool; a token's score does not depend on the thread count. Does not allocate.
     // Asserts: prepare_query() was called, 0 <= n <= n_ctx, pool.n_threads() <= n_threads.
-    void score(int64_t n, float * scores, int64_t stride, thread_pool & pool);
+    void score(int64_t n, float * scores, int64_t stride, thread_pool & pool) override;
 
     // One key row from outside the copy (a token not written yet, e.g. the decode step's new one):
     // scores[g · stride] for g in [0, n_group()) of k (f16 or f32, [n_head_kv · head_dim]), quantized as
