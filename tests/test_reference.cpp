@@ -406,7 +406,7 @@ TEST(sliding_window, every_policy_attends_the_window_wherever_its_tokens_live) {
         return all;
     };
     const std::vector<float> dense = run(context_params{128, ggml_type::f16, 8});
-    for (const char * name : {"hillinfer", "streaming"}) {
+    for (const char * name : {"hillinfer", "streaming", "h2o", "quest"}) {
         context_params cp{128, ggml_type::f16, 8};
         cp.policy.name = name;
         cp.policy.alpha = 0.1;

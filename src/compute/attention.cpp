@@ -339,6 +339,7 @@ void attention_logits(const attention_shape & s, const float * q, const kv_view 
             for (int64_t j = 0; j < keys.n_kv; ++j) {
                 const int64_t r = rows != nullptr ? rows[j] : j;
                 o[j] = s.scale * kern.dot(qh, k + size_t(r) * size_t(keys.row_stride) * kern.elem_bytes, s.head_dim);
+                if (s.softcap > 0.0f) o[j] = s.softcap * std::tanh(o[j] / s.softcap);
             }
         }
     });

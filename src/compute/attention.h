@@ -104,7 +104,8 @@ void attention_prefill_accumulate(const attention_shape & s, const float * q, in
                                   thread_pool & pool);
 
 // The attention logits of a decode query q f32 [n_head, head_dim] over n = keys.n_kv keys (keys.v is
-// not read): out[h · ld + j] = scale · q_h·k_j, key j row rows[j] (rows == nullptr: row j); ld >= n.
+// not read): out[h · ld + j] = scale · q_h·k_j (soft-capped when s.softcap > 0), key j row rows[j]
+// (rows == nullptr: row j); ld >= n.
 // The same f32 dot per (head, key) as attention_head_accumulate's per-head kernels in the active
 // kernel_mode (not the fused AVX2 one, which keeps its scores on the stack): the attention weights a
 // policy learns from (H2O's accumulated attention, policy h2o). Query heads split across the pool.
