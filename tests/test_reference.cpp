@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 namespace hill {
@@ -69,14 +70,18 @@ std::vector<std::vector<double>> run_reference(const std::string & model, const 
 }
 
 // max |ours - ref| / max |ref| over all positions, for the whole prompt at once (n_batch 8: gemm +
-// prefill attention) and token by token (n_batch 1: gemv + decode attention).
+// prefill attention), in prefill segments of 5 tokens (each segment attends to the earlier ones in
+// the KV tiers: sliding windows reach back into them) and token by token (n_batch 1: gemv + decode
+// steps).
 void expect_logits_match(const model & m, const std::vector<int32_t> & tokens,
                          const std::vector<std::vector<double>> & ref, double tol, const std::string & name) {
     ASSERT_EQ(ref.size(), tokens.size());
     const int32_t n_vocab = m.hp().n_vocab;
     thread_pool pool(2);
-    for (int32_t n_batch : {8, 1}) {
-        session s(m, context_params{64, ggml_type::f32, n_batch}, pool);
+    for (int32_t n_batch : {8, 5, 1}) {
+        context_params cp{64, ggml_type::f32, n_batch};
+        if (n_batch == 5) cp.n_segment = 5;
+        session s(m, cp, pool);
         if (n_batch == 1) {
             double worst = 0.0;
             for (size_t t = 0; t < tokens.size(); ++t) {
@@ -103,8 +108,8 @@ void expect_logits_match(const model & m, const std::vector<int32_t> & tokens,
                 max_err = std::max(max_err, std::abs(double(s.logits()[t * size_t(n_vocab) + size_t(i)]) - r));
             }
         }
-        std::printf("%s prefill: max |error| / max |logit| = %.2e (tolerance %.0e)\n", name.c_str(), max_err / max_ref,
-                    tol);
+        std::printf("%s prefill%s: max |error| / max |logit| = %.2e (tolerance %.0e)\n", name.c_str(),
+                    n_batch == 5 ? " in segments" : "", max_err / max_ref, tol);
         EXPECT_LE(max_err / max_ref, tol) << name << ": max error " << max_err << " against max |logit| " << max_ref;
     }
 }
@@ -170,6 +175,7 @@ struct arch_case {
     int shards;           // 1: model.safetensors; more: model-0000i-of-0000N.safetensors + index
     bool gguf;            // also written as GGUF (llama.cpp's layout) and checked
     const char * arch;    // expected hparams().arch
+    int n_tokens = 8;     // prompt length: longer than the sliding window where the model has one
 };
 
 void PrintTo(const arch_case & c, std::ostream * os) { *os << c.name; }
@@ -184,7 +190,8 @@ TEST_P(architectures, checkpoint_logits_match_float64_numpy) {
     // Writes the checkpoint (and the GGUF); prints nothing.
     run_script("arch_ref.py", fmt::format("write {} '{}' {} 11 {}{}", ckpt, c.config, c.dtype, c.shards,
                                           c.gguf ? " " + gguf : std::string()));
-    const std::vector<int32_t> tokens = {1, 17, 300, 42, 42, 259, 5, 123};
+    std::vector<int32_t> tokens = {1, 17, 300, 42, 42, 259, 5, 123};
+    for (int i = 8; i < c.n_tokens; ++i) tokens.push_back((i * 37 + 11) % 301);
     const auto ref = run_script("arch_ref.py", "logits " + ckpt + " " + token_list(tokens));
     const double tol = std::string(c.dtype) == "f32" ? 1e-4 : 2e-3;
 
@@ -220,6 +227,10 @@ TEST_P(architectures, checkpoint_logits_match_float64_numpy) {
 #define LLAMA_DIMS                                                                                              \
     R"("vocab_size": 301, "hidden_size": 80, "intermediate_size": 99, "num_hidden_layers": 2, )"               \
     R"("num_attention_heads": 8, "num_key_value_heads": 2, "max_position_embeddings": 64, "rms_norm_eps": 1e-5)"
+// Small dims for the newer families: head_dim 16 (not hidden / heads), GQA 4:2.
+#define SMALL_DIMS                                                                                              \
+    R"("vocab_size": 301, "hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4, )"             \
+    R"("num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 64, "rms_norm_eps": 1e-6)"
 #define OPT_DIMS                                                                                                \
     R"("model_type": "opt", "vocab_size": 301, "hidden_size": 80, "ffn_dim": 99, "num_hidden_layers": 2, )"    \
     R"("num_attention_heads": 8, "max_position_embeddings": 64, "activation_function": "relu")"
@@ -252,6 +263,66 @@ INSTANTIATE_TEST_SUITE_P(
                   "f32", 1, true, "qwen2"},
         arch_case{"qwen2_bf16_shards", R"({"model_type": "qwen2", )" LLAMA_DIMS R"(, "tie_word_embeddings": false})",
                   "bf16", 3, false, "qwen2"},
+        // Mistral's sliding window over every layer: 5 tokens of a 24-token prompt.
+        arch_case{"mistral_sliding_window", R"({"model_type": "mistral", )" LLAMA_DIMS
+                                            R"(, "rope_theta": 10000.0, "sliding_window": 5})",
+                  "f32", 1, true, "llama", 24},
+        // Qwen2's window from max_window_layers on (layer 1 of 2); GGUF has no way to say so.
+        arch_case{"qwen2_sliding_window", R"({"model_type": "qwen2", )" LLAMA_DIMS
+                                          R"(, "use_sliding_window": true, "sliding_window": 6, "max_window_layers": 1})",
+                  "f32", 1, false, "qwen2", 24},
+        arch_case{"qwen3", R"({"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "num_hidden_layers": 2, )"
+                           SMALL_DIMS R"(, "rope_theta": 1000000.0, "tie_word_embeddings": false, )"
+                           R"("use_sliding_window": false, "sliding_window": null})",
+                  "f32", 1, true, "qwen3"},
+        arch_case{"qwen3_bf16_tied", R"({"model_type": "qwen3", "num_hidden_layers": 2, )" SMALL_DIMS
+                                     R"(, "tie_word_embeddings": true})",
+                  "bf16", 2, true, "qwen3"},
+        // Gemma 2: layers 0 and 2 slide (window 6 of 24 tokens); small soft-caps so that tanh bends.
+        arch_case{"gemma2", R"({"model_type": "gemma2", "architectures": ["Gemma2ForCausalLM"], )"
+                            R"("num_hidden_layers": 3, )" SMALL_DIMS R"(, "hidden_act": "gelu_pytorch_tanh", )"
+                            R"("hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 16, )"
+                            R"("sliding_window": 6, "attn_logit_softcapping": 2.0, "final_logit_softcapping": 3.0, )"
+                            R"("rope_theta": 10000.0})",
+                  "f32", 1, true, "gemma2", 24},
+        // query_pre_attn_scalar != head_dim (as Gemma 2 27B): checkpoint folders only (GGUF has no key for it).
+        arch_case{"gemma2_query_scale_bf16", R"({"model_type": "gemma2", "num_hidden_layers": 2, )" SMALL_DIMS
+                                             R"(, "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 40, )"
+                                             R"("sliding_window": 5, "attn_logit_softcapping": 50.0, )"
+                                             R"("final_logit_softcapping": 30.0})",
+                  "bf16", 1, false, "gemma2", 24},
+        // Gemma 3: layers 0-4 and 6 slide (local RoPE base 10000), layer 5 is global (base 1e6, linear x8).
+        arch_case{"gemma3", R"({"model_type": "gemma3_text", "architectures": ["Gemma3ForCausalLM"], )"
+                            R"("num_hidden_layers": 7, )" SMALL_DIMS R"(, "hidden_activation": "gelu_pytorch_tanh", )"
+                            R"("query_pre_attn_scalar": 16, "sliding_window": 6, "sliding_window_pattern": 6, )"
+                            R"("rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, )"
+                            R"("rope_scaling": {"rope_type": "linear", "factor": 8.0}, )"
+                            R"("final_logit_softcapping": null, "attn_logit_softcapping": null})",
+                  "f32", 1, true, "gemma3", 24},
+        // Gemma 3 with transformers' layer_types and a final soft-cap, f16.
+        arch_case{"gemma3_layer_types_f16", R"({"model_type": "gemma3_text", "num_hidden_layers": 3, )" SMALL_DIMS
+                                            R"(, "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 16, )"
+                                            R"("sliding_window": 4, "final_logit_softcapping": 5.0, "layer_types": )"
+                                            R"(["full_attention", "sliding_attention", "full_attention"]})",
+                  "f16", 1, false, "gemma3", 24},
+        // Phi-3 with LongRoPE: original context 16 < the 64 of the session and the 24-token prompt, so
+        // the long factors and the attention factor sqrt(1 + ln 4 / ln 16); window 7 on every layer.
+        arch_case{"phi3_longrope", R"({"model_type": "phi3", "architectures": ["Phi3ForCausalLM"], )"
+                                   R"("vocab_size": 301, "hidden_size": 64, "intermediate_size": 96, )"
+                                   R"("num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 4, )"
+                                   R"("max_position_embeddings": 64, "original_max_position_embeddings": 16, )"
+                                   R"("rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu", )"
+                                   R"("sliding_window": 7, "tie_word_embeddings": false, "rope_scaling": {"type": )"
+                                   R"("longrope", "long_factor": [1.0, 2.5, 6.0, 11.0], )"
+                                   R"("short_factor": [1.0, 1.1, 1.3, 1.7]}})",
+                  "f32", 1, true, "phi3", 24},
+        // Phi-3 ("su") within its original context: the short factors; attention factor of 128 / 64.
+        arch_case{"phi3_su_short_f16", R"({"model_type": "phi3", "vocab_size": 301, "hidden_size": 64, )"
+                                       R"("intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 8, )"
+                                       R"("max_position_embeddings": 128, "original_max_position_embeddings": 64, )"
+                                       R"("rms_norm_eps": 1e-5, "sliding_window": null, "rope_scaling": {"type": "su", )"
+                                       R"("long_factor": [1.0, 2.5, 6.0, 11.0], "short_factor": [1.0, 1.1, 1.3, 1.7]}})",
+                  "f16", 1, true, "phi3", 24},
         arch_case{"qwen", R"({"model_type": "qwen", "architectures": ["QWenLMHeadModel"], "vocab_size": 301, )"
                           R"("hidden_size": 80, "intermediate_size": 198, "num_hidden_layers": 2, )"
                           R"("num_attention_heads": 8, "kv_channels": 10, "seq_length": 64, )"
@@ -265,6 +336,90 @@ INSTANTIATE_TEST_SUITE_P(
         arch_case{"opt_350m_like", "{" OPT_DIMS R"(, "do_layer_norm_before": false, "word_embed_proj_dim": 48})",
                   "f32", 1, false, "opt"}),
     [](const auto & info) { return std::string(info.param.name); });
+
+struct generated_case {
+    const char * arch;
+    ggml_type type;
+    int32_t n_swa;
+    float tol;
+};
+
+void PrintTo(const generated_case & c, std::ostream * os) { *os << c.arch; }
+
+class generated : public ::testing::TestWithParam<generated_case> {};
+
+// `hillinfer make-model random --arch X` (write_random_model) against arch_ref.py's reading of the
+// same GGUF file (its own metadata reading: window pattern, soft-caps, Gemma's 1 + w norms), over a
+// prompt longer than the sliding window.
+TEST_P(generated, random_model_logits_match_float64_numpy) {
+    if (!numpy_available()) GTEST_SKIP() << "/usr/bin/python3 with numpy (Debian python3-numpy) not found";
+    const generated_case & c = GetParam();
+    test::temp_dir dir;
+    const std::string path = dir.file("m.gguf");
+    write_random_model(path, random_model_params{.n_vocab = 301, .n_embd = 64, .n_ff = 96, .n_layer = 7,
+                                                 .n_head = 4, .n_head_kv = 2, .n_ctx = 64, .type = c.type,
+                                                 .seed = 5, .arch = c.arch, .n_swa = c.n_swa});
+    std::vector<int32_t> tokens;
+    for (int i = 0; i < 24; ++i) tokens.push_back((i * 37 + 11) % 301);
+    const auto ref = run_script("arch_ref.py", "gguf-logits " + path + " " + token_list(tokens));
+    auto m = model::load(path);
+    EXPECT_EQ(m->hp().arch, c.arch);
+    EXPECT_EQ(m->hp().n_swa, c.n_swa);
+    expect_logits_match(*m, tokens, ref, c.tol, std::string(c.arch) + " (make-model)");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    archs, generated,
+    ::testing::Values(generated_case{"llama", ggml_type::f32, 5, 1e-4f}, generated_case{"qwen2", ggml_type::f32, 0, 1e-4f},
+                      generated_case{"qwen3", ggml_type::f32, 6, 1e-4f}, generated_case{"gemma2", ggml_type::f32, 6, 1e-4f},
+                      generated_case{"gemma3", ggml_type::f32, 5, 1e-4f}, generated_case{"phi3", ggml_type::f32, 7, 1e-4f},
+                      generated_case{"gemma3", ggml_type::q8_0, 5, 2e-3f}),
+    [](const auto & info) {
+        return std::string(info.param.arch) + "_" + std::string(ggml_type_name(info.param.type));
+    });
+
+// A model whose every layer slides attends to the same tokens under every policy — its window — so
+// the sparse policies, with a cold tier holding most of the KV, decode exactly as dense `full` in RAM.
+TEST(sliding_window, every_policy_attends_the_window_wherever_its_tokens_live) {
+    test::temp_dir dir;
+    const std::string path = dir.file("m.gguf");
+    write_random_model(path, random_model_params{.n_vocab = 301, .n_embd = 64, .n_ff = 96, .n_layer = 2, .n_head = 4,
+                                                 .n_head_kv = 2, .n_ctx = 128, .type = ggml_type::f32, .seed = 9,
+                                                 .arch = "llama", .n_swa = 6});
+    auto m = model::load(path);
+    ASSERT_EQ(m->hp().window(0), 6);
+    ASSERT_EQ(m->hp().window(1), 6);
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 40; ++i) prompt.push_back((i * 53 + 7) % 301);
+    thread_pool pool(2);
+    // Greedy continuation's logits over 12 decode steps.
+    const auto run = [&](const context_params & cp) {
+        session s(*m, cp, pool);
+        s.eval(prompt);
+        std::vector<float> all;
+        for (int step = 0; step < 12; ++step) {
+            const float * l = s.logits();
+            const int32_t next = int32_t(std::max_element(l, l + m->hp().n_vocab) - l);
+            s.eval(std::span<const int32_t>(&next, 1));
+            all.insert(all.end(), s.logits(), s.logits() + m->hp().n_vocab);
+        }
+        return all;
+    };
+    const std::vector<float> dense = run(context_params{128, ggml_type::f16, 8});
+    for (const char * name : {"hillinfer", "streaming", "h2o", "quest"}) {
+        context_params cp{128, ggml_type::f16, 8};
+        cp.policy.name = name;
+        cp.policy.alpha = 0.1;
+        cp.kv_dir = dir.file(std::string("kv-") + name);
+        std::filesystem::create_directories(cp.kv_dir);
+        cp.kv_host_budget = context::host_budget_for(*m, cp, 24);  // 24 of 52 tokens hot
+        const std::vector<float> got = run(cp);
+        ASSERT_EQ(got.size(), dense.size());
+        double worst = 0.0;
+        for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::abs(got[i] - dense[i])));
+        EXPECT_LE(worst, 1e-5) << name;
+    }
+}
 
 // A checkpoint folder written from C++: config.json and one safetensors file of f32 tensors.
 struct tiny_folder {
@@ -362,7 +517,84 @@ TEST(architectures, gguf_architecture_without_a_loader_is_rejected_naming_the_su
     w.write(dir.file("gpt2.gguf"));
     const std::string msg = load_error(dir.file("gpt2.gguf"));
     EXPECT_MENTIONS(msg, "'gpt2'");
-    EXPECT_MENTIONS(msg, "llama, qwen2, qwen, opt");
+    EXPECT_MENTIONS(msg, "llama, qwen2, qwen, qwen3, gemma2, gemma3, phi3, opt");
+}
+
+// A GGUF file with arch's required llama-like keys (n_embd 64, 4 heads: head_dim 16) and no tokenizer,
+// plus what `extra` adds; its load error.
+std::string gguf_load_error(const std::string & arch, const std::function<void(gguf_writer &)> & extra) {
+    test::temp_dir dir;
+    gguf_writer w;
+    const std::string a = arch + ".";
+    w.set_string("general.architecture", arch);
+    w.set_u32(a + "vocab_size", 8);
+    w.set_u32(a + "context_length", 64);
+    w.set_u32(a + "embedding_length", 64);
+    w.set_u32(a + "feed_forward_length", 96);
+    w.set_u32(a + "block_count", 2);
+    w.set_u32(a + "attention.head_count", 4);
+    extra(w);
+    w.write(dir.file("m.gguf"));
+    return load_error(dir.file("m.gguf"));
+}
+
+TEST(architectures, bad_or_missing_gguf_metadata_of_the_new_architectures_is_named) {
+    EXPECT_MENTIONS(gguf_load_error("gemma2", [](gguf_writer &) {}), "'gemma2.attention.sliding_window' is missing");
+    EXPECT_MENTIONS(gguf_load_error("gemma2",
+                                    [](gguf_writer & w) {
+                                        w.set_u32("gemma2.attention.sliding_window", 8);
+                                        w.set_f32("gemma2.attn_logit_softcapping", -1.0f);
+                                    }),
+                    "'gemma2.attn_logit_softcapping' is -1");
+    EXPECT_MENTIONS(gguf_load_error("gemma3", [](gguf_writer & w) { w.set_string("gemma3.final_logit_softcapping", "x"); }),
+                    "'gemma3.final_logit_softcapping': expected f32");
+    EXPECT_MENTIONS(gguf_load_error("qwen3", [](gguf_writer & w) { w.set_i32("qwen3.attention.sliding_window", -4); }),
+                    "'qwen3.attention.sliding_window' is -4");
+    const std::vector<float> factors(8, 1.0f);
+    EXPECT_MENTIONS(gguf_load_error("phi3",
+                                    [&](gguf_writer & w) {
+                                        w.add_tensor("rope_factors_long.weight", ggml_type::f32, {8}, factors.data());
+                                    }),
+                    "'rope_factors_short.weight' is missing");
+    EXPECT_MENTIONS(gguf_load_error("phi3",
+                                    [&](gguf_writer & w) {
+                                        w.add_tensor("rope_factors_long.weight", ggml_type::f32, {8}, factors.data());
+                                        w.add_tensor("rope_factors_short.weight", ggml_type::f32, {8}, factors.data());
+                                    }),
+                    "'phi3.rope.scaling.original_context_length' is missing");
+    EXPECT_MENTIONS(gguf_load_error("phi3",
+                                    [&](gguf_writer & w) {
+                                        w.add_tensor("rope_factors_long.weight", ggml_type::f32, {7}, factors.data());
+                                    }),
+                    "expected [8]");
+}
+
+TEST(architectures, bad_or_missing_config_values_of_the_new_architectures_are_named) {
+    const std::string gemma = R"({"model_type": "gemma2", "vocab_size": 8, "hidden_size": 8, "intermediate_size": 8, )"
+                              R"("num_hidden_layers": 2, "num_attention_heads": 2, "sliding_window": 4)";
+    const std::string phi3 = R"({"model_type": "phi3", "vocab_size": 8, "hidden_size": 8, "intermediate_size": 8, )"
+                             R"("num_hidden_layers": 1, "num_attention_heads": 2, "max_position_embeddings": 64)";
+    const std::pair<std::string, std::vector<const char *>> cases[] = {
+        {gemma + "}", {"query_pre_attn_scalar", "missing"}},
+        {gemma + R"(, "query_pre_attn_scalar": 4, "hidden_activation": "gelu"})",
+         {"hidden_activation", "'gelu'", "gelu_pytorch_tanh"}},
+        {gemma + R"(, "query_pre_attn_scalar": 4, "final_logit_softcapping": -2.0})", {"final_logit_softcapping", "-2"}},
+        {gemma + R"(, "query_pre_attn_scalar": 4, "layer_types": ["full_attention"]})", {"layer_types", "1 entries"}},
+        {gemma + R"(, "query_pre_attn_scalar": 4, "layer_types": ["full_attention", "chunked"]})",
+         {"layer_types[1]", "chunked"}},
+        {phi3 + R"(, "original_max_position_embeddings": 16, "rope_scaling": {"type": "longrope", )"
+                R"("long_factor": [1.0], "short_factor": [1.0, 1.0]}})",
+         {"long_factor", "1 entries", "head_dim / 2 = 2"}},
+        {phi3 + R"(, "rope_scaling": {"type": "longrope", "long_factor": [1.0, 1.0], "short_factor": [1.0, 1.0]}})",
+         {"original_max_position_embeddings"}},
+        {phi3 + R"(, "partial_rotary_factor": 0.75})", {"partial_rotary_factor", "0.75"}},
+    };
+    for (const auto & [config, words] : cases) {
+        tiny_folder f;
+        f.add("model.embed_tokens.weight", {8, 8});
+        const std::string msg = load_error(f.write(config));
+        for (const char * w : words) EXPECT_MENTIONS(msg, w);
+    }
 }
 
 TEST(architectures, a_folder_that_is_not_a_checkpoint_is_a_usage_error) {

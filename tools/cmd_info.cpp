@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -58,7 +59,25 @@ std::string norm_line(const hparams & hp) {
 }
 
 std::string activation_line(const hparams & hp) {
+    if (hp.ffn == ffn_kind::geglu) return "GeGLU (GELU-tanh-gated: gate, up, down)";
     return hp.ffn == ffn_kind::swiglu ? "SwiGLU (SiLU-gated: gate, up, down)" : "ReLU MLP (fc1, fc2)";
+}
+
+const char * ffn_name(const hparams & hp) {
+    return hp.ffn == ffn_kind::geglu ? "geglu" : hp.ffn == ffn_kind::swiglu ? "swiglu" : "relu";
+}
+
+// "sliding window 4096 on 21 of 42 layers, scale 0.0625, soft-cap 50, final soft-cap 30"; "" when
+// the attention is plain (every layer, 1/sqrt(head_dim), no caps).
+std::string attention_line(const hparams & hp) {
+    std::string s;
+    const auto add = [&](const std::string & part) { s += (s.empty() ? "" : ", ") + part; };
+    const auto n_swa = std::count(hp.swa_layers.begin(), hp.swa_layers.end(), 1);
+    if (n_swa > 0) add(fmt::format("sliding window {} on {} of {} layers", hp.n_swa, n_swa, hp.n_layer));
+    if (std::abs(hp.attn_scale * std::sqrt(float(hp.head_dim)) - 1.0f) > 1e-6f) add(fmt::format("scale {}", hp.attn_scale));
+    if (hp.attn_softcap > 0.0f) add(fmt::format("soft-cap {}", hp.attn_softcap));
+    if (hp.final_softcap > 0.0f) add(fmt::format("final soft-cap {}", hp.final_softcap));
+    return s;
 }
 
 }  // namespace
@@ -84,7 +103,9 @@ command_fn add_info(CLI::App & app) {
                 {"position", hp.position == position_kind::rope ? "rope" : "learned"},
                 {"rope_freq_base", hp.rope_freq_base}, {"rope_freq_scale", hp.rope_freq_scale},
                 {"norm", hp.norm == norm_kind::rms ? "rms" : "layer"}, {"norm_before", hp.norm_before},
-                {"ffn", hp.ffn == ffn_kind::swiglu ? "swiglu" : "relu"}, {"biases", bias_names(*m)},
+                {"ffn", ffn_name(hp)}, {"biases", bias_names(*m)},
+                {"sliding_window", hp.n_swa}, {"swa_layers", hp.swa_layers}, {"attn_scale", hp.attn_scale},
+                {"attn_softcap", hp.attn_softcap}, {"final_softcap", hp.final_softcap},
                 {"rms_eps", hp.rms_eps}, {"output_tied", m->output_tied()}, {"n_params", m->n_params()},
                 {"params_by_type", types}, {"kv_type", "F16"}, {"kv_bytes_per_token", kv_tok},
                 {"kv_bytes_4k", kv_tok * 4096}, {"kv_bytes_32k", kv_tok * 32768}, {"kv_bytes_128k", kv_tok * 131072},
@@ -116,6 +137,7 @@ command_fn add_info(CLI::App & app) {
         fmt::print("positions:        {}\n", position_line(*m));
         fmt::print("normalization:    {}\n", norm_line(hp));
         fmt::print("activation:       {}\n", activation_line(hp));
+        if (const std::string a = attention_line(hp); !a.empty()) fmt::print("attention:        {}\n", a);
         const std::vector<std::string> biases = bias_names(*m);
         std::string bl;
         for (const std::string & b : biases) bl += (bl.empty() ? "" : ", ") + b;

@@ -23,7 +23,7 @@ command_fn add_make_model(CLI::App & app) {
         random_model_params rp;
     };
     auto o = std::make_shared<opts_t>();
-    auto * sub = app.add_subcommand("make-model", "write a model HillInfer builds itself, as a llama GGUF");
+    auto * sub = app.add_subcommand("make-model", "write a model HillInfer builds itself, as a GGUF file");
     sub->add_option("kind", o->kind,
                     "what to build: random (random weights of any shape), bigram (a word-bigram model of a text) or "
                     "passkey (retrieves a passkey at any context length)")
@@ -48,6 +48,10 @@ command_fn add_make_model(CLI::App & app) {
     sub->add_option("--rope-scale", o->rp.rope_scaling_factor, "random: linear RoPE scaling factor")
         ->capture_default_str();
     sub->add_flag("--tied", o->rp.tied_output, "random: no output matrix (tied to the embedding)");
+    sub->add_option("--arch", o->rp.arch, std::string("random: architecture, one of ") + random_model_archs)
+        ->capture_default_str();
+    sub->add_option("--n-swa", o->rp.n_swa, "random: sliding window in tokens (0: none; gemma2 needs one)")
+        ->capture_default_str();
     sub->add_option("--seed", o->seed, "random: seed, an integer in [0, 18446744073709551615] (2^64 - 1)")
         ->capture_default_str();
     return [o, sub, n_ctx]() {

@@ -105,10 +105,10 @@ void attend_one(const attention_shape & s, const float * q_tok, const kv_view & 
 
 void attention_head_accumulate(const float * q, ggml_type kv_type, const void * k, const void * v, const int32_t * rows,
                                int64_t n, int64_t row_stride, int head_dim, float scale, float * acc,
-                               softmax_state & st) {
-    HILL_ASSERT(head_dim > 0 && n >= 0);
+                               softmax_state & st, float softcap) {
+    HILL_ASSERT(head_dim > 0 && n >= 0 && softcap >= 0.0f);
     const head_kernels kern = select_kernels(kv_type);
-    if (fused_kernel(head_dim)) {  // the group kernel with one head, same online softmax
+    if (fused_kernel(head_dim) && softcap == 0.0f) {  // the group kernel with one head, same online softmax
         avx2::attention_group_accumulate(q, 1, kv_type, static_cast<const uint8_t *>(k),
                                          static_cast<const uint8_t *>(v), rows, n, 0,
                                          size_t(row_stride) * kern.elem_bytes, head_dim, scale, acc, &st.m, &st.l);
@@ -132,6 +132,7 @@ void attention_head_accumulate(const float * q, ggml_type kv_type, const void * 
         float cm = -std::numeric_limits<float>::infinity();
         for (int64_t j = 0; j < nj; ++j) {
             sc[j] = kern.dot(q, kb + row(j0 + j) * stride_bytes, head_dim) * scale;
+            if (softcap > 0.0f) sc[j] = softcap * std::tanh(sc[j] / softcap);
             cm = std::max(cm, sc[j]);
         }
         if (cm > m) {
@@ -161,12 +162,12 @@ namespace {
 // otherwise one attention_head_accumulate per head. n_ahead: the keys after the n that the fused
 // kernel may prefetch (the caller's next block; 0 for none).
 void accumulate_group(const float * q, int n_q, ggml_type kv_type, const void * k, const void * v, const int32_t * rows,
-                      int64_t n, int64_t n_ahead, int64_t row_stride, int head_dim, float scale, float * acc,
-                      softmax_state * st) {
-    if (!fused_kernel(head_dim)) {
+                      int64_t n, int64_t n_ahead, int64_t row_stride, int head_dim, float scale, float softcap,
+                      float * acc, softmax_state * st) {
+    if (!fused_kernel(head_dim) || softcap > 0.0f) {
         for (int i = 0; i < n_q; ++i) {
             attention_head_accumulate(q + int64_t(i) * head_dim, kv_type, k, v, rows, n, row_stride, head_dim, scale,
-                                      acc + int64_t(i) * head_dim, st[i]);
+                                      acc + int64_t(i) * head_dim, st[i], softcap);
         }
         return;
     }
@@ -241,7 +242,7 @@ void attention_decode_accumulate(const attention_shape & s, const float * q, con
                 const auto * vb = static_cast<const uint8_t *>(kv.v) + head_off;
                 accumulate_group(q + int64_t(h0) * s.head_dim, h1 - h0, kv.type, kb, vb,
                                  rows != nullptr ? rows + j0 : nullptr, n, n_ahead, kv.row_stride, s.head_dim, s.scale,
-                                 acc + int64_t(h0) * s.head_dim, st + h0);
+                                 s.softcap, acc + int64_t(h0) * s.head_dim, st + h0);
             }
         }
     });
@@ -249,6 +250,7 @@ void attention_decode_accumulate(const attention_shape & s, const float * q, con
 
 void attention_decode(const attention_shape & s, const float * q, const kv_view & kv, float * out, thread_pool & pool) {
     check_shape(s, kv);
+    HILL_ASSERT(s.softcap == 0.0f);
     // Contiguous head ranges per thread keep the query heads of one KV head together.
     pool.parallel_for(s.n_head, [&](int64_t h0, int64_t h1) {
         for (int64_t h = h0; h < h1; ++h) attend_one(s, q, kv, kv.n_kv, int(h), out);
@@ -274,6 +276,7 @@ void attention_prefill_accumulate(const attention_shape & s, const float * q, in
     // tiles (the longest rows of a causal triangle) first.
     constexpr int64_t tile_tokens = 16;
     const int64_t block = fused_kernel(s.head_dim) ? fused_block : key_block;
+    const bool windowed = s.window > 0 && causal_p0 != no_causal_mask;
     const int64_t n_tiles = (n_tok + tile_tokens - 1) / tile_tokens;
     const int64_t n_items = n_tiles * s.n_head_kv;
     std::atomic<int64_t> next{0};
@@ -285,18 +288,24 @@ void attention_prefill_accumulate(const attention_shape & s, const float * q, in
             const int g = int(i % s.n_head_kv);
             const int64_t t0 = tile * tile_tokens, t1 = std::min(t0 + tile_tokens, n_tok);
             const int64_t n_max = std::clamp<int64_t>(causal_p0 + t1, 0, kv.n_kv);  // keys the tile's last token sees
+            // The first key of token t's window (0 without one); the tile's first token's is the least.
+            const auto lo_of = [&](int64_t t) {
+                return windowed ? std::clamp<int64_t>(causal_p0 + t + 1 - s.window, 0, kv.n_kv) : int64_t(0);
+            };
             const size_t head_off = size_t(g) * size_t(s.head_dim) * eb;
             const auto * kb = static_cast<const uint8_t *>(kv.k) + head_off;
             const auto * vb = static_cast<const uint8_t *>(kv.v) + head_off;
-            for (int64_t j0 = 0; j0 < n_max; j0 += block) {
-                const size_t off = rows != nullptr ? 0 : size_t(j0 * kv.row_stride) * eb;
+            for (int64_t j0 = lo_of(t0) / block * block; j0 < n_max; j0 += block) {
+                const int64_t j_end = std::min(j0 + block, kv.n_kv);
                 for (int64_t t = t0; t < t1; ++t) {
-                    const int64_t n = std::clamp<int64_t>(causal_p0 + t + 1 - j0, 0, std::min(block, kv.n_kv - j0));
-                    if (n == 0) continue;
+                    const int64_t hi = std::clamp<int64_t>(causal_p0 + t + 1, j0, j_end);
+                    const int64_t lo = std::clamp<int64_t>(lo_of(t), j0, hi);
+                    if (hi == lo) continue;
+                    const size_t off = rows != nullptr ? 0 : size_t(lo * kv.row_stride) * eb;
                     const int64_t h0 = int64_t(g) * group;
                     accumulate_group(q + t * qo_stride + h0 * s.head_dim, group, kv.type, kb + off, vb + off,
-                                     rows != nullptr ? rows + j0 : nullptr, n, 0, kv.row_stride, s.head_dim, s.scale,
-                                     acc + t * qo_stride + h0 * s.head_dim, st + t * s.n_head + h0);
+                                     rows != nullptr ? rows + lo : nullptr, hi - lo, 0, kv.row_stride, s.head_dim,
+                                     s.scale, s.softcap, acc + t * qo_stride + h0 * s.head_dim, st + t * s.n_head + h0);
                 }
             }
         }
@@ -330,6 +339,7 @@ void attention_logits(const attention_shape & s, const float * q, const kv_view 
             for (int64_t j = 0; j < keys.n_kv; ++j) {
                 const int64_t r = rows != nullptr ? rows[j] : j;
                 o[j] = s.scale * kern.dot(qh, k + size_t(r) * size_t(keys.row_stride) * kern.elem_bytes, s.head_dim);
+                if (s.softcap > 0.0f) o[j] = s.softcap * std::tanh(o[j] / s.softcap);
             }
         }
     });

@@ -16,6 +16,13 @@ struct attention_shape {
     int n_head_kv = 0;  // key/value heads; n_head % n_head_kv == 0
     int head_dim = 0;
     float scale = 0.0f; // usually 1/sqrt(head_dim)
+    // Soft-capping of the scores (Gemma 2): s = softcap · tanh(q·k·scale / softcap); 0: none. The
+    // fused AVX2 kernel does not take it: capped heads run the per-head kernels.
+    float softcap = 0.0f;
+    // Sliding window (Mistral, Gemma): with a causal mask (causal_p0 below), query token t sees only
+    // the keys j > causal_p0 + t - window, i.e. the last `window` positions up to its own; 0: no
+    // lower bound. Decode callers pass the window's keys themselves.
+    int64_t window = 0;
 };
 
 // K and V of tokens [0, n_kv) of one layer: f32 or f16, each token's row of n_head_kv * head_dim
@@ -29,7 +36,7 @@ struct kv_view {
     int64_t row_stride = 0;
 };
 
-// Decode: out[n_head, head_dim] = softmax(q·Kᵀ·scale) · V over all n_kv tokens.
+// Decode: out[n_head, head_dim] = softmax(q·Kᵀ·scale) · V over all n_kv tokens (s.softcap must be 0).
 // q: f32 [n_head, head_dim]. Heads split across the pool (contiguous ranges, so the query heads of
 // one KV head stay on one thread); each head is attention_head, so the result does not depend on
 // the thread count.
@@ -55,10 +62,11 @@ struct softmax_state {
 
 // Continues st and acc[head_dim] (start: softmax_state{} and zeros) of one query head over n more
 // keys: k, v point at the KV head's first element; key j is row rows[j] (rows == nullptr: row j),
-// rows `row_stride` elements apart. Current thread, active kernel_mode.
+// rows `row_stride` elements apart. softcap > 0: scores capped as attention_shape::softcap says.
+// Current thread, active kernel_mode.
 void attention_head_accumulate(const float * q, ggml_type kv_type, const void * k, const void * v, const int32_t * rows,
                                int64_t n, int64_t row_stride, int head_dim, float scale, float * acc,
-                               softmax_state & st);
+                               softmax_state & st, float softcap = 0.0f);
 
 // out[head_dim] = acc / l (zeros when no key was seen). out may alias acc.
 void attention_head_finish(const float * acc, const softmax_state & st, int head_dim, float * out);
@@ -80,7 +88,8 @@ inline constexpr int64_t no_causal_mask = INT64_MAX / 4;
 // attention_head_accumulate for every (query token, head) of a prompt chunk q f32
 // [n_tok, n_head, head_dim] over the tokens of kv (rows as above; nullptr = rows 0..n_kv-1):
 // acc f32 [n_tok, n_head, head_dim], st [n_tok, n_head]. Query token t sees keys j with
-// j <= causal_p0 + t (clamped to [0, n_kv)): causal_p0 = p0 for a chunk at positions p0.. over its
+// j <= causal_p0 + t (clamped to [0, n_kv)), and with s.window > 0 (and a causal mask) only those
+// with j > causal_p0 + t - s.window: causal_p0 = p0 for a chunk at positions p0.. over its
 // prompt's own KV (key j at position j); no_causal_mask for KV of earlier positions (a segment of
 // the tiered store). Keys [j0, j1) of the prompt's KV passed on their own take causal_p0 - j0,
 // which may be negative (the chunk's first queries see none of them). Work items (a tile of 16
@@ -88,13 +97,15 @@ inline constexpr int64_t no_causal_mask = INT64_MAX / 4;
 // keys in blocks (64 keys with the AVX2 kernel, where a token's query heads take a block together
 // as in decode; 512 otherwise) that all its query rows consume before the next block (K/V read
 // once per tile), with the same kernel chunks as one pass, so the result is that of
-// attention_head_accumulate per (token, head) bit for bit.
+// attention_head_accumulate per (token, head) bit for bit (without a window: a windowed row's first
+// chunk starts at its window).
 void attention_prefill_accumulate(const attention_shape & s, const float * q, int64_t n_tok, const kv_view & kv,
                                   const int32_t * rows, int64_t causal_p0, float * acc, softmax_state * st,
                                   thread_pool & pool);
 
 // The attention logits of a decode query q f32 [n_head, head_dim] over n = keys.n_kv keys (keys.v is
-// not read): out[h · ld + j] = scale · q_h·k_j, key j row rows[j] (rows == nullptr: row j); ld >= n.
+// not read): out[h · ld + j] = scale · q_h·k_j (soft-capped when s.softcap > 0), key j row rows[j]
+// (rows == nullptr: row j); ld >= n.
 // The same f32 dot per (head, key) as attention_head_accumulate's per-head kernels in the active
 // kernel_mode (not the fused AVX2 one, which keeps its scores on the stack): the attention weights a
 // policy learns from (H2O's accumulated attention, policy h2o). Query heads split across the pool.

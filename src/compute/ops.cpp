@@ -76,6 +76,18 @@ void swiglu(float * gate, const float * up, int64_t n) {
     }
 }
 
+void geglu(float * gate, const float * up, int64_t n) {
+    constexpr float k = 0.7978845608028654f;  // √(2/π)
+    for (int64_t i = 0; i < n; ++i) {
+        const float g = gate[i];
+        gate[i] = 0.5f * g * (1.0f + std::tanh(k * (g + 0.044715f * g * g * g))) * up[i];
+    }
+}
+
+void softcap(float * x, int64_t n, float cap) {
+    for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
 void relu(float * x, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }

@@ -37,6 +37,14 @@ void rope(float * x, int n_head, int head_dim, int64_t pos, float freq_base, flo
 // SwiGLU (Shazeer 2020): gate[n] = silu(gate) * up, silu(x) = x / (1 + e^-x). In place on gate.
 void swiglu(float * gate, const float * up, int64_t n);
 
+// GeGLU (Shazeer 2020) with the tanh approximation of GELU (Hendrycks & Gimpel 2016), as Gemma
+// uses it (`gelu_pytorch_tanh`): gate[n] = gelu(gate) * up, gelu(x) = x/2 · (1 + tanh(√(2/π) (x +
+// 0.044715 x³))). In place on gate.
+void geglu(float * gate, const float * up, int64_t n);
+
+// Soft-capping (Gemma 2): x[n] = cap · tanh(x / cap), in place; cap > 0.
+void softcap(float * x, int64_t n, float cap);
+
 // relu: x[n] = max(x, 0), in place.
 void relu(float * x, int64_t n);
 

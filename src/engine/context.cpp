@@ -112,7 +112,7 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
         gather_ = std::make_unique<cold_gather>(*reader_, layout_);
     }
     const int64_t n_rows_max = std::max<int64_t>(p.n_batch, p.n_seq);
-    forward_ = p.forward ? p.forward(m, pool, n_rows_max) : make_forward(m, pool, n_rows_max);
+    forward_ = p.forward ? p.forward(m, pool, n_rows_max) : make_forward(m, pool, n_rows_max, p.n_ctx);
     storage_ = csd::make_device(p.storage, cold_.get(), layout_, attn_shape(), pool);
     device_ = make_cpu_device_tier(pool, std::max<int64_t>(std::min(p.n_segment, p.n_ctx), p.n_seq), hp.n_embd_q(),
                                    hp.n_head);
@@ -154,10 +154,7 @@ uint64_t context::host_budget_for(const hill::model & m, const context_params & 
     return uint64_t(hot_tokens) * m.hp().kv_bytes_per_token(p.kv_type) + scoring_copy_bytes(m, p);
 }
 
-attention_shape context::attn_shape() const {
-    const hparams & hp = model_.hp();
-    return attention_shape{hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f / std::sqrt(float(hp.head_dim))};
-}
+attention_shape context::attn_shape() const { return model_.hp().attn_shape(); }
 
 void context::set_policy(const policy_params & p) {
     auto next = make_policy(p, model_.hp().n_head_kv);
@@ -291,7 +288,6 @@ void context::prefill_segment(int seq, const int32_t * tokens, int64_t n, bool l
     plan_capacity(n);
     make_room(room_for(seq, p0, p0 + n));
 
-    const attention_shape shape = attn_shape();
     std::vector<layer_append> appends(size_t(hp.n_layer));
     try {
         for (int il = 0; il < hp.n_layer; ++il) {
@@ -311,18 +307,32 @@ void context::prefill_segment(int seq, const int32_t * tokens, int64_t n, bool l
             // Every query of the segment attends to the sequence's tokens already in the tiers (one pass
             // over them), then causally to the segment's own KV.
             trace_scope attend_span("prefill attend", "prefill", {{"layer", il}, {"tokens", n}, {"context", p0 + n}});
+            attention_shape shape = attn_shape();
+            shape.window = hp.window(int(il));
             device_->begin(shape, qa.data(), n);
-            if (p0 > 0) {
+            // A sliding-window layer: the earlier tokens the segment's first query still sees.
+            const int64_t w0 = shape.window > 0 ? std::max<int64_t>(0, p0 - shape.window + 1) : 0;
+            if (p0 > w0) {
                 // In position order, window by window (kv/ordered_gather.h): the same result wherever the
                 // tokens live.
                 kv_page_table t;
                 const cold_log_view log = logs_ != nullptr ? logs_->log(seq, il) : cold_log_view{};
-                t.add(*cells_, logs_ != nullptr ? &log : nullptr, seq, il, {}, true);
+                std::vector<int32_t> in_window;
+                for (int64_t j = w0; j < p0 && w0 > 0; ++j) in_window.push_back(int32_t(j));
+                t.add(*cells_, logs_ != nullptr ? &log : nullptr, seq, il, in_window, true);
                 if (!t.disk_pos.empty()) gather_->begin(log.groups, t.disk_pos, true);
                 ordered_->begin(il, t, 0, kv_view{layout_.type, log.open_k, log.open_v, log.n_open, layout_.n_embd_kv},
                                 [this](kv_batch & out) { return gather_->next(out); });
                 kv_batch w;
-                while (ordered_->next(w)) device_->attend(w.view, w.rows);
+                while (ordered_->next(w)) {
+                    if (shape.window == 0) {
+                        device_->attend(w.view, w.rows);
+                        continue;
+                    }
+                    // Windowed: each run of consecutive positions [P, P + m) as keys j = position - P,
+                    // which query t (position p0 + t) sees when j > (p0 - P) + t - window.
+                    attend_position_runs(w, p0);
+                }
             }
             device_->attend(kv_view{layout_.type, layer_k.data(), layer_v.data(), n, n_kv}, nullptr, 0);
             device_->end(qa.data());
@@ -391,6 +401,21 @@ void context::prefill_segment(int seq, const int32_t * tokens, int64_t n, bool l
         throw;
     }
     commit(seq, n, appends);
+}
+
+void context::attend_position_runs(const kv_batch & w, int64_t p0) {
+    const size_t eb = w.view.type == ggml_type::f16 ? 2 : 4;
+    for (int64_t j0 = 0, j1 = 0; j0 < w.view.n_kv; j0 = j1) {
+        j1 = j0 + 1;
+        while (j1 < w.view.n_kv && w.positions[j1] == w.positions[j1 - 1] + 1) ++j1;
+        kv_view part = w.view;
+        part.n_kv = j1 - j0;
+        if (w.rows == nullptr) {
+            part.k = static_cast<const uint8_t *>(w.view.k) + size_t(j0 * w.view.row_stride) * eb;
+            part.v = static_cast<const uint8_t *>(w.view.v) + size_t(j0 * w.view.row_stride) * eb;
+        }
+        device_->attend(part, w.rows != nullptr ? w.rows + j0 : nullptr, p0 - w.positions[j0]);
+    }
 }
 
 void context::append_layer(int seq, int il, int64_t p0, int64_t n, const uint8_t * k, const uint8_t * v,

@@ -177,6 +177,10 @@ private:
     // and places the layer's hot set by the policy; prepared, to apply with commit().
     void append_layer(int seq, int il, int64_t p0, int64_t n, const uint8_t * k, const uint8_t * v,
                       const float * importance, layer_append & out);
+    // Prefill of a sliding-window layer: attends the started queries (a segment at positions p0..) to
+    // batch w of earlier tokens, one run of consecutive positions at a time, with the causal offset
+    // that makes the device tier's window mask (attention_shape::window) see positions.
+    void attend_position_runs(const kv_batch & w, int64_t p0);
     void commit(int seq, int64_t n, std::vector<layer_append> & layers);
     void abandon(std::vector<layer_append> & layers);
     // Evicts hot tokens outside sinks and windows (lowest hit count first, oldest first among equals)

@@ -64,7 +64,9 @@ private:
             // The query heads of one KV head: a shape of one KV head over the head's columns.
             HILL_ASSERT(n_tok_ == 1 && causal_p0 == no_causal_mask && kv_head < shape_.n_head_kv);
             const int group = shape_.n_head / shape_.n_head_kv;
-            const attention_shape sub{group, 1, shape_.head_dim, shape_.scale};
+            attention_shape sub = shape_;
+            sub.n_head = group;
+            sub.n_head_kv = 1;
             const size_t q_off = size_t(kv_head) * size_t(group) * size_t(shape_.head_dim);
             const size_t kv_off = size_t(kv_head) * size_t(shape_.head_dim) * eb;
             const kv_view part{kv.type, static_cast<const uint8_t *>(kv.k) + kv_off,

@@ -40,7 +40,8 @@ public:
     // Attends the started queries to the tokens of kv (host memory, valid during the call): token j
     // is row rows[j] (rows == nullptr: row j), j < kv.n_kv. causal_p0 = no_causal_mask: every
     // query sees every key; otherwise query token t sees the keys j <= causal_p0 + t (a prompt
-    // chunk's own KV; see attention_prefill_accumulate). kv_head >= 0 (one query token only):
+    // chunk's own KV; see attention_prefill_accumulate), and with a window (attention_shape::window)
+    // only those with j > causal_p0 + t - window. kv_head >= 0 (one query token only):
     // only the query heads that read KV head kv_head attend (a token set per KV head,
     // select_granularity::kv_head). Batches may come in any order (softmax does not depend on key
     // order).

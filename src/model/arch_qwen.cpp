@@ -1,6 +1,8 @@
-// The Qwen family: `qwen2` (Qwen1.5, Qwen2, Qwen2.5: llama with Q/K/V biases) and `qwen` (Qwen-1: the
-// same block with one fused QKV projection with bias, MHA). Both rotate-half RoPE, in GGUF too
-// (llama.cpp's NEOX type: its converter does not permute their Q/K rows).
+// The Qwen family: `qwen2` (Qwen1.5, Qwen2, Qwen2.5: llama with Q/K/V biases), `qwen3` (Qwen3: llama
+// without biases, with an RMSNorm over each head of Q and of K before RoPE, weights f32 [head_dim]
+// shared by the heads: q_norm / k_norm, GGUF attn_q_norm / attn_k_norm) and `qwen` (Qwen-1: the same
+// block with one fused QKV projection with bias, MHA). All rotate-half RoPE, in GGUF too (llama.cpp's
+// NEOX type: its converter does not permute their Q/K rows).
 //
 // Qwen-1 specifics: its MLP is c_proj(w1(x) * silu(w2(x))), so w2 is the gate and w1 the up
 // projection (hf_names.h); config.json's intermediate_size, and GGUF's qwen.feed_forward_length as
@@ -19,7 +21,8 @@ void qwen2_hparams_gguf(const gguf_file & f, hparams & hp) {
     hp.rope_pairs = rope_layout::rotate_half;
 }
 
-// Qwen2Config: LlamaConfig's keys. use_sliding_window is not applied (docs/models.md).
+// Qwen2Config: LlamaConfig's keys; with use_sliding_window, the layers from max_window_layers on
+// attend to a window of sliding_window tokens (hf_sliding_window).
 void qwen2_hparams_hf(const hf_checkpoint & c, hparams & hp) {
     hp.arch = "qwen2";
     hf_llama_like_hparams(c, hp);
@@ -27,7 +30,27 @@ void qwen2_hparams_hf(const hf_checkpoint & c, hparams & hp) {
 }
 
 void qwen2_weights(const tensor_source & src, model & m) {
-    model_loader::llama_family_weights(src, m, /*qkv_bias=*/true, /*fused_qkv=*/false);
+    model_loader::llama_family_weights(src, m, llama_family_options{.qkv_bias = true});
+}
+
+void qwen3_hparams_gguf(const gguf_file & f, hparams & hp) {
+    gguf_llama_like_hparams(f, "qwen3", hp);
+    hp.rope_pairs = rope_layout::rotate_half;
+}
+
+// Qwen3Config: Qwen2Config's keys, head_dim given (128 in the released models); attention_bias
+// false only.
+void qwen3_hparams_hf(const hf_checkpoint & c, hparams & hp) {
+    hp.arch = "qwen3";
+    hf_llama_like_hparams(c, hp);
+    if (c.config().optional<bool>("/attention_bias").value_or(false)) {
+        fail_input("'{}': attention_bias is true; supported: false (Qwen3 has no Q/K/V biases)", c.config_path());
+    }
+    hp.rope_pairs = rope_layout::rotate_half;
+}
+
+void qwen3_weights(const tensor_source & src, model & m) {
+    model_loader::llama_family_weights(src, m, llama_family_options{.qk_norm = true});
 }
 
 void qwen_hparams_gguf(const gguf_file & f, hparams & hp) {
@@ -72,7 +95,7 @@ void qwen_hparams_hf(const hf_checkpoint & c, hparams & hp) {
 }
 
 void qwen_weights(const tensor_source & src, model & m) {
-    model_loader::llama_family_weights(src, m, /*qkv_bias=*/true, /*fused_qkv=*/true);
+    model_loader::llama_family_weights(src, m, llama_family_options{.qkv_bias = true, .fused_qkv = true});
 }
 
 }  // namespace hill

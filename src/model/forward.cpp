@@ -6,12 +6,15 @@
 
 namespace hill {
 
-std::unique_ptr<arch_forward> make_forward(const model & m, thread_pool & pool, int64_t n_rows_max) {
+std::unique_ptr<arch_forward> make_forward(const model & m, thread_pool & pool, int64_t n_rows_max, int64_t n_ctx) {
     HILL_ASSERT(n_rows_max > 0);
     const std::string & arch = m.hp().arch;
-    if (arch == "llama" || arch == "qwen2" || arch == "qwen") return make_llama_forward(m, pool, n_rows_max);
     if (arch == "opt") return make_opt_forward(m, pool, n_rows_max);
-    fail_input("'{}': architecture '{}' has no forward pass; supported: llama, qwen2, qwen, opt", m.path(), arch);
+    for (const char * a : {"llama", "qwen2", "qwen", "qwen3", "gemma2", "gemma3", "phi3"}) {
+        if (arch == a) return make_llama_forward(m, pool, n_rows_max, n_ctx);
+    }
+    fail_input("'{}': architecture '{}' has no forward pass; supported: llama, qwen2, qwen, qwen3, gemma2, gemma3, "
+               "phi3, opt", m.path(), arch);
 }
 
 void rmsnorm_rows(const std::vector<float> & w, float eps, const float * x, int64_t n, float * y) {

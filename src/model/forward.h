@@ -6,7 +6,9 @@
 // other rows (batch invariance: relies on compute/matmul's gemm contract for small n).
 //
 // Implementations, one per architecture family, in its own file:
-//   llama, qwen2, qwen  model/arch_llama.cpp (RMSNorm, RoPE, SwiGLU, optional biases)
+//   llama, qwen2, qwen, model/arch_llama.cpp (RMSNorm, RoPE, SwiGLU or GeGLU, optional biases, Q/K
+//   qwen3, gemma2,                           head norms, post-attention / post-FFN norms, embedding
+//   gemma3, phi3                             scale, final soft-capping)
 //   opt                 model/arch_opt.cpp   (learned positions, LayerNorm pre/post, ReLU MLP, biases,
 //                                             proj_in / proj_out)
 // make_forward (model/forward.cpp) picks one by hparams::arch: the place to add an architecture.
@@ -40,8 +42,9 @@ public:
 };
 
 // The forward pass of m's architecture; scratch for up to n_rows_max rows per call is allocated here, once.
-// Calls run their matrix products on `pool`. `m` and `pool` must outlive the result.
-std::unique_ptr<arch_forward> make_forward(const model & m, thread_pool & pool, int64_t n_rows_max);
+// Calls run their matrix products on `pool`. `m` and `pool` must outlive the result. n_ctx: the
+// context it serves (tokens; LongRoPE picks its factors by it, hparams::rope_inv_freq; 0: short).
+std::unique_ptr<arch_forward> make_forward(const model & m, thread_pool & pool, int64_t n_rows_max, int64_t n_ctx = 0);
 
 // --- What the implementations share (model/forward.cpp) ---
 
@@ -55,7 +58,8 @@ void linear(const weight_view & w, const std::vector<float> & b, const float * x
             thread_pool & pool);
 
 // The implementations make_forward chooses from.
-std::unique_ptr<arch_forward> make_llama_forward(const model & m, thread_pool & pool, int64_t n_rows_max);
+std::unique_ptr<arch_forward> make_llama_forward(const model & m, thread_pool & pool, int64_t n_rows_max,
+                                                 int64_t n_ctx);
 std::unique_ptr<arch_forward> make_opt_forward(const model & m, thread_pool & pool, int64_t n_rows_max);
 
 }  // namespace hill

@@ -1,8 +1,10 @@
-// A model from a GGUF file: `general.architecture` picks the architecture (llama, qwen2, qwen; opt as
+// A model from a GGUF file: `general.architecture` picks the architecture (llama, qwen2, qwen, qwen3,
+// gemma2, gemma3, phi3; opt as
 // `hillinfer convert` writes it), which reads its `<arch>.*` metadata; the tokenizer comes from the
 // file's `tokenizer.ggml.*` metadata and fixes the vocabulary size; weights are views of the tensors
 // under llama.cpp's names (opt: HillInfer's in the same style, hf_names.h). A `rope_freqs.weight`
-// tensor (Llama 3.1, f32 [head_dim/2]) divides each RoPE pair's frequency.
+// tensor (Llama 3.1, f32 [head_dim/2]) divides each RoPE pair's frequency; `rope_factors_short.weight`
+// and `rope_factors_long.weight` (phi3's LongRoPE) do, one or the other by the context length.
 #include "core/error.h"
 #include "model/model_loader.h"
 
@@ -25,6 +27,7 @@ public:
     }
     std::string describe(const std::string & gguf_name) const override { return fmt::format("'{}'", gguf_name); }
     const std::string & name() const override { return f_.name(); }
+    bool is_gguf() const override { return true; }
 
 private:
     const gguf_file & f_;
@@ -63,6 +66,22 @@ std::unique_ptr<model> model_loader::load_gguf(const std::string & path) {
     const gguf_source src(f);
     if (hp.head_dim > 0 && hp.head_dim % 2 == 0) {
         hp.rope_freq_factors = vector_opt(src, *m, "rope_freqs.weight", hp.head_dim / 2);
+        // LongRoPE (phi3): both or neither, and the original context length they switch at.
+        std::vector<float> s = vector_opt(src, *m, "rope_factors_short.weight", hp.head_dim / 2);
+        std::vector<float> l = vector_opt(src, *m, "rope_factors_long.weight", hp.head_dim / 2);
+        if (s.empty() != l.empty()) {
+            fail_input("'{}': tensor '{}' is missing (LongRoPE needs rope_factors_short.weight and "
+                       "rope_factors_long.weight)", path, s.empty() ? "rope_factors_short.weight" : "rope_factors_long.weight");
+        }
+        if (!l.empty()) {
+            if (!hp.rope_freq_factors.empty()) fail_input("'{}': both rope_freqs.weight and LongRoPE factors", path);
+            if (hp.n_ctx_orig == 0) {
+                fail_input("'{}': metadata key '{}.rope.scaling.original_context_length' is missing (the file has "
+                           "LongRoPE factors)", path, arch);
+            }
+            hp.rope_freq_factors = std::move(s);
+            hp.rope_freq_factors_long = std::move(l);
+        }
     }
     check_hparams(hp, path);
     a->weights(src, *m);

@@ -56,6 +56,7 @@ void write_hparams(gguf_writer & w, const hparams & hp, const std::string & arch
             w.set_f32(a + "rope.scaling.factor", 1.0f / hp.rope_freq_scale);
         }
     }
+    if (hp.n_swa > 0) w.set_u32(a + "attention.sliding_window", uint32_t(hp.n_swa));  // every layer (checked)
     if (arch == "opt") {
         w.set_u32(a + "word_embedding_length", uint32_t(hp.n_embd_word));
         w.set_bool(a + "layer_norm_before", hp.norm_before);
@@ -354,6 +355,16 @@ convert_result convert_hf_to_gguf(const std::string & dir, const std::string & o
     hparams hp;
     a->hparams_from_hf(c, hp);
     model_loader::check_hparams(hp, c.config_path());
+    // What write_hparams cannot express yet: Gemma's norms (+1) and keys, LongRoPE factors, a window
+    // on some layers only. Refused rather than written wrong; the folder itself loads.
+    if (r.arch == "gemma2" || r.arch == "gemma3" || r.arch == "phi3") {
+        fail_input("'{}': convert does not write architecture '{}' yet; run the folder itself (-m {})",
+                   c.config_path(), r.arch, dir);
+    }
+    if (std::count(hp.swa_layers.begin(), hp.swa_layers.end(), 1) != int64_t(hp.swa_layers.size())) {
+        fail_input("'{}': sliding_window applies to some layers only; convert writes a window for every layer; "
+                   "run the folder itself (-m {})", c.config_path(), dir);
+    }
 
     const std::vector<hf_tensor_mapping> tensors = hf_tensor_map(c, r.arch);
     // Default type: as token_embd is stored.

@@ -49,6 +49,7 @@ public:
         return fmt::format("'{}' ({})", it->second, gguf_name);
     }
     const std::string & name() const override { return c_.dir(); }
+    bool is_gguf() const override { return false; }
 
 private:
     const hf_checkpoint & c_;

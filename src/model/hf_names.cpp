@@ -43,6 +43,58 @@ constexpr name_rule llama_rules[] = {
     {"lm_head", "output", 1},
 };
 
+// qwen3: llama's names plus the per-head Q/K norms.
+constexpr name_rule qwen3_rules[] = {
+    {"model.embed_tokens", "token_embd", 0},
+    {"model.layers.{}.input_layernorm", "blk.{}.attn_norm", 0},
+    {"model.layers.{}.self_attn.q_proj", "blk.{}.attn_q", 1},
+    {"model.layers.{}.self_attn.q_norm", "blk.{}.attn_q_norm", 2},
+    {"model.layers.{}.self_attn.k_proj", "blk.{}.attn_k", 3},
+    {"model.layers.{}.self_attn.k_norm", "blk.{}.attn_k_norm", 4},
+    {"model.layers.{}.self_attn.v_proj", "blk.{}.attn_v", 5},
+    {"model.layers.{}.self_attn.o_proj", "blk.{}.attn_output", 6},
+    {"model.layers.{}.post_attention_layernorm", "blk.{}.ffn_norm", 7},
+    {"model.layers.{}.mlp.gate_proj", "blk.{}.ffn_gate", 8},
+    {"model.layers.{}.mlp.up_proj", "blk.{}.ffn_up", 9},
+    {"model.layers.{}.mlp.down_proj", "blk.{}.ffn_down", 10},
+    {"model.norm", "output_norm", 0},
+    {"lm_head", "output", 1},
+};
+
+// gemma2, gemma3: post_attention_layernorm is the norm of the attention output (not the pre-FFN
+// norm, which is pre_feedforward_layernorm); gemma3 adds q_norm / k_norm.
+constexpr name_rule gemma_rules[] = {
+    {"model.embed_tokens", "token_embd", 0},
+    {"model.layers.{}.input_layernorm", "blk.{}.attn_norm", 0},
+    {"model.layers.{}.self_attn.q_proj", "blk.{}.attn_q", 1},
+    {"model.layers.{}.self_attn.q_norm", "blk.{}.attn_q_norm", 2},
+    {"model.layers.{}.self_attn.k_proj", "blk.{}.attn_k", 3},
+    {"model.layers.{}.self_attn.k_norm", "blk.{}.attn_k_norm", 4},
+    {"model.layers.{}.self_attn.v_proj", "blk.{}.attn_v", 5},
+    {"model.layers.{}.self_attn.o_proj", "blk.{}.attn_output", 6},
+    {"model.layers.{}.post_attention_layernorm", "blk.{}.post_attention_norm", 7},
+    {"model.layers.{}.pre_feedforward_layernorm", "blk.{}.ffn_norm", 8},
+    {"model.layers.{}.mlp.gate_proj", "blk.{}.ffn_gate", 9},
+    {"model.layers.{}.mlp.up_proj", "blk.{}.ffn_up", 10},
+    {"model.layers.{}.mlp.down_proj", "blk.{}.ffn_down", 11},
+    {"model.layers.{}.post_feedforward_layernorm", "blk.{}.post_ffw_norm", 12},
+    {"model.norm", "output_norm", 0},
+    {"lm_head", "output", 1},
+};
+
+// phi3: fused qkv_proj and gate_up_proj.
+constexpr name_rule phi3_rules[] = {
+    {"model.embed_tokens", "token_embd", 0},
+    {"model.layers.{}.input_layernorm", "blk.{}.attn_norm", 0},
+    {"model.layers.{}.self_attn.qkv_proj", "blk.{}.attn_qkv", 1},
+    {"model.layers.{}.self_attn.o_proj", "blk.{}.attn_output", 2},
+    {"model.layers.{}.post_attention_layernorm", "blk.{}.ffn_norm", 3},
+    {"model.layers.{}.mlp.gate_up_proj", "blk.{}.ffn_up", 4},
+    {"model.layers.{}.mlp.down_proj", "blk.{}.ffn_down", 5},
+    {"model.norm", "output_norm", 0},
+    {"lm_head", "output", 1},
+};
+
 constexpr name_rule qwen_rules[] = {
     {"transformer.wte", "token_embd", 0},
     {"transformer.h.{}.ln_1", "blk.{}.attn_norm", 0},
@@ -85,6 +137,9 @@ std::optional<rule_set> rules_for(std::string_view arch) {
     // qwen2: llama's names (its q/k/v also carry biases), without the permutation (NEOX RoPE in GGUF too).
     if (arch == "qwen2") return rule_set{std::begin(llama_rules), std::end(llama_rules), false};
     if (arch == "qwen") return rule_set{std::begin(qwen_rules), std::end(qwen_rules)};
+    if (arch == "qwen3") return rule_set{std::begin(qwen3_rules), std::end(qwen3_rules)};
+    if (arch == "gemma2" || arch == "gemma3") return rule_set{std::begin(gemma_rules), std::end(gemma_rules)};
+    if (arch == "phi3") return rule_set{std::begin(phi3_rules), std::end(phi3_rules)};
     if (arch == "opt") return rule_set{std::begin(opt_rules), std::end(opt_rules)};
     return std::nullopt;
 }
@@ -165,17 +220,21 @@ int group_of(const match & m, const rule_set & rules) {
 }  // namespace
 
 std::string_view hf_supported_architectures() {
-    return "model_type llama, mistral, qwen2, qwen, opt (architectures LlamaForCausalLM, MistralForCausalLM, "
-           "Qwen2ForCausalLM, QWenLMHeadModel, OPTForCausalLM)";
+    return "model_type llama, mistral, qwen2, qwen3, qwen, gemma2, gemma3_text, phi3, opt (architectures "
+           "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, QWenLMHeadModel, "
+           "Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM, OPTForCausalLM)";
 }
 
 std::string hf_architecture(const hf_checkpoint & ckpt) {
     static const std::map<std::string, std::string, std::less<>> by_model_type = {
-        {"llama", "llama"}, {"mistral", "llama"}, {"qwen2", "qwen2"}, {"qwen", "qwen"}, {"opt", "opt"},
+        {"llama", "llama"}, {"mistral", "llama"}, {"qwen2", "qwen2"},        {"qwen3", "qwen3"},
+        {"qwen", "qwen"},   {"gemma2", "gemma2"},  {"gemma3_text", "gemma3"}, {"phi3", "phi3"},
+        {"opt", "opt"},
     };
     static const std::map<std::string, std::string, std::less<>> by_class = {
         {"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "llama"}, {"Qwen2ForCausalLM", "qwen2"},
-        {"QWenLMHeadModel", "qwen"},   {"OPTForCausalLM", "opt"},
+        {"QWenLMHeadModel", "qwen"},   {"OPTForCausalLM", "opt"},              {"Qwen3ForCausalLM", "qwen3"},
+        {"Gemma2ForCausalLM", "gemma2"}, {"Gemma3ForCausalLM", "gemma3"},      {"Phi3ForCausalLM", "phi3"},
     };
     const std::optional<std::string> model_type = ckpt.config().optional<std::string>("/model_type");
     if (model_type) {
@@ -230,7 +289,10 @@ hf_permutation hf_tensor_permutation(std::string_view arch, std::string_view hf_
 
 std::vector<hf_tensor_mapping> hf_tensor_map(const hf_checkpoint & ckpt, const std::string & arch) {
     const std::optional<rule_set> rules = rules_for(arch);
-    if (!rules) fail_input("unsupported GGUF architecture '{}'; supported: llama, qwen2, qwen, opt", arch);
+    if (!rules) {
+        fail_input("unsupported GGUF architecture '{}'; supported: llama, qwen2, qwen, qwen3, gemma2, gemma3, phi3, opt",
+                   arch);
+    }
     struct item {
         int group;
         int64_t layer;

@@ -16,13 +16,25 @@ uint64_t hparams::kv_bytes_per_token(ggml_type kv_type) const {
     return 2ull * uint64_t(n_layer) * uint64_t(n_embd_kv()) * ggml_block_bytes(kv_type);
 }
 
-std::vector<double> hparams::rope_inv_freq() const {
+std::vector<double> hparams::rope_inv_freq(int il, int64_t n_ctx) const {
     HILL_ASSERT(head_dim > 0 && head_dim % 2 == 0);
-    HILL_ASSERT(rope_freq_factors.empty() || int64_t(rope_freq_factors.size()) == head_dim / 2);
+    HILL_ASSERT(il >= 0 && (il < n_layer || n_layer == 0));
+    const bool local = window(il) > 0 && rope_freq_base_swa > 0.0f;
+    const bool long_factors = !rope_freq_factors_long.empty() && n_ctx > n_ctx_orig;
+    const std::vector<float> & factors = long_factors ? rope_freq_factors_long : rope_freq_factors;
+    HILL_ASSERT(factors.empty() || int64_t(factors.size()) == head_dim / 2);
     std::vector<double> f(size_t(head_dim / 2));
-    hill::rope_inv_freq(head_dim, rope_freq_base, rope_freq_scale,
-                  rope_freq_factors.empty() ? nullptr : rope_freq_factors.data(), f.data());
+    // gemma3's local layers: their own base, unscaled (llama.cpp's rope_freq_scale_train_swa = 1).
+    hill::rope_inv_freq(head_dim, local ? rope_freq_base_swa : rope_freq_base, local ? 1.0f : rope_freq_scale,
+                        factors.empty() ? nullptr : factors.data(), f.data());
     return f;
+}
+
+void hparams::set_swa(int32_t n, int pattern) {
+    HILL_ASSERT(n >= 0 && pattern >= 1 && n_layer > 0);
+    n_swa = n;
+    swa_layers.assign(n > 0 ? size_t(n_layer) : 0, 0);
+    for (int il = 0; il < int(swa_layers.size()); ++il) swa_layers[size_t(il)] = il % pattern < pattern - 1 || pattern == 1;
 }
 
 const tokenizer & model::tokenizer() const {
@@ -72,7 +84,8 @@ uint64_t n_elems(const weight_view & w) { return uint64_t(w.n_rows) * uint64_t(w
 size_t n_vectors(const layer_weights & l) {
     size_t n = 0;
     for (const std::vector<float> * v : {&l.attn_norm, &l.attn_norm_b, &l.bq, &l.bk, &l.bv, &l.bo, &l.ffn_norm,
-                                         &l.ffn_norm_b, &l.ffn_up_b, &l.ffn_down_b}) {
+                                         &l.ffn_norm_b, &l.ffn_up_b, &l.ffn_down_b, &l.attn_q_norm, &l.attn_k_norm,
+                                         &l.attn_post_norm, &l.ffn_post_norm}) {
         n += v->size();
     }
     return n;

@@ -8,16 +8,26 @@
 //          (`rope_scaling` type llama3: per-pair frequency factors)
 //   qwen2  llama with Q/K/V biases
 //   qwen   Qwen-1: llama with a fused QKV projection with bias, MHA
+//   qwen3  llama with an RMSNorm over each head of Q and K before RoPE (Qwen3)
+//   gemma2 embeddings times sqrt(n_embd), GeGLU, norms after attention and after the FFN too,
+//          attention and final logit soft-capping, a query scale of its own, sliding-window
+//          attention in every other layer (Gemma 2)
+//   gemma3 gemma2 without soft-capping (final capping optional), with Q/K head norms, and five
+//          sliding-window layers (RoPE base of their own) to one global layer (Gemma 3 text)
+//   phi3   llama with fused QKV and gate/up projections and LongRoPE ("su"/"longrope") scaling (Phi-3)
 //   opt    learned positions, LayerNorm (pre- or post-norm), ReLU MLP, biases everywhere, optional
 //          projection between the word embedding width and the hidden size
-// Sources: GGUF (llama, qwen2, qwen as llama.cpp writes them; model/gguf_model.cpp), Hugging Face
-// checkpoint folders (all four; model/hf_model.cpp) and llama2.c legacy checkpoints (`.bin`,
+// Sliding-window layers (gemma2, gemma3; mistral, qwen2 and phi3 where the model declares a window)
+// attend only to the last `n_swa` positions (hparams::window).
+// Sources: GGUF (all but opt as llama.cpp writes them; model/gguf_model.cpp), Hugging Face
+// checkpoint folders (all; model/hf_model.cpp) and llama2.c legacy checkpoints (`.bin`,
 // 7×int32 header then f32 arrays; model/llama2c_file.cpp). The per-architecture files
 // (model/arch_*.cpp) read the hyperparameters and find the weights under their GGUF names in either
 // container (model/model_loader.h), and hold the architecture's forward pass around attention
-// (model/forward.h: arch_llama.cpp for llama, qwen2 and qwen; arch_opt.cpp for opt).
+// (model/forward.h: arch_llama.cpp for every architecture but opt; arch_opt.cpp for opt).
 #pragma once
 
+#include "compute/attention.h"
 #include "compute/matmul.h"
 #include "compute/ops.h"
 #include "core/aligned_buffer.h"
@@ -38,11 +48,12 @@ enum class norm_kind { rms, layer };
 // Where position enters: RoPE on Q and K (in either pair layout, compute/ops.h), or learned absolute
 // position embeddings added to the token embedding (OPT).
 enum class position_kind { rope, learned };
-// Feed-forward: SwiGLU (gate, up, down; no biases) or ReLU MLP (up = fc1, down = fc2, with biases).
-enum class ffn_kind { swiglu, relu };
+// Feed-forward: SwiGLU (gate, up, down; no biases), GeGLU (the same with the tanh-approximated GELU
+// on the gate: Gemma) or ReLU MLP (up = fc1, down = fc2, with biases).
+enum class ffn_kind { swiglu, geglu, relu };
 
 struct hparams {
-    std::string arch = "llama";   // llama, qwen2, qwen, opt
+    std::string arch = "llama";   // llama, qwen2, qwen, qwen3, gemma2, gemma3, phi3, opt
     int32_t n_vocab = 0;
     int32_t n_ctx_train = 0;      // trained context length (tokens)
     int32_t n_embd = 0;
@@ -63,14 +74,43 @@ struct hparams {
     float rope_freq_base = 10000.0f;
     float rope_freq_scale = 1.0f; // linear RoPE scaling: position multiplier (1 / factor)
     std::vector<float> rope_freq_factors;  // f32 [head_dim/2] pair i's frequency is divided by; empty: all 1
-                                           // (Llama 3 `rope_scaling`, GGUF `rope_freqs.weight`)
+                                           // (Llama 3 `rope_scaling`, GGUF `rope_freqs.weight`;
+                                           // phi3: the LongRoPE factors chosen for the context, see
+                                           // rope_freq_factors_long)
+    // LongRoPE (phi3): the long factors f32 [head_dim/2], used instead of rope_freq_factors when the
+    // context exceeds n_ctx_orig (llama.cpp's rule: the choice is made once, for the whole context,
+    // since cached keys keep their rotation); empty otherwise.
+    std::vector<float> rope_freq_factors_long;
+    int32_t n_ctx_orig = 0;       // LongRoPE: original_max_position_embeddings
+    float rope_attn_factor = 1.0f;  // multiplies cos and sin of RoPE (LongRoPE: sqrt(1 + ln(s)/ln(n_ctx_orig)))
+    // Sliding-window layers: rope base and scale of their own (gemma3's local layers; 0: the global ones).
+    float rope_freq_base_swa = 0.0f;
+    int32_t n_swa = 0;            // sliding window in tokens: a query attends to keys (pos - n_swa, pos]
+    std::vector<uint8_t> swa_layers;  // [n_layer] 1: layer il is a sliding-window layer (empty: none)
+    float attn_scale = 0.0f;      // scale of q·k; 0: 1/sqrt(head_dim) (set by check_hparams)
+    float attn_softcap = 0.0f;    // attention logits s -> c·tanh(s/c) (gemma2); 0: none
+    float final_softcap = 0.0f;   // output logits likewise (gemma2, gemma3); 0: none
+    float embd_scale = 1.0f;      // token embeddings are multiplied by it (gemma: sqrt(n_embd))
 
     int64_t n_embd_q() const { return int64_t(n_head) * head_dim; }
     int64_t n_embd_kv() const { return int64_t(n_head_kv) * head_dim; }
     // K and V of one token over all layers, in bytes, for a KV cache of element type `kv_type`.
     uint64_t kv_bytes_per_token(ggml_type kv_type) const;
-    // f64 [head_dim/2]: RoPE angle per position of each pair (compute/ops.h rope_inv_freq).
-    std::vector<double> rope_inv_freq() const;
+    // f64 [head_dim/2]: RoPE angle per position of each pair (compute/ops.h rope_inv_freq) in layer
+    // il (sliding-window layers may have their own base), for a context of n_ctx tokens (LongRoPE's
+    // choice of factors).
+    std::vector<double> rope_inv_freq(int il = 0, int64_t n_ctx = 0) const;
+    // The attention of every layer: heads, scale, soft-cap (window 0: a sliding layer's is window(il)).
+    attention_shape attn_shape() const {
+        attention_shape s{n_head, n_head_kv, head_dim, attn_scale};
+        s.softcap = attn_softcap;
+        return s;
+    }
+    // The sliding window of layer il in tokens, 0 for a layer that attends to the whole context.
+    int32_t window(int il) const { return swa_layers.empty() || swa_layers[size_t(il)] == 0 ? 0 : n_swa; }
+    // Marks every layer (pattern 1), or every layer but each pattern-th (il % pattern == pattern - 1
+    // is global: gemma2 2, gemma3 6), as sliding with window n; n == 0 clears them.
+    void set_swa(int32_t n, int pattern);
 };
 
 // One block. Optional vectors are empty when the architecture has none; `ffn_gate` is empty
@@ -93,6 +133,10 @@ struct layer_weights {
     weight_view ffn_down;            // [n_embd, n_ff]
     std::vector<float> ffn_up_b;     // f32 [n_ff] (opt)
     std::vector<float> ffn_down_b;   // f32 [n_embd] (opt)
+    std::vector<float> attn_q_norm;  // f32 [head_dim]: RMSNorm of each query head (qwen3, gemma3)
+    std::vector<float> attn_k_norm;  // f32 [head_dim]: ... of each key head
+    std::vector<float> attn_post_norm;  // f32 [n_embd]: RMSNorm of the attention output before the residual (gemma)
+    std::vector<float> ffn_post_norm;   // f32 [n_embd]: ... of the FFN output (gemma)
 };
 
 class model {

@@ -17,6 +17,10 @@ const architecture_loader k_architectures[] = {
     {"llama", llama_hparams_gguf, llama_hparams_hf, llama_weights},
     {"qwen2", qwen2_hparams_gguf, qwen2_hparams_hf, qwen2_weights},
     {"qwen", qwen_hparams_gguf, qwen_hparams_hf, qwen_weights},
+    {"qwen3", qwen3_hparams_gguf, qwen3_hparams_hf, qwen3_weights},
+    {"gemma2", gemma2_hparams_gguf, gemma2_hparams_hf, gemma_weights},
+    {"gemma3", gemma3_hparams_gguf, gemma3_hparams_hf, gemma_weights},
+    {"phi3", phi3_hparams_gguf, phi3_hparams_hf, phi3_weights},
     {"opt", opt_hparams_gguf, opt_hparams_hf, opt_weights},
 };
 
@@ -136,15 +140,47 @@ void model_loader::check_hparams(hparams & hp, const std::string & where) {
             }
         }
     }
+    if (!hp.rope_freq_factors_long.empty()) {
+        if (int64_t(hp.rope_freq_factors_long.size()) != hp.head_dim / 2 || hp.rope_freq_factors.empty()) {
+            fail_input("'{}': {} long RoPE factors, expected head_dim / 2 = {} (and as many short ones)", where,
+                       hp.rope_freq_factors_long.size(), hp.head_dim / 2);
+        }
+        for (float f : hp.rope_freq_factors_long) {
+            if (!(f > 0.0f) || !std::isfinite(f)) fail_input("'{}': RoPE frequency factor {} must be > 0", where, f);
+        }
+        positive("the original context length (LongRoPE)", hp.n_ctx_orig);
+    }
+    if (!(hp.rope_attn_factor > 0.0f) || !std::isfinite(hp.rope_attn_factor)) {
+        fail_input("'{}': RoPE attention factor {} must be > 0", where, hp.rope_attn_factor);
+    }
+    if (!hp.swa_layers.empty()) {
+        HILL_ASSERT(int64_t(hp.swa_layers.size()) == hp.n_layer);
+        positive("the sliding window", hp.n_swa);
+    }
+    if (hp.attn_scale == 0.0f) hp.attn_scale = 1.0f / std::sqrt(float(hp.head_dim));
+    for (const auto & [what, v] : {std::pair{"the attention scale", hp.attn_scale},
+                                   std::pair{"the attention soft-cap", hp.attn_softcap},
+                                   std::pair{"the final logit soft-cap", hp.final_softcap},
+                                   std::pair{"the embedding scale", hp.embd_scale}}) {
+        if (!(v >= 0.0f) || !std::isfinite(v)) fail_input("'{}': {} is {}, expected a finite number >= 0", where, what, v);
+    }
     if (!(hp.rms_eps >= 0.0f) || !std::isfinite(hp.rms_eps)) {
         fail_input("'{}': norm epsilon {} must be >= 0", where, hp.rms_eps);
     }
 }
 
-void model_loader::llama_family_weights(const tensor_source & src, model & m, bool qkv_bias, bool fused_qkv) {
+void model_loader::llama_family_weights(const tensor_source & src, model & m, const llama_family_options & o) {
     const hparams & hp = m.hp_;
+    // A norm vector as the forward pass uses it (x / rms · w): Gemma's checkpoint folders store w - 1.
+    const auto norm = [&](const std::string & name, int64_t n) {
+        std::vector<float> w = vector_f32(src, m, name, n);
+        if (o.norm_plus_one && !src.is_gguf()) {
+            for (float & x : w) x += 1.0f;
+        }
+        return w;
+    };
     m.token_embd_ = matrix(src, m, "token_embd.weight", hp.n_vocab, hp.n_embd);
-    m.output_norm_ = vector_f32(src, m, "output_norm.weight", hp.n_embd);
+    m.output_norm_ = norm("output_norm.weight", hp.n_embd);
     if (std::optional<weight_view> out = matrix_opt(src, m, "output.weight", hp.n_vocab, hp.n_embd)) {
         m.output_ = *out;
     } else {
@@ -152,40 +188,63 @@ void model_loader::llama_family_weights(const tensor_source & src, model & m, bo
         m.output_tied_ = true;
     }
     const int64_t n_q = hp.n_embd_q(), n_kv = hp.n_embd_kv();
+    // Rows [r0, r0 + n) of a fused matrix, as a view.
+    const auto rows = [](const weight_view & w, int64_t r0, int64_t n) {
+        return weight_view{w.type, n, w.n_cols, w.row(r0)};
+    };
     m.layers_.resize(size_t(hp.n_layer));
     for (int il = 0; il < hp.n_layer; ++il) {
         layer_weights & l = m.layers_[size_t(il)];
         const std::string p = fmt::format("blk.{}.", il);
-        l.attn_norm = vector_f32(src, m, p + "attn_norm.weight", hp.n_embd);
-        if (fused_qkv) {
-            // Qwen-1's c_attn: rows [0, n_q) are q, then k, then v; each part is a view of its rows.
-            const weight_view qkv = matrix(src, m, p + "attn_qkv.weight", n_q + 2 * n_kv, hp.n_embd);
-            const auto rows = [&](int64_t r0, int64_t n) { return weight_view{qkv.type, n, qkv.n_cols, qkv.row(r0)}; };
-            l.wq = rows(0, n_q);
-            l.wk = rows(n_q, n_kv);
-            l.wv = rows(n_q + n_kv, n_kv);
-            const std::vector<float> b = vector_f32(src, m, p + "attn_qkv.bias", n_q + 2 * n_kv);
-            l.bq.assign(b.begin(), b.begin() + n_q);
-            l.bk.assign(b.begin() + n_q, b.begin() + n_q + n_kv);
-            l.bv.assign(b.begin() + n_q + n_kv, b.end());
+        l.attn_norm = norm(p + "attn_norm.weight", hp.n_embd);
+        // Llama checkpoints with attention_bias carry biases too; qwen2 and qwen must.
+        const auto bias = [&](const std::string & name, int64_t n) {
+            return o.qkv_bias ? vector_f32(src, m, name, n) : vector_opt(src, m, name, n);
+        };
+        // Fused QKV (qwen's c_attn, phi3's qkv_proj): rows [0, n_q) are q, then k, then v. Phi3's
+        // GGUF may also hold them apart (llama.cpp reads either).
+        std::optional<weight_view> qkv;
+        if (o.fused_qkv) {
+            qkv = o.qkv_bias ? matrix(src, m, p + "attn_qkv.weight", n_q + 2 * n_kv, hp.n_embd)
+                             : matrix_opt(src, m, p + "attn_qkv.weight", n_q + 2 * n_kv, hp.n_embd);
+        }
+        if (qkv) {
+            l.wq = rows(*qkv, 0, n_q);
+            l.wk = rows(*qkv, n_q, n_kv);
+            l.wv = rows(*qkv, n_q + n_kv, n_kv);
+            const std::vector<float> b = bias(p + "attn_qkv.bias", n_q + 2 * n_kv);
+            if (!b.empty()) {
+                l.bq.assign(b.begin(), b.begin() + n_q);
+                l.bk.assign(b.begin() + n_q, b.begin() + n_q + n_kv);
+                l.bv.assign(b.begin() + n_q + n_kv, b.end());
+            }
         } else {
             l.wq = matrix(src, m, p + "attn_q.weight", n_q, hp.n_embd);
             l.wk = matrix(src, m, p + "attn_k.weight", n_kv, hp.n_embd);
             l.wv = matrix(src, m, p + "attn_v.weight", n_kv, hp.n_embd);
-            // Llama checkpoints with attention_bias carry them too; qwen2 must.
-            const auto bias = [&](const std::string & name, int64_t n) {
-                return qkv_bias ? vector_f32(src, m, name, n) : vector_opt(src, m, name, n);
-            };
             l.bq = bias(p + "attn_q.bias", n_q);
             l.bk = bias(p + "attn_k.bias", n_kv);
             l.bv = bias(p + "attn_v.bias", n_kv);
         }
+        if (o.qk_norm) {
+            l.attn_q_norm = norm(p + "attn_q_norm.weight", hp.head_dim);
+            l.attn_k_norm = norm(p + "attn_k_norm.weight", hp.head_dim);
+        }
         l.wo = matrix(src, m, p + "attn_output.weight", hp.n_embd, n_q);
         l.bo = vector_opt(src, m, p + "attn_output.bias", hp.n_embd);
-        l.ffn_norm = vector_f32(src, m, p + "ffn_norm.weight", hp.n_embd);
-        l.ffn_gate = matrix(src, m, p + "ffn_gate.weight", hp.n_ff, hp.n_embd);
-        l.ffn_up = matrix(src, m, p + "ffn_up.weight", hp.n_ff, hp.n_embd);
+        if (o.post_norms) l.attn_post_norm = norm(p + "post_attention_norm.weight", hp.n_embd);
+        l.ffn_norm = norm(p + "ffn_norm.weight", hp.n_embd);
+        if (o.fused_gate_up) {
+            // Phi3's gate_up_proj: gate rows first, then up (transformers chunks it in two).
+            const weight_view gate_up = matrix(src, m, p + "ffn_up.weight", 2 * int64_t(hp.n_ff), hp.n_embd);
+            l.ffn_gate = rows(gate_up, 0, hp.n_ff);
+            l.ffn_up = rows(gate_up, hp.n_ff, hp.n_ff);
+        } else {
+            l.ffn_gate = matrix(src, m, p + "ffn_gate.weight", hp.n_ff, hp.n_embd);
+            l.ffn_up = matrix(src, m, p + "ffn_up.weight", hp.n_ff, hp.n_embd);
+        }
         l.ffn_down = matrix(src, m, p + "ffn_down.weight", hp.n_embd, hp.n_ff);
+        if (o.post_norms) l.ffn_post_norm = norm(p + "post_ffw_norm.weight", hp.n_embd);
     }
 }
 
@@ -245,6 +304,17 @@ void gguf_llama_like_hparams(const gguf_file & f, const std::string & arch, hpar
     }
     if (!(factor > 0.0)) fail_input("'{}': RoPE scaling factor {} must be > 0", path, factor);
     hp.rope_freq_scale = float(1.0 / factor);
+    // Mistral-style sliding window over every layer, where the file declares one.
+    if (f.get_int(a + "attention.sliding_window")) {
+        hp.set_swa(gguf_required_int(f, a + "attention.sliding_window", 0, big), 1);
+    }
+}
+
+std::optional<float> gguf_optional_positive(const gguf_file & f, const std::string & key) {
+    const std::optional<double> v = f.get_float(key);  // a value of another type: an error naming the key
+    if (!v) return std::nullopt;
+    if (!(*v > 0.0) || !std::isfinite(*v)) fail_input("'{}': '{}' is {}, expected a number > 0", f.name(), key, *v);
+    return float(*v);
 }
 
 void hf_layer_hparams(const hf_checkpoint & c, hparams & hp) {
@@ -263,6 +333,44 @@ void hf_layer_hparams(const hf_checkpoint & c, hparams & hp) {
     hp.head_dim = hp.n_embd / hp.n_head;
 }
 
+namespace {
+
+// LongRoPE (Ding et al. 2024, "LongRoPE"; transformers' _compute_longrope_parameters, Phi-3's "su"):
+// rope_scaling {long_factor, short_factor: f32 [head_dim/2] each, attention_factor (optional)} and
+// original_max_position_embeddings (top level, or in rope_scaling). Pair i's frequency is divided by
+// the long factors when the context exceeds the original length, else by the short ones; cos and
+// sin are multiplied by attention_factor, by default sqrt(1 + ln(s) / ln(original)) with s =
+// max_position_embeddings / original (1 when s <= 1).
+void hf_longrope(const hf_checkpoint & c, const json_value & scaling, hparams & hp) {
+    const json_value config = c.config();
+    const std::string cfg = c.config_path();
+    std::optional<int64_t> orig = config.optional_int("/original_max_position_embeddings", 1, int64_t(1) << 30);
+    if (!orig) orig = scaling.optional_int("/original_max_position_embeddings", 1, int64_t(1) << 30);
+    if (!orig) fail_input("'{}': rope_scaling longrope needs original_max_position_embeddings", cfg);
+    hp.n_ctx_orig = int32_t(*orig);
+    const auto factors = [&](const char * key) {
+        const json_value a = scaling.at(key, "an array of head_dim / 2 numbers");
+        if (int64_t(a.size()) != hp.head_dim / 2) {
+            fail_input("'{}': rope_scaling{} has {} entries, expected head_dim / 2 = {}", cfg, key, a.size(),
+                       hp.head_dim / 2);
+        }
+        std::vector<float> f(a.size());
+        for (size_t i = 0; i < a.size(); ++i) f[i] = float(a.item(i).get<double>());
+        return f;
+    };
+    hp.rope_freq_factors = factors("/short_factor");
+    hp.rope_freq_factors_long = factors("/long_factor");
+    if (const std::optional<double> af = scaling.optional<double>("/attention_factor")) {
+        if (!(*af > 0.0)) fail_input("'{}': rope_scaling.attention_factor is {}, expected > 0", cfg, *af);
+        hp.rope_attn_factor = float(*af);
+    } else {
+        const double s = double(hp.n_ctx_train) / double(hp.n_ctx_orig);
+        hp.rope_attn_factor = s <= 1.0 ? 1.0f : float(std::sqrt(1.0 + std::log(s) / std::log(double(hp.n_ctx_orig))));
+    }
+}
+
+}  // namespace
+
 void hf_llama_like_hparams(const hf_checkpoint & c, hparams & hp) {
     const std::string cfg = c.config_path();
     const json_value config = c.config();
@@ -274,18 +382,27 @@ void hf_llama_like_hparams(const hf_checkpoint & c, hparams & hp) {
     hp.n_ctx_train = config.optional_int("/max_position_embeddings", 1, big).value_or(2048);
     hp.rms_eps = float(config.optional<double>("/rms_norm_eps").value_or(1e-6));
     hp.rope_freq_base = float(config.optional<double>("/rope_theta").value_or(10000.0));
-    if (std::optional<std::string> act = config.optional<std::string>("/hidden_act"); act && *act != "silu") {
-        fail_input("'{}': hidden_act is '{}'; supported: silu", cfg, *act);
+    // Gemma names it hidden_activation (and Gemma 2 both).
+    const char * act_key = config.find("/hidden_activation") ? "hidden_activation" : "hidden_act";
+    const char * act_expected = hp.ffn == ffn_kind::geglu ? "gelu_pytorch_tanh" : "silu";
+    if (std::optional<std::string> act = config.optional<std::string>(std::string("/") + act_key);
+        act && *act != act_expected) {
+        fail_input("'{}': {} is '{}'; supported: {}", cfg, act_key, *act, act_expected);
     }
     if (config.optional<bool>("/mlp_bias").value_or(false)) {
         fail_input("'{}': mlp_bias is true; supported: false (the SwiGLU feed-forward has no biases)", cfg);
     }
+    hf_sliding_window(c, hp);
     const std::optional<json_value> scaling = config.find("/rope_scaling");
     if (!scaling) return;
     // transformers wrote the kind as "type" before 4.43 and as "rope_type" since.
     std::optional<std::string> type = scaling->optional<std::string>("/rope_type");
     if (!type) type = scaling->optional<std::string>("/type");
     if (!type || *type == "default") return;
+    if (*type == "longrope" || *type == "su") {
+        hf_longrope(c, *scaling, hp);
+        return;
+    }
     const double factor = scaling->required<double>("/factor");
     if (!(factor > 0.0)) fail_input("'{}': rope_scaling.factor is {}, expected > 0", cfg, factor);
     if (*type == "linear") {
@@ -302,7 +419,41 @@ void hf_llama_like_hparams(const hf_checkpoint & c, hparams & hp) {
         }
         hp.rope_freq_factors = llama3_rope_freq_factors(hp.rope_freq_base, hp.head_dim, factor, lo, hi, double(orig));
     } else {
-        fail_input("'{}': rope_scaling type '{}' is not supported; supported: default, linear, llama3", cfg, *type);
+        fail_input("'{}': rope_scaling type '{}' is not supported; supported: default, linear, llama3, longrope (su)",
+                   cfg, *type);
+    }
+}
+
+void hf_sliding_window(const hf_checkpoint & c, hparams & hp) {
+    const std::string cfg = c.config_path();
+    const json_value config = c.config();
+    HILL_ASSERT(hp.n_layer > 0);
+    hp.set_swa(0, 1);
+    // Qwen2, Qwen3: the window applies only with use_sliding_window, to layers from max_window_layers on.
+    const bool qwen2 = hp.arch == "qwen2" || hp.arch == "qwen3";
+    if (qwen2 && !config.optional<bool>("/use_sliding_window").value_or(false)) return;
+    const std::optional<json_value> window = config.find("/sliding_window");
+    if (!window) return;
+    const int32_t n = config.required_int("/sliding_window", 1, INT32_MAX);
+    if (const std::optional<std::vector<std::string>> types = config.optional<std::vector<std::string>>("/layer_types")) {
+        if (int64_t(types->size()) != hp.n_layer) {
+            fail_input("'{}': layer_types has {} entries, expected num_hidden_layers = {}", cfg, types->size(),
+                       hp.n_layer);
+        }
+        hp.set_swa(n, 1);
+        for (int il = 0; il < hp.n_layer; ++il) {
+            const std::string & t = (*types)[size_t(il)];
+            if (t != "sliding_attention" && t != "full_attention") {
+                fail_input("'{}': layer_types[{}] is '{}'; supported: sliding_attention, full_attention", cfg, il, t);
+            }
+            hp.swa_layers[size_t(il)] = t == "sliding_attention";
+        }
+        return;
+    }
+    hp.set_swa(n, 1);
+    if (qwen2) {
+        const int64_t from = config.optional_int("/max_window_layers", 0, 4096).value_or(0);
+        for (int il = 0; il < hp.n_layer && il < from; ++il) hp.swa_layers[size_t(il)] = 0;
     }
 }
 

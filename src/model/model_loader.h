@@ -37,6 +37,22 @@ public:
     virtual std::string describe(const std::string & gguf_name) const = 0;
     // The file or folder, for messages.
     virtual const std::string & name() const = 0;
+    // True for a GGUF file, false for a checkpoint folder (whose tensors may be stored as
+    // transformers keeps them rather than as llama.cpp's converter writes them: Gemma's norms).
+    virtual bool is_gguf() const = 0;
+};
+
+// What a llama-family model has beyond llama's block (llama_family_weights).
+struct llama_family_options {
+    bool qkv_bias = false;       // q/k/v biases required (otherwise optional)
+    bool fused_qkv = false;      // one attn_qkv matrix (split into views of its q, k, v rows); with
+                                 // qkv_bias its bias too (qwen)
+    bool fused_gate_up = false;  // phi3: ffn_up holds gate rows [0, n_ff) then up rows (no ffn_gate)
+    bool qk_norm = false;        // attn_q_norm, attn_k_norm f32 [head_dim] required (qwen3, gemma3)
+    bool post_norms = false;     // post_attention_norm, post_ffw_norm required (gemma)
+    // Gemma: every norm scales by (1 + w); GGUF stores 1 + w (llama.cpp's converter adds 1), a
+    // checkpoint folder w, to which the loader adds 1.
+    bool norm_plus_one = false;
 };
 
 // How an architecture reads one container. A null hparams_from_gguf: the architecture cannot be
@@ -70,10 +86,9 @@ struct model_loader {
     // Empty when absent.
     static std::vector<float> vector_opt(const tensor_source & src, model & m, const std::string & name, int64_t n);
 
-    // The llama-family blocks (llama, qwen2, qwen): token embedding, norms, attention, SwiGLU, output
-    // (tied when absent). qkv_bias: q/k/v biases required; fused_qkv: one attn_qkv matrix and bias
-    // (qwen) split into views of its q, k and v rows.
-    static void llama_family_weights(const tensor_source & src, model & m, bool qkv_bias, bool fused_qkv);
+    // The llama-family blocks (llama, qwen2, qwen, qwen3, gemma2, gemma3, phi3): token embedding,
+    // norms, attention, gated FFN, output (tied when absent), with the options' extras.
+    static void llama_family_weights(const tensor_source & src, model & m, const llama_family_options & o);
     static void opt_model_weights(const tensor_source & src, model & m);
 
     // Checks that hold for every architecture (positive sizes, GQA divisibility, even head_dim for
@@ -91,6 +106,17 @@ void qwen2_weights(const tensor_source & src, model & m);
 void qwen_hparams_gguf(const gguf_file & f, hparams & hp);
 void qwen_hparams_hf(const hf_checkpoint & c, hparams & hp);
 void qwen_weights(const tensor_source & src, model & m);
+void qwen3_hparams_gguf(const gguf_file & f, hparams & hp);
+void qwen3_hparams_hf(const hf_checkpoint & c, hparams & hp);
+void qwen3_weights(const tensor_source & src, model & m);
+void gemma2_hparams_gguf(const gguf_file & f, hparams & hp);
+void gemma2_hparams_hf(const hf_checkpoint & c, hparams & hp);
+void gemma3_hparams_gguf(const gguf_file & f, hparams & hp);
+void gemma3_hparams_hf(const hf_checkpoint & c, hparams & hp);
+void gemma_weights(const tensor_source & src, model & m);
+void phi3_hparams_gguf(const gguf_file & f, hparams & hp);
+void phi3_hparams_hf(const hf_checkpoint & c, hparams & hp);
+void phi3_weights(const tensor_source & src, model & m);
 // opt in GGUF: the keys hf_convert.cpp writes (opt.context_length, embedding_length,
 // feed_forward_length, block_count, attention.head_count, attention.layer_norm_epsilon,
 // word_embedding_length, layer_norm_before), each required; errors name the missing key.
@@ -103,15 +129,21 @@ int32_t gguf_required_int(const gguf_file & f, const std::string & key, int64_t 
 // The `<arch>.*` keys llama.cpp writes for every llama-like architecture: context_length,
 // embedding_length, feed_forward_length, block_count, attention.head_count[_kv],
 // attention.key_length, rope.dimension_count, attention.layer_norm_rms_epsilon, rope.freq_base,
-// rope.scaling.{type,factor} (none, linear).
+// rope.scaling.{type,factor} (none, linear), attention.sliding_window (optional; every layer).
 void gguf_llama_like_hparams(const gguf_file & f, const std::string & arch, hparams & hp);
+// GGUF metadata `key`, optional, a float that must be finite and > 0; nullopt when absent.
+std::optional<float> gguf_optional_positive(const gguf_file & f, const std::string & key);
 // The config.json keys of transformers' LlamaConfig and its relatives: hidden_size,
 // intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim,
 // max_position_embeddings, rms_norm_eps, rope_theta, rope_scaling (none/default, linear, llama3),
-// hidden_act (silu).
+// hidden_act (silu), sliding_window (every layer; mistral; use_sliding_window + max_window_layers
+// or layer_types for qwen2).
 // num_hidden_layers, num_attention_heads, num_key_value_heads (default: MHA) and head_dim (default:
 // hidden_size / num_attention_heads, which must divide) from config.json; hp.n_embd must be set.
 void hf_layer_hparams(const hf_checkpoint & c, hparams & hp);
 void hf_llama_like_hparams(const hf_checkpoint & c, hparams & hp);
+// The sliding-window keys of config.json: layer_types ("sliding_attention" / "full_attention") when
+// present, else `sliding_window` for every layer (null or absent: none). hp.n_layer must be set.
+void hf_sliding_window(const hf_checkpoint & c, hparams & hp);
 
 }  // namespace hill

@@ -3,8 +3,10 @@
 # what its implementations share; hf_names: the HF -> GGUF names shared by the folder loader and
 # `convert`.
 hill_add_library(hill_model
+  model/arch_gemma.cpp
   model/arch_llama.cpp
   model/arch_opt.cpp
+  model/arch_phi3.cpp
   model/arch_qwen.cpp
   model/forward.cpp
   model/gguf_model.cpp

@@ -91,21 +91,28 @@ void check_dims(const dims & d, ggml_type type) {
     }
 }
 
-void write_header(gguf_writer & w, const dims & d, const std::string & name, float freq_base, float scaling) {
-    w.set_string("general.architecture", "llama");
+void write_header(gguf_writer & w, const dims & d, const std::string & name, float freq_base, float scaling,
+                  const std::string & arch = "llama", int32_t n_swa = 0) {
+    const std::string a = arch + ".";
+    w.set_string("general.architecture", arch);
     w.set_string("general.name", name);
-    w.set_u32("llama.context_length", uint32_t(d.n_ctx));
-    w.set_u32("llama.embedding_length", uint32_t(d.n_embd));
-    w.set_u32("llama.feed_forward_length", uint32_t(d.n_ff));
-    w.set_u32("llama.block_count", uint32_t(d.n_layer));
-    w.set_u32("llama.attention.head_count", uint32_t(d.n_head));
-    w.set_u32("llama.attention.head_count_kv", uint32_t(d.n_head_kv));
-    w.set_u32("llama.rope.dimension_count", uint32_t(d.n_embd / d.n_head));
-    w.set_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    w.set_f32("llama.rope.freq_base", freq_base);
+    w.set_u32(a + "context_length", uint32_t(d.n_ctx));
+    w.set_u32(a + "embedding_length", uint32_t(d.n_embd));
+    w.set_u32(a + "feed_forward_length", uint32_t(d.n_ff));
+    w.set_u32(a + "block_count", uint32_t(d.n_layer));
+    w.set_u32(a + "attention.head_count", uint32_t(d.n_head));
+    w.set_u32(a + "attention.head_count_kv", uint32_t(d.n_head_kv));
+    w.set_u32(a + "rope.dimension_count", uint32_t(d.n_embd / d.n_head));
+    w.set_f32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
+    w.set_f32(a + "rope.freq_base", freq_base);
     if (scaling != 1.0f) {
-        w.set_string("llama.rope.scaling.type", "linear");
-        w.set_f32("llama.rope.scaling.factor", scaling);
+        w.set_string(a + "rope.scaling.type", "linear");
+        w.set_f32(a + "rope.scaling.factor", scaling);
+    }
+    if (n_swa > 0) w.set_u32(a + "attention.sliding_window", uint32_t(n_swa));
+    if (arch == "gemma2") {  // Gemma 2's values
+        w.set_f32(a + "attn_logit_softcapping", 50.0f);
+        w.set_f32(a + "final_logit_softcapping", 30.0f);
     }
 }
 
@@ -125,9 +132,10 @@ std::vector<float> random_values(rng64 & rng, size_t n, float scale) {
     return v;
 }
 
-// Every matrix of the model: random unless `fixed` supplies it by tensor name.
+// Every matrix of the model: random unless `fixed` supplies it by tensor name. arch: the tensors of
+// that llama-family architecture (write_random_model).
 void add_weights(gguf_writer & w, const dims & d, const weight_scheme & scheme, bool tied, rng64 & rng,
-                 const std::map<std::string, std::vector<float>> & fixed) {
+                 const std::map<std::string, std::vector<float>> & fixed, const std::string & arch = "llama") {
     const int64_t hd = d.n_embd / d.n_head;
     auto mat = [&](const std::string & name, int64_t rows, int64_t cols) {
         auto it = fixed.find(name);
@@ -135,26 +143,51 @@ void add_weights(gguf_writer & w, const dims & d, const weight_scheme & scheme, 
             w, name, scheme, d.n_layer, tied, rows, cols,
             it != fixed.end() ? it->second : random_values(rng, size_t(rows * cols), 1.0f / std::sqrt(float(cols))));
     };
-    auto norm = [&](const std::string & name) {
-        std::vector<float> v = random_values(rng, size_t(d.n_embd), 0.1f);
+    auto norm = [&](const std::string & name, int64_t n) {
+        std::vector<float> v = random_values(rng, size_t(n), 0.1f);
         for (auto & x : v) x += 1.0f;
         if (auto it = fixed.find(name); it != fixed.end()) v = it->second;
-        w.add_tensor(name, ggml_type::f32, {d.n_embd}, v.data());
+        w.add_tensor(name, ggml_type::f32, {n}, v.data());
     };
+    auto bias = [&](const std::string & name, int64_t n) {
+        const std::vector<float> v = random_values(rng, size_t(n), 0.2f);
+        w.add_tensor(name, ggml_type::f32, {n}, v.data());
+    };
+    const bool gemma = arch == "gemma2" || arch == "gemma3";
+    const bool qk_norm = arch == "qwen3" || arch == "gemma3";
     mat("token_embd.weight", d.n_vocab, d.n_embd);
-    norm("output_norm.weight");
-    if (!tied) mat("output.weight", d.n_vocab, d.n_embd);
+    norm("output_norm.weight", d.n_embd);
+    if (!tied && !gemma) mat("output.weight", d.n_vocab, d.n_embd);
     for (int il = 0; il < d.n_layer; ++il) {
         const std::string p = fmt::format("blk.{}.", il);
-        norm(p + "attn_norm.weight");
-        mat(p + "attn_q.weight", d.n_head * hd, d.n_embd);
-        mat(p + "attn_k.weight", d.n_head_kv * hd, d.n_embd);
-        mat(p + "attn_v.weight", d.n_head_kv * hd, d.n_embd);
+        norm(p + "attn_norm.weight", d.n_embd);
+        if (arch == "phi3") {
+            mat(p + "attn_qkv.weight", (d.n_head + 2 * d.n_head_kv) * hd, d.n_embd);
+        } else {
+            mat(p + "attn_q.weight", d.n_head * hd, d.n_embd);
+            mat(p + "attn_k.weight", d.n_head_kv * hd, d.n_embd);
+            mat(p + "attn_v.weight", d.n_head_kv * hd, d.n_embd);
+        }
+        if (arch == "qwen2") {
+            bias(p + "attn_q.bias", d.n_head * hd);
+            bias(p + "attn_k.bias", d.n_head_kv * hd);
+            bias(p + "attn_v.bias", d.n_head_kv * hd);
+        }
+        if (qk_norm) {
+            norm(p + "attn_q_norm.weight", hd);
+            norm(p + "attn_k_norm.weight", hd);
+        }
         mat(p + "attn_output.weight", d.n_embd, d.n_head * hd);
-        norm(p + "ffn_norm.weight");
-        mat(p + "ffn_gate.weight", d.n_ff, d.n_embd);
-        mat(p + "ffn_up.weight", d.n_ff, d.n_embd);
+        if (gemma) norm(p + "post_attention_norm.weight", d.n_embd);
+        norm(p + "ffn_norm.weight", d.n_embd);
+        if (arch == "phi3") {
+            mat(p + "ffn_up.weight", 2 * int64_t(d.n_ff), d.n_embd);  // gate rows, then up rows
+        } else {
+            mat(p + "ffn_gate.weight", d.n_ff, d.n_embd);
+            mat(p + "ffn_up.weight", d.n_ff, d.n_embd);
+        }
         mat(p + "ffn_down.weight", d.n_embd, d.n_ff);
+        if (gemma) norm(p + "post_ffw_norm.weight", d.n_embd);
     }
 }
 
@@ -165,6 +198,12 @@ void write_random_model(const std::string & path, const random_model_params & p)
     check_dims(d, p.type.type);
     if (!(p.rope_freq_base > 0.0f)) fail_usage("RoPE frequency base must be > 0, got {}", p.rope_freq_base);
     if (!(p.rope_scaling_factor > 0.0f)) fail_usage("RoPE scaling factor must be > 0, got {}", p.rope_scaling_factor);
+    const std::vector<std::string> archs = {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"};
+    if (std::find(archs.begin(), archs.end(), p.arch) == archs.end()) {
+        fail_usage("architecture '{}' is not one make-model writes; supported: {}", p.arch, random_model_archs);
+    }
+    if (p.n_swa < 0) fail_usage("sliding window must be >= 0, got {}", p.n_swa);
+    if (p.arch == "gemma2" && p.n_swa == 0) fail_usage("gemma2 needs a sliding window (--n-swa N, e.g. 4096)");
 
     spm_vocab vocab;
     // Fill the vocabulary with letters, then space-prefixed letters, then letter pairs.
@@ -179,12 +218,12 @@ void write_random_model(const std::string & path, const random_model_params & p)
     }
 
     gguf_writer w;
-    write_header(w, d, "hillinfer-random", p.rope_freq_base, p.rope_scaling_factor);
+    write_header(w, d, "hillinfer-random", p.rope_freq_base, p.rope_scaling_factor, p.arch, p.n_swa);
     w.set_u64("general.seed", p.seed);
     w.set_u32("general.file_type", weight_scheme_file_type(p.type));
     vocab.write(w);
     rng64 rng{p.seed};
-    add_weights(w, d, p.type, p.tied_output, rng, {});
+    add_weights(w, d, p.type, p.tied_output, rng, {}, p.arch);
     w.write(path);
 }
 

@@ -1,8 +1,13 @@
-// Models HillInfer makes itself, written as standard `llama` GGUF files that any GGUF engine for
-// the llama architecture can load:
+// Models HillInfer makes itself, written as standard GGUF files (`llama`, and for random models the
+// other llama-family architectures) that any GGUF engine for the architecture can load:
 //
 // - random: random weights of any shape and weight type, for tests (against the NumPy reference)
-//   and benchmarks (a model large enough to leave the caches).
+//   and benchmarks (a model large enough to leave the caches). Architectures, as llama.cpp's
+//   converter writes them: llama (adjacent-pair Q/K rows), qwen2 (Q/K/V biases), qwen3 (per-head Q/K
+//   norms), gemma2 and gemma3 (norms stored as 1 + w, post-attention and post-FFN norms, tied
+//   output; gemma3 Q/K norms; gemma2 soft-capping keys 50 / 30), phi3 (fused attn_qkv, ffn_up of
+//   2 n_ff rows holding gate then up). n_swa > 0 writes {arch}.attention.sliding_window (gemma2
+//   needs one: every other layer slides; gemma3: five of six; the others: every layer).
 // - bigram: a word-bigram language model by construction, the README's no-download demo. The
 //   vocabulary holds every word of a training text (with all its prefixes, so SentencePiece merges
 //   can build each word) plus byte fallback. The embedding of token i is the one-hot vector e_i
@@ -43,14 +48,20 @@ struct random_model_params {
     weight_scheme type = ggml_type::f16;  // of the matrices (norms are f32); a ggml_type or q4_k_m
     float rope_freq_base = 10000.0f;
     float rope_scaling_factor = 1.0f;  // > 1 writes linear scaling metadata
-    bool tied_output = false;          // no output.weight: the output reuses token_embd
+    bool tied_output = false;          // no output.weight: the output reuses token_embd (always for gemma)
     uint64_t seed = 1;
+    std::string arch = "llama";        // llama, qwen2, qwen3, gemma2, gemma3, phi3 (random_model_archs)
+    int32_t n_swa = 0;                 // sliding window in tokens; 0: none
 };
+
+// The architectures write_random_model writes, for messages and --help.
+inline constexpr const char * random_model_archs = "llama, qwen2, qwen3, gemma2, gemma3, phi3";
 
 // Writes a random model. Same params, same file (bit for bit). Errors: hill::error(usage) for
 // inconsistent dims (n_embd % n_head, odd head_dim, n_head % n_head_kv, a matrix row length that
 // is not a multiple of the type's block size, or of 32 for the super-block types, whose other
-// rows fall back as weight_scheme.h says), hill::error(bad_input) when the file cannot be written.
+// rows fall back as weight_scheme.h says; an unknown arch, gemma2 without n_swa),
+// hill::error(bad_input) when the file cannot be written.
 void write_random_model(const std::string & path, const random_model_params & p);
 
 // Writes the bigram model of `text` (words split on whitespace). Deterministic. Errors as above;

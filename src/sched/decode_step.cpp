@@ -39,7 +39,7 @@ decode_step::decode_step(const model & m, arch_forward & forward, kv_cells & cel
       dev_(dev), pool_(pool), layout_(hot.layout()), n_seq_max_(cells.n_seq()), prep_(std::make_unique<prepared>()),
       gather_(hot) {
     const hparams & hp = m.hp();
-    shape_ = attention_shape{hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f / std::sqrt(float(hp.head_dim))};
+    shape_ = hp.attn_shape();
     const size_t nb = size_t(n_seq_max_);
     x_.resize(nb * size_t(hp.n_embd));
     q_.resize(nb * size_t(hp.n_embd_q()));
@@ -242,6 +242,14 @@ void decode_step::score_sequence(int il, int b, prepared & prep) {
     const int64_t n = pos_[size_t(b)] + 1;
     const int n_group = policy_->n_group();
     prepared::layer_prep & L = prep.layers[size_t(il)];
+    if (const int64_t window = model_.hp().window(il); window > 0) {
+        // A sliding-window layer attends to its window under every policy: that is its selection.
+        std::vector<int32_t> & att = L.attended[size_t(b)];
+        att.clear();
+        for (int64_t t = std::max<int64_t>(0, n - window); t < n; ++t) att.push_back(int32_t(t));
+        policy_->counted(att, n, L.counted[size_t(b)]);
+        return;
+    }
     const float * scores = nullptr;
     if (policy_->wants_scores(n) && copy_ != nullptr) {
         // Every token from the scoring copy in DRAM (the step's own key was written to it above).
