@@ -1,5 +1,6 @@
 hill_add_library(hill_tokenizer
   tokenizer/bpe_tokenizer.cpp
+  tokenizer/chat_template.cpp
   tokenizer/spm_tokenizer.cpp
   tokenizer/tokenizer.cpp
 )
