@@ -9,6 +9,7 @@
 #include "core/sys_info.h"
 #include "demo_text.h"
 #include "model/synthetic_model.h"
+#include "tokenizer/chat_template.h"
 
 namespace hill::cli {
 
@@ -19,6 +20,7 @@ command_fn add_make_model(CLI::App & app) {
         std::string text_file;
         std::string type = "f16";
         std::string seed = "1";  // parse_seed: [0, seed_max]
+        std::string chat;        // --chat-template: a chat model of this family
         random_model_params rp;
     };
     auto o = std::make_shared<opts_t>();
@@ -44,6 +46,9 @@ command_fn add_make_model(CLI::App & app) {
     sub->add_option("--rope-scale", o->rp.rope_scaling_factor, "random: linear RoPE scaling factor")
         ->capture_default_str();
     sub->add_flag("--tied", o->rp.tied_output, "random: no output matrix (tied to the embedding)");
+    sub->add_option("--chat-template", o->chat, "random: a chat model speaking this template (" +
+                    chat_template::family_names() + "): its control tokens in the vocabulary, the template in the "
+                    "metadata, replies that end by themselves");
     sub->add_option("--seed", o->seed, "random: seed, an integer in [0, 18446744073709551615] (2^64 - 1)")
         ->capture_default_str();
     return [o, sub, n_ctx]() {
@@ -67,6 +72,12 @@ command_fn add_make_model(CLI::App & app) {
             const auto t = ggml_type_from_name(o->type);
             if (!t) fail_usage("--type must be one of f32, f16, bf16, q8_0, q4_0; got '{}'", o->type);
             o->rp.type = *t;
+            if (!o->chat.empty()) {
+                const chat_template ct = chat_template::named(o->chat);
+                o->rp.control_tokens = ct.special_tokens();
+                o->rp.chat_template = ct.reference_jinja();
+                o->rp.chat_end_token = ct.end_of_turn().empty() ? "</s>" : std::string(ct.end_of_turn());
+            }
             try {
                 write_random_model(o->out, o->rp);
             } catch (const std::bad_alloc &) {
