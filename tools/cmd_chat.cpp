@@ -50,7 +50,9 @@ class line_reader {
 public:
     enum class status { line, eof, interrupted };
 
-    explicit line_reader(bool tty) : tty_(tty) {}
+    // tty: standard input is a terminal; the typed text is echoed to echo_fd (the terminal: stdout, or
+    // stderr when stdout is redirected).
+    line_reader(bool tty, int echo_fd) : tty_(tty), echo_fd_(echo_fd) {}
 
     status read(std::string & line) {
         line.clear();
@@ -110,8 +112,8 @@ private:
         }
     }
 
-    static void echo(std::string_view s) {
-        (void)!::write(1, s.data(), s.size());
+    void echo(std::string_view s) const {
+        (void)!::write(echo_fd_, s.data(), s.size());
     }
 
     status read_tty(std::string & line) {
@@ -172,6 +174,7 @@ private:
     }
 
     bool tty_;
+    int echo_fd_;
     bool eof_ = false;
     std::string buf_;  // input read but not yet returned
 };
@@ -232,7 +235,8 @@ int run_chat(const chat_opts & o) {
     std::vector<float> logits(size_t(hp.n_vocab));
 
     const bool tty = ::isatty(0) == 1;
-    line_reader in(tty);
+    FILE * term = ::isatty(1) == 1 ? stdout : stderr;  // where the prompt and the typed text go
+    line_reader in(tty, ::fileno(term));
     std::vector<chat_message> history;
     if (o.system_opt->count() > 0) history.push_back({"system", o.system});
     std::vector<kv_segment> segments;
@@ -244,13 +248,13 @@ int run_chat(const chat_opts & o) {
 
     for (;;) {
         if (tty) {
-            fmt::print("> ");
-            std::fflush(stdout);
+            fmt::print(term, "> ");
+            std::fflush(term);
         }
         std::string line;
         const line_reader::status st = in.read(line);
         if (st != line_reader::status::line) {
-            if (tty && st == line_reader::status::interrupted) fmt::print("\n");
+            if (tty && st == line_reader::status::interrupted) fmt::print(term, "\n");
             break;
         }
         if (line.find_first_not_of(" \t\r\n") == std::string::npos) continue;  // an empty line: nothing to send
