@@ -18,8 +18,12 @@ namespace {
 
 // The conversation llama.cpp's chat template tests use (a reply with spaces around it shows trimming).
 const std::vector<chat_message> k_chat = {
-    {"system", "You are a helpful assistant"}, {"user", "Hello"},           {"assistant", "Hi there"},
-    {"user", "Who are you"},                   {"assistant", "   I am an assistant   "}, {"user", "Another question"},
+    {"system", "You are a helpful assistant"},
+    {"user", "Hello"},
+    {"assistant", "Hi there"},
+    {"user", "Who are you"},
+    {"assistant", "   I am an assistant   "},
+    {"user", "Another question"},
 };
 const std::vector<chat_message> k_chat_no_system(k_chat.begin() + 1, k_chat.end());
 
@@ -123,14 +127,17 @@ const char * k_deepseek_r1 = R"({%- for message in messages -%}{%- if message['r
 {%- if add_generation_prompt and not ns.is_tool -%}{{'<｜Assistant｜><think>\n'}}
 {%- endif %})";
 
-std::string fmt_chat(const chat_template & t, const std::vector<chat_message> & m) { return t.format(m, true); }
+std::string fmt_chat(const chat_template & t, const std::vector<chat_message> & m) {
+    return t.format(m, true);
+}
 
 TEST(ChatTemplate, Llama2) {
     const chat_template t = chat_template::recognize(k_llama2);
     EXPECT_EQ(t.family(), chat_family::llama2);
-    EXPECT_EQ(fmt_chat(t, k_chat),
-              "[INST] <<SYS>>\nYou are a helpful assistant\n<</SYS>>\n\nHello [/INST] Hi there </s><s>[INST] Who are you "
-              "[/INST] I am an assistant </s><s>[INST] Another question [/INST]");
+    EXPECT_EQ(
+        fmt_chat(t, k_chat),
+        "[INST] <<SYS>>\nYou are a helpful assistant\n<</SYS>>\n\nHello [/INST] Hi there </s><s>[INST] Who are you "
+        "[/INST] I am an assistant </s><s>[INST] Another question [/INST]");
     EXPECT_EQ(fmt_chat(t, k_chat_no_system),
               "[INST] Hello [/INST] Hi there </s><s>[INST] Who are you [/INST] I am an assistant </s><s>[INST] Another "
               "question [/INST]");
@@ -140,11 +147,13 @@ TEST(ChatTemplate, Llama3) {
     const chat_template t = chat_template::recognize(k_llama3);
     EXPECT_EQ(t.family(), chat_family::llama3);
     const std::string tail =
-        "<|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nHi "
+        "<|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|><|start_header_id|>assistant<|end_header_id|>"
+        "\n\nHi "
         "there<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWho are you<|eot_id|><|start_header_id|>assistant<|"
         "end_header_id|>\n\nI am an assistant<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nAnother "
         "question<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n";
-    EXPECT_EQ(fmt_chat(t, k_chat), "<|start_header_id|>system<|end_header_id|>\n\nYou are a helpful assistant<|eot_id|>" + tail);
+    EXPECT_EQ(fmt_chat(t, k_chat),
+              "<|start_header_id|>system<|end_header_id|>\n\nYou are a helpful assistant<|eot_id|>" + tail);
     EXPECT_EQ(fmt_chat(t, k_chat_no_system), tail);
 }
 
@@ -163,17 +172,19 @@ TEST(ChatTemplate, ChatML) {
     // Qwen2.5: its default system message when none is given.
     const chat_template q = chat_template::recognize(k_qwen25);
     EXPECT_EQ(q.family(), chat_family::chatml);
-    EXPECT_EQ(fmt_chat(q, k_chat_no_system),
-              "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n" + tail);
+    EXPECT_EQ(
+        fmt_chat(q, k_chat_no_system),
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n" + tail);
     EXPECT_EQ(fmt_chat(q, k_chat), fmt_chat(t, k_chat));
 
     // Qwen3: an earlier reply keeps its text after </think>; the reply being written is untouched.
     const chat_template q3 = chat_template::recognize(k_qwen3);
     const std::vector<chat_message> think = {
         {"user", "Hi"}, {"assistant", "<think>\nhm\n</think>\n\nHello!"}, {"user", "Bye"}};
-    EXPECT_EQ(fmt_chat(q3, think),
-              "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n"
-              "<|im_start|>assistant\n");
+    EXPECT_EQ(
+        fmt_chat(q3, think),
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n"
+        "<|im_start|>assistant\n");
     EXPECT_NE(fmt_chat(t, think).find("<think>\nhm\n</think>\n\nHello!"), std::string::npos);  // plain ChatML keeps it
 }
 
@@ -184,21 +195,24 @@ TEST(ChatTemplate, Mistral) {
               "[INST] You are a helpful assistant\n\nHello[/INST] Hi there</s>[INST] Who are you[/INST] I am an "
               "assistant</s>[INST] Another question[/INST]");
     EXPECT_EQ(fmt_chat(v3, k_chat_no_system),
-              "[INST] Hello[/INST] Hi there</s>[INST] Who are you[/INST] I am an assistant</s>[INST] Another question[/INST]");
+              "[INST] Hello[/INST] Hi there</s>[INST] Who are you[/INST] I am an assistant</s>[INST] Another "
+              "question[/INST]");
     const chat_template v1 = chat_template::recognize(k_mistral_v1);
     EXPECT_EQ(fmt_chat(v1, k_chat),
               " [INST] You are a helpful assistant\n\nHello [/INST] Hi there</s> [INST] Who are you [/INST]    I am an "
               "assistant   </s> [INST] Another question [/INST]");
     const chat_template v7 = chat_template::recognize(k_mistral_v7);
-    EXPECT_EQ(fmt_chat(v7, k_chat),
-              "[SYSTEM_PROMPT] You are a helpful assistant[/SYSTEM_PROMPT][INST] Hello[/INST] Hi there</s>[INST] Who are "
-              "you[/INST]    I am an assistant   </s>[INST] Another question[/INST]");
+    EXPECT_EQ(
+        fmt_chat(v7, k_chat),
+        "[SYSTEM_PROMPT] You are a helpful assistant[/SYSTEM_PROMPT][INST] Hello[/INST] Hi there</s>[INST] Who are "
+        "you[/INST]    I am an assistant   </s>[INST] Another question[/INST]");
     EXPECT_EQ(fmt_chat(v7, k_chat_no_system),
               "[INST] Hello[/INST] Hi there</s>[INST] Who are you[/INST]    I am an assistant   </s>[INST] Another "
               "question[/INST]");
     // The vocabulary's EOS text where the template writes eos_token.
-    EXPECT_EQ(v3.format(std::vector<chat_message>{{"user", "a"}, {"assistant", "b"}, {"user", "c"}}, true, "<s>", "<eos>"),
-              "[INST] a[/INST] b<eos>[INST] c[/INST]");
+    EXPECT_EQ(
+        v3.format(std::vector<chat_message>{{"user", "a"}, {"assistant", "b"}, {"user", "c"}}, true, "<s>", "<eos>"),
+        "[INST] a[/INST] b<eos>[INST] c[/INST]");
 }
 
 TEST(ChatTemplate, Gemma) {
@@ -216,7 +230,8 @@ TEST(ChatTemplate, Phi3AndPhi4) {
     const chat_template t = chat_template::recognize(k_phi3);
     EXPECT_EQ(t.family(), chat_family::phi3);
     const std::string tail =
-        "<|user|>\nHello<|end|>\n<|assistant|>\nHi there<|end|>\n<|user|>\nWho are you<|end|>\n<|assistant|>\n   I am an "
+        "<|user|>\nHello<|end|>\n<|assistant|>\nHi there<|end|>\n<|user|>\nWho are you<|end|>\n<|assistant|>\n   I am "
+        "an "
         "assistant   <|end|>\n<|user|>\nAnother question<|end|>\n<|assistant|>\n";
     EXPECT_EQ(fmt_chat(t, k_chat), "<|system|>\nYou are a helpful assistant<|end|>\n" + tail);
     EXPECT_EQ(fmt_chat(t, k_chat_no_system), tail);
@@ -225,7 +240,8 @@ TEST(ChatTemplate, Phi3AndPhi4) {
     const chat_template t4 = chat_template::recognize(k_phi4);
     EXPECT_EQ(t4.family(), chat_family::phi4);
     const std::string tail4 =
-        "<|im_start|>user<|im_sep|>Hello<|im_end|><|im_start|>assistant<|im_sep|>Hi there<|im_end|><|im_start|>user<|im_"
+        "<|im_start|>user<|im_sep|>Hello<|im_end|><|im_start|>assistant<|im_sep|>Hi "
+        "there<|im_end|><|im_start|>user<|im_"
         "sep|>Who are you<|im_end|><|im_start|>assistant<|im_sep|>   I am an assistant   "
         "<|im_end|><|im_start|>user<|im_sep|>Another question<|im_end|><|im_start|>assistant<|im_sep|>";
     EXPECT_EQ(fmt_chat(t4, k_chat), "<|im_start|>system<|im_sep|>You are a helpful assistant<|im_end|>" + tail4);
@@ -242,8 +258,9 @@ TEST(ChatTemplate, DeepSeek) {
     EXPECT_EQ(fmt_chat(t, k_chat_no_system), tail);
     // By name: the generation prompt without <think>; replies lose their reasoning.
     const chat_template n = chat_template::named("deepseek");
-    EXPECT_EQ(n.format(std::vector<chat_message>{{"user", "a"}, {"assistant", "<think>x</think>b"}, {"user", "c"}}, true),
-              "<｜User｜>a<｜Assistant｜>b<｜end▁of▁sentence｜><｜User｜>c<｜Assistant｜>");
+    EXPECT_EQ(
+        n.format(std::vector<chat_message>{{"user", "a"}, {"assistant", "<think>x</think>b"}, {"user", "c"}}, true),
+        "<｜User｜>a<｜Assistant｜>b<｜end▁of▁sentence｜><｜User｜>c<｜Assistant｜>");
 }
 
 TEST(ChatTemplate, ReferenceTemplatesAreRecognized) {
@@ -283,7 +300,10 @@ vocab chat_vocab(const std::vector<std::string> & specials) {
         v.pieces.push_back(s);
         v.kinds.push_back(token_kind::control);
     }
-    for (const char * p : {"\xE2\x96\x81", "a", "b", "\xE2\x96\x81" "a", "\n"}) {
+    for (const char * p : {"\xE2\x96\x81", "a", "b",
+                           "\xE2\x96\x81"
+                           "a",
+                           "\n"}) {
         v.pieces.emplace_back(p);
         v.kinds.push_back(token_kind::normal);
     }
@@ -321,7 +341,7 @@ TEST(ChatTemplateData, RecognizesShippedTemplates) {
     const chat_template q = chat_template::recognize(read_chat_template(dir + "/qwen3"));
     EXPECT_EQ(q.family(), chat_family::chatml);
     EXPECT_EQ(fmt_chat(q, k_chat_no_system).rfind("<|im_start|>user\nHello", 0), 0u);  // Qwen3: no default system
-    EXPECT_EQ(read_chat_template(dir + "/gpt2"), "");  // no tokenizer_config.json
+    EXPECT_EQ(read_chat_template(dir + "/gpt2"), "");                                  // no tokenizer_config.json
 }
 
 }  // namespace

@@ -2,21 +2,20 @@
 // builds: turns, the KV kept between them (only each turn's new text prefilled), greedy turn 1 equal
 // to `generate --special` on the same text, an empty line, a message too long for the context, Ctrl-C
 // mid-reply and at the prompt, EOF, and the template errors.
-#include "cli_test_util.h"
-#include "test_util.h"
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+
+#include "cli_test_util.h"
+#include "test_util.h"
 
 namespace hill {
 namespace {
@@ -47,7 +46,8 @@ protected:
         return dir->file(name);
     }
     // chat --json with `text` on standard input; the JSON object (stdout) and stderr.
-    static std::pair<json, std::string> chat_json(const std::string & args, const std::string & text, int * code = nullptr) {
+    static std::pair<json, std::string> chat_json(const std::string & args, const std::string & text,
+                                                  int * code = nullptr) {
         const std::string in = input("in.txt", text), err = dir->file("err.txt");
         const auto r = test::run_cli("chat " + args + " --json -t 2 <" + in, " 2>" + err);
         if (code != nullptr) *code = r.code;
@@ -70,8 +70,9 @@ TEST_F(cli_chat, three_turns_prefill_only_each_new_turn) {
     ASSERT_EQ(j.at("turns").size(), 3u) << j.dump(1);  // the empty lines were ignored
     EXPECT_EQ(j.at("template"), "chatml");
     const json & t = j.at("turns");
-    EXPECT_EQ(t[0].at("prompt_text"),
-              "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n");
+    EXPECT_EQ(
+        t[0].at("prompt_text"),
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n");
     EXPECT_EQ(t[0].at("reused_tokens"), 0);
     int64_t prefilled = 0, generated = 0;
     for (size_t i = 0; i < 3; ++i) {
@@ -112,8 +113,9 @@ TEST_F(cli_chat, greedy_turn_one_equals_generate_on_the_formatted_prompt) {
         ASSERT_EQ(j.at("turns").size(), 1u);
         const json & t = j.at("turns")[0];
         const std::string prompt = input("prompt.txt", t.at("prompt_text").get<std::string>());
-        const auto g = test::run_cli("generate -m " + model(family) + " -f " + prompt +
-                                     " --special --temp 0 -n 16 -c 512 --json -t 2", " 2>/dev/null");
+        const auto g = test::run_cli(
+            "generate -m " + model(family) + " -f " + prompt + " --special --temp 0 -n 16 -c 512 --json -t 2",
+            " 2>/dev/null");
         ASSERT_EQ(g.code, 0) << g.out;
         const json gj = json::parse(g.out);
         EXPECT_EQ(gj.at("prompt_tokens"), t.at("prompt_tokens"));
@@ -126,8 +128,8 @@ TEST_F(cli_chat, greedy_turn_one_equals_generate_on_the_formatted_prompt) {
 TEST_F(cli_chat, tiered_kv_gives_the_same_conversation) {
     const std::string lines = "Hello there\nHow are you?\nTell me more\n";
     const auto [ram, e1] = chat_json("-m " + model("chatml") + " --temp 0 -n 24 -c 1024", lines);
-    const auto [tiered, e2] = chat_json("-m " + model("chatml") + " --temp 0 -n 24 -c 1024 --kv-host-budget 8K --kv-dir " +
-                                        dir->file("kv"), lines);
+    const auto [tiered, e2] = chat_json(
+        "-m " + model("chatml") + " --temp 0 -n 24 -c 1024 --kv-host-budget 8K --kv-dir " + dir->file("kv"), lines);
     ASSERT_EQ(ram.at("turns").size(), 3u);
     ASSERT_EQ(tiered.at("turns").size(), 3u);
     for (size_t i = 0; i < 3; ++i) EXPECT_EQ(tiered.at("turns")[i].at("ids"), ram.at("turns")[i].at("ids")) << i;
@@ -138,7 +140,8 @@ TEST_F(cli_chat, tiered_kv_gives_the_same_conversation) {
 TEST_F(cli_chat, long_message_refused_when_it_does_not_fit_and_the_chat_goes_on) {
     std::string paste;
     while (paste.size() < 100 * 1024) paste += "the quick brown fox jumps over the lazy dog ";
-    const auto [j, err] = chat_json("-m " + model("chatml") + " --temp 0 -n 4 -c 512", "Hi\n" + paste + "\nStill there?\n");
+    const auto [j, err] =
+        chat_json("-m " + model("chatml") + " --temp 0 -n 4 -c 512", "Hi\n" + paste + "\nStill there?\n");
     const json & t = j.at("turns");
     ASSERT_EQ(t.size(), 3u) << j.dump(1);
     EXPECT_EQ(t[1].at("stop"), "refused");

@@ -1,6 +1,18 @@
 // hillinfer chat: a conversation in the terminal (or one user turn per line of standard input) over
 // one session whose KV stays in the tiers: each turn prefills only the text the chat template adds
 // for it (tokenizer/chat_template.h), then samples the reply until the template's end-of-turn token.
+#include <fmt/format.h>
+#include <poll.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
 #include "commands.h"
 #include "common.h"
 #include "core/error.h"
@@ -9,19 +21,6 @@
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "tokenizer/chat_template.h"
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-
-#include <poll.h>
-#include <termios.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <string>
-#include <vector>
 
 namespace hill::cli {
 
@@ -112,9 +111,7 @@ private:
         }
     }
 
-    void echo(std::string_view s) const {
-        (void)!::write(echo_fd_, s.data(), s.size());
-    }
+    void echo(std::string_view s) const { (void)!::write(echo_fd_, s.data(), s.size()); }
 
     status read_tty(std::string & line) {
         size_t pos = 0;  // bytes of buf_ consumed
@@ -189,20 +186,21 @@ struct kv_segment {
 
 struct turn_record {
     std::string user;
-    std::string prompt_text;     // the template text prefilled for this turn
-    int64_t reused_tokens = 0;   // tokens of the conversation kept in the KV
-    int64_t prompt_tokens = 0;   // tokens prefilled this turn
-    std::vector<int32_t> ids;    // the reply's tokens
-    std::string text;            // the reply
-    std::string stop;            // end_of_turn, length, context, interrupted, refused
-    std::string error;           // refused: why
-    int64_t n_past = 0;          // tokens in the KV after the turn
+    std::string prompt_text;    // the template text prefilled for this turn
+    int64_t reused_tokens = 0;  // tokens of the conversation kept in the KV
+    int64_t prompt_tokens = 0;  // tokens prefilled this turn
+    std::vector<int32_t> ids;   // the reply's tokens
+    std::string text;           // the reply
+    std::string stop;           // end_of_turn, length, context, interrupted, refused
+    std::string error;          // refused: why
+    int64_t n_past = 0;         // tokens in the KV after the turn
     double prefill_s = 0.0, decode_s = 0.0;
     int64_t decode_steps = 0;
 };
 
 int run_chat(const chat_opts & o) {
-    if (o.n_predict < -1) fail_usage("-n must be >= 0, or -1 for replies until the end of the turn, got {}", o.n_predict);
+    if (o.n_predict < -1)
+        fail_usage("-n must be >= 0, or -1 for replies until the end of the turn, got {}", o.n_predict);
     if (o.n_ctx < 0) fail_usage("-c must be >= 0 (0: the model's trained context), got {}", o.n_ctx);
     o.kv.type();  // a bad --cache-type fails before the model is loaded
     const sampler_params sp = o.sampling.resolve();
@@ -242,8 +240,10 @@ int run_chat(const chat_opts & o) {
     std::vector<kv_segment> segments;
     std::vector<turn_record> turns;
     if (tty) {
-        fmt::print(stderr, "chat with {} (template {}, context {} tokens). Enter sends a message; Ctrl-C stops a reply; "
-                   "Ctrl-D or Ctrl-C here ends the chat.\n", m->path(), tmpl.name(), n_ctx);
+        fmt::print(stderr,
+                   "chat with {} (template {}, context {} tokens). Enter sends a message; Ctrl-C stops a reply; "
+                   "Ctrl-D or Ctrl-C here ends the chat.\n",
+                   m->path(), tmpl.name(), n_ctx);
     }
 
     for (;;) {
@@ -279,9 +279,10 @@ int run_chat(const chat_opts & o) {
         // The message must fit with room for at least one token of the reply.
         if (n_keep + int64_t(ids.size()) + 1 > n_ctx) {
             t.stop = "refused";
-            t.error = fmt::format("the message is {} tokens and the context holds {} tokens, {} of them used by the "
-                                  "conversation: not sent (a shorter message, or a new chat with a larger -c)",
-                                  ids.size(), n_ctx, n_keep);
+            t.error = fmt::format(
+                "the message is {} tokens and the context holds {} tokens, {} of them used by the "
+                "conversation: not sent (a shorter message, or a new chat with a larger -c)",
+                ids.size(), n_ctx, n_keep);
             fmt::print(stderr, "{}\n", t.error);
             history.pop_back();
             t.n_past = s.n_past();
@@ -357,8 +358,10 @@ int run_chat(const chat_opts & o) {
             clear_interrupt();
             fmt::print(stderr, "[reply stopped]\n");
         } else if (t.stop == "context") {
-            fmt::print(stderr, "[the context is full ({} tokens): the reply ends here; end the chat (Ctrl-D) and start a "
-                       "new one, with a larger -c to talk longer]\n", n_ctx);
+            fmt::print(stderr,
+                       "[the context is full ({} tokens): the reply ends here; end the chat (Ctrl-D) and start a "
+                       "new one, with a larger -c to talk longer]\n",
+                       n_ctx);
         }
         segments.push_back({t.text, int64_t(t.ids.size())});
         history.push_back({"assistant", t.text});
@@ -384,23 +387,34 @@ int run_chat(const chat_opts & o) {
     if (o.json) {
         nlohmann::json jt = nlohmann::json::array();
         for (const turn_record & t : turns) {
-            nlohmann::json j = {{"user", t.user}, {"prompt_text", t.prompt_text}, {"reused_tokens", t.reused_tokens},
-                                {"prompt_tokens", t.prompt_tokens}, {"generated_tokens", t.ids.size()}, {"ids", t.ids},
-                                {"text", t.text}, {"stop", t.stop}, {"n_past", t.n_past}, {"prefill_s", t.prefill_s},
-                                {"decode_s", t.decode_s}, {"decode_steps", t.decode_steps}};
+            nlohmann::json j = {{"user", t.user},
+                                {"prompt_text", t.prompt_text},
+                                {"reused_tokens", t.reused_tokens},
+                                {"prompt_tokens", t.prompt_tokens},
+                                {"generated_tokens", t.ids.size()},
+                                {"ids", t.ids},
+                                {"text", t.text},
+                                {"stop", t.stop},
+                                {"n_past", t.n_past},
+                                {"prefill_s", t.prefill_s},
+                                {"decode_s", t.decode_s},
+                                {"decode_steps", t.decode_steps}};
             if (!t.error.empty()) j["error"] = t.error;
             jt.push_back(std::move(j));
         }
-        nlohmann::json j = {{"model", m->path()}, {"template", tmpl.name()}, {"turns", jt}, {"prefill_tokens", n_prefill},
-                            {"generated_tokens", n_gen}, {"n_past", s.n_past()}, {"n_ctx", n_ctx},
-                            {"n_threads", n_threads}, {"seed", sp.seed}, {"peak_rss_bytes", rss}};
+        nlohmann::json j = {
+            {"model", m->path()},        {"template", tmpl.name()}, {"turns", jt},    {"prefill_tokens", n_prefill},
+            {"generated_tokens", n_gen}, {"n_past", s.n_past()},    {"n_ctx", n_ctx}, {"n_threads", n_threads},
+            {"seed", sp.seed},           {"peak_rss_bytes", rss}};
         j.update(run_json(s.ctx()));
         fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     }
-    fmt::print(stderr, "chat: {} turn{} answered, template {}; prefilled {} tokens ({}), prefill {:.1f} tokens/s; "
+    fmt::print(stderr,
+               "chat: {} turn{} answered, template {}; prefilled {} tokens ({}), prefill {:.1f} tokens/s; "
                "generated {} tokens, decode {}; {} tokens in the KV of {} | peak RSS {} | threads {}, seed {}\n",
-               n_answered, n_answered == 1 ? "" : "s", tmpl.name(), n_prefill, per_turn.empty() ? "none" : "per turn: " + per_turn,
-               prefill_s > 0 ? double(n_prefill) / prefill_s : 0.0, n_gen,
+               n_answered, n_answered == 1 ? "" : "s", tmpl.name(), n_prefill,
+               per_turn.empty() ? "none" : "per turn: " + per_turn, prefill_s > 0 ? double(n_prefill) / prefill_s : 0.0,
+               n_gen,
                n_steps > 0 && decode_s > 0 ? fmt::format("{:.1f} tokens/s", double(n_steps) / decode_s)
                                            : std::string("n/a (no decode step)"),
                s.n_past(), n_ctx, format_bytes(rss), n_threads, sp.seed);
@@ -412,21 +426,26 @@ int run_chat(const chat_opts & o) {
 
 command_fn add_chat(CLI::App & app) {
     auto o = std::make_shared<chat_opts>();
-    auto * sub = app.add_subcommand("chat", "talk with a chat model: one user turn per line, the conversation's KV kept "
+    auto * sub = app.add_subcommand("chat",
+                                    "talk with a chat model: one user turn per line, the conversation's KV kept "
                                     "in the tiers");
     o->model.add(*sub);
     o->threads.add(*sub);
     o->kv.add(*sub);
     o->policy.add(*sub);
     o->system_opt = sub->add_option("--system", o->system, "system message at the start of the conversation");
-    sub->add_option("--chat-template", o->template_name, "chat template family instead of the model's own: " +
-                    chat_template::family_names());
-    sub->add_option("-n,--n-predict", o->n_predict, "tokens per reply at most; -1: until the end of the turn or the "
-                    "context")->capture_default_str();
-    sub->add_option("-c,--ctx-size", o->n_ctx, "context size in tokens, the whole conversation; 0 (default): the "
+    sub->add_option("--chat-template", o->template_name,
+                    "chat template family instead of the model's own: " + chat_template::family_names());
+    sub->add_option("-n,--n-predict", o->n_predict,
+                    "tokens per reply at most; -1: until the end of the turn or the "
+                    "context")
+        ->capture_default_str();
+    sub->add_option("-c,--ctx-size", o->n_ctx,
+                    "context size in tokens, the whole conversation; 0 (default): the "
                     "model's trained context");
     o->sampling.add(*sub);
-    sub->add_flag("--json", o->json, "write one JSON object to stdout at the end (every turn: the user's message, the "
+    sub->add_flag("--json", o->json,
+                  "write one JSON object to stdout at the end (every turn: the user's message, the "
                   "prefilled text and tokens, the reply and why it stopped) instead of streaming the replies");
     o->trace.add(*sub);
     return [o]() {

@@ -1,12 +1,12 @@
 #include "tokenizer/chat_template.h"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <array>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <utility>
 
 #include "core/error.h"
@@ -35,10 +35,16 @@ constexpr std::array<family_info, 8> k_families = {{
 
 // DeepSeek V3/R1 markers: fullwidth vertical bars (U+FF5C) and U+2581 in place of spaces.
 constexpr std::string_view k_ds_user = "<\xEF\xBD\x9CUser\xEF\xBD\x9C>";
-constexpr std::string_view k_ds_assistant = "<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>";
-constexpr std::string_view k_ds_eos = "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>";
+constexpr std::string_view k_ds_assistant =
+    "<\xEF\xBD\x9C"
+    "Assistant\xEF\xBD\x9C>";
+constexpr std::string_view k_ds_eos =
+    "<\xEF\xBD\x9C"
+    "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>";
 
-bool contains(std::string_view s, std::string_view what) { return s.find(what) != std::string_view::npos; }
+bool contains(std::string_view s, std::string_view what) {
+    return s.find(what) != std::string_view::npos;
+}
 
 // Python's str.strip() / Jinja's trim: ASCII white space at both ends.
 std::string_view trim(std::string_view s) {
@@ -121,7 +127,8 @@ chat_template chat_template::recognize(std::string_view jinja) {
         return t;
     }
     // Phi-3: <|user|> spelled out (mini, medium) or built from the role (small, vision, 3.5).
-    if (contains(jinja, "<|end|>") && (contains(jinja, "<|user|>") || contains(jinja, "'<|' + message['role'] + '|>'"))) {
+    if (contains(jinja, "<|end|>") &&
+        (contains(jinja, "<|user|>") || contains(jinja, "'<|' + message['role'] + '|>'"))) {
         return chat_template(chat_family::phi3);
     }
     if (contains(jinja, "[INST]")) {
@@ -132,9 +139,10 @@ chat_template chat_template::recognize(std::string_view jinja) {
         return t;
     }
     const std::string_view head = jinja.substr(0, 60);
-    fail_usage("the model's chat template is not one HillInfer knows (it starts '{}{}'); known families: {}; pass "
-               "--chat-template NAME",
-               head, jinja.size() > head.size() ? "..." : "", family_names());
+    fail_usage(
+        "the model's chat template is not one HillInfer knows (it starts '{}{}'); known families: {}; pass "
+        "--chat-template NAME",
+        head, jinja.size() > head.size() ? "..." : "", family_names());
 }
 
 std::string chat_template::format(std::span<const chat_message> messages, bool add_generation_prompt,
@@ -223,7 +231,8 @@ std::string chat_template::format(std::span<const chat_message> messages, bool a
             break;
         case chat_family::phi3:
             if (has_system) out += fmt::format("<|system|>\n{}<|end|>\n", system);
-            for (size_t i = 0; i < turns.size(); ++i) out += fmt::format("<|{}|>\n{}<|end|>\n", turns[i].role, content(i));
+            for (size_t i = 0; i < turns.size(); ++i)
+                out += fmt::format("<|{}|>\n{}<|end|>\n", turns[i].role, content(i));
             if (add_generation_prompt) out += "<|assistant|>\n";
             break;
         case chat_family::phi4:
@@ -251,13 +260,20 @@ std::string chat_template::format(std::span<const chat_message> messages, bool a
 std::vector<std::string> chat_template::special_tokens() const {
     switch (family_) {
         case chat_family::llama2:
-        case chat_family::mistral: return {};
-        case chat_family::llama3: return {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
-        case chat_family::chatml: return {"<|im_start|>", "<|im_end|>"};
-        case chat_family::gemma: return {"<start_of_turn>", "<end_of_turn>"};
-        case chat_family::phi3: return {"<|system|>", "<|user|>", "<|assistant|>", "<|end|>"};
-        case chat_family::phi4: return {"<|im_start|>", "<|im_sep|>", "<|im_end|>"};
-        case chat_family::deepseek: return {std::string(k_ds_user), std::string(k_ds_assistant), std::string(k_ds_eos)};
+        case chat_family::mistral:
+            return {};
+        case chat_family::llama3:
+            return {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
+        case chat_family::chatml:
+            return {"<|im_start|>", "<|im_end|>"};
+        case chat_family::gemma:
+            return {"<start_of_turn>", "<end_of_turn>"};
+        case chat_family::phi3:
+            return {"<|system|>", "<|user|>", "<|assistant|>", "<|end|>"};
+        case chat_family::phi4:
+            return {"<|im_start|>", "<|im_sep|>", "<|im_end|>"};
+        case chat_family::deepseek:
+            return {std::string(k_ds_user), std::string(k_ds_assistant), std::string(k_ds_eos)};
     }
     return {};
 }
@@ -265,13 +281,19 @@ std::vector<std::string> chat_template::special_tokens() const {
 std::string_view chat_template::end_of_turn() const {
     switch (family_) {
         case chat_family::llama2:
-        case chat_family::mistral: return {};
-        case chat_family::llama3: return "<|eot_id|>";
+        case chat_family::mistral:
+            return {};
+        case chat_family::llama3:
+            return "<|eot_id|>";
         case chat_family::chatml:
-        case chat_family::phi4: return "<|im_end|>";
-        case chat_family::gemma: return "<end_of_turn>";
-        case chat_family::phi3: return "<|end|>";
-        case chat_family::deepseek: return k_ds_eos;
+        case chat_family::phi4:
+            return "<|im_end|>";
+        case chat_family::gemma:
+            return "<end_of_turn>";
+        case chat_family::phi3:
+            return "<|end|>";
+        case chat_family::deepseek:
+            return k_ds_eos;
     }
     return {};
 }
@@ -287,9 +309,10 @@ std::vector<int32_t> chat_template::end_of_turn_tokens(const vocab & v) const {
             }
         }
         if (out.empty()) {
-            fail_usage("chat template {} ends a turn with '{}', which is not a token of the model's vocabulary: the model "
-                       "was not trained on this template (choose another with --chat-template; known: {})",
-                       name(), marker, family_names());
+            fail_usage(
+                "chat template {} ends a turn with '{}', which is not a token of the model's vocabulary: the model "
+                "was not trained on this template (choose another with --chat-template; known: {})",
+                name(), marker, family_names());
         }
     }
     if (v.eos >= 0 && (out.empty() || out[0] != v.eos)) out.push_back(v.eos);
@@ -300,10 +323,13 @@ std::vector<int32_t> chat_template::end_of_turn_tokens(const vocab & v) const {
 std::string chat_template::reference_jinja() const {
     switch (family_) {
         case chat_family::llama2:
-            return "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = "
-                   "messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}"
+            return "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set "
+                   "system_message = "
+                   "messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false "
+                   "%}"
                    "{% endif %}{% for message in loop_messages %}{% if loop.index0 == 0 and system_message != false %}"
-                   "{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}"
+                   "{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}{% "
+                   "else %}"
                    "{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + "
                    "'[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' ' + "
                    "content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}";
@@ -313,19 +339,24 @@ std::string chat_template::reference_jinja() const {
                    "add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
         case chat_family::chatml:
             return "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-                   "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+                   "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% "
+                   "endif %}";
         case chat_family::mistral:
             return "{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content'] %}{%- set "
-                   "loop_messages = messages[1:] %}{%- else %}{%- set loop_messages = messages %}{%- endif %}{{- bos_token "
+                   "loop_messages = messages[1:] %}{%- else %}{%- set loop_messages = messages %}{%- endif %}{{- "
+                   "bos_token "
                    "}}{%- for message in loop_messages %}{%- if message['role'] == 'user' %}{%- if loop.first and "
-                   "system_message is defined %}{{- '[INST] ' + system_message + '\\n\\n' + message['content'] + '[/INST]' "
-                   "}}{%- else %}{{- '[INST] ' + message['content'] + '[/INST]' }}{%- endif %}{%- elif message['role'] == "
+                   "system_message is defined %}{{- '[INST] ' + system_message + '\\n\\n' + message['content'] + "
+                   "'[/INST]' "
+                   "}}{%- else %}{{- '[INST] ' + message['content'] + '[/INST]' }}{%- endif %}{%- elif message['role'] "
+                   "== "
                    "'assistant' %}{{- ' ' + message['content'] | trim + eos_token }}{%- endif %}{%- endfor %}";
         case chat_family::gemma:
             return "{{ bos_token }}{%- if messages[0]['role'] == 'system' -%}{%- set first_user_prefix = "
                    "messages[0]['content'] + '\\n\\n' -%}{%- set loop_messages = messages[1:] -%}{%- else -%}{%- set "
                    "first_user_prefix = '' -%}{%- set loop_messages = messages -%}{%- endif -%}{%- for message in "
-                   "loop_messages -%}{%- if message['role'] == 'assistant' -%}{%- set role = 'model' -%}{%- else -%}{%- set "
+                   "loop_messages -%}{%- if message['role'] == 'assistant' -%}{%- set role = 'model' -%}{%- else "
+                   "-%}{%- set "
                    "role = message['role'] -%}{%- endif -%}{{ '<start_of_turn>' + role + '\\n' + (first_user_prefix if "
                    "loop.first else '') + message['content'] | trim + '<end_of_turn>\\n' }}{%- endfor -%}{%- if "
                    "add_generation_prompt -%}{{ '<start_of_turn>model\\n' }}{%- endif -%}";
@@ -334,14 +365,17 @@ std::string chat_template::reference_jinja() const {
                    "'<|end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ "
                    "eos_token }}{% endif %}";
         case chat_family::phi4:
-            return "{% for message in messages %}{{'<|im_start|>' + message['role'] + '<|im_sep|>' + message['content'] + "
-                   "'<|im_end|>'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant<|im_sep|>' }}{% endif %}";
+            return "{% for message in messages %}{{'<|im_start|>' + message['role'] + '<|im_sep|>' + "
+                   "message['content'] + "
+                   "'<|im_end|>'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant<|im_sep|>' }}{% "
+                   "endif %}";
         case chat_family::deepseek:
             return fmt::format(
                 "{{{{ bos_token }}}}{{% for message in messages %}}{{% if message['role'] == 'system' %}}{{{{ "
                 "message['content'] }}}}{{% elif message['role'] == 'user' %}}{{{{ '{0}' + message['content'] }}}}{{% "
                 "else %}}{{% set content = message['content'] %}}{{% if '</think>' in content %}}{{% set content = "
-                "content.split('</think>')[-1] %}}{{% endif %}}{{{{ '{1}' + content + '{2}' }}}}{{% endif %}}{{% endfor "
+                "content.split('</think>')[-1] %}}{{% endif %}}{{{{ '{1}' + content + '{2}' }}}}{{% endif %}}{{% "
+                "endfor "
                 "%}}{{% if add_generation_prompt %}}{{{{ '{1}' }}}}{{% endif %}}",
                 k_ds_user, k_ds_assistant, k_ds_eos);
     }

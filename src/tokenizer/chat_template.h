@@ -91,11 +91,11 @@ private:
     explicit chat_template(chat_family f) : family_(f) {}
 
     chat_family family_;
-    std::string default_system_;      // chatml: the template's own system message, used without one
-    bool strip_reasoning_ = false;    // chatml, deepseek: earlier replies lose their <think> part
-    bool open_think_ = false;         // deepseek: the generation prompt opens "<think>\n"
-    bool mistral_v1_ = false;         // mistral: " [INST] U [/INST]"
-    bool mistral_v7_ = false;         // mistral: [SYSTEM_PROMPT] ... [/SYSTEM_PROMPT]
+    std::string default_system_;    // chatml: the template's own system message, used without one
+    bool strip_reasoning_ = false;  // chatml, deepseek: earlier replies lose their <think> part
+    bool open_think_ = false;       // deepseek: the generation prompt opens "<think>\n"
+    bool mistral_v1_ = false;       // mistral: " [INST] U [/INST]"
+    bool mistral_v7_ = false;       // mistral: [SYSTEM_PROMPT] ... [/SYSTEM_PROMPT]
 };
 
 // The chat template a model ships: GGUF metadata `tokenizer.chat_template`, or in a Hugging Face
