@@ -185,11 +185,15 @@ TEST_F(cli_chat, template_errors) {
 
 // The chat with its standard input on a pipe we write to, its output in files.
 struct chat_process {
+    static inline int n_started = 0;
     pid_t pid = -1;
     int in = -1;
     std::string out, err;
 
-    chat_process(const std::string & args, const test::temp_dir & d) : out(d.file("p.out")), err(d.file("p.err")) {
+    // Files of their own per process: a test must not see the previous one's output.
+    chat_process(const std::string & args, const test::temp_dir & d)
+        : out(d.file("p" + std::to_string(++n_started) + ".out")),
+          err(d.file("p" + std::to_string(n_started) + ".err")) {
         int fds[2];
         EXPECT_EQ(::pipe(fds), 0);
         const std::string cmd = "exec " + std::string(HILL_CLI_PATH) + " chat " + args + " >" + out + " 2>" + err;
@@ -244,6 +248,19 @@ TEST_F(cli_chat, ctrl_c_stops_the_reply_and_the_chat_goes_on) {
     EXPECT_EQ(code, 0) << err;
     EXPECT_MENTIONS(err, "[reply stopped]");
     EXPECT_MENTIONS(err, "chat: 2 turns answered");
+}
+
+TEST_F(cli_chat, sigterm_ends_the_chat_with_the_summary) {
+    chat_process p("-m " + model("plain") + " --chat-template llama2 --temp 0 -c 4096 -n 3000 -t 2", *dir);
+    p.send("Tell me everything\n");
+    ASSERT_TRUE(chat_process::wait_for(p.out, 20, 60.0)) << test::read_whole_file(p.err);
+    ::kill(p.pid, SIGTERM);
+    ASSERT_TRUE(chat_process::wait_for(p.err, 40, 20.0));
+    const int code = p.finish(30.0);  // stdin still open: the chat ended by itself
+    const std::string err = test::read_whole_file(p.err);
+    EXPECT_EQ(code, 130) << err;
+    EXPECT_MENTIONS(err, "[reply stopped]");
+    EXPECT_MENTIONS(err, "chat: 1 turn answered");
 }
 
 TEST_F(cli_chat, ctrl_c_at_the_prompt_ends_the_chat) {

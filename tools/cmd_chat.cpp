@@ -299,8 +299,9 @@ int run_chat(const chat_opts & o) {
             s.eval(ids, false, std::ref(progress));
         } catch (const error & e) {
             if (e.code() != exit_code::interrupted) throw;
-            // Ctrl-C during the prefill: the session is as it was; the message is dropped.
-            clear_interrupt();
+            // Ctrl-C during the prefill: the session is as it was; the message is dropped. (SIGTERM stays
+            // pending: the next read ends the chat.)
+            if (!terminate_requested()) clear_interrupt();
             fmt::print(stderr, "\n[message not sent: interrupted during its prefill]\n");
             history.pop_back();
             t.stop = "interrupted";
@@ -355,7 +356,7 @@ int run_chat(const chat_opts & o) {
             std::fflush(stdout);
         }
         if (t.stop == "interrupted") {
-            clear_interrupt();
+            if (!terminate_requested()) clear_interrupt();
             fmt::print(stderr, "[reply stopped]\n");
         } else if (t.stop == "context") {
             fmt::print(stderr,
@@ -419,7 +420,7 @@ int run_chat(const chat_opts & o) {
                                            : std::string("n/a (no decode step)"),
                s.n_past(), n_ctx, format_bytes(rss), n_threads, sp.seed);
     fmt::print(stderr, "{}", run_summary(s.ctx()));
-    return 0;
+    return terminate_requested() ? int(exit_code::interrupted) : 0;
 }
 
 }  // namespace

@@ -61,7 +61,7 @@ extern "C" void on_interrupt(int sig) {
         std::raise(sig);
         return;
     }
-    g_interrupted = 1;
+    g_interrupted = sig;
 }
 }  // namespace
 
@@ -73,6 +73,8 @@ void install_interrupt_handler() {
 bool interrupted() { return g_interrupted != 0; }
 
 void clear_interrupt() { g_interrupted = 0; }
+
+bool terminate_requested() { return g_interrupted == SIGTERM; }
 
 uint64_t parse_bytes(const std::string & text, const char * flag) {
     size_t used = 0;

@@ -127,6 +127,8 @@ bool interrupted();
 // Forgets a Ctrl-C that has been handled (chat: a reply stopped, the conversation goes on), so the
 // next one again stops cleanly instead of killing the process.
 void clear_interrupt();
+// The pending stop came from SIGTERM (a service manager, kill): end the command, not just the reply.
+bool terminate_requested();
 
 // "512", "64K", "1.5G", ... in bytes (fractions rounded down); usage error naming `flag` otherwise, and
 // for a size below 1 byte ("0.5").
