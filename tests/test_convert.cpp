@@ -389,7 +389,9 @@ TEST(convert, sentencepiece_style_tokenizer_json) {
         {"model", {{"type", "BPE"}, {"byte_fallback", true}, {"unk_token", "<unk>"}, {"vocab", vocab}, {"merges", jm}}},
     };
     write_text(dir.file("tokenizer.json"), tok.dump());
-    write_text(dir.file("tokenizer_config.json"), json{{"bos_token", "<s>"}, {"add_bos_token", true}}.dump());
+    const std::string chat = "{% for message in messages %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% endfor %}";
+    write_text(dir.file("tokenizer_config.json"),
+               json{{"bos_token", "<s>"}, {"add_bos_token", true}, {"chat_template", chat}}.dump());
     // The folder's model cannot load this tokenizer (byte-level only), but convert can write it.
     const convert_result r = convert_hf_to_gguf(dir.path.string(), dir.file("spm.gguf"), {});
     EXPECT_EQ(r.tokenizer_model, "llama");
@@ -399,6 +401,7 @@ TEST(convert, sentencepiece_style_tokenizer_json) {
     EXPECT_EQ(g->get_uint("tokenizer.ggml.eos_token_id"), 2u);
     EXPECT_EQ(g->get_uint("tokenizer.ggml.unknown_token_id"), 0u);
     EXPECT_EQ(g->get_bool("tokenizer.ggml.add_space_prefix"), true);
+    EXPECT_EQ(g->get_string("tokenizer.chat_template"), chat);
     const std::vector<int64_t> types = *g->get_int_array("tokenizer.ggml.token_type");
     EXPECT_EQ(types[0], 3);  // <unk> is also a special added token
     EXPECT_EQ(types[3], 6);  // <0x00>

@@ -19,7 +19,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <new>
-#include <random>
 #include <unistd.h>
 
 namespace hill::cli {
@@ -38,8 +37,8 @@ struct generate_opts {
     std::string prompt_cache;
     CLI::Option * prompt_cache_opt = nullptr;
     bool prompt_cache_fallback = false;
-    sampler_params sp;
-    std::string seed = "-1";  // parse_seed: [0, seed_max] or -1 (random)
+    sampling_opts sampling;
+    bool special = false;          // --special: control tokens spelled in the prompt are tokens
     bool json = false;
     std::string prompts_file;      // --prompts: JSON Lines of {"prompt": TEXT, "n_predict": N}
     int32_t parallel = 0;          // --parallel: sequences at once (0: all prompts, up to 8)
@@ -85,7 +84,8 @@ int run_generate_prompts(const generate_opts & o, const sampler_params & sp, int
     const int32_t n_ctx = o.n_ctx > 0 ? o.n_ctx : hp.n_ctx_train;
     std::vector<generation_request> reqs(prompts.size());
     for (size_t i = 0; i < prompts.size(); ++i) {
-        reqs[i].prompt = tok.encode(prompts[i].first, tok.vocab().add_bos);
+        reqs[i].prompt = o.special ? tok.encode_with_special(prompts[i].first, tok.vocab().add_bos)
+                                   : tok.encode(prompts[i].first, tok.vocab().add_bos);
         if (reqs[i].prompt.empty()) fail_usage("prompt {} of '{}' is empty and the model has no BOS token", i + 1, o.prompts_file);
         reqs[i].n_predict = prompts[i].second;
         reqs[i].sampling = sp;
@@ -158,9 +158,7 @@ int run_generate(const generate_opts & o) {
     if (o.n_predict < 0) fail_usage("-n must be >= 0, got {}", o.n_predict);
     if (o.n_ctx < 0) fail_usage("-c must be >= 0 (0: the model's trained context), got {}", o.n_ctx);
     o.kv.type();  // a bad --cache-type fails before the model is loaded
-    sampler_params sp = o.sp;
-    sp.seed = parse_seed(o.seed, "--seed", true).value_or(std::random_device{}());
-    validate(sp);
+    const sampler_params sp = o.sampling.resolve();
     const int n_threads = o.threads.resolve();
     const policy_params pol = o.policy.resolve(o.kv.storage_kind());
     if (!o.prompts_file.empty()) return run_generate_prompts(o, sp, n_threads, pol);
@@ -181,7 +179,8 @@ int run_generate(const generate_opts & o) {
     const hparams & hp = m->hp();
     const tokenizer & tok = m->tokenizer();
     const int32_t n_ctx = o.n_ctx > 0 ? o.n_ctx : hp.n_ctx_train;
-    std::vector<int32_t> prompt_ids = tok.encode(prompt, tok.vocab().add_bos);
+    std::vector<int32_t> prompt_ids =
+        o.special ? tok.encode_with_special(prompt, tok.vocab().add_bos) : tok.encode(prompt, tok.vocab().add_bos);
     if (prompt_ids.empty()) fail_usage("the prompt is empty and the model has no BOS token to start from");
     if (int64_t(prompt_ids.size()) > n_ctx) {
         fail_usage("the prompt is {} tokens, longer than the context of {} tokens; raise -c (the model was trained "
@@ -324,20 +323,13 @@ command_fn add_generate(CLI::App & app) {
     o->policy.add(*sub);
     sub->add_option("-n,--n-predict", o->n_predict, "tokens to generate (stops earlier at EOS)")->capture_default_str();
     sub->add_option("-c,--ctx-size", o->n_ctx, "context size in tokens; 0 (default): the model's trained context");
-    sub->add_option("--temp", o->sp.temperature, "temperature; 0: greedy")->capture_default_str();
-    sub->add_option("--top-k", o->sp.top_k, "keep the k most likely tokens; 0: off")->capture_default_str();
-    sub->add_option("--top-p", o->sp.top_p, "nucleus sampling mass in (0, 1]; 1: off")->capture_default_str();
-    sub->add_option("--min-p", o->sp.min_p, "drop tokens below min-p times the top probability; 0: off")
-        ->capture_default_str();
-    sub->add_option("--repeat-penalty", o->sp.repeat_penalty, "penalty for recent tokens; 1: off")->capture_default_str();
-    sub->add_option("--repeat-last-n", o->sp.repeat_last_n, "how many recent tokens the penalty sees")
-        ->capture_default_str();
+    o->sampling.add(*sub);
     o->prompt_cache_opt = sub->add_option("--prompt-cache", o->prompt_cache,
                     "file for the prompt's KV: loaded when the prompt starts with its tokens, written after prefill");
     sub->add_flag("--prompt-cache-fallback", o->prompt_cache_fallback,
                   "when the prompt cache is refused (another model, corrupt), prefill in full and rewrite it");
-    sub->add_option("--seed", o->seed, "random seed, an integer in [0, 18446744073709551615] (2^64 - 1); -1: random "
-                    "(printed at the end)")->capture_default_str();
+    sub->add_flag("--special", o->special, "control tokens spelled in the prompt (<s>, <|im_start|>, ...) are those tokens, as "
+                  "in a chat template's text; without it they are plain text");
     sub->add_flag("--json", o->json, "write one JSON object to stdout instead of streaming text (--prompts: one "
                   "per prompt, in input order)");
     sub->add_option("--prompts", o->prompts_file, "JSON Lines file of prompts, one {\"prompt\": TEXT, \"n_predict\": N} "

@@ -10,6 +10,7 @@
 #include "demo_text.h"
 #include "model/synthetic_model.h"
 #include "model/weight_scheme.h"
+#include "tokenizer/chat_template.h"
 
 namespace hill::cli {
 
@@ -20,6 +21,7 @@ command_fn add_make_model(CLI::App & app) {
         std::string text_file;
         std::string type = "f16";
         std::string seed = "1";  // parse_seed: [0, seed_max]
+        std::string chat;        // --chat-template: a chat model of this family
         random_model_params rp;
     };
     auto o = std::make_shared<opts_t>();
@@ -52,6 +54,9 @@ command_fn add_make_model(CLI::App & app) {
         ->capture_default_str();
     sub->add_option("--n-swa", o->rp.n_swa, "random: sliding window in tokens (0: none; gemma2 needs one)")
         ->capture_default_str();
+    sub->add_option("--chat-template", o->chat, "random: a chat model speaking this template (" +
+                    chat_template::family_names() + "): its control tokens in the vocabulary, the template in the "
+                    "metadata, replies that end by themselves");
     sub->add_option("--seed", o->seed, "random: seed, an integer in [0, 18446744073709551615] (2^64 - 1)")
         ->capture_default_str();
     return [o, sub, n_ctx]() {
@@ -75,6 +80,12 @@ command_fn add_make_model(CLI::App & app) {
             const auto t = weight_scheme_from_name(o->type);
             if (!t) fail_usage("--type must be one of {}; got '{}'", weight_scheme_names(), o->type);
             o->rp.type = *t;
+            if (!o->chat.empty()) {
+                const chat_template ct = chat_template::named(o->chat);
+                o->rp.control_tokens = ct.special_tokens();
+                o->rp.chat_template = ct.reference_jinja();
+                o->rp.chat_end_token = ct.end_of_turn().empty() ? "</s>" : std::string(ct.end_of_turn());
+            }
             try {
                 write_random_model(o->out, o->rp);
             } catch (const std::bad_alloc &) {

@@ -12,6 +12,7 @@ namespace hill::cli {
 using command_fn = std::function<int()>;
 
 command_fn add_generate(CLI::App & app);
+command_fn add_chat(CLI::App & app);
 command_fn add_info(CLI::App & app);
 command_fn add_tokenize(CLI::App & app);
 command_fn add_make_model(CLI::App & app);

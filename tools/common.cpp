@@ -14,6 +14,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
+#include <random>
 #include <unistd.h>
 #include <sstream>
 
@@ -61,7 +62,7 @@ extern "C" void on_interrupt(int sig) {
         std::raise(sig);
         return;
     }
-    g_interrupted = 1;
+    g_interrupted = sig;
 }
 }  // namespace
 
@@ -71,6 +72,10 @@ void install_interrupt_handler() {
 }
 
 bool interrupted() { return g_interrupted != 0; }
+
+void clear_interrupt() { g_interrupted = 0; }
+
+bool terminate_requested() { return g_interrupted == SIGTERM; }
 
 uint64_t parse_bytes(const std::string & text, const char * flag) {
     size_t used = 0;
@@ -246,6 +251,25 @@ policy_params policy_opts::resolve(csd::storage_kind storage) const {
     if (!placement.empty()) r.placement = parse_placement(placement);
     if (!migrate_budget.empty()) r.migrate_bytes = parse_bytes(migrate_budget, "--migrate-budget");
     validate(r, 1);  // the flags alone, before a model is loaded (the KV head count is checked with the model)
+    return r;
+}
+
+void sampling_opts::add(CLI::App & app) {
+    app.add_option("--temp", sp.temperature, "temperature; 0: greedy")->capture_default_str();
+    app.add_option("--top-k", sp.top_k, "keep the k most likely tokens; 0: off")->capture_default_str();
+    app.add_option("--top-p", sp.top_p, "nucleus sampling mass in (0, 1]; 1: off")->capture_default_str();
+    app.add_option("--min-p", sp.min_p, "drop tokens below min-p times the top probability; 0: off")
+        ->capture_default_str();
+    app.add_option("--repeat-penalty", sp.repeat_penalty, "penalty for recent tokens; 1: off")->capture_default_str();
+    app.add_option("--repeat-last-n", sp.repeat_last_n, "how many recent tokens the penalty sees")->capture_default_str();
+    app.add_option("--seed", seed, "random seed, an integer in [0, 18446744073709551615] (2^64 - 1); -1: random "
+                   "(printed at the end)")->capture_default_str();
+}
+
+sampler_params sampling_opts::resolve() const {
+    sampler_params r = sp;
+    r.seed = parse_seed(seed, "--seed", true).value_or(std::random_device{}());
+    validate(r);
     return r;
 }
 

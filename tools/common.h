@@ -2,6 +2,7 @@
 #pragma once
 
 #include "core/thread_pool.h"
+#include "engine/sampler.h"
 #include "engine/session.h"
 #include "model/model.h"
 #include "policy/policy.h"
@@ -81,6 +82,15 @@ struct policy_opts {
     policy_params resolve(csd::storage_kind storage) const;
 };
 
+// --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --seed: how tokens are sampled.
+struct sampling_opts {
+    sampler_params sp;
+    std::string seed = "-1";  // parse_seed: [0, seed_max] or -1 (random)
+    void add(CLI::App & app);
+    // The parameters with the seed resolved (-1: a random one). Errors: a bad seed or value (usage).
+    sampler_params resolve() const;
+};
+
 // --trace FILE.json: a Chrome trace of the run (core/trace.h; docs/architecture.md "Tracing").
 struct trace_opts {
     std::string path;
@@ -114,6 +124,11 @@ std::string calibration_path();
 // (destructors remove the cold-pool files, the summary is printed); a second one kills the process.
 void install_interrupt_handler();
 bool interrupted();
+// Forgets a Ctrl-C that has been handled (chat: a reply stopped, the conversation goes on), so the
+// next one again stops cleanly instead of killing the process.
+void clear_interrupt();
+// The pending stop came from SIGTERM (a service manager, kill): end the command, not just the reply.
+bool terminate_requested();
 
 // "512", "64K", "1.5G", ... in bytes (fractions rounded down); usage error naming `flag` otherwise, and
 // for a size below 1 byte ("0.5").

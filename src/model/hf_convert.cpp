@@ -9,6 +9,7 @@
 #include "model/hf_names.h"
 #include "model/model_loader.h"
 #include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 #include <nlohmann/json.hpp>
@@ -321,6 +322,8 @@ void write_tokenizer(gguf_writer & w, const hf_checkpoint & c, int64_t n_vocab, 
             "has no tokenizer.ggml.* keys and runs on token ids only",
             c.dir()));
     }
+    // The chat template of tokenizer_config.json, under the key llama.cpp's converter uses.
+    if (const std::string t = read_chat_template(c.dir()); !t.empty()) w.set_string("tokenizer.chat_template", t);
 }
 
 }  // namespace

@@ -37,10 +37,11 @@ struct spm_vocab {
     std::vector<int32_t> types;
     std::map<std::string, int32_t> index;
 
-    spm_vocab() {
+    explicit spm_vocab(const std::vector<std::string> & control = {}) {
         add("<unk>", 0.0f, 2);
         add("<s>", 0.0f, 3);
         add("</s>", 0.0f, 3);
+        for (const std::string & c : control) add(c, 0.0f, 3);
         for (int b = 0; b < 256; ++b) add(fmt::format("<0x{:02X}>", b), 0.0f, 6);
     }
     int32_t add(const std::string & piece, float score, int32_t type = 1) {
@@ -69,8 +70,11 @@ struct dims {
     int32_t n_vocab, n_embd, n_ff, n_layer, n_head, n_head_kv, n_ctx;
 };
 
-void check_dims(const dims & d, ggml_type type) {
-    if (d.n_vocab < 259) fail_usage("vocabulary size must be >= 259 (3 control + 256 byte tokens), got {}", d.n_vocab);
+void check_dims(const dims & d, ggml_type type, int32_t n_control = 3) {
+    if (d.n_vocab < n_control + 256) {
+        fail_usage("vocabulary size must be >= {} ({} control + 256 byte tokens), got {}", n_control + 256, n_control,
+                   d.n_vocab);
+    }
     for (auto [name, v] : {std::pair{"n_embd", d.n_embd},
                            {"n_ff", d.n_ff},
                            {"n_layer", d.n_layer},
@@ -195,7 +199,7 @@ void add_weights(gguf_writer & w, const dims & d, const weight_scheme & scheme, 
 
 void write_random_model(const std::string & path, const random_model_params & p) {
     const dims d{p.n_vocab, p.n_embd, p.n_ff, p.n_layer, p.n_head, p.n_head_kv, p.n_ctx};
-    check_dims(d, p.type.type);
+    check_dims(d, p.type.type, 3 + int32_t(p.control_tokens.size()));
     if (!(p.rope_freq_base > 0.0f)) fail_usage("RoPE frequency base must be > 0, got {}", p.rope_freq_base);
     if (!(p.rope_scaling_factor > 0.0f)) fail_usage("RoPE scaling factor must be > 0, got {}", p.rope_scaling_factor);
     const std::vector<std::string> archs = {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"};
@@ -205,7 +209,7 @@ void write_random_model(const std::string & path, const random_model_params & p)
     if (p.n_swa < 0) fail_usage("sliding window must be >= 0, got {}", p.n_swa);
     if (p.arch == "gemma2" && p.n_swa == 0) fail_usage("gemma2 needs a sliding window (--n-swa N, e.g. 4096)");
 
-    spm_vocab vocab;
+    spm_vocab vocab(p.control_tokens);
     // Fill the vocabulary with letters, then space-prefixed letters, then letter pairs.
     std::vector<std::string> extra = {space_mark};
     for (char c = 'a'; c <= 'z'; ++c) extra.emplace_back(1, c);
@@ -222,8 +226,20 @@ void write_random_model(const std::string & path, const random_model_params & p)
     w.set_u64("general.seed", p.seed);
     w.set_u32("general.file_type", weight_scheme_file_type(p.type));
     vocab.write(w);
+    if (!p.chat_template.empty()) w.set_string("tokenizer.chat_template", p.chat_template);
     rng64 rng{p.seed};
-    add_weights(w, d, p.type, p.tied_output, rng, {}, p.arch);
+    std::map<std::string, std::vector<float>> fixed;
+    if (!p.chat_end_token.empty()) {
+        const auto it = vocab.index.find(p.chat_end_token);
+        HILL_ASSERT(it != vocab.index.end());
+        // The output matrix, random as add_weights draws it (from a stream of its own), one row scaled.
+        rng64 out_rng{p.seed ^ 0x0c4a7ull};
+        std::vector<float> out = random_values(out_rng, size_t(d.n_vocab) * size_t(d.n_embd),
+                                               1.0f / std::sqrt(float(d.n_embd)));
+        for (int64_t c = 0; c < d.n_embd; ++c) out[size_t(it->second) * size_t(d.n_embd) + size_t(c)] *= chat_end_scale;
+        fixed[p.tied_output ? "token_embd.weight" : "output.weight"] = std::move(out);
+    }
+    add_weights(w, d, p.type, p.tied_output, rng, fixed, p.arch);
     w.write(path);
 }
 

@@ -8,6 +8,10 @@
 //   output; gemma3 Q/K norms; gemma2 soft-capping keys 50 / 30), phi3 (fused attn_qkv, ffn_up of
 //   2 n_ff rows holding gate then up). n_swa > 0 writes {arch}.attention.sliding_window (gemma2
 //   needs one: every other layer slides; gemma3: five of six; the others: every layer).
+//   A chat model is a random model with a chat template's control tokens in its vocabulary, the
+//   template in `tokenizer.chat_template`, and the end-of-turn token's output row scaled up so that
+//   its logit often wins: sampled replies end by themselves (after tens to hundreds of tokens), as a
+//   chat model's do.
 // - bigram: a word-bigram language model by construction, the README's no-download demo. The
 //   vocabulary holds every word of a training text (with all its prefixes, so SentencePiece merges
 //   can build each word) plus byte fallback. The embedding of token i is the one-hot vector e_i
@@ -31,6 +35,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/ggml_type.h"
 #include "model/weight_scheme.h"
@@ -52,10 +57,21 @@ struct random_model_params {
     uint64_t seed = 1;
     std::string arch = "llama";        // llama, qwen2, qwen3, gemma2, gemma3, phi3 (random_model_archs)
     int32_t n_swa = 0;                 // sliding window in tokens; 0: none
+    // Chat: control tokens added after <unk>, <s>, </s> (before the byte tokens' fill; n_vocab stays),
+    // the Jinja text written as tokenizer.chat_template (none when empty), and the token (one of them,
+    // or "</s>") whose output row is scaled by chat_end_scale.
+    std::vector<std::string> control_tokens;
+    std::string chat_template;
+    std::string chat_end_token;
 };
 
 // The architectures write_random_model writes, for messages and --help.
 inline constexpr const char * random_model_archs = "llama, qwen2, qwen3, gemma2, gemma3, phi3";
+
+// How much larger the end-of-turn token's output row is than the others in a chat model: its logit's
+// spread is this many times theirs, so that sampling reaches it within some tens to hundreds of steps
+// (consecutive hidden states of a random model are alike, so it wins in runs, not one step in k).
+constexpr float chat_end_scale = 4.0f;
 
 // Writes a random model. Same params, same file (bit for bit). Errors: hill::error(usage) for
 // inconsistent dims (n_embd % n_head, odd head_dim, n_head % n_head_kv, a matrix row length that

@@ -1,6 +1,7 @@
 hill_add_library(hill_tokenizer
   tokenizer/bpe_pre_tokenizer.cpp
   tokenizer/bpe_tokenizer.cpp
+  tokenizer/chat_template.cpp
   tokenizer/spm_tokenizer.cpp
   tokenizer/tokenizer.cpp
 )

@@ -130,6 +130,7 @@ spm_tokenizer::spm_tokenizer(hill::vocab v) : vocab_(std::move(v)) {
     check_id(vocab_.unk, "UNK");
 
     std::fill(std::begin(byte_token_), std::end(byte_token_), -1);
+    control_by_byte_.resize(256);
     surface_.resize(n_vocab);
     piece_keys_.resize(n_vocab);
     std::vector<int32_t> targets;  // merge targets in id order
@@ -162,10 +163,17 @@ spm_tokenizer::spm_tokenizer(hill::vocab v) : vocab_(std::move(v)) {
                 surface_[i] = std::string(k_unk_surface);
                 break;
             case token_kind::control:
+                if (!piece.empty()) control_by_byte_[uint8_t(piece[0])].push_back(id);
                 break;
             default:
                 fail_input("tokenizer token {} ('{}') has kind {}, expected 1..6", id, piece, int32_t(vocab_.kinds[i]));
         }
+    }
+
+    for (std::vector<int32_t> & ids : control_by_byte_) {
+        std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
+            return vocab_.pieces[size_t(a)].size() > vocab_.pieces[size_t(b)].size();
+        });
     }
 
     // The merge-target table; of duplicate keys the first id wins.
@@ -320,6 +328,37 @@ std::vector<int32_t> spm_tokenizer::encode(std::string_view text, bool add_bos) 
         i += len;
     }
     encode_chunk();
+    return out;
+}
+
+std::vector<int32_t> spm_tokenizer::encode_with_special(std::string_view text, bool add_bos) const {
+    std::vector<int32_t> out;
+    if (add_bos && vocab_.bos >= 0) out.push_back(vocab_.bos);
+    size_t seg = 0;  // start of the current plain stretch
+    const auto plain = [&](size_t end) {
+        if (end == seg) return;
+        const std::vector<int32_t> ids = encode(text.substr(seg, end - seg), false);
+        out.insert(out.end(), ids.begin(), ids.end());
+    };
+    for (size_t i = 0; i < text.size();) {
+        int32_t hit = -1;
+        for (const int32_t id : control_by_byte_[uint8_t(text[i])]) {
+            const std::string & piece = vocab_.pieces[size_t(id)];
+            if (text.compare(i, piece.size(), piece) == 0) {
+                hit = id;
+                break;
+            }
+        }
+        if (hit < 0) {
+            ++i;
+            continue;
+        }
+        plain(i);
+        out.push_back(hit);
+        i += vocab_.pieces[size_t(hit)].size();
+        seg = i;
+    }
+    plain(text.size());
     return out;
 }
 

@@ -27,6 +27,11 @@
 // - decode(): byte pieces give their byte, normal pieces their text with U+2581 -> ' ',
 //   user-defined pieces their text as is, control and unused tokens "", UNK " \u2047 " (the
 //   SentencePiece unknown surface).
+// - encode_with_special(): the text is cut at control tokens spelled in it (leftmost, then longest:
+//   "<s>", "</s>", a chat model's "<|im_start|>"), each becoming its token, and every stretch between
+//   them is encoded as encode() does, with its own space prefix when add_space_prefix: llama.cpp's
+//   rule for SentencePiece vocabularies with special tokens parsed (a stretch after a control token
+//   gets the prefix), so a chat template's text tokenizes as llama.cpp tokenizes it.
 #pragma once
 
 #include <cstddef>
@@ -45,6 +50,7 @@ public:
     explicit spm_tokenizer(hill::vocab v);
 
     std::vector<int32_t> encode(std::string_view text, bool add_bos) const override;
+    std::vector<int32_t> encode_with_special(std::string_view text, bool add_bos) const override;
     std::string token_to_piece(int32_t id) const override;
     std::string decode(const std::vector<int32_t> & ids) const override;
     const hill::vocab & vocab() const override { return vocab_; }
@@ -70,6 +76,9 @@ private:
     std::vector<uint64_t> pair_slots_;  // [power of two >= 2 * number of pairs]
     int32_t byte_token_[256];           // id of "<0xXX>", -1 if absent
     std::vector<std::string> surface_;  // [n_vocab] what token_to_piece returns
+    // Control tokens with a non-empty piece by the piece's first byte, longest first
+    // (encode_with_special).
+    std::vector<std::vector<int32_t>> control_by_byte_;  // [256][...]
 };
 
 }  // namespace hill

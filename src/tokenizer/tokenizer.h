@@ -45,7 +45,8 @@ public:
     virtual std::vector<int32_t> encode(std::string_view text, bool add_bos) const = 0;
 
     // As encode(), but control (special) tokens spelled in the text become those tokens, e.g. in a
-    // chat template. The default (SPM) does not parse them and returns encode(text, add_bos).
+    // chat template (spm_tokenizer.h and bpe_tokenizer.h say how the text around them is split). The
+    // default returns encode(text, add_bos).
     virtual std::vector<int32_t> encode_with_special(std::string_view text, bool add_bos) const {
         return encode(text, add_bos);
     }
