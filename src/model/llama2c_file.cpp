@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "model/model.h"
 
+#include <cmath>
 #include <cstring>
 
 namespace hill {
@@ -64,6 +65,7 @@ std::unique_ptr<model> load_llama2c(const std::string & path, const std::string 
     hp.rms_eps = 1e-5f;
     hp.rope_freq_base = 10000.0f;
     hp.rope_freq_scale = 1.0f;
+    hp.attn_scale = 1.0f / std::sqrt(float(hs));
 
     const float * p = reinterpret_cast<const float *>(map.data() + 28);
     auto take = [&p](int64_t n) {
