@@ -9,7 +9,10 @@ set -euo pipefail
 pkgs=(g++ cmake ninja-build pkg-config libopenblas-dev libcli11-dev nlohmann-json3-dev libfmt-dev liburing-dev
       libxxhash-dev libpcre2-dev gnuplot-nox)
 if [[ "${1:-}" == "--test" ]]; then
-  pkgs+=(libgtest-dev python3-numpy clang libclang-rt-dev lld npm git)
+  pkgs+=(libgtest-dev python3-numpy clang libclang-rt-dev lld git)
+  # npm: any install will do (Node.js from NodeSource bundles its own, which conflicts with Debian's npm
+  # package); installed from Debian only when the command is missing.
+  command -v npm > /dev/null 2>&1 || pkgs+=(npm)
 fi
 
 missing=()
