@@ -410,7 +410,7 @@ TEST_F(cli, demo_ctrl_c_during_the_comparison_prints_the_answer_and_the_report) 
     EXPECT_TRUE(std::filesystem::is_empty(dir->file("kv-int"))) << "cold-pool files left";
 }
 
-// The baselines (quest, leoam, h2o) score from copies in DRAM, never from the storage device: over a
+// The baselines (quest, leoam, h2o, infinigen) score from copies in DRAM, never from the storage device: over a
 // mostly cold cache the plain SSD and the emulator give the same tokens; perplexity runs under each.
 TEST_F(cli, baseline_policies_run_over_the_plain_ssd_and_the_emulator) {
     const std::string m1k = dir->file("m1k-baselines.gguf");
@@ -419,10 +419,12 @@ TEST_F(cli, baseline_policies_run_over_the_plain_ssd_and_the_emulator) {
     std::string long_prompt;
     for (int i = 0; i < 12; ++i) long_prompt += "a prompt of many words ";
     std::ofstream(dir->file("baselines.txt")) << long_prompt;
-    for (const char * pol : {"quest", "leoam", "h2o"}) {
+    // infinigen's key sketch (16 bytes per token and layer here) takes more of the budget than the others' copies.
+    for (const auto & [pol, budget] : {std::pair{"quest", "16K"}, std::pair{"leoam", "16K"}, std::pair{"h2o", "16K"},
+                                       std::pair{"infinigen", "24K"}}) {
         SCOPED_TRACE(pol);
-        const std::string base = "generate -m " + m1k + " -f " + dir->file("baselines.txt") + " -n 20 -c 512 --kv-host-budget 16K "
-                                 "--kv-dir " + dir->file("kv-baselines") + " --policy " + pol + " --alpha 0.2 --window 8 --temp 0 --json ";
+        const std::string base = "generate -m " + m1k + " -f " + dir->file("baselines.txt") + " -n 20 -c 512 --kv-host-budget " +
+                                 budget + " --kv-dir " + dir->file("kv-baselines") + " --policy " + pol + " --alpha 0.2 --window 8 --temp 0 --json ";
         const result plain = run(base, " 2>/dev/null");
         const result emu = run(base + "--storage emulator", " 2>/dev/null");
         ASSERT_EQ(plain.code, 0) << plain.out;
@@ -437,6 +439,39 @@ TEST_F(cli, baseline_policies_run_over_the_plain_ssd_and_the_emulator) {
         EXPECT_EQ(ppl.code, 0) << ppl.out;
         EXPECT_NE(ppl.out.find("perplexity: "), std::string::npos) << ppl.out;
     }
+}
+
+// infinigen speculates each layer's selection from the layer before and prefetches it; its key sketch
+// is in DRAM whatever the storage: all in RAM (0% cold), and mostly cold (75% and more) on the plain SSD
+// and on the emulator, greedy decoding gives the same tokens, the cold runs read from disk, the sketch
+// counted in the budget, and the emulator scores nothing.
+TEST_F(cli, infinigen_gives_the_same_tokens_all_in_ram_and_mostly_cold) {
+    const std::string m1k = dir->file("m1k-infinigen.gguf");
+    write_random_model(m1k, random_model_params{.n_vocab = 300, .n_embd = 64, .n_ff = 96, .n_layer = 3, .n_head = 4,
+                                                .n_head_kv = 2, .n_ctx = 1024});
+    std::string long_prompt;
+    for (int i = 0; i < 12; ++i) long_prompt += "a prompt of many words ";
+    std::ofstream(dir->file("infinigen.txt")) << long_prompt;
+    const std::string base = "generate -m " + m1k + " -f " + dir->file("infinigen.txt") + " -n 20 -c 512 --policy infinigen "
+                             "--alpha 0.2 --window 8 --temp 0 --json ";
+    // The sketch takes 24,672 bytes of the budget (below), the hot pool 18 tokens of 384 bytes.
+    const std::string cold = "--kv-host-budget 31K --kv-dir " + dir->file("kv-infinigen") + " ";
+    const result ram = run(base, " 2>/dev/null");
+    const result plain = run(base + cold, " 2>/dev/null");
+    const result emu = run(base + cold + "--storage emulator", " 2>/dev/null");
+    for (const result * r : {&ram, &plain, &emu}) ASSERT_EQ(r->code, 0) << r->out;
+    const json rj = json::parse(ram.out), pj = json::parse(plain.out), ej = json::parse(emu.out);
+    EXPECT_EQ(rj.at("ids").size(), 20u);
+    EXPECT_EQ(rj.at("ids"), pj.at("ids"));
+    EXPECT_EQ(rj.at("ids"), ej.at("ids"));
+    EXPECT_EQ(rj.at("kv").at("cold_share").get<double>(), 0.0) << ram.out;
+    for (const json * j : {&pj, &ej}) {
+        EXPECT_GE(j->at("kv").at("cold_share").get<double>(), 0.75) << j->dump();
+        EXPECT_GT(j->at("policy").at("attended_disk_share").get<double>(), 0.0) << j->dump();
+        // 3 layers × 512 positions × 2 KV heads × 4 channels (a quarter of 16) × f16, and the channel table.
+        EXPECT_EQ(j->at("kv").at("scoring_copy_bytes").get<uint64_t>(), 3u * 512 * 2 * 4 * 2 + 3 * 2 * 4 * 4) << j->dump();
+    }
+    EXPECT_EQ(ej.at("storage").at("tokens_scored"), 0) << emu.out;
 }
 
 TEST_F(cli, storage_emulator_gives_the_same_tokens_and_reports_its_link) {

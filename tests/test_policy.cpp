@@ -612,13 +612,13 @@ TEST(policy_params_test, bad_parameters_are_usage_errors) {
     }
 
     expect_usage(policy_params{.name = "quest", .page_size = 0}, "page size 0");
-    EXPECT_EQ(policy_names(), "full, streaming, hillinfer, quest, h2o, leoam");
-    for (const char * pol : {"full", "streaming", "hillinfer", "quest", "h2o", "leoam"}) {
+    EXPECT_EQ(policy_names(), "full, streaming, hillinfer, quest, h2o, leoam, infinigen");
+    for (const char * pol : {"full", "streaming", "hillinfer", "quest", "h2o", "leoam", "infinigen"}) {
         EXPECT_EQ(make_policy(policy_params{.name = pol}, 2)->name(), pol);
     }
     const std::string msg = expect_usage(policy_params{.name = "lru"}, "lru");
     EXPECT_NE(msg.find("'lru'"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("full, streaming, hillinfer, quest, h2o, leoam"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("full, streaming, hillinfer, quest, h2o, leoam, infinigen"), std::string::npos) << msg;
 
     EXPECT_EQ(parse_placement("fifo"), placement_kind::fifo);
     EXPECT_EQ(parse_placement("hkm"), placement_kind::hkm);

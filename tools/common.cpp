@@ -213,7 +213,8 @@ void policy_opts::add(CLI::App & app) {
     aggregate = std::string(name(d.aggregate));
     app.add_option("--policy", p.name, "decode attention: " + policy_names() + " (full: dense; streaming: sinks + "
                    "window; hillinfer: those and the top alpha by score; quest: those and the top pages by key bounds; leoam: "
-                   "the same through adaptive chunks; h2o: those and the heavy hitters by accumulated attention)")
+                   "the same through adaptive chunks; h2o: those and the heavy hitters by accumulated attention; infinigen: those and "
+                   "the top alpha by a key sketch, speculated one layer ahead and prefetched)")
         ->capture_default_str();
     app.add_option("--alpha", p.alpha, "scoring policies: share of the cached tokens attended besides sinks and window, "
                    "in (0, 1]")->capture_default_str();
@@ -225,14 +226,14 @@ void policy_opts::add(CLI::App & app) {
     query_opt = app.add_option("--query-precision", query_precision, "hillinfer: query in fp32 or int8 for scoring "
                                "(default with --storage emulator: int8, for the policies the device scores for)")
                     ->capture_default_str();
-    app.add_option("--select", select, "hillinfer, quest, leoam: one token set per layer, or per kv_head")->capture_default_str();
+    app.add_option("--select", select, "hillinfer, quest, leoam, infinigen: one token set per layer, or per kv_head")->capture_default_str();
     app.add_option("--aggregate", aggregate,
-                   "hillinfer, quest, leoam: how the query heads' scores make a token's: sum or max of "
+                   "hillinfer, quest, leoam, infinigen: how the query heads' scores make a token's: sum or max of "
                    "the raw q.k, or softmax (each head's attention weight, normalized per head, summed)")
         ->capture_default_str();
     app.add_option("--placement", placement, "hot pool placement: fifo (recent tokens stay hot) or hkm (hit rates "
                    "drive promotions and demotions; prefill importance places the prompt); default: hkm for hillinfer, "
-                   "h2o and leoam, fifo for the others");
+                   "h2o, leoam and infinigen, fifo for the others");
     app.add_option("--migrate-budget", migrate_budget, "hkm: K and V bytes promoted per decode step at most, all layers "
                    "(K/M/G suffixes; default: a sixteenth of the hot pool)");
     app.add_flag("--diag", p.diag, "measure attention recall and selection overlap per layer (slower)");

@@ -6,6 +6,7 @@
 #include "core/trace.h"
 #include "kv/page_table.h"
 #include "score/attention_totals.h"
+#include "score/key_sketch.h"
 #include "score/page_bounds.h"
 #include "score/quant_copy.h"
 #include "score/selector.h"
@@ -79,6 +80,8 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
                                          : page_chunking{};
         copy_ = std::make_unique<page_bounds>(attn_shape(), pp.score, pp.page_size, p.n_seq, hp.n_layer, p.n_ctx,
                                               pool.n_threads(), chunks);
+    } else if (policy_->scores_from() == copy_kind::sketch) {
+        copy_ = make_key_sketch(m, pp, p.n_seq, p.n_ctx);
     } else if (with_copy) {
         copy_ = std::make_unique<quant_copy>(attn_shape(), pp.score, scoring_copy_bits(m, p), p.n_seq, hp.n_layer, p.n_ctx,
                                              pool.n_threads());
@@ -123,6 +126,27 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
 
 context::~context() = default;
 
+std::unique_ptr<hill::scoring_copy> context::make_key_sketch(const hill::model & m, const policy_params & pp, int n_seq,
+                                                             int64_t n_ctx) const {
+    // InfiniGen's channels, chosen from each layer's weights (score/key_sketch.h); RoPE pairs stay together.
+    const hparams & hp = m.hp();
+    const attention_shape s = attn_shape();
+    const int r = key_sketch::channels_for(hp.head_dim);
+    const sketch_pairing pairing = hp.position != position_kind::rope ? sketch_pairing::none
+                                   : hp.rope_pairs == rope_layout::adjacent_pairs ? sketch_pairing::adjacent
+                                                                                   : sketch_pairing::half;
+    std::vector<float> imp(size_t(hp.n_head_kv) * size_t(hp.head_dim));
+    std::vector<int32_t> channels(size_t(hp.n_layer) * size_t(hp.n_head_kv) * size_t(r));
+    for (int il = 0; il < hp.n_layer; ++il) {
+        const layer_weights & l = m.layers()[size_t(il)];
+        sketch_channel_importance(l.wq, l.wk, s, imp.data());
+        sketch_choose_channels(imp.data(), hp.n_head_kv, hp.head_dim, r, pairing,
+                               channels.data() + size_t(il) * size_t(hp.n_head_kv) * size_t(r));
+    }
+    return std::make_unique<key_sketch>(s, pp.score, r, std::move(channels), pp.n_sinks, pp.n_window, n_seq, hp.n_layer,
+                                        n_ctx);
+}
+
 int context::scoring_copy_bits(const hill::model & m, const context_params & p) {
     // Over a plain SSD a scoring policy scores from the scoring copy of the keys in DRAM
     // (score/quant_copy.h), which the budget holds beside the hot pool.
@@ -146,6 +170,7 @@ uint64_t context::scoring_copy_bytes(const hill::model & m, const context_params
     if (kind == copy_kind::page_bounds || kind == copy_kind::chunk_bounds) {
         return page_bounds::bytes_for(s, p.policy.page_size, p.n_seq, hp.n_layer, p.n_ctx);
     }
+    if (kind == copy_kind::sketch) return key_sketch::bytes_for(s, key_sketch::channels_for(hp.head_dim), p.n_seq, hp.n_layer, p.n_ctx);
     const int bits = scoring_copy_bits(m, p);
     return bits == 0 ? 0 : quant_copy::bytes_for(s, bits, p.n_seq, hp.n_layer, p.n_ctx);
 }
@@ -166,7 +191,8 @@ void context::set_policy(const policy_params & p) {
         fail_usage("policy '{}' scores from {}, but this context was made for policy '{}'{}: make a new context for it",
                    p.name, k == copy_kind::page_bounds ? "page bounds of the keys"
                            : k == copy_kind::chunk_bounds ? "chunk bounds of the keys"
-                           : k == copy_kind::attention ? "the accumulated attention of its tokens" : "the KV tiers",
+                           : k == copy_kind::attention ? "the accumulated attention of its tokens"
+                           : k == copy_kind::sketch ? "a key sketch" : "the KV tiers",
                    policy_->name(), copy_ != nullptr ? fmt::format(" and keeps {}", copy_->describe()) : std::string());
     }
     step_->set_policy(*next, params_.storage.kind);  // checks the storage device can score as the policy asks

@@ -63,7 +63,8 @@ struct context_params {
     int32_t n_segment = 8192;           // prompt tokens per layer-major pass; longer prompts go segment by segment
     uint64_t kv_host_budget = 0;        // host bytes of the KV cache (all layers, all sequences): the hot pool and,
                                         // the scoring copy of the policy's keys (score/scoring_copy.h: the quantized
-                                        // keys of a scoring policy over a plain SSD, the page bounds of quest);
+                                        // keys of a scoring policy over a plain SSD, the page bounds of quest, infinigen's
+                                        // key sketch);
                                         // 0: everything in RAM
     std::string kv_dir;                 // cold pool directory (needed when the budget is below the KV of every sequence)
     policy_params policy;               // decode attention policy and placement
@@ -206,6 +207,9 @@ private:
     template <class F>
     void for_each_stored(int seq, int il, bool with_v, F && fn);
     attention_shape attn_shape() const;
+    // The key sketch of policy `infinigen` (score/key_sketch.h), its channels chosen from m's weights.
+    std::unique_ptr<hill::scoring_copy> make_key_sketch(const hill::model & m, const policy_params & pp, int n_seq,
+                                                        int64_t n_ctx) const;
 
     const hill::model & model_;
     context_params params_;

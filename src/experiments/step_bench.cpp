@@ -109,6 +109,7 @@ public:
         states_.resize(size_t(p.n_layer));
         for (query_state & st : states_) init_state(p, rng, st);
         rng_ = counter_rng(mix(p.seed, 0x52, 0));
+        spec_rng_ = counter_rng(mix(p.seed, 0x54, 0));
         q_.resize(size_t(p.n_head) * size_t(p.head_dim));
     }
     void embed(const int32_t *, const int32_t *, int64_t n, float * x) override {
@@ -134,6 +135,17 @@ public:
             }
         }
     }
+    // The stand-in for InfiniGen's speculated query (no weights to compute it from): the layer's
+    // actual query processes, each blended with fresh noise at correlation spec_rho, made into a query.
+    void speculative_query(int il, const float *, const int32_t *, int64_t n, float * q) override {
+        const workload_params & p = w_.params();
+        const int64_t nq = int64_t(p.n_head) * p.head_dim;
+        spec_ = states_[size_t(il)];
+        advance(spec_.s, synthetic_workload::spec_rho, spec_rng_, xi_);
+        advance(spec_.e, synthetic_workload::spec_rho, spec_rng_, xi_);
+        make_query(p, chan(), spec_, w_.calibration().logit_scale, q_.data());
+        for (int64_t i = 0; i < n; ++i) std::copy(q_.begin(), q_.end(), q + i * nq);
+    }
     void attention_output(int, float *, const float *, int64_t) override {}
     void logits(const float *, int64_t n, float * out) override {
         std::fill(out, out + n * int64_t(n_vocab_), 0.0f);
@@ -145,6 +157,8 @@ private:
     int32_t n_vocab_;
     std::vector<query_state> states_;
     counter_rng rng_{0};
+    counter_rng spec_rng_{0};  // the speculation's noise: its own stream, so that the queries do not depend on it
+    query_state spec_;         // scratch: the speculated query's processes
     std::vector<float> q_, xi_;
 };
 

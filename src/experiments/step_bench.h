@@ -68,6 +68,8 @@ void check(const workload_params & p);
 // query weights compensate), while the stored keys keep them.
 class synthetic_workload {
 public:
+    static constexpr double spec_rho = 0.95;  // correlation of the speculated query's processes with the actual ones
+
     // Calibrates rho and logit_scale (see the file comment) on a sample of 4096 keys. Errors: check(p).
     explicit synthetic_workload(const workload_params & p);
 
@@ -81,7 +83,12 @@ public:
 
     // A forward pass over this workload for context_params::forward: embed() advances every layer's
     // query by one step; attention_input() gives the layer's current query and the new token's K/V
-    // (kv() at its position); attention_output() and logits() leave x as is and write zero logits. The
+    // (kv() at its position); speculative_query() (InfiniGen's speculation, which has no weights to
+    // work from here) the layer's current query processes s and e each advanced once more with fresh
+    // noise at correlation spec_rho (x ← ρ·x + √(1−ρ²)·ξ, a separate random stream): a speculated query
+    // correlated about 0.95 with the actual one, an assumption standing in for the similarity of
+    // consecutive layers' inputs that InfiniGen relies on (§4.2), not a measurement;
+    // attention_output() and logits() leave x as is and write zero logits. The
     // query processes restart from the same state for every forward made, so every configuration of a
     // run sees the same queries. n_vocab: the model's vocabulary (logits width).
     std::unique_ptr<arch_forward> make_forward(int32_t n_vocab) const;

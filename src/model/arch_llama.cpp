@@ -90,20 +90,24 @@ public:
         const layer_weights & l = m_.layers()[size_t(il)];
         const int64_t n_q = hp_.n_embd_q(), n_kv = hp_.n_embd_kv();
         rmsnorm_rows(l.attn_norm, hp_.rms_eps, x, n, xn_.data());
+        const bool with_kv = k != nullptr;  // nullptr: the query only (speculative_query)
+        HILL_ASSERT(with_kv == (v != nullptr));
         linear(l.wq, l.bq, xn_.data(), n, q, pool_);
-        linear(l.wk, l.bk, xn_.data(), n, k, pool_);
-        linear(l.wv, l.bv, xn_.data(), n, v, pool_);
+        if (with_kv) {
+            linear(l.wk, l.bk, xn_.data(), n, k, pool_);
+            linear(l.wv, l.bv, xn_.data(), n, v, pool_);
+        }
         // Per-head norms: rows of head_dim (rmsnorm_rows over n · heads rows).
         if (!l.attn_q_norm.empty()) rmsnorm_rows(l.attn_q_norm, hp_.rms_eps, q, n * hp_.n_head, q);
-        if (!l.attn_k_norm.empty()) rmsnorm_rows(l.attn_k_norm, hp_.rms_eps, k, n * hp_.n_head_kv, k);
+        if (with_kv && !l.attn_k_norm.empty()) rmsnorm_rows(l.attn_k_norm, hp_.rms_eps, k, n * hp_.n_head_kv, k);
         const double * inv_freq = inv_freq_[layer_freq_[size_t(il)]].data();
         for (int64_t t = 0; t < n; ++t) {
             rope(q + t * n_q, hp_.n_head, hp_.head_dim, pos[t], inv_freq, hp_.rope_pairs);
-            rope(k + t * n_kv, hp_.n_head_kv, hp_.head_dim, pos[t], inv_freq, hp_.rope_pairs);
+            if (with_kv) rope(k + t * n_kv, hp_.n_head_kv, hp_.head_dim, pos[t], inv_freq, hp_.rope_pairs);
         }
         if (hp_.rope_attn_factor != 1.0f) {
             for (int64_t i = 0; i < n * n_q; ++i) q[i] *= hp_.rope_attn_factor;
-            for (int64_t i = 0; i < n * n_kv; ++i) k[i] *= hp_.rope_attn_factor;
+            for (int64_t i = 0; with_kv && i < n * n_kv; ++i) k[i] *= hp_.rope_attn_factor;
         }
     }
 

@@ -192,6 +192,8 @@ public:
             in = xn_.data();
         }
         linear(l.wq, l.bq, in, n, q, pool_);
+        HILL_ASSERT((k == nullptr) == (v == nullptr));
+        if (k == nullptr) return;  // the query only (speculative_query)
         linear(l.wk, l.bk, in, n, k, pool_);
         linear(l.wv, l.bv, in, n, v, pool_);
     }

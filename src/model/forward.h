@@ -32,8 +32,16 @@ public:
     virtual void embed(const int32_t * tokens, const int32_t * pos, int64_t n, float * x) = 0;
     // From the residual stream x f32 [n, n_embd] entering block il: q f32 [n, n_head * head_dim],
     // k, v f32 [n, n_head_kv * head_dim], with biases and RoPE at pos[i] where the model has them.
+    // k and v both nullptr: the query only.
     virtual void attention_input(int il, const float * x, const int32_t * pos, int64_t n, float * q, float * k,
                                  float * v) = 0;
+    // The query of block il estimated from x f32 [n, n_embd], the residual stream entering block il − 1
+    // (InfiniGen's speculation, policy/infinigen.cpp): q f32 [n, n_head * head_dim]. The models compute
+    // block il's query input (norm, W_q, bias, RoPE at pos[i]) from that stream; a synthetic forward may
+    // stand in otherwise (experiments/step_bench.h).
+    virtual void speculative_query(int il, const float * x, const int32_t * pos, int64_t n, float * q) {
+        attention_input(il, x, pos, n, q, nullptr, nullptr);
+    }
     // Block il after attention, in place: x += output projection of attn f32 [n, n_head * head_dim],
     // then the FFN block (post-norm models norm each sum).
     virtual void attention_output(int il, float * x, const float * attn, int64_t n) = 0;

@@ -16,6 +16,7 @@ std::unique_ptr<policy> make_hillinfer_policy(const policy_params & p, int n_hea
 std::unique_ptr<policy> make_quest_policy(const policy_params & p, int n_head_kv);
 std::unique_ptr<policy> make_h2o_policy(const policy_params & p, int n_head_kv);
 std::unique_ptr<policy> make_leoam_policy(const policy_params & p, int n_head_kv);
+std::unique_ptr<policy> make_infinigen_policy(const policy_params & p, int n_head_kv);
 
 // The pages Quest attends: sinks [0, s_end) and window [w_begin, n) of n tokens, plus whole pages of
 // page_size tokens taken in the order of their scores (page j's score: scores[t] of its first middle

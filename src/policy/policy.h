@@ -5,7 +5,7 @@
 //   place   which moves the hot pool makes: cold tokens to promote (they are read by this step's
 //           gather anyway) and hot tokens to evict; and, after a prefill, which tokens start hot.
 // Every policy runs in the same engine over the same tiers and storage devices, so comparisons are
-// side by side. One file per policy (full.cpp, streaming.cpp, hillinfer.cpp, quest.cpp, h2o.cpp, leoam.cpp) and one line in the
+// side by side. One file per policy (full.cpp, streaming.cpp, hillinfer.cpp, quest.cpp, h2o.cpp, leoam.cpp, infinigen.cpp) and one line in the
 // registry (registry.cpp) make a new one.
 //
 // Placement rules shared by the policies (placement.h): `fifo` (the sinks and the most recent tokens
@@ -35,8 +35,11 @@ enum class placement_kind { by_policy, fifo, hkm };
 //   page_bounds: per-page key bounds in DRAM (score/page_bounds.h, Quest), whatever the storage;
 //   chunk_bounds: the same, scored over adaptive chunks of pages first (LeoAM);
 //   attention:   the accumulated attention of every token (score/attention_totals.h, H2O), learned
-//                from the steps' attention weights.
-enum class copy_kind { tier, page_bounds, chunk_bounds, attention };
+//                from the steps' attention weights;
+//   sketch:      r channels of every key in DRAM (score/key_sketch.h, InfiniGen), scored with the
+//                query speculated one layer ahead: the decode step selects layer il + 1 while layer
+//                il computes and prefetches the selection (sched/decode_step.h).
+enum class copy_kind { tier, page_bounds, chunk_bounds, attention, sketch };
 std::string_view name(placement_kind k);
 // "fifo" or "hkm"; anything else is a usage error listing them.
 placement_kind parse_placement(std::string_view s);
@@ -165,7 +168,7 @@ void validate(const policy_params & p, int n_head_kv);
 // The policy named p.name (validated). n_head_kv: the model's KV heads (groups of kv_head granularity).
 std::unique_ptr<policy> make_policy(const policy_params & p, int n_head_kv);
 
-// The registered policy names, in registry order ("full, streaming, hillinfer, quest, h2o, leoam").
+// The registered policy names, in registry order ("full, streaming, hillinfer, quest, h2o, leoam, infinigen").
 std::string policy_names();
 
 }  // namespace hill

@@ -21,6 +21,7 @@ constexpr policy_entry registry[] = {
     {"quest", make_quest_policy, true},
     {"h2o", make_h2o_policy, true},
     {"leoam", make_leoam_policy, true},
+    {"infinigen", make_infinigen_policy, true},
 };
 
 const policy_entry * find(std::string_view name) {

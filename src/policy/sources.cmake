@@ -4,6 +4,7 @@ hill_add_library(hill_policy
   policy/full.cpp
   policy/h2o.cpp
   policy/hillinfer.cpp
+  policy/infinigen.cpp
   policy/leoam.cpp
   policy/placement.cpp
   policy/policy.cpp

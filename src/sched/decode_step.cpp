@@ -46,6 +46,7 @@ decode_step::decode_step(const model & m, arch_forward & forward, kv_cells & cel
     k_.resize(nb * size_t(hp.n_embd_kv()));
     v_.resize(nb * size_t(hp.n_embd_kv()));
     attn_.resize(nb * size_t(hp.n_embd_q()));
+    spec_sets_.resize(nb);
     rows_.resize(nb * 2 * layout_.row_bytes());
     const size_t n_ctx = size_t(cells.n_ctx());
     scores_.resize(size_t(std::max(1, hp.n_head_kv)) * n_ctx);
@@ -86,6 +87,16 @@ void decode_step::set_policy(const policy & pol, csd::storage_kind storage) {
     if (reader_ != nullptr && !sw_gather_) sw_gather_ = std::make_unique<cold_gather>(*reader_, layout_);
     sets_.assign(size_t(pol.n_group()), {});
     for (auto & s : sets_) s.reserve(size_t(cells_.n_ctx()));
+    speculative_ = pol.uses_scores() && pol.scores_from() == copy_kind::sketch;
+    HILL_ASSERT(!speculative_ || copy_ != nullptr);
+    if (speculative_) {
+        q_spec_.resize(q_.size());
+        for (auto & per_seq : spec_sets_) {
+            per_seq.assign(size_t(pol.n_group()), {});
+            for (auto & s : per_seq) s.reserve(size_t(cells_.n_ctx()));
+        }
+        spec_union_.reserve(size_t(cells_.n_ctx()));
+    }
     if (p.diag) {
         recall_ = std::make_unique<attention_recall>(shape_, cells_.n_ctx());
         if (reader_ != nullptr) diag_gather_ = std::make_unique<cold_gather>(*reader_, layout_);
@@ -164,6 +175,54 @@ void decode_step::prefetch_layer(int il) {
     }
 }
 
+void decode_step::speculate(int il) {
+    const int64_t nb = int64_t(seqs_.size());
+    if (model_.hp().window(il) > 0) return;  // a sliding-window layer attends its window (score_sequence)
+    trace_scope span("speculate", "select", {{"layer", il}});
+    int64_t t0 = time_us();
+    forward_.speculative_query(il, x_.data(), pos_.data(), nb, q_spec_.data());
+    stats_.t_forward_us += uint64_t(time_us() - t0);
+    const int n_group = policy_->n_group();
+    for (int64_t b = 0; b < nb; ++b) {
+        const int seq = seqs_[size_t(b)];
+        const int64_t n = pos_[size_t(b)] + 1;
+        std::vector<std::vector<int32_t>> & sets = spec_sets_[size_t(b)];
+        const float * scores = nullptr;
+        t0 = time_us();
+        if (policy_->wants_scores(n)) {
+            // Positions [0, n − 1) are in layer il's sketch; the step's own token is not computed yet and
+            // is attended by rule (an infinite score).
+            copy_->prepare_query(seq, il, q_spec_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim), nullptr);
+            copy_->score(n - 1, scores_.data(), n, pool_);
+            for (int g = 0; g < n_group; ++g) {
+                float * row = scores_.data() + size_t(g) * size_t(n);
+                for (int64_t t = 0; t < n - 1; ++t) row[t] = round_score_f16(row[t]);
+                row[n - 1] = INFINITY;
+            }
+            scores = scores_.data();
+        }
+        const int64_t t1 = time_us();
+        stats_.t_score_host_us += uint64_t(t1 - t0);
+        policy_->select(select_input{n, scores}, sets);
+        stats_.t_select_us += uint64_t(time_us() - t1);
+        if (logs_ == nullptr) continue;
+        // The hint: the selection's tokens on disk (the own token is new and hot).
+        spec_union_.clear();
+        for (const std::vector<int32_t> & set : sets) spec_union_.insert(spec_union_.end(), set.begin(), set.end());
+        if (n_group > 1) {
+            std::sort(spec_union_.begin(), spec_union_.end());
+            spec_union_.erase(std::unique(spec_union_.begin(), spec_union_.end()), spec_union_.end());
+        }
+        if (!spec_union_.empty() && spec_union_.back() == n - 1) spec_union_.pop_back();
+        if (spec_union_.empty()) continue;
+        const cold_log_view log = logs_->log(seq, il);
+        table_.clear();
+        table_.add(cells_, &log, seq, il, spec_union_, false);
+        const std::span<const int32_t> disk = table_.disk_pos_of(0);
+        if (!disk.empty()) device_.prefetch(csd::device_pass{il, seq, log.page_tokens, log.groups, disk});
+    }
+}
+
 void decode_step::layer(int il, prepared & prep) {
     const hparams & hp = model_.hp();
     const auto nb = int64_t(seqs_.size());
@@ -172,8 +231,15 @@ void decode_step::layer(int il, prepared & prep) {
     prepared::layer_prep & L = prep.layers[size_t(il)];
     // The pipeline: this layer's reads (the first layer's) and the next layer's start now, in the
     // background, from the previous step's selections; the read passes below take what they got.
+    // Under speculation (infinigen) the next layer's hint is its speculated selection instead.
     if (il == 0) prefetch_layer(0);
-    if (il + 1 < cells_.n_layer()) prefetch_layer(il + 1);
+    if (il + 1 < cells_.n_layer()) {
+        if (speculative_) {
+            speculate(il + 1);
+        } else {
+            prefetch_layer(il + 1);
+        }
+    }
     int64_t t0 = time_us();
     {
         trace_scope s("qkv", "forward", {{"layer", il}});
@@ -251,12 +317,17 @@ void decode_step::score_sequence(int il, int b, prepared & prep) {
         return;
     }
     const float * scores = nullptr;
-    if (policy_->wants_scores(n) && copy_ != nullptr) {
+    if (speculative_ && il > 0) {
+        // Speculated one layer earlier (speculate()): no correction after the fact.
+        for (int g = 0; g < n_group; ++g) sets_[size_t(g)].assign(spec_sets_[size_t(b)][size_t(g)].begin(),
+                                                                  spec_sets_[size_t(b)][size_t(g)].end());
+    } else if (policy_->wants_scores(n) && copy_ != nullptr) {
         // Every token from the scoring copy in DRAM (the step's own key was written to it above).
         const int64_t t0 = time_us();
         trace_scope span("score host", "score", {{"layer", il}, {"seq", seq}, {"tokens", n}, {"copy", 1}});
+        // The key sketch keeps its own softmax normalizer (score/key_sketch.h).
         copy_->prepare_query(seq, il, q_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim),
-                             sink_window_mass(il, b, prep));
+                             speculative_ ? nullptr : sink_window_mass(il, b, prep));
         copy_->score(n, scores_.data(), n, pool_);
         for (size_t i = 0, m = size_t(n_group) * size_t(n); i < m; ++i) scores_[i] = round_score_f16(scores_[i]);
         stats_.t_score_host_us += uint64_t(time_us() - t0);
@@ -313,7 +384,7 @@ void decode_step::score_sequence(int il, int b, prepared & prep) {
     }
     const int64_t t0 = time_us();
     trace_scope select_span("select", "select", {{"layer", il}, {"seq", seq}});
-    policy_->select(select_input{n, scores}, sets_);
+    if (!speculative_ || il == 0) policy_->select(select_input{n, scores}, sets_);
     // The union of the sets (one set: itself), and its scored part.
     std::vector<int32_t> & att = L.attended[size_t(b)];
     if (n_group == 1) {

@@ -30,6 +30,15 @@
 // (csd::device::prefetch): the plain SSD reads those tokens' K and V in the background while the host
 // computes, and step 4 reads only what the hint missed. The hint never changes a result.
 //
+// Speculation (a policy scoring from the key sketch, copy_kind::sketch: InfiniGen, policy/infinigen.cpp):
+// as layer il starts, the query of layer il + 1 is computed from the residual stream entering layer il
+// (arch_forward::speculative_query), every token of layer il + 1 is scored from the sketch with it, the
+// policy selects layer il + 1's set, and that set is the hint prefetched for layer il + 1. Layer il + 1
+// then attends that set (steps 2-3 skipped; no correction); layer 0, with no layer before it, scores
+// from the sketch with its own query. The speculation changes no state but the hint: a failed step
+// still changes nothing. Trace: "speculate" {layer} per layer il + 1 (time counted as qkv, score host
+// and select in step_stats).
+//
 // Thread use: the step runs on the cells' owner thread; its kernels run on the pool; the storage
 // device works on its own threads during a pass (and the plain SSD's prefetch thread during the step).
 //
@@ -128,6 +137,9 @@ private:
     void score_sequence(int il, int b, prepared & prep);
     // Hints the storage device with the batch's previous selections of layer il (csd::device::prefetch).
     void prefetch_layer(int il);
+    // Speculation: selects layer il of every sequence into spec_sets_ from the residual stream x_
+    // entering layer il − 1, and hints the storage device with the selection (infinigen).
+    void speculate(int il);
     // The softmax aggregate's per-head normalizers b_h of sequence b at layer il (score/head_softmax.h),
     // into head_mass_: head_log2_mass over the sinks and the window (the step's own token included), in
     // position order wherever they live; nullptr under the other aggregates. Uses table_. Errors: a
@@ -181,6 +193,10 @@ private:
     std::vector<float> scores_;                    // f32 [n_group, n_ctx]: merged scores by position
     std::vector<float> seg_scores_;                // f32 [n_group, n_ctx]: one region's host scores
     std::vector<std::vector<int32_t>> sets_;       // [n_group] selection of the sequence being processed
+    bool speculative_ = false;                     // the policy scores from the key sketch (speculate())
+    std::vector<float> q_spec_;                    // f32 [B, n_embd_q]: the speculated queries of the next layer
+    std::vector<std::vector<std::vector<int32_t>>> spec_sets_;  // [B][n_group]: the next layer's speculated sets
+    std::vector<int32_t> spec_union_;              // scratch: their union, the prefetch hint
     std::vector<uint64_t> member_;                 // u64 [n_ctx] kv_head: bit g set = in set g
     std::vector<int32_t> rows_g_;                  // kv_head: one group's rows of a batch
     std::vector<int32_t> sw_pos_;                  // softmax aggregate: the sinks' and window's positions

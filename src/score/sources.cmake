@@ -4,6 +4,7 @@ hill_add_library(hill_score
   score/attention_recall.cpp
   score/attention_totals.cpp
   score/host_scorer.cpp
+  score/key_sketch.cpp
   score/page_bounds.cpp
   score/score_avx2.cpp
   score/score_config.cpp
