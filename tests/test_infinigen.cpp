@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "engine/session.h"
+#include "model/forward.h"
 #include "model/synthetic_model.h"
 #include "policy/policies.h"
 #include "score/key_sketch.h"
@@ -201,7 +202,7 @@ TEST(infinigen, selects_sinks_window_and_the_top_alpha_by_score) {
         const int sinks = std::uniform_int_distribution<int>(0, 5)(rng);
         const int window = std::uniform_int_distribution<int>(1, 20)(rng);
         const double alpha = std::uniform_real_distribution<double>(0.05, 1.0)(rng);
-        std::vector<float> scores(size_t(n));
+        std::vector<float> scores(static_cast<size_t>(n));
         for (auto & x : scores) x = round_score_f16(float(std::uniform_int_distribution<int>(-20, 20)(rng)) / 4.0f);  // ties
         const auto pol = make_policy(policy_params{.name = "infinigen", .alpha = alpha, .n_sinks = sinks, .n_window = window}, 2);
         std::vector<std::vector<int32_t>> sets(1);
@@ -221,6 +222,28 @@ TEST(infinigen, selects_sinks_window_and_the_top_alpha_by_score) {
     const auto pol = make_policy(policy_params{.name = "infinigen"}, 2);
     EXPECT_EQ(pol->scores_from(), copy_kind::sketch);
     EXPECT_EQ(pol->placement(), placement_kind::hkm);
+}
+
+// The speculation's query (the query only: no K and V projected) is attention_input's query of the same
+// layer from the same stream, bit for bit (llama, and qwen3 with its per-head query norms).
+TEST(infinigen, speculative_query_is_the_layers_query_from_the_given_stream) {
+    test::temp_dir dir;
+    thread_pool pool(2);
+    for (const char * arch : {"llama", "qwen3"}) {
+        SCOPED_TRACE(arch);
+        write_random_model(dir.file(std::string(arch) + ".gguf"),
+                           random_model_params{.n_vocab = 300, .n_embd = 32, .n_ff = 64, .n_layer = 2, .n_head = 4,
+                                               .n_head_kv = 2, .n_ctx = 64, .seed = 6, .arch = arch});
+        const auto m = model::load(dir.file(std::string(arch) + ".gguf"));
+        const auto fwd = make_forward(*m, pool, 2);
+        std::mt19937 rng(2);
+        const std::vector<float> x = test::random_floats(rng, 2 * 32);
+        const int32_t pos[2] = {5, 17};
+        std::vector<float> q(2 * 32), k(2 * 16), v(2 * 16), q_spec(2 * 32);
+        fwd->attention_input(1, x.data(), pos, 2, q.data(), k.data(), v.data());
+        fwd->speculative_query(1, x.data(), pos, 2, q_spec.data());
+        EXPECT_EQ(q, q_spec);
+    }
 }
 
 class infinigen_test : public ::testing::Test {
@@ -295,7 +318,7 @@ TEST_F(infinigen_test, speculated_selection_is_the_same_over_any_tiers_and_is_pr
     }
     const auto & L = plain->ctx().decode_stats().layers;
     const csd::device_counters c = plain->ctx().storage().counters();
-    EXPECT_GE(c.prefetch_hits, L[1].n_attended_disk + L[2].n_attended_disk);
+    EXPECT_GE(c.prefetch_hits, L[1].n_attended_disk + L[2].n_attended_disk) << "prefetched " << c.tokens_prefetched << ", read " << c.tokens_read;
     EXPECT_EQ(c.tokens_read, L[0].n_attended_disk + L[1].n_attended_disk + L[2].n_attended_disk);
 }
 

@@ -46,7 +46,7 @@ decode_step::decode_step(const model & m, arch_forward & forward, kv_cells & cel
     k_.resize(nb * size_t(hp.n_embd_kv()));
     v_.resize(nb * size_t(hp.n_embd_kv()));
     attn_.resize(nb * size_t(hp.n_embd_q()));
-    spec_sets_.resize(nb);
+    for (auto & by_layer : spec_sets_) by_layer.resize(nb);
     rows_.resize(nb * 2 * layout_.row_bytes());
     const size_t n_ctx = size_t(cells.n_ctx());
     scores_.resize(size_t(std::max(1, hp.n_head_kv)) * n_ctx);
@@ -91,9 +91,11 @@ void decode_step::set_policy(const policy & pol, csd::storage_kind storage) {
     HILL_ASSERT(!speculative_ || copy_ != nullptr);
     if (speculative_) {
         q_spec_.resize(q_.size());
-        for (auto & per_seq : spec_sets_) {
-            per_seq.assign(size_t(pol.n_group()), {});
-            for (auto & s : per_seq) s.reserve(size_t(cells_.n_ctx()));
+        for (auto & by_layer : spec_sets_) {
+            for (auto & per_seq : by_layer) {
+                per_seq.assign(size_t(pol.n_group()), {});
+                for (auto & s : per_seq) s.reserve(size_t(cells_.n_ctx()));
+            }
         }
         spec_union_.reserve(size_t(cells_.n_ctx()));
     }
@@ -186,7 +188,7 @@ void decode_step::speculate(int il) {
     for (int64_t b = 0; b < nb; ++b) {
         const int seq = seqs_[size_t(b)];
         const int64_t n = pos_[size_t(b)] + 1;
-        std::vector<std::vector<int32_t>> & sets = spec_sets_[size_t(b)];
+        std::vector<std::vector<int32_t>> & sets = spec_sets_[size_t(il % 2)][size_t(b)];
         const float * scores = nullptr;
         t0 = time_us();
         if (policy_->wants_scores(n)) {
@@ -319,8 +321,8 @@ void decode_step::score_sequence(int il, int b, prepared & prep) {
     const float * scores = nullptr;
     if (speculative_ && il > 0) {
         // Speculated one layer earlier (speculate()): no correction after the fact.
-        for (int g = 0; g < n_group; ++g) sets_[size_t(g)].assign(spec_sets_[size_t(b)][size_t(g)].begin(),
-                                                                  spec_sets_[size_t(b)][size_t(g)].end());
+        const std::vector<std::vector<int32_t>> & spec = spec_sets_[size_t(il % 2)][size_t(b)];
+        for (int g = 0; g < n_group; ++g) sets_[size_t(g)].assign(spec[size_t(g)].begin(), spec[size_t(g)].end());
     } else if (policy_->wants_scores(n) && copy_ != nullptr) {
         // Every token from the scoring copy in DRAM (the step's own key was written to it above).
         const int64_t t0 = time_us();

@@ -195,7 +195,8 @@ private:
     std::vector<std::vector<int32_t>> sets_;       // [n_group] selection of the sequence being processed
     bool speculative_ = false;                     // the policy scores from the key sketch (speculate())
     std::vector<float> q_spec_;                    // f32 [B, n_embd_q]: the speculated queries of the next layer
-    std::vector<std::vector<std::vector<int32_t>>> spec_sets_;  // [B][n_group]: the next layer's speculated sets
+    // [2][B][n_group]: the speculated sets of layer il in [il % 2] (layer il + 1's are made while layer il's are in use)
+    std::vector<std::vector<std::vector<int32_t>>> spec_sets_[2];
     std::vector<int32_t> spec_union_;              // scratch: their union, the prefetch hint
     std::vector<uint64_t> member_;                 // u64 [n_ctx] kv_head: bit g set = in set g
     std::vector<int32_t> rows_g_;                  // kv_head: one group's rows of a batch
