@@ -173,7 +173,7 @@ TEST(key_sketch, scores_are_the_partial_channel_dots) {
         for (const select_granularity gran : {select_granularity::layer, select_granularity::kv_head}) {
             SCOPED_TRACE(std::string(name(agg)) + " " + std::string(name(gran)));
             const score_params p{.aggregate = agg, .granularity = gran};
-            key_sketch sk(s, p, r, ch, 4, 8, n_seq, n_layer, n_ctx);
+            key_sketch sk(s, p, r, ch, 4, 8, n_seq, n_layer, n_ctx, 3);
             EXPECT_EQ(sk.bytes(), key_sketch::bytes_for(s, r, n_seq, n_layer, n_ctx));
             EXPECT_EQ(sk.bytes_per_token_layer(), double(2 * s.n_head_kv * r));
             // Layer 1 of sequence 1, in two writes (f32 rows).
@@ -320,6 +320,75 @@ TEST_F(infinigen_test, speculated_selection_is_the_same_over_any_tiers_and_is_pr
     const csd::device_counters c = plain->ctx().storage().counters();
     EXPECT_GE(c.prefetch_hits, L[1].n_attended_disk + L[2].n_attended_disk) << "prefetched " << c.tokens_prefetched << ", read " << c.tokens_read;
     EXPECT_EQ(c.tokens_read, L[0].n_attended_disk + L[1].n_attended_disk + L[2].n_attended_disk);
+}
+
+// What layers 0 and 1 attend (read from the hit table: a selected token's hits climb) against a
+// brute-force statement: layer 0 scores with its own query, layer 1 with the query speculated from the
+// stream entering layer 0 (the token's embedding); partial dots over the channels chosen from the
+// weights, summed over the heads in order (the sum aggregate), f16-rounded, the step's own token
+// attended by rule; sinks, window and the top ⌈α·N⌉, lower positions first among equals.
+TEST_F(infinigen_test, layers_attend_the_top_tokens_of_the_speculated_partial_scores) {
+    policy_params p{.name = "infinigen", .alpha = 0.1, .n_sinks = 4, .n_window = 16};
+    p.score.aggregate = score_aggregate::sum;
+    auto s = make(p, 0);
+    s->eval(prompt);
+    const hparams & hp = m->hp();
+    const attention_shape shape = hp.attn_shape();
+    const int r = key_sketch::channels_for(hp.head_dim), n_kv = hp.n_embd_kv(), group = hp.n_head / hp.n_head_kv;
+    ASSERT_EQ(hp.rope_pairs, rope_layout::adjacent_pairs);
+    std::vector<std::vector<int32_t>> channels(2, std::vector<int32_t>(size_t(hp.n_head_kv * r)));
+    for (int il = 0; il < 2; ++il) {
+        std::vector<float> imp(size_t(hp.n_head_kv * hp.head_dim));
+        sketch_channel_importance(m->layers()[size_t(il)].wq, m->layers()[size_t(il)].wk, shape, imp.data());
+        sketch_choose_channels(imp.data(), hp.n_head_kv, hp.head_dim, r, sketch_pairing::adjacent, channels[size_t(il)].data());
+    }
+    const auto fwd = make_forward(*m, pool, 1);
+    const kv_cells & cells = s->ctx().cells();
+    for (int step = 0; step < 5; ++step) {
+        const int64_t n = s->n_past() + 1;
+        const int32_t tok = 11 + 7 * step, pos = int32_t(n - 1);
+        std::vector<float> x(static_cast<size_t>(hp.n_embd)), q0(static_cast<size_t>(hp.n_embd_q())),
+            k0(static_cast<size_t>(n_kv)), v0(static_cast<size_t>(n_kv)), q1(static_cast<size_t>(hp.n_embd_q()));
+        fwd->embed(&tok, &pos, 1, x.data());
+        fwd->attention_input(0, x.data(), &pos, 1, q0.data(), k0.data(), v0.data());
+        fwd->speculative_query(1, x.data(), &pos, 1, q1.data());
+        std::vector<std::vector<int32_t>> want(2);
+        std::vector<std::vector<uint16_t>> hits(2);
+        for (int il = 0; il < 2; ++il) {
+            // Layer 0's keys include the step's own (f16 as stored); layer 1's stop before it.
+            const int64_t n_scored = il == 0 ? n : n - 1;
+            std::vector<uint16_t> k(size_t(n * n_kv)), v(size_t(n * n_kv));
+            s->ctx().export_layer(0, il, k.data(), v.data());
+            for (int j = 0; j < n_kv; ++j) k[size_t((n - 1) * n_kv + j)] = fp32_to_fp16(k0[size_t(j)]);
+            const std::vector<float> & q = il == 0 ? q0 : q1;
+            std::vector<std::pair<float, int32_t>> mid;
+            for (int64_t t = 4; t < n - 16; ++t) {
+                float score = 0.0f;
+                for (int h = 0; h < hp.n_head; ++h) {
+                    const int g = h / group;
+                    float d = 0.0f;
+                    for (int j = 0; j < r; ++j) {
+                        const int c = channels[size_t(il)][size_t(g * r + j)];
+                        d += q[size_t(h * hp.head_dim + c)] * fp16_to_fp32(k[size_t(t * n_kv + g * hp.head_dim + c)]);
+                    }
+                    score = h == 0 ? d : score + d;
+                }
+                mid.emplace_back(t < n_scored ? round_score_f16(score) : INFINITY, int32_t(t));
+            }
+            std::stable_sort(mid.begin(), mid.end(), [](const auto & a, const auto & b) { return a.first > b.first; });
+            for (int64_t i = 0; i < n_top_for(0.1, n); ++i) want[size_t(il)].push_back(mid[size_t(i)].second);
+            std::sort(want[size_t(il)].begin(), want[size_t(il)].end());
+            for (int64_t t = 0; t < n - 1; ++t) hits[size_t(il)].push_back(cells.hits(0, il, t));
+        }
+        s->eval(std::span<const int32_t>(&tok, 1));
+        for (int il = 0; il < 2; ++il) {
+            std::vector<int32_t> got;
+            for (int64_t t = 4; t < n - 16; ++t) {
+                if (cells.hits(0, il, t) == kv_cells::hit_next(hits[size_t(il)][size_t(t)], true)) got.push_back(int32_t(t));
+            }
+            EXPECT_EQ(got, want[size_t(il)]) << "step " << step << " layer " << il;
+        }
+    }
 }
 
 TEST_F(infinigen_test, the_sketch_is_counted_in_the_host_budget) {

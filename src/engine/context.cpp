@@ -144,7 +144,7 @@ std::unique_ptr<hill::scoring_copy> context::make_key_sketch(const hill::model &
                                channels.data() + size_t(il) * size_t(hp.n_head_kv) * size_t(r));
     }
     return std::make_unique<key_sketch>(s, pp.score, r, std::move(channels), pp.n_sinks, pp.n_window, n_seq, hp.n_layer,
-                                        n_ctx);
+                                        n_ctx, pool_.n_threads());
 }
 
 int context::scoring_copy_bits(const hill::model & m, const context_params & p) {

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "compute/ops.h"
 #include "core/error.h"
 #include "core/fp16.h"
 #include "score/selector.h"
@@ -62,9 +63,10 @@ void sketch_choose_channels(const float * imp, int n_head_kv, int head_dim, int 
 }
 
 key_sketch::key_sketch(const attention_shape & s, const score_params & p, int r, std::vector<int32_t> channels,
-                       int n_sinks, int n_window, int n_seq, int n_layer, int64_t n_ctx)
+                       int n_sinks, int n_window, int n_seq, int n_layer, int64_t n_ctx, int n_threads)
     : shape_(s), params_(p), r_(r), channels_(std::move(channels)), n_sinks_(n_sinks), n_window_(n_window),
       n_seq_(n_seq), n_layer_(n_layer), n_ctx_(n_ctx) {
+    HILL_ASSERT(n_threads >= 1);
     HILL_ASSERT(s.n_head > 0 && s.n_head_kv > 0 && s.n_head % s.n_head_kv == 0 && s.head_dim > 0);
     HILL_ASSERT(r >= 1 && r <= s.head_dim && n_seq >= 1 && n_layer >= 1 && n_ctx >= 1 && n_sinks >= 0 && n_window >= 0);
     row_ = size_t(s.n_head_kv) * size_t(r);
@@ -81,6 +83,7 @@ key_sketch::key_sketch(const attention_shape & s, const score_params & p, int r,
                    n_layer, n_ctx);
     }
     qp_.resize(size_t(s.n_head) * size_t(r));
+    scratch_.resize(size_t(n_threads) * row_);
     head_mass_.resize(size_t(s.n_head));
 }
 
@@ -148,12 +151,12 @@ void key_sketch::prepare_query(int seq, int il, const float * q, const float *) 
     query_ready_ = true;
 }
 
-float key_sketch::head_dot(int h, const uint16_t * key) const {
+float key_sketch::head_dot(int h, const float * key) const {
     const int group = shape_.n_head / shape_.n_head_kv;
     const float * q = qp_.data() + size_t(h) * size_t(r_);
-    const uint16_t * k = key + size_t(h / group) * size_t(r_);
+    const float * k = key + size_t(h / group) * size_t(r_);
     float d = 0.0f;
-    for (int j = 0; j < r_; ++j) d += q[j] * fp16_to_fp32(k[j]);
+    for (int j = 0; j < r_; ++j) d += q[j] * k[j];
     return d;
 }
 
@@ -166,11 +169,16 @@ void key_sketch::score(int64_t n, float * scores, int64_t stride, thread_pool & 
     if (agg == score_aggregate::softmax) {
         // b_h = log2 Σ_{u ∈ sinks ∪ window} 2^(c · d_h,u), with the partial dots (max subtracted).
         const auto [s_end, w_begin] = middle_of(n, n_sinks_, n_window_);
+        float * kf = scratch_.data();
         for (int h = 0; h < shape_.n_head; ++h) {
             float m = -INFINITY;
+            const auto dot = [&](int64_t u) {
+                fp16_to_fp32_row(base + size_t(u) * row_, kf, int64_t(row_));
+                return c * head_dot(h, kf);
+            };
             const auto each = [&](auto && fn) {
-                for (int64_t u = 0; u < s_end; ++u) fn(c * head_dot(h, base + size_t(u) * row_));
-                for (int64_t u = w_begin; u < n; ++u) fn(c * head_dot(h, base + size_t(u) * row_));
+                for (int64_t u = 0; u < s_end; ++u) fn(dot(u));
+                for (int64_t u = w_begin; u < n; ++u) fn(dot(u));
             };
             each([&](float x) { m = std::max(m, x); });
             double sum = 0.0;
@@ -179,10 +187,12 @@ void key_sketch::score(int64_t n, float * scores, int64_t stride, thread_pool & 
         }
     }
     const int n_g = n_group(), group = shape_.n_head / shape_.n_head_kv;
+    HILL_ASSERT(scratch_.size() >= size_t(pool.n_threads()) * row_);
     const int heads_per_score = params_.granularity == select_granularity::kv_head ? group : shape_.n_head;
     pool.run([&](int ith, int nth) {
+        float * key = scratch_.data() + size_t(ith) * row_;
         for (int64_t t = n * ith / nth; t < n * (ith + 1) / nth; ++t) {
-            const uint16_t * key = base + size_t(t) * row_;
+            fp16_to_fp32_row(base + size_t(t) * row_, key, int64_t(row_));  // once per token, not per head
             for (int g = 0; g < n_g; ++g) {
                 float combined = 0.0f;
                 for (int i = 0; i < heads_per_score; ++i) {

@@ -62,10 +62,11 @@ class key_sketch final : public scoring_copy {
 public:
     // s: the layer shape (s.scale > 0 under softmax); p: granularity and aggregate (precisions do not
     // apply); channels i32 [n_layer, n_head_kv, r], each head's ascending in [0, head_dim); the sinks
-    // and window of the softmax normalizer; room for n_seq × n_layer × n_ctx positions. Asserts the
-    // shapes and ranges. Errors (hill::error, exit_code::bad_input): the allocation fails, naming its size.
+    // and window of the softmax normalizer; room for n_seq × n_layer × n_ctx positions; n_threads: the
+    // most threads of the pools score() runs on (per-thread scratch). Asserts the shapes and ranges.
+    // Errors (hill::error, exit_code::bad_input): the allocation fails, naming its size.
     key_sketch(const attention_shape & s, const score_params & p, int r, std::vector<int32_t> channels, int n_sinks,
-               int n_window, int n_seq, int n_layer, int64_t n_ctx);
+               int n_window, int n_seq, int n_layer, int64_t n_ctx, int n_threads);
 
     // r for a head dimension: head_dim / 4 rounded up to an even count (2 at least, head_dim at most).
     static int channels_for(int head_dim);
@@ -91,7 +92,7 @@ public:
 
 private:
     size_t token_offset(int seq, int il, int64_t t) const;  // in f16 elements
-    float head_dot(int h, const uint16_t * key) const;      // d_h of one token's sketch row [n_head_kv, r]
+    float head_dot(int h, const float * key) const;         // d_h of one token's sketch row f32 [n_head_kv, r]
 
     attention_shape shape_;
     score_params params_;
@@ -106,6 +107,7 @@ private:
     bool query_ready_ = false;
     std::vector<float> qp_;          // f32 [n_head, r]: the prepared query's chosen channels
     std::vector<float> head_mass_;   // f32 [n_head]: b_h of the current score (softmax)
+    std::vector<float> scratch_;     // f32 [n_threads, n_head_kv, r]: one token's sketch row, widened once for all heads
 };
 
 }  // namespace hill
