@@ -216,8 +216,12 @@ std::string storage_summary(const context & ctx) {
                        double(c.t_read_us) / 1e6, double(c.t_kernel_us) / 1e6, double(c.t_throttle_us) / 1e6,
                        double(c.t_backpressure_us) / 1e6, double(c.t_host_wait_us) / 1e6);
     if (c.tokens_prefetched > 0) {
-        out += fmt::format("  pipeline: {} tokens read ahead of their layer (the previous step's selection); {:.1f}% of the "
+        const bool speculated = ctx.policy().scores_from() == copy_kind::sketch;
+        out += fmt::format("  pipeline: {} tokens read ahead of their layer ({}); {:.1f}% of the "
                            "cold tokens read came from them, {:.1f}% of them were not selected\n", c.tokens_prefetched,
+                           speculated ? "the first layer: the previous step's selection; the others: their selection speculated "
+                                        "one layer ahead"
+                                      : "the previous step's selection",
                            100.0 * double(c.prefetch_hits) / double(std::max<uint64_t>(c.tokens_read, 1)),
                            100.0 * (1.0 - double(c.prefetch_hits) / double(c.tokens_prefetched)));
     }
