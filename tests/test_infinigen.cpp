@@ -273,10 +273,14 @@ protected:
 };
 
 TEST_F(infinigen_test, selecting_everything_equals_dense_attention) {
-    for (const int64_t budget : {0, 50}) {
-        SCOPED_TRACE("budget " + std::to_string(budget));
+    for (const auto & [budget, gran] : {std::pair{int64_t(0), select_granularity::layer},
+                                        std::pair{int64_t(50), select_granularity::layer},
+                                        std::pair{int64_t(50), select_granularity::kv_head}}) {
+        SCOPED_TRACE("budget " + std::to_string(budget) + " " + std::string(name(gran)));
         auto dense = make(policy_params{}, 0);
-        auto ig = make(policy_params{.name = "infinigen", .alpha = 1.0}, budget);
+        policy_params all{.name = "infinigen", .alpha = 1.0};
+        all.score.granularity = gran;
+        auto ig = make(all, budget);
         dense->eval(prompt);
         ig->eval(prompt);
         for (int step = 0; step < 5; ++step) {
