@@ -49,7 +49,9 @@ TEST(bench_accuracy, every_policy_at_each_alpha_against_full) {
         for (const char * k : {"rte_accuracy", "piqa_accuracy", "rte_agreement", "piqa_agreement"}) {
             EXPECT_TRUE(share_of(num(x, k), 4)) << k << " " << x.dump();  // 4 items each
         }
-        if (x["policy"] != "full") EXPECT_TRUE(x["alpha"] == 0.1 || x["alpha"] == 0.2) << x.dump();
+        if (x["policy"] != "full") {
+            EXPECT_TRUE(x["alpha"] == 0.1 || x["alpha"] == 0.2) << x.dump();
+        }
     }
     EXPECT_EQ(j["passkey"].size(), 3 * j["results"].size());
 }

@@ -135,10 +135,10 @@ bench_cmd add_beta(CLI::App & bench) {
         e.prepare();
         if (e.quick) {
             quick_workload(q.workload);
-            q.ctx = 4096;
+            q.ctx = 8192;
             q.betas = {0.1, 0.2, 0.3};
-            q.n_steps = 3;
-            q.n_warmup = 8;
+            q.n_steps = 5;
+            q.n_warmup = 16;
         }
         q.kv_dir = e.kv_dir;
         q.calibrate = e.calibrate();
@@ -167,9 +167,9 @@ bench_cmd add_ablation(CLI::App & bench) {
         e.prepare();
         if (e.quick) {
             quick_workload(q.workload);
-            q.ctxs = {4096};
-            q.n_steps = 3;
-            q.n_warmup = 8;
+            q.ctxs = {8192};
+            q.n_steps = 5;
+            q.n_warmup = 16;
         }
         q.kv_dir = e.kv_dir;
         q.calibrate = e.calibrate();
@@ -219,8 +219,8 @@ bench_cmd add_e2e(CLI::App & bench, const std::string & name) {
         if (e.quick) {
             q.shape = "tiny";
             q.n_layer = 1;
-            q.n_gen = 4;
-            q.ctxs = batch ? std::vector<int64_t>{256} : std::vector<int64_t>{512, 1024};
+            q.n_gen = 8;
+            q.ctxs = batch ? std::vector<int64_t>{512} : std::vector<int64_t>{1024, 2048};
             q.batches = batch ? std::vector<int>{1, 2, 4} : std::vector<int>{2};
             q.colds = batch ? std::vector<double>{0.75} : std::vector<double>{0.0, 0.75};
             q.storages = batch ? std::vector<std::string>{"plain"} : std::vector<std::string>{"plain", "emulator"};

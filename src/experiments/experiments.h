@@ -110,7 +110,8 @@ struct e2e_params {
 // For each prompt length, each sequence of the largest batch gets its own slice of the books (tokens
 // [i·ctx, (i+1)·ctx) of their concatenation), prefilled once, densely and in RAM, with its time measured
 // and its KV kept; every configuration (policy, cold share, storage, batch size) then imports that KV
-// (context::import_kv) into a context of `batch` sequences under its host budget and decodes n_gen steps
+// (context::import_kv) into a context of `batch` sequences under its host budget (cold share c: (1 − c)
+// of the tokens hot, at least the sinks, windows and appends, plus the policy's scoring copy) and decodes n_gen steps
 // of the whole batch (greedy). End-to-end latency = the batch's prefill times + its decode time. JSON
 // results [{ctx, batch, cold, storage, policy, prefill_s, decode_s, e2e_s, step_ms, tokens_per_s}] and
 // speedups [{ctx, batch, cold, storage, baseline, decode_speedup, e2e_reduction}] of hillinfer over each
