@@ -1,14 +1,14 @@
 // `hillinfer bench accuracy --quick` on the shared data (stories260K, a Gutenberg book, RTE, PIQA) and
 // the passkey model: every policy at α 0.1 and 0.2 and full, with values that hold whatever the policy.
-#include "cli_test_util.h"
-#include "experiments/experiments.h"
-#include "test_util.h"
-
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "cli_test_util.h"
+#include "experiments/experiments.h"
+#include "test_util.h"
 
 namespace hill {
 namespace {
@@ -19,7 +19,9 @@ double num(const nlohmann::json & j, const std::string & key) {
 }
 
 // k / n for some integer k: the share of n items.
-bool share_of(double x, int n) { return x >= 0 && x <= 1 && std::abs(x * n - std::round(x * n)) < 1e-9; }
+bool share_of(double x, int n) {
+    return x >= 0 && x <= 1 && std::abs(x * n - std::round(x * n)) < 1e-9;
+}
 
 TEST(bench_accuracy, every_policy_at_each_alpha_against_full) {
     HILL_REQUIRE_DATA(model, "models/gguf/stories260K.gguf");

@@ -1,16 +1,16 @@
 // `hillinfer bench latency|batch|beta|ablation` with --quick: every experiment runs, its JSON holds the
 // fields docs/experiments.md describes (numbers as numbers) with values that agree with each other, and
 // its plot (PNG, .dat, .gp) is written. (bench accuracy needs the shared data: test_bench_accuracy.)
-#include "cli_test_util.h"
-#include "experiments/experiments.h"
-#include "test_util.h"
-
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "cli_test_util.h"
+#include "experiments/experiments.h"
+#include "test_util.h"
 
 namespace hill {
 namespace {
@@ -30,8 +30,8 @@ protected:
     // Runs `bench NAME --quick` with --json and --plot; checks the files and returns the JSON.
     nlohmann::json run(const std::string & name) {
         const std::string json = dir.file(name + ".json"), png = dir.file(name + ".png");
-        const test::cli_result r = test::run_cli("bench " + name + " --quick -t 2 --kv-dir " + dir.file("kv") + " --json " +
-                                                 json + " --plot " + png);
+        const test::cli_result r = test::run_cli("bench " + name + " --quick -t 2 --kv-dir " + dir.file("kv") +
+                                                 " --json " + json + " --plot " + png);
         EXPECT_EQ(r.code, 0) << r.out;
         EXPECT_TRUE(fs::exists(png) && fs::file_size(png) > 0) << png;
         // The plot's data and script beside the JSON, and the PNG a PNG.

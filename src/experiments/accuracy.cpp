@@ -1,5 +1,13 @@
 // bench accuracy: perplexity, passkey retrieval and multiple-choice log-likelihood of every policy
 // against `full` (experiments/experiments.h run_accuracy).
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
 #include "core/error.h"
 #include "engine/passkey.h"
 #include "engine/perplexity.h"
@@ -8,14 +16,6 @@
 #include "model/model.h"
 #include "model/synthetic_model.h"
 #include "policy/policy.h"
-
-#include <fmt/format.h>
-#include <unistd.h>
-
-#include <cmath>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 namespace hill {
 
@@ -38,7 +38,9 @@ std::vector<std::string> lines_of(const std::string & text) {
     return out;
 }
 
-nlohmann::json number_or_null(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
+nlohmann::json number_or_null(double x) {
+    return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
+}
 
 // One decoding configuration: a policy at a retention ratio (full: alpha NaN).
 struct config {
@@ -118,7 +120,8 @@ mc_item make_item(const tokenizer & tok, const std::string & ctx, const std::vec
         it.choices.push_back(std::move(cont));
     }
     const int64_t room = n_max - int64_t(longest) - 1;
-    if (room < 2) fail_input("a multiple-choice continuation of {} tokens does not fit the {}-token context", longest, n_max);
+    if (room < 2)
+        fail_input("a multiple-choice continuation of {} tokens does not fit the {}-token context", longest, n_max);
     if (int64_t(it.context.size()) > room) {
         std::vector<int32_t> cut = {it.context.front()};
         cut.insert(cut.end(), it.context.end() - (room - 1), it.context.end());
@@ -161,7 +164,8 @@ experiment_report run_accuracy(const accuracy_params & p, thread_pool & pool, co
     if (p.ppl_ctx < 16) fail_usage("--ppl-ctx must be at least 16 tokens, got {}", p.ppl_ctx);
     if (p.ppl_windows < 1) fail_usage("--ppl-windows must be at least 1, got {}", p.ppl_windows);
     for (const int64_t n : p.passkey_ctxs) {
-        if (n < 128 || n > passkey_n_ctx_max) fail_usage("passkey lengths must be in [128, {}], got {}", passkey_n_ctx_max, n);
+        if (n < 128 || n > passkey_n_ctx_max)
+            fail_usage("passkey lengths must be in [128, {}], got {}", passkey_n_ctx_max, n);
     }
     const std::vector<std::string> policies = p.policies.empty() ? registered_policies() : p.policies;
     std::vector<config> configs = {{"full"}};
@@ -177,7 +181,8 @@ experiment_report run_accuracy(const accuracy_params & p, thread_pool & pool, co
     const std::vector<std::string> piqa_lines = lines_of(read_file(piqa_path, "PIQA file"));
     const std::vector<std::string> piqa_label_lines = lines_of(read_file(piqa_labels, "PIQA labels file"));
     if (piqa_lines.size() != piqa_label_lines.size()) {
-        fail_input("'{}' has {} items but '{}' {} labels", piqa_path, piqa_lines.size(), piqa_labels, piqa_label_lines.size());
+        fail_input("'{}' has {} items but '{}' {} labels", piqa_path, piqa_lines.size(), piqa_labels,
+                   piqa_label_lines.size());
     }
     const auto m = model::load(p.model_path, p.tokenizer_path);
     const tokenizer & tok = m->tokenizer();
@@ -210,14 +215,16 @@ experiment_report run_accuracy(const accuracy_params & p, thread_pool & pool, co
         const int64_t n_max = *std::max_element(p.passkey_ctxs.begin(), p.passkey_ctxs.end()) + 16;
         std::error_code ec;
         std::filesystem::create_directories(p.kv_dir, ec);
-        const std::string path = (std::filesystem::path(p.kv_dir) / fmt::format("hillinfer-passkey-{}.gguf", ::getpid())).string();
+        const std::string path =
+            (std::filesystem::path(p.kv_dir) / fmt::format("hillinfer-passkey-{}.gguf", ::getpid())).string();
         write_passkey_model(path, passkey_model_params{.n_ctx = int32_t(n_max)});
         const auto pm = model::load(path);
         std::filesystem::remove(path, ec);
         uint64_t seed = 1;
         for (const int64_t n : p.passkey_ctxs) {
             for (const double depth : p.passkey_depths) {
-                const passkey_prompt pr = make_passkey_prompt(pm->tokenizer(), {.n_tokens = n, .depth = depth, .seed = seed++});
+                const passkey_prompt pr =
+                    make_passkey_prompt(pm->tokenizer(), {.n_tokens = n, .depth = depth, .seed = seed++});
                 const std::vector<int32_t> ids = pm->tokenizer().encode(pr.text, true);
                 const prefilled kv = prefill_once(*pm, std::span<const int32_t>(ids.data(), ids.size() - 1), pool);
                 std::string line = fmt::format("passkey ctx {:>6} depth {:.2f}:", n, depth);
@@ -228,8 +235,11 @@ experiment_report run_accuracy(const accuracy_params & p, thread_pool & pool, co
                     sc[c].passkey_ok += a.correct ? 1 : 0;
                     sc[c].passkey_n += 1;
                     line += fmt::format(" {} {}", configs[c].label(), a.correct ? "ok" : "MISS");
-                    passkey.push_back({{"policy", configs[c].policy}, {"alpha", number_or_null(configs[c].alpha)},
-                                       {"ctx", n}, {"depth", depth}, {"correct", a.correct}});
+                    passkey.push_back({{"policy", configs[c].policy},
+                                       {"alpha", number_or_null(configs[c].alpha)},
+                                       {"ctx", n},
+                                       {"depth", depth},
+                                       {"correct", a.correct}});
                 }
                 log(line);
             }
@@ -239,10 +249,12 @@ experiment_report run_accuracy(const accuracy_params & p, thread_pool & pool, co
 
     // RTE and PIQA: each item's context prefilled once; every configuration picks a choice from it.
     const int64_t n_mc = m->hp().n_ctx_train > 0 ? std::min<int64_t>(m->hp().n_ctx_train, p.ppl_ctx) : p.ppl_ctx;
-    const auto run_mc = [&](const char * name, const std::vector<mc_item> & items, double scores::*acc, double scores::*agree) {
+    const auto run_mc = [&](const char * name, const std::vector<mc_item> & items, double scores::*acc,
+                            double scores::*agree) {
         std::vector<int> right(configs.size()), same(configs.size());
         for (const mc_item & it : items) {
-            const prefilled kv = prefill_once(*m, std::span<const int32_t>(it.context.data(), it.context.size() - 1), pool);
+            const prefilled kv =
+                prefill_once(*m, std::span<const int32_t>(it.context.data(), it.context.size() - 1), pool);
             int full_choice = -1;
             for (size_t c = 0; c < configs.size(); ++c) {
                 const auto s = session_from(*m, kv, n_mc, configs[c].params(), pool);
@@ -265,10 +277,11 @@ experiment_report run_accuracy(const accuracy_params & p, thread_pool & pool, co
             if (p.n_rte > 0 && int(items.size()) >= p.n_rte) break;
             const nlohmann::json j = nlohmann::json::parse(l, nullptr, false);
             if (j.is_discarded() || !j.contains("premise") || !j.contains("hypothesis") || !j.contains("label")) {
-                fail_input("'{}': expected JSON lines with premise, hypothesis and label, got '{}'", rte_path, l.substr(0, 80));
+                fail_input("'{}': expected JSON lines with premise, hypothesis and label, got '{}'", rte_path,
+                           l.substr(0, 80));
             }
-            const std::string ctx = j["premise"].get<std::string>() + "\nQuestion: " + j["hypothesis"].get<std::string>() +
-                                    " True or False?\nAnswer:";
+            const std::string ctx = j["premise"].get<std::string>() +
+                                    "\nQuestion: " + j["hypothesis"].get<std::string>() + " True or False?\nAnswer:";
             items.push_back(make_item(tok, ctx, {" True", " False"}, j["label"] == "entailment" ? 0 : 1, n_mc));
         }
         run_mc("RTE", items, &scores::rte, &scores::rte_agree);
@@ -279,23 +292,30 @@ experiment_report run_accuracy(const accuracy_params & p, thread_pool & pool, co
             if (p.n_piqa > 0 && int(items.size()) >= p.n_piqa) break;
             const nlohmann::json j = nlohmann::json::parse(piqa_lines[i], nullptr, false);
             if (j.is_discarded() || !j.contains("goal") || !j.contains("sol1") || !j.contains("sol2")) {
-                fail_input("'{}': expected JSON lines with goal, sol1 and sol2, got '{}'", piqa_path, piqa_lines[i].substr(0, 80));
+                fail_input("'{}': expected JSON lines with goal, sol1 and sol2, got '{}'", piqa_path,
+                           piqa_lines[i].substr(0, 80));
             }
             const int label = piqa_label_lines[i] == "1" ? 1 : 0;
             items.push_back(make_item(tok, "Question: " + j["goal"].get<std::string>() + "\nAnswer:",
-                                      {" " + j["sol1"].get<std::string>(), " " + j["sol2"].get<std::string>()}, label, n_mc));
+                                      {" " + j["sol1"].get<std::string>(), " " + j["sol2"].get<std::string>()}, label,
+                                      n_mc));
         }
         run_mc("PIQA", items, &scores::piqa, &scores::piqa_agree);
     }
 
     experiment_report rep;
     nlohmann::json results = nlohmann::json::array();
-    plot_series ppl{"perplexity / full's", {}}, pk{"passkey retrieved", {}}, rte{"RTE accuracy", {}}, piqa{"PIQA accuracy", {}};
+    plot_series ppl{"perplexity / full's", {}}, pk{"passkey retrieved", {}}, rte{"RTE accuracy", {}},
+        piqa{"PIQA accuracy", {}};
     for (size_t c = 0; c < configs.size(); ++c) {
-        results.push_back({{"policy", configs[c].policy}, {"alpha", number_or_null(configs[c].alpha)},
-                           {"perplexity", number_or_null(sc[c].ppl)}, {"perplexity_ratio_to_full", number_or_null(sc[c].ppl / sc[0].ppl)},
-                           {"passkey_accuracy", number_or_null(sc[c].passkey)}, {"rte_accuracy", number_or_null(sc[c].rte)},
-                           {"piqa_accuracy", number_or_null(sc[c].piqa)}, {"rte_agreement", number_or_null(sc[c].rte_agree)},
+        results.push_back({{"policy", configs[c].policy},
+                           {"alpha", number_or_null(configs[c].alpha)},
+                           {"perplexity", number_or_null(sc[c].ppl)},
+                           {"perplexity_ratio_to_full", number_or_null(sc[c].ppl / sc[0].ppl)},
+                           {"passkey_accuracy", number_or_null(sc[c].passkey)},
+                           {"rte_accuracy", number_or_null(sc[c].rte)},
+                           {"piqa_accuracy", number_or_null(sc[c].piqa)},
+                           {"rte_agreement", number_or_null(sc[c].rte_agree)},
                            {"piqa_agreement", number_or_null(sc[c].piqa_agree)}});
         rep.plot.categories.push_back(configs[c].label());
         ppl.points.emplace_back(double(c), sc[c].ppl / sc[0].ppl);
@@ -303,9 +323,16 @@ experiment_report run_accuracy(const accuracy_params & p, thread_pool & pool, co
         rte.points.emplace_back(double(c), sc[c].rte);
         piqa.points.emplace_back(double(c), sc[c].piqa);
     }
-    rep.json = {{"experiment", "accuracy"}, {"model", p.model_path}, {"book", p.book_path}, {"ppl_ctx", p.ppl_ctx},
-                {"ppl_windows", p.ppl_windows}, {"mc_ctx", n_mc}, {"passkey_ctxs", p.passkey_ctxs},
-                {"passkey_depths", p.passkey_depths}, {"results", results}, {"passkey", passkey}};
+    rep.json = {{"experiment", "accuracy"},
+                {"model", p.model_path},
+                {"book", p.book_path},
+                {"ppl_ctx", p.ppl_ctx},
+                {"ppl_windows", p.ppl_windows},
+                {"mc_ctx", n_mc},
+                {"passkey_ctxs", p.passkey_ctxs},
+                {"passkey_depths", p.passkey_depths},
+                {"results", results},
+                {"passkey", passkey}};
     rep.plot.title = "hillinfer bench accuracy: every policy at each alpha against full";
     rep.plot.xlabel = "policy, alpha";
     rep.plot.ylabel = "accuracy; perplexity relative to full";

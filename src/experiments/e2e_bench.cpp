@@ -1,5 +1,13 @@
 // bench latency and bench batch: prefill + decode through the engine on a random model of a paper
 // model's shape (experiments/experiments.h run_e2e).
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
 #include "core/error.h"
 #include "core/sys_info.h"
 #include "csd/device_profile.h"
@@ -10,14 +18,6 @@
 #include "model/synthetic_model.h"
 #include "model/weight_scheme.h"
 #include "policy/policy.h"
-
-#include <fmt/format.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 namespace hill {
 
@@ -78,17 +78,20 @@ struct e2e_result {
 };
 
 std::string label(const e2e_result & r) {
-    return r.cold == 0.0 ? fmt::format("{} in RAM", r.policy) : fmt::format("{} {:.0f}% cold {}", r.policy, 100 * r.cold, r.storage);
+    return r.cold == 0.0 ? fmt::format("{} in RAM", r.policy)
+                         : fmt::format("{} {:.0f}% cold {}", r.policy, 100 * r.cold, r.storage);
 }
 
 }  // namespace
 
-experiment_report run_e2e(const std::string & name, const e2e_params & p, thread_pool & pool, const experiment_log & log) {
+experiment_report run_e2e(const std::string & name, const e2e_params & p, thread_pool & pool,
+                          const experiment_log & log) {
     const model_shape & shape = find_shape(p.shape);
     const std::optional<weight_scheme> ws = weight_scheme_from_name(p.weights);
     if (!ws) fail_usage("--weights '{}': expected one of {}", p.weights, weight_scheme_names());
     if (p.n_layer < 1 || p.n_layer > shape.n_layer) {
-        fail_usage("--layers must be in [1, {}] ({} has {}), got {}", shape.n_layer, shape.name, shape.n_layer, p.n_layer);
+        fail_usage("--layers must be in [1, {}] ({} has {}), got {}", shape.n_layer, shape.name, shape.n_layer,
+                   p.n_layer);
     }
     if (p.ctxs.empty() || p.batches.empty() || p.colds.empty() || p.storages.empty()) {
         fail_usage("bench {}: the context lengths, batch sizes, cold shares and storages need a value each", name);
@@ -114,14 +117,22 @@ experiment_report run_e2e(const std::string & name, const e2e_params & p, thread
     std::filesystem::create_directories(p.kv_dir, ec);
     const int64_t ctx_max = *std::max_element(p.ctxs.begin(), p.ctxs.end());
     const int batch_max = *std::max_element(p.batches.begin(), p.batches.end());
-    const std::string model_path = (std::filesystem::path(p.kv_dir) / fmt::format("hillinfer-bench-{}.gguf", ::getpid())).string();
-    log(fmt::format("model: random {} of {}'s shape (n_embd {}, n_ff {}, {} heads / {} KV heads, vocabulary {}), {} of its "
-                    "{} layers, {} weights", shape.arch, shape.name, shape.n_embd, shape.n_ff, shape.n_head, shape.n_head_kv,
-                    shape.n_vocab, p.n_layer, shape.n_layer, p.weights));
-    write_random_model(model_path, random_model_params{.n_vocab = shape.n_vocab, .n_embd = shape.n_embd, .n_ff = shape.n_ff,
-                                                       .n_layer = p.n_layer, .n_head = shape.n_head,
-                                                       .n_head_kv = shape.n_head_kv, .n_ctx = int32_t(ctx_max + p.n_gen + 1),
-                                                       .type = *ws, .arch = shape.arch});
+    const std::string model_path =
+        (std::filesystem::path(p.kv_dir) / fmt::format("hillinfer-bench-{}.gguf", ::getpid())).string();
+    log(fmt::format(
+        "model: random {} of {}'s shape (n_embd {}, n_ff {}, {} heads / {} KV heads, vocabulary {}), {} of its "
+        "{} layers, {} weights",
+        shape.arch, shape.name, shape.n_embd, shape.n_ff, shape.n_head, shape.n_head_kv, shape.n_vocab, p.n_layer,
+        shape.n_layer, p.weights));
+    write_random_model(model_path, random_model_params{.n_vocab = shape.n_vocab,
+                                                       .n_embd = shape.n_embd,
+                                                       .n_ff = shape.n_ff,
+                                                       .n_layer = p.n_layer,
+                                                       .n_head = shape.n_head,
+                                                       .n_head_kv = shape.n_head_kv,
+                                                       .n_ctx = int32_t(ctx_max + p.n_gen + 1),
+                                                       .type = *ws,
+                                                       .arch = shape.arch});
     struct remove_on_exit {
         std::string path;
         ~remove_on_exit() {
@@ -137,14 +148,17 @@ experiment_report run_e2e(const std::string & name, const e2e_params & p, thread
     const int64_t need = int64_t(batch_max) * (ctx_max + 1);
     std::vector<int32_t> ids = m->tokenizer().encode(read_books(p.text_dir, size_t(need) * 2), false);
     if (ids.empty()) fail_input("the text gave no tokens");
-    while (int64_t(ids.size()) < need) ids.insert(ids.end(), ids.begin(), ids.begin() + std::min<int64_t>(int64_t(ids.size()), need - int64_t(ids.size())));
+    while (int64_t(ids.size()) < need)
+        ids.insert(ids.end(), ids.begin(),
+                   ids.begin() + std::min<int64_t>(int64_t(ids.size()), need - int64_t(ids.size())));
     log(fmt::format("text: {}, {} tokens of it", p.text_dir.empty() ? std::string("generated") : p.text_dir, need));
 
     std::vector<e2e_result> out;
     std::vector<float> logits;
     for (const int64_t n : p.ctxs) {
         // Prefill every sequence's prompt once, densely in RAM, and keep its KV: f16 [n, n_embd_kv] per layer.
-        std::vector<std::vector<std::vector<uint8_t>>> k(static_cast<size_t>(batch_max)), v(static_cast<size_t>(batch_max));
+        std::vector<std::vector<std::vector<uint8_t>>> k(static_cast<size_t>(batch_max)),
+            v(static_cast<size_t>(batch_max));
         std::vector<double> prefill_s(static_cast<size_t>(batch_max));
         for (int i = 0; i < batch_max; ++i) {
             context_params cp;
@@ -162,8 +176,10 @@ experiment_report run_e2e(const std::string & name, const e2e_params & p, thread
                 c.export_layer(0, il, k[size_t(i)][size_t(il)].data(), v[size_t(i)][size_t(il)].data());
             }
         }
-        log(fmt::format("ctx {}: prefill of {} prompts, {:.2f} s each on average (dense, in RAM; reused by every "
-                        "configuration)", n, batch_max, [&] {
+        log(
+            fmt::format("ctx {}: prefill of {} prompts, {:.2f} s each on average (dense, in RAM; reused by every "
+                        "configuration)",
+                        n, batch_max, [&] {
                             double s = 0;
                             for (const double x : prefill_s) s += x;
                             return s / double(batch_max);
@@ -224,9 +240,10 @@ experiment_report run_e2e(const std::string & name, const e2e_params & p, thread
                         r.e2e_s = r.prefill_s + r.decode_s;
                         r.step_ms = 1e3 * r.decode_s / p.n_gen;
                         r.tokens_per_s = double(batch) * p.n_gen / r.e2e_s;
-                        log(fmt::format("ctx {:>7} batch {:>3} {:32} prefill {:8.2f} s, decode {:8.2f} s ({:.1f} ms/step), "
-                                        "end to end {:8.2f} s, {:.2f} tokens/s", n, batch, label(r), r.prefill_s, r.decode_s,
-                                        r.step_ms, r.e2e_s, r.tokens_per_s));
+                        log(fmt::format(
+                            "ctx {:>7} batch {:>3} {:32} prefill {:8.2f} s, decode {:8.2f} s ({:.1f} ms/step), "
+                            "end to end {:8.2f} s, {:.2f} tokens/s",
+                            n, batch, label(r), r.prefill_s, r.decode_s, r.step_ms, r.e2e_s, r.tokens_per_s));
                         out.push_back(r);
                     }
                 }
@@ -237,35 +254,64 @@ experiment_report run_e2e(const std::string & name, const e2e_params & p, thread
     // hillinfer against every other policy in the same (ctx, batch, cold, storage).
     nlohmann::json results = nlohmann::json::array(), speedups = nlohmann::json::array();
     for (const e2e_result & r : out) {
-        results.push_back({{"ctx", r.ctx}, {"batch", r.batch}, {"cold", r.cold}, {"storage", r.storage}, {"policy", r.policy},
-                           {"prefill_s", r.prefill_s}, {"decode_s", r.decode_s}, {"e2e_s", r.e2e_s}, {"step_ms", r.step_ms},
+        results.push_back({{"ctx", r.ctx},
+                           {"batch", r.batch},
+                           {"cold", r.cold},
+                           {"storage", r.storage},
+                           {"policy", r.policy},
+                           {"prefill_s", r.prefill_s},
+                           {"decode_s", r.decode_s},
+                           {"e2e_s", r.e2e_s},
+                           {"step_ms", r.step_ms},
                            {"tokens_per_s", r.tokens_per_s}});
     }
     for (const e2e_result & h : out) {
         if (h.policy != "hillinfer") continue;
         for (const e2e_result & b : out) {
-            if (b.policy == "hillinfer" || b.ctx != h.ctx || b.batch != h.batch || b.cold != h.cold || b.storage != h.storage) continue;
-            speedups.push_back({{"ctx", h.ctx}, {"batch", h.batch}, {"cold", h.cold}, {"storage", h.storage},
-                                {"baseline", b.policy}, {"decode_speedup", b.decode_s / h.decode_s},
+            if (b.policy == "hillinfer" || b.ctx != h.ctx || b.batch != h.batch || b.cold != h.cold ||
+                b.storage != h.storage)
+                continue;
+            speedups.push_back({{"ctx", h.ctx},
+                                {"batch", h.batch},
+                                {"cold", h.cold},
+                                {"storage", h.storage},
+                                {"baseline", b.policy},
+                                {"decode_speedup", b.decode_s / h.decode_s},
                                 {"e2e_reduction", 1.0 - h.e2e_s / b.e2e_s}});
             const double red = 1.0 - h.e2e_s / b.e2e_s;
-            log(fmt::format("ctx {:>7} batch {:>3} {:.0f}% cold {}: hillinfer decodes {:.2f}x as fast as {}; end to end {:.1f}% "
-                            "{}", h.ctx, h.batch, 100 * h.cold, h.storage, b.decode_s / h.decode_s, b.policy,
-                            100 * std::abs(red), red >= 0 ? "lower" : "higher"));
+            log(fmt::format(
+                "ctx {:>7} batch {:>3} {:.0f}% cold {}: hillinfer decodes {:.2f}x as fast as {}; end to end {:.1f}% "
+                "{}",
+                h.ctx, h.batch, 100 * h.cold, h.storage, b.decode_s / h.decode_s, b.policy, 100 * std::abs(red),
+                red >= 0 ? "lower" : "higher"));
         }
     }
     experiment_report rep;
-    rep.json = {{"experiment", name}, {"shape", shape.name}, {"arch", shape.arch}, {"layers", p.n_layer},
-                {"layers_of_shape", shape.n_layer}, {"n_embd", shape.n_embd}, {"n_head", shape.n_head},
-                {"n_head_kv", shape.n_head_kv}, {"n_vocab", shape.n_vocab}, {"weights", p.weights}, {"alpha", p.alpha},
-                {"gen", p.n_gen}, {"profile", p.profile}, {"text", p.text_dir.empty() ? "generated" : p.text_dir},
+    rep.json = {{"experiment", name},
+                {"shape", shape.name},
+                {"arch", shape.arch},
+                {"layers", p.n_layer},
+                {"layers_of_shape", shape.n_layer},
+                {"n_embd", shape.n_embd},
+                {"n_head", shape.n_head},
+                {"n_head_kv", shape.n_head_kv},
+                {"n_vocab", shape.n_vocab},
+                {"weights", p.weights},
+                {"alpha", p.alpha},
+                {"gen", p.n_gen},
+                {"profile", p.profile},
+                {"text", p.text_dir.empty() ? "generated" : p.text_dir},
                 {"prefill_note", "each prompt prefilled once, densely in RAM; its KV imported by every configuration"},
-                {"results", results}, {"speedups", speedups}};
+                {"results", results},
+                {"speedups", speedups}};
     const bool by_batch = name == "batch";
-    rep.plot.title = by_batch ? fmt::format("hillinfer bench batch: throughput, {} prompt + {} generated tokens ({} of {}'s {} "
-                                            "layers)", p.ctxs.front(), p.n_gen, p.n_layer, shape.name, shape.n_layer)
-                              : fmt::format("hillinfer bench latency: prefill + {} decode steps, batch {} ({} of {}'s {} layers)",
-                                            p.n_gen, p.batches.front(), p.n_layer, shape.name, shape.n_layer);
+    rep.plot.title =
+        by_batch ? fmt::format(
+                       "hillinfer bench batch: throughput, {} prompt + {} generated tokens ({} of {}'s {} "
+                       "layers)",
+                       p.ctxs.front(), p.n_gen, p.n_layer, shape.name, shape.n_layer)
+                 : fmt::format("hillinfer bench latency: prefill + {} decode steps, batch {} ({} of {}'s {} layers)",
+                               p.n_gen, p.batches.front(), p.n_layer, shape.name, shape.n_layer);
     rep.plot.xlabel = by_batch ? "batch size" : "context length (tokens, log)";
     rep.plot.ylabel = by_batch ? "tokens/s (generated, end to end)" : "end-to-end latency (s, log)";
     rep.plot.logx = !by_batch;

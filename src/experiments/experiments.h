@@ -15,17 +15,16 @@
 // results as JSON (numbers as numbers, null where undefined), a plot and the printed table.
 #pragma once
 
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
 #include "core/thread_pool.h"
 #include "experiments/plot.h"
 #include "experiments/step_bench.h"
 #include "sched/calibration.h"
-
-#include <nlohmann/json.hpp>
-
-#include <cstdint>
-#include <functional>
-#include <string>
-#include <vector>
 
 namespace hill {
 
@@ -44,10 +43,10 @@ bool policy_registered(const std::string & name);
 // ---- beta and ablation: the decode-step benchmark --------------------------------------------------
 
 struct beta_params {
-    workload_params workload;              // attention shape (default: LLaMA-2-7B's heads, 2 layers)
+    workload_params workload;  // attention shape (default: LLaMA-2-7B's heads, 2 layers)
     int64_t ctx = 32768;
     double cold = 0.75;
-    std::string profile = "smartssd";      // emulator device profile
+    std::string profile = "smartssd";                                        // emulator device profile
     std::vector<double> betas = {0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 1.0 / 3};  // 75% cold: M0 holds at most 1/3
     int n_steps = 5, n_warmup = 24;
     std::string kv_dir;
@@ -93,17 +92,17 @@ const model_shape & find_shape(const std::string & name);
 
 struct e2e_params {
     std::string shape = "llama-2-7b";
-    int n_layer = 2;                          // layers written (the shape's count reduced to fit; stated)
-    std::string weights = "q4_0";             // weight type of the matrices
+    int n_layer = 2;               // layers written (the shape's count reduced to fit; stated)
+    std::string weights = "q4_0";  // weight type of the matrices
     std::vector<int64_t> ctxs = {4096, 8192, 16384, 32768, 65536, 131072};  // prompt tokens per sequence
     std::vector<int> batches = {8};
-    int n_gen = 32;                           // decode steps after the prompt
-    std::vector<std::string> policies;        // empty: every registered policy
+    int n_gen = 32;                     // decode steps after the prompt
+    std::vector<std::string> policies;  // empty: every registered policy
     double alpha = 0.2;
     std::vector<double> colds = {0.0, 0.75};
     std::vector<std::string> storages = {"plain", "emulator"};
     std::string profile = "smartssd";
-    std::string text_dir;                     // *.txt books, read in name order and cycled; empty: generated text
+    std::string text_dir;  // *.txt books, read in name order and cycled; empty: generated text
     std::string kv_dir;
     std::function<calibration(const csd::device_profile &)> calibrate;
 };
@@ -117,23 +116,24 @@ struct e2e_params {
 // speedups [{ctx, batch, cold, storage, baseline, decode_speedup, e2e_reduction}] of hillinfer over each
 // other policy. The KV of the largest batch's prompts is held in RAM: batch·ctx·(KV bytes per token).
 // Errors: usage for bad parameters; what the engine throws.
-experiment_report run_e2e(const std::string & name, const e2e_params & p, thread_pool & pool, const experiment_log & log);
+experiment_report run_e2e(const std::string & name, const e2e_params & p, thread_pool & pool,
+                          const experiment_log & log);
 
 // ---- accuracy -------------------------------------------------------------------------------------
 
 struct accuracy_params {
-    std::string model_path;                   // a trained model (GGUF or llama2.c with its tokenizer)
-    std::string tokenizer_path;               // llama2.c: its tokenizer.bin
-    std::string book_path;                    // perplexity text
-    std::string eval_dir;                     // holds rte/val.jsonl, piqa/valid.jsonl, piqa/valid-labels.lst
-    std::vector<std::string> policies;        // empty: every registered policy
+    std::string model_path;             // a trained model (GGUF or llama2.c with its tokenizer)
+    std::string tokenizer_path;         // llama2.c: its tokenizer.bin
+    std::string book_path;              // perplexity text
+    std::string eval_dir;               // holds rte/val.jsonl, piqa/valid.jsonl, piqa/valid-labels.lst
+    std::vector<std::string> policies;  // empty: every registered policy
     std::vector<double> alphas = {0.1, 0.2};
-    int32_t ppl_ctx = 512;                    // perplexity window (BOS included)
+    int32_t ppl_ctx = 512;  // perplexity window (BOS included)
     int ppl_windows = 4;
     std::vector<int64_t> passkey_ctxs = {1024, 4096, 16384};
     std::vector<double> passkey_depths = {0.0, 0.25, 0.5, 0.75, 1.0};
-    int n_rte = 0, n_piqa = 0;                // items (0: all)
-    std::string kv_dir;                       // where the passkey model is written
+    int n_rte = 0, n_piqa = 0;  // items (0: all)
+    std::string kv_dir;         // where the passkey model is written
 };
 // Every policy at every α and `full` (once). Perplexity windows as engine/perplexity.h; passkey prompts
 // (engine/passkey.h) on the passkey model, prefilled once per (length, depth) and decoded under every

@@ -1,12 +1,12 @@
 // bench beta and bench ablation: configurations of the decode-step benchmark (experiments/step_bench.h).
-#include "core/error.h"
-#include "experiments/experiments.h"
-#include "policy/policy.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
+
+#include "core/error.h"
+#include "experiments/experiments.h"
+#include "policy/policy.h"
 
 namespace hill {
 
@@ -30,7 +30,9 @@ bool policy_registered(const std::string & name) {
 
 namespace {
 
-nlohmann::json number_or_null(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
+nlohmann::json number_or_null(double x) {
+    return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
+}
 
 // The step benchmark's grid for one configuration of the given context lengths.
 step_bench_params one_config(const workload_params & w, std::vector<int64_t> ctxs, double cold, int n_steps,
@@ -52,7 +54,8 @@ step_bench_params one_config(const workload_params & w, std::vector<int64_t> ctx
 
 experiment_report run_beta(const beta_params & p, thread_pool & pool, const experiment_log & log) {
     if (p.betas.empty()) fail_usage("bench beta: --betas needs at least one value");
-    if (!(p.cold > 0.0 && p.cold < 1.0)) fail_usage("bench beta: --cold must be in (0, 1) (a cold pool to balance), got {}", p.cold);
+    if (!(p.cold > 0.0 && p.cold < 1.0))
+        fail_usage("bench beta: --cold must be in (0, 1) (a cold pool to balance), got {}", p.cold);
     step_bench_params s = one_config(p.workload, {p.ctx}, p.cold, p.n_steps, p.n_warmup, p.kv_dir, p.calibrate);
     s.policies = {"hillinfer"};
     s.storages = {"emulator"};
@@ -63,21 +66,26 @@ experiment_report run_beta(const beta_params & p, thread_pool & pool, const expe
     check(s);
     const synthetic_workload w(p.workload);
     const std::vector<step_result> rs = run_step_bench(s, w, pool, [&](const step_result & r) {
-        log(fmt::format("beta {:>8} -> applied {:.3f}{}: step {:.2f} ms ({:.2f}-{:.2f}), T_cpu {:.2f} / T_csd {:.2f} ms",
-                        r.config.beta, r.beta, r.m0_bound ? " (M0-bound)" : "", r.step_ms, r.step_ms_min, r.step_ms_max,
-                        r.t_cpu_ms, r.t_csd_ms));
+        log(fmt::format(
+            "beta {:>8} -> applied {:.3f}{}: step {:.2f} ms ({:.2f}-{:.2f}), T_cpu {:.2f} / T_csd {:.2f} ms",
+            r.config.beta, r.beta, r.m0_bound ? " (M0-bound)" : "", r.step_ms, r.step_ms_min, r.step_ms_max, r.t_cpu_ms,
+            r.t_csd_ms));
     });
     nlohmann::json points = nlohmann::json::array();
-    const step_result * best = nullptr, * planned = nullptr;
+    const step_result *best = nullptr, *planned = nullptr;
     plot_series line{"step time at a fixed beta", {}};
     for (const step_result & r : rs) {
         if (r.config.beta == "planner") {
             planned = &r;
             continue;
         }
-        points.push_back({{"beta_config", std::stod(r.config.beta)}, {"beta", number_or_null(r.beta)},
-                          {"m0_bound", r.m0_bound}, {"step_ms", r.step_ms}, {"step_ms_min", r.step_ms_min},
-                          {"step_ms_max", r.step_ms_max}, {"t_cpu_ms", number_or_null(r.t_cpu_ms)},
+        points.push_back({{"beta_config", std::stod(r.config.beta)},
+                          {"beta", number_or_null(r.beta)},
+                          {"m0_bound", r.m0_bound},
+                          {"step_ms", r.step_ms},
+                          {"step_ms_min", r.step_ms_min},
+                          {"step_ms_max", r.step_ms_max},
+                          {"t_cpu_ms", number_or_null(r.t_cpu_ms)},
                           {"t_csd_ms", number_or_null(r.t_csd_ms)}});
         line.points.emplace_back(r.beta, r.step_ms);
         if (best == nullptr || r.step_ms < best->step_ms) best = &r;
@@ -85,20 +93,38 @@ experiment_report run_beta(const beta_params & p, thread_pool & pool, const expe
     HILL_ASSERT(best != nullptr && planned != nullptr);
     std::sort(line.points.begin(), line.points.end());
     const double off = std::abs(planned->beta - best->beta) / best->beta;
-    log(fmt::format("best beta {:.3f} ({:.2f} ms); planner's beta {:.3f} (Eq. 4 {:.3f}), {:.2f} ms: {:.1f}% from the best "
-                    "beta, step {:.2f}x the best's", best->beta, best->step_ms, planned->beta, planned->beta_eq4,
-                    planned->step_ms, 100 * off, planned->step_ms / best->step_ms));
+    log(fmt::format(
+        "best beta {:.3f} ({:.2f} ms); planner's beta {:.3f} (Eq. 4 {:.3f}), {:.2f} ms: {:.1f}% from the best "
+        "beta, step {:.2f}x the best's",
+        best->beta, best->step_ms, planned->beta, planned->beta_eq4, planned->step_ms, 100 * off,
+        planned->step_ms / best->step_ms));
     experiment_report rep;
     const workload_params & wp = p.workload;
-    rep.json = {{"experiment", "beta"}, {"ctx", p.ctx}, {"cold", p.cold}, {"profile", p.profile}, {"policy", "hillinfer"},
-                {"layers", wp.n_layer}, {"n_head", wp.n_head}, {"n_head_kv", wp.n_head_kv}, {"head_dim", wp.head_dim},
-                {"alpha", wp.alpha}, {"steps", p.n_steps}, {"warmup", p.n_warmup}, {"points", points},
+    rep.json = {{"experiment", "beta"},
+                {"ctx", p.ctx},
+                {"cold", p.cold},
+                {"profile", p.profile},
+                {"policy", "hillinfer"},
+                {"layers", wp.n_layer},
+                {"n_head", wp.n_head},
+                {"n_head_kv", wp.n_head_kv},
+                {"head_dim", wp.head_dim},
+                {"alpha", wp.alpha},
+                {"steps", p.n_steps},
+                {"warmup", p.n_warmup},
+                {"points", points},
                 {"best", {{"beta", best->beta}, {"step_ms", best->step_ms}}},
-                {"planner", {{"beta", number_or_null(planned->beta)}, {"beta_eq4", number_or_null(planned->beta_eq4)},
-                             {"m0_bound", planned->m0_bound}, {"step_ms", planned->step_ms}, {"replans", planned->replans}}},
-                {"planner_off_best", off}, {"planner_step_over_best", planned->step_ms / best->step_ms}};
-    rep.plot.title = fmt::format("hillinfer bench beta: decode step vs hot/cold ratio beta (ctx {}, {:.0f}% cold, emulator {})",
-                                 p.ctx, 100 * p.cold, p.profile);
+                {"planner",
+                 {{"beta", number_or_null(planned->beta)},
+                  {"beta_eq4", number_or_null(planned->beta_eq4)},
+                  {"m0_bound", planned->m0_bound},
+                  {"step_ms", planned->step_ms},
+                  {"replans", planned->replans}}},
+                {"planner_off_best", off},
+                {"planner_step_over_best", planned->step_ms / best->step_ms}};
+    rep.plot.title =
+        fmt::format("hillinfer bench beta: decode step vs hot/cold ratio beta (ctx {}, {:.0f}% cold, emulator {})",
+                    p.ctx, 100 * p.cold, p.profile);
     rep.plot.xlabel = "beta = hot / cold tokens (log)";
     rep.plot.ylabel = "ms per decode step";
     rep.plot.logx = true;
@@ -114,9 +140,10 @@ experiment_report run_ablation(const ablation_params & p, thread_pool & pool, co
         step_bench_params s;
     };
     const bool infinigen = policy_registered("infinigen");
-    const std::string note = infinigen ? "infinigen over the plain SSD with the pipeline's prefetch"
-                                       : "infinigen is not registered: stand-in baseline = hillinfer's selection over the "
-                                         "plain SSD with fifo placement and the pipeline's prefetch (prefetch-based, no HKM)";
+    const std::string note = infinigen
+                                 ? "infinigen over the plain SSD with the pipeline's prefetch"
+                                 : "infinigen is not registered: stand-in baseline = hillinfer's selection over the "
+                                   "plain SSD with fifo placement and the pipeline's prefetch (prefetch-based, no HKM)";
     std::vector<variant> vs(3);
     for (variant & v : vs) v.s = one_config(p.workload, p.ctxs, p.cold, p.n_steps, p.n_warmup, p.kv_dir, p.calibrate);
     vs[0].name = "baseline";
@@ -144,14 +171,19 @@ experiment_report run_ablation(const ablation_params & p, thread_pool & pool, co
     for (size_t vi = 0; vi < vs.size(); ++vi) {
         step_bench_params s = vs[vi].s;
         const std::vector<step_result> rs = run_step_bench(s, w, pool, [&](const step_result & r) {
-            log(fmt::format("ctx {:>7} {:9} {} {}: step {:.2f} ms ({:.2f}-{:.2f})", r.config.ctx, vs[vi].name, r.config.policy,
-                            r.config.storage, r.step_ms, r.step_ms_min, r.step_ms_max));
+            log(fmt::format("ctx {:>7} {:9} {} {}: step {:.2f} ms ({:.2f}-{:.2f})", r.config.ctx, vs[vi].name,
+                            r.config.policy, r.config.storage, r.step_ms, r.step_ms_min, r.step_ms_max));
         });
         for (const step_result & r : rs) {
-            results.push_back({{"ctx", r.config.ctx}, {"variant", vs[vi].name}, {"policy", r.config.policy},
-                               {"storage", r.config.storage}, {"profile", r.config.profile},
+            results.push_back({{"ctx", r.config.ctx},
+                               {"variant", vs[vi].name},
+                               {"policy", r.config.policy},
+                               {"storage", r.config.storage},
+                               {"profile", r.config.profile},
                                {"placement", vs[vi].s.placement.empty() ? "policy's own" : vs[vi].s.placement},
-                               {"beta", number_or_null(r.beta)}, {"step_ms", r.step_ms}, {"step_ms_min", r.step_ms_min},
+                               {"beta", number_or_null(r.beta)},
+                               {"step_ms", r.step_ms},
+                               {"step_ms_min", r.step_ms_min},
                                {"step_ms_max", r.step_ms_max}});
             series[vi].points.emplace_back(double(r.config.ctx), r.step_ms);
         }
@@ -166,10 +198,19 @@ experiment_report run_ablation(const ablation_params & p, thread_pool & pool, co
     }
     experiment_report rep;
     const workload_params & wp = p.workload;
-    rep.json = {{"experiment", "ablation"}, {"cold", p.cold}, {"profile", p.profile}, {"baseline_note", note},
-                {"baseline_policy", vs[0].s.policies[0]}, {"layers", wp.n_layer}, {"n_head", wp.n_head},
-                {"n_head_kv", wp.n_head_kv}, {"head_dim", wp.head_dim}, {"alpha", wp.alpha}, {"steps", p.n_steps},
-                {"warmup", p.n_warmup}, {"results", results}};
+    rep.json = {{"experiment", "ablation"},
+                {"cold", p.cold},
+                {"profile", p.profile},
+                {"baseline_note", note},
+                {"baseline_policy", vs[0].s.policies[0]},
+                {"layers", wp.n_layer},
+                {"n_head", wp.n_head},
+                {"n_head_kv", wp.n_head_kv},
+                {"head_dim", wp.head_dim},
+                {"alpha", wp.alpha},
+                {"steps", p.n_steps},
+                {"warmup", p.n_warmup},
+                {"results", results}};
     rep.plot.title = fmt::format("hillinfer bench ablation: decode step, {:.0f}% cold (baseline: {})", 100 * p.cold,
                                  infinigen ? "infinigen" : "stand-in, infinigen not registered");
     rep.plot.xlabel = "context length";
