@@ -61,6 +61,7 @@ std::string read_books(const std::string & dir, size_t n_chars) {
             std::ifstream in(f, std::ios::binary);
             std::ostringstream ss;
             ss << in.rdbuf();
+            if (!in || ss.str().empty()) fail_usage("--text-dir: the book '{}' cannot be read or is empty", f.string());
             text += ss.str();
             text += "\n\n";
             if (text.size() >= n_chars) break;
@@ -148,9 +149,10 @@ experiment_report run_e2e(const std::string & name, const e2e_params & p, thread
     const int64_t need = int64_t(batch_max) * (ctx_max + 1);
     std::vector<int32_t> ids = m->tokenizer().encode(read_books(p.text_dir, size_t(need) * 2), false);
     if (ids.empty()) fail_input("the text gave no tokens");
-    while (int64_t(ids.size()) < need)
-        ids.insert(ids.end(), ids.begin(),
-                   ids.begin() + std::min<int64_t>(int64_t(ids.size()), need - int64_t(ids.size())));
+    for (size_t i = 0; int64_t(ids.size()) < need; ++i) {  // cycled
+        const int32_t t = ids[i];
+        ids.push_back(t);
+    }
     log(fmt::format("text: {}, {} tokens of it", p.text_dir.empty() ? std::string("generated") : p.text_dir, need));
 
     std::vector<e2e_result> out;

@@ -89,7 +89,9 @@ void write_plot(const plot_spec & spec, const std::string & stem, const std::str
     script += "\n";
     write_text(dat, data);
     write_text(gp, script);
-    const std::string cmd = fmt::format("gnuplot {} 2>&1", quoted(gp));
+    std::string shell_gp = "'";  // the script's path in single quotes for the shell
+    for (const char c : gp) shell_gp += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    const std::string cmd = "gnuplot " + shell_gp + "' 2>&1";
     FILE * p = popen(cmd.c_str(), "r");
     if (p == nullptr) fail_input("could not start gnuplot for the plot '{}'", png_path);
     std::string out;
