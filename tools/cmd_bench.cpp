@@ -5,6 +5,8 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/sys_info.h"
+#include "experiments/experiments.h"
+#include "experiments/plot.h"
 #include "experiments/step_bench.h"
 
 #include <fmt/format.h>
@@ -13,11 +15,274 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <thread>
 
 namespace hill::cli {
 
 namespace {
+
+// Where the plot's data and script go: beside the JSON (its name without the extension) when there is
+// one, else beside the PNG.
+std::string plot_stem(const std::string & json_path, const std::string & png_path) {
+    std::filesystem::path p = json_path.empty() ? png_path : json_path;
+    return p.replace_extension().string();
+}
+
+// The CPU's model name (/proc/cpuinfo), for the machine line of a report; "unknown" elsewhere.
+std::string cpu_model() {
+    std::ifstream in("/proc/cpuinfo");
+    for (std::string line; std::getline(in, line);) {
+        if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) return line.substr(line.find(':') + 2);
+    }
+    return "unknown";
+}
+
+// A bench subcommand and what runs it once parsed.
+struct bench_cmd {
+    CLI::App * app;
+    std::function<int()> run;
+};
+
+// The options every experiment takes.
+struct experiment_opts {
+    std::string json_path, plot_path, kv_dir;
+    bool quick = false;
+    thread_opts threads;
+    void add(CLI::App & sub) {
+        sub.add_option("--json", json_path, "write the results as JSON to this file");
+        sub.add_option("--plot", plot_path, "draw the results as a PNG with gnuplot (its .dat and .gp beside the JSON, "
+                       "or beside the PNG without --json)");
+        sub.add_flag("--quick", quick, "a small grid (about a minute on 2 cores) in place of the grid options");
+        sub.add_option("--kv-dir", kv_dir, "cold pool and scratch directory (default: the cache directory's kv/)");
+        threads.add(sub);
+    }
+    // Checks what can be checked before measuring: gnuplot for --plot; resolves the kv-dir.
+    void prepare() {
+        if (!plot_path.empty()) require_gnuplot();
+        if (kv_dir.empty()) kv_dir = cache_dir() + "/kv";
+    }
+    std::function<calibration(const csd::device_profile &)> calibrate() const {
+        const std::string cache = calibration_path(), dir = kv_dir;
+        return [cache, dir](const csd::device_profile & prof) {
+            return calibration_for(cache, dir, csd::storage_kind::emulator, prof);
+        };
+    }
+    // Adds the machine to the report and writes --json and --plot.
+    int finish(experiment_report & rep) const {
+        rep.json["machine"] = {{"cpu", cpu_model()}, {"logical_cpus", std::thread::hardware_concurrency()},
+                               {"threads", threads.resolve()}, {"quick", quick}};
+        if (!json_path.empty()) {
+            const std::string text = rep.json.dump(2) + "\n";
+            atomic_file f(json_path);
+            f.write(text.data(), text.size());
+            f.commit();
+            fmt::print("wrote {}\n", json_path);
+        }
+        if (!plot_path.empty()) {
+            write_plot(rep.plot, plot_stem(json_path, plot_path), plot_path);
+            fmt::print("wrote {}\n", plot_path);
+        }
+        return 0;
+    }
+};
+
+void print_line(const std::string & s) {
+    fmt::print("{}\n", s);
+    std::fflush(stdout);
+}
+
+// The synthetic workload of the quick step experiments: a small attention shape.
+void quick_workload(workload_params & w) {
+    w.n_layer = 1;
+    w.n_head = 8;
+    w.n_head_kv = 2;
+    w.head_dim = 64;
+}
+
+// The shared data folder: $HILLINFER_DATA, else empty.
+std::string data_dir_default() {
+    const char * env = std::getenv("HILLINFER_DATA");
+    return env != nullptr ? std::string(env) : std::string();
+}
+
+void add_workload_options(CLI::App & sub, workload_params & w) {
+    sub.add_option("--layers", w.n_layer, "layers")->capture_default_str();
+    sub.add_option("--heads", w.n_head, "query heads")->capture_default_str();
+    sub.add_option("--kv-heads", w.n_head_kv, "KV heads")->capture_default_str();
+    sub.add_option("--head-dim", w.head_dim, "head dimension")->capture_default_str();
+    sub.add_option("--alpha", w.alpha, "retention ratio")->capture_default_str();
+}
+
+bench_cmd add_beta(CLI::App & bench) {
+    auto o = std::make_shared<std::pair<experiment_opts, beta_params>>();
+    beta_params & p = o->second;
+    p.workload.n_head_kv = 32;  // LLaMA-2-7B's attention: 32 heads of 128, no GQA
+    CLI::App * sub = bench.add_subcommand("beta", "Decode-step time over a sweep of the hot/cold capacity ratio beta, the "
+                                          "planner's beta marked (hillinfer on the storage device emulator)");
+    add_workload_options(*sub, p.workload);
+    sub->add_option("--ctx", p.ctx, "context length in tokens")->capture_default_str();
+    sub->add_option("--cold", p.cold, "share of the KV without a hot copy, in (0, 1)")->capture_default_str();
+    sub->add_option("--profile", p.profile, "emulator device profile: none, smartssd, FILE.json")->capture_default_str();
+    sub->add_option("--betas", p.betas, "hot/cold ratios to measure (comma-separated)")->delimiter(',')->capture_default_str();
+    sub->add_option("--steps", p.n_steps, "measured decode steps per beta")->capture_default_str();
+    sub->add_option("--warmup", p.n_warmup, "decode steps before the measured ones")->capture_default_str();
+    o->first.add(*sub);
+    return {sub, [o]() -> int {
+        experiment_opts & e = o->first;
+        beta_params & q = o->second;
+        e.prepare();
+        if (e.quick) {
+            quick_workload(q.workload);
+            q.ctx = 8192;
+            q.betas = {0.1, 0.2, 0.3};
+            q.n_steps = 5;
+            q.n_warmup = 16;
+        }
+        q.kv_dir = e.kv_dir;
+        q.calibrate = e.calibrate();
+        thread_pool pool(e.threads.resolve());
+        experiment_report rep = run_beta(q, pool, print_line);
+        return e.finish(rep);
+    }};
+}
+
+bench_cmd add_ablation(CLI::App & bench) {
+    auto o = std::make_shared<std::pair<experiment_opts, ablation_params>>();
+    ablation_params & p = o->second;
+    p.workload.n_head_kv = 32;
+    CLI::App * sub = bench.add_subcommand("ablation", "Decode-step time of the prefetch-based baseline, + HKM, and + HKM "
+                                          "and APP (the paper's ablation)");
+    add_workload_options(*sub, p.workload);
+    sub->add_option("--ctx", p.ctxs, "context lengths in tokens (comma-separated)")->delimiter(',')->capture_default_str();
+    sub->add_option("--cold", p.cold, "share of the KV without a hot copy, in (0, 1)")->capture_default_str();
+    sub->add_option("--profile", p.profile, "emulator device profile: none, smartssd, FILE.json")->capture_default_str();
+    sub->add_option("--steps", p.n_steps, "measured decode steps per configuration")->capture_default_str();
+    sub->add_option("--warmup", p.n_warmup, "decode steps before the measured ones")->capture_default_str();
+    o->first.add(*sub);
+    return {sub, [o]() -> int {
+        experiment_opts & e = o->first;
+        ablation_params & q = o->second;
+        e.prepare();
+        if (e.quick) {
+            quick_workload(q.workload);
+            q.ctxs = {8192};
+            q.n_steps = 5;
+            q.n_warmup = 16;
+        }
+        q.kv_dir = e.kv_dir;
+        q.calibrate = e.calibrate();
+        thread_pool pool(e.threads.resolve());
+        experiment_report rep = run_ablation(q, pool, print_line);
+        return e.finish(rep);
+    }};
+}
+
+// latency and batch: the same runner, different grids.
+bench_cmd add_e2e(CLI::App & bench, const std::string & name) {
+    auto o = std::make_shared<std::pair<experiment_opts, e2e_params>>();
+    e2e_params & p = o->second;
+    const bool batch = name == "batch";
+    if (batch) {
+        p.ctxs = {1920};
+        p.batches = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 21, 22, 23, 24, 25};
+        p.n_gen = 128;
+        p.colds = {0.75};
+    }
+    std::string shapes;
+    for (const model_shape & s : model_shapes()) shapes += (shapes.empty() ? "" : ", ") + std::string(s.name);
+    CLI::App * sub = bench.add_subcommand(
+        name, batch ? "Latency and throughput of every policy over batch sizes at 1,920 prompt + 128 generated tokens"
+                    : "End-to-end latency (prefill + decode steps) and decode speedup of every policy against the context "
+                      "length, batch 8");
+    sub->add_option("--shape", p.shape, "the paper model whose shape the random model takes: " + shapes)->capture_default_str();
+    sub->add_option("--layers", p.n_layer, "layers of the random model (the shape's count reduced to fit)")->capture_default_str();
+    sub->add_option("--weights", p.weights, "weight type of the random model's matrices")->capture_default_str();
+    sub->add_option("--ctx", p.ctxs, "prompt lengths in tokens (comma-separated)")->delimiter(',')->capture_default_str();
+    sub->add_option("--batch", p.batches, "batch sizes (comma-separated)")->delimiter(',')->capture_default_str();
+    sub->add_option("--gen", p.n_gen, "decode steps after the prompt")->capture_default_str();
+    sub->add_option("--policies", p.policies, "policies (comma-separated; default: every registered one)")->delimiter(',');
+    sub->add_option("--alpha", p.alpha, "retention ratio")->capture_default_str();
+    sub->add_option("--cold", p.colds, "shares of the KV without a hot copy, in [0, 1) (comma-separated)")->delimiter(',')
+        ->capture_default_str();
+    sub->add_option("--storage", p.storages, "storage devices of the cold pool: plain, emulator (comma-separated)")
+        ->delimiter(',')->capture_default_str();
+    sub->add_option("--profile", p.profile, "emulator device profile: none, smartssd, FILE.json")->capture_default_str();
+    sub->add_option("--text-dir", p.text_dir, "books (*.txt) to take the prompts from (default: $HILLINFER_DATA/text/"
+                    "gutenberg when it exists, else generated text)");
+    o->first.add(*sub);
+    return {sub, [o, name, batch]() -> int {
+        experiment_opts & e = o->first;
+        e2e_params & q = o->second;
+        e.prepare();
+        if (e.quick) {
+            q.shape = "tiny";
+            q.n_layer = 1;
+            q.n_gen = 8;
+            q.ctxs = batch ? std::vector<int64_t>{512} : std::vector<int64_t>{1024, 2048};
+            q.batches = batch ? std::vector<int>{1, 2, 4} : std::vector<int>{2};
+            q.colds = batch ? std::vector<double>{0.75} : std::vector<double>{0.0, 0.75};
+            q.storages = batch ? std::vector<std::string>{"plain"} : std::vector<std::string>{"plain", "emulator"};
+        }
+        if (q.text_dir.empty()) {
+            const std::string d = data_dir_default() + "/text/gutenberg";
+            if (!data_dir_default().empty() && std::filesystem::is_directory(d)) q.text_dir = d;
+        }
+        q.kv_dir = e.kv_dir;
+        q.calibrate = e.calibrate();
+        thread_pool pool(e.threads.resolve());
+        experiment_report rep = run_e2e(name, q, pool, print_line);
+        return e.finish(rep);
+    }};
+}
+
+bench_cmd add_accuracy(CLI::App & bench) {
+    auto o = std::make_shared<std::tuple<experiment_opts, accuracy_params, std::string>>();
+    accuracy_params & p = std::get<1>(*o);
+    std::get<2>(*o) = data_dir_default();
+    CLI::App * sub = bench.add_subcommand("accuracy", "Perplexity, passkey retrieval and RTE / PIQA accuracy of every "
+                                          "policy at each alpha against full");
+    sub->add_option("--data", std::get<2>(*o), "the shared data folder: models/, text/, eval/ (default: $HILLINFER_DATA)");
+    sub->add_option("-m,--model", p.model_path, "trained model (default: DATA/models/gguf/stories260K.gguf)");
+    sub->add_option("--tokenizer", p.tokenizer_path, "the model's tokenizer (llama2.c checkpoints)");
+    sub->add_option("--book", p.book_path, "perplexity text (default: DATA/text/gutenberg/pg1184_count_of_monte_cristo.txt)");
+    sub->add_option("--policies", p.policies, "policies (comma-separated; default: every registered one)")->delimiter(',');
+    sub->add_option("--alphas", p.alphas, "retention ratios (comma-separated)")->delimiter(',')->capture_default_str();
+    sub->add_option("--ppl-ctx", p.ppl_ctx, "perplexity window and multiple-choice context, tokens")->capture_default_str();
+    sub->add_option("--ppl-windows", p.ppl_windows, "perplexity windows")->capture_default_str();
+    sub->add_option("--passkey-ctx", p.passkey_ctxs, "passkey prompt lengths (comma-separated)")->delimiter(',')
+        ->capture_default_str();
+    sub->add_option("--passkey-depth", p.passkey_depths, "passkey depths in [0, 1] (comma-separated)")->delimiter(',')
+        ->capture_default_str();
+    sub->add_option("--rte", p.n_rte, "RTE items (0: all 277)")->capture_default_str();
+    sub->add_option("--piqa", p.n_piqa, "PIQA items (0: all 1838)")->capture_default_str();
+    std::get<0>(*o).add(*sub);
+    return {sub, [o]() -> int {
+        experiment_opts & e = std::get<0>(*o);
+        accuracy_params & q = std::get<1>(*o);
+        const std::string & data = std::get<2>(*o);
+        e.prepare();
+        if (data.empty() && (q.model_path.empty() || q.book_path.empty())) {
+            fail_usage("bench accuracy needs the shared data folder: --data DIR or HILLINFER_DATA (or -m, --book and --eval)");
+        }
+        if (q.model_path.empty()) q.model_path = data + "/models/gguf/stories260K.gguf";
+        if (q.book_path.empty()) q.book_path = data + "/text/gutenberg/pg1184_count_of_monte_cristo.txt";
+        q.eval_dir = data + "/eval";
+        if (e.quick) {
+            q.ppl_ctx = 256;
+            q.ppl_windows = 1;
+            q.passkey_ctxs = {512};
+            q.passkey_depths = {0.0, 0.5, 1.0};
+            q.n_rte = 4;
+            q.n_piqa = 4;
+        }
+        q.kv_dir = e.kv_dir;
+        thread_pool pool(e.threads.resolve());
+        experiment_report rep = run_accuracy(q, pool, print_line);
+        return e.finish(rep);
+    }};
+}
 
 struct step_opts {
     step_bench_params p;
@@ -112,55 +377,37 @@ nlohmann::json beta_sweeps(const std::vector<step_result> & rs) {
     return out;
 }
 
-// A bar chart of the step times, one group of bars per context length (gnuplot, PNG).
-void write_plot(const std::string & path, const std::vector<step_result> & rs) {
-    std::vector<std::string> labels;
+// A bar chart of the step times, one group of bars per context length (experiments/plot.h).
+void write_step_plot(const std::string & path, const std::vector<step_result> & rs) {
+    plot_spec spec;
+    spec.title = "hillinfer bench step: decode step time";
+    spec.ylabel = "ms per step (log)";
+    spec.logy = true;
     std::vector<int64_t> ctxs;
     for (const step_result & r : rs) {
-        if (std::find(labels.begin(), labels.end(), label(r.config)) == labels.end()) labels.push_back(label(r.config));
+        if (std::find(spec.categories.begin(), spec.categories.end(), label(r.config)) == spec.categories.end()) {
+            spec.categories.push_back(label(r.config));
+        }
         if (std::find(ctxs.begin(), ctxs.end(), r.config.ctx) == ctxs.end()) ctxs.push_back(r.config.ctx);
     }
-    std::string data;
-    for (const std::string & l : labels) {
-        data += "\"" + l + "\"";
-        for (const int64_t n : ctxs) {
+    for (const int64_t n : ctxs) {
+        plot_series s{fmt::format("ctx {}", n), {}};
+        for (size_t c = 0; c < spec.categories.size(); ++c) {
             double ms = NAN;
             for (const step_result & r : rs) {
-                if (r.config.ctx == n && label(r.config) == l) ms = r.step_ms;
+                if (r.config.ctx == n && label(r.config) == spec.categories[c]) ms = r.step_ms;
             }
-            data += std::isnan(ms) ? " NaN" : fmt::format(" {:.3f}", ms);
+            s.points.emplace_back(double(c), ms);
         }
-        data += "\n";
+        spec.series.push_back(std::move(s));
     }
-    std::string script = fmt::format(
-        "set terminal pngcairo size 1200,700 noenhanced\nset output '{}'\nset title 'hillinfer bench step: decode step "
-        "time'\nset ylabel 'ms per step (log)'\nset logscale y\nset style data histograms\nset style histogram "
-        "clustered gap 1\nset style fill solid 0.8 border -1\nset xtics rotate by -30\nset key top left\nset grid y\n"
-        "$data << EOD\n{}EOD\nplot ", path, data);
-    for (size_t i = 0; i < ctxs.size(); ++i) {
-        script += fmt::format("{}$data using {}{} title 'ctx {}'", i > 0 ? ", " : "", i + 2, i == 0 ? ":xtic(1)" : "",
-                              ctxs[i]);
-    }
-    script += "\n";
-    FILE * gp = popen("gnuplot 2>&1", "w");
-    if (gp == nullptr) fail_input("--plot needs gnuplot (Debian: apt-get install gnuplot-nox)");
-    std::fwrite(script.data(), 1, script.size(), gp);
-    const int rc = pclose(gp);
-    if (rc != 0 || !std::filesystem::exists(path) || std::filesystem::file_size(path) == 0) {
-        fail_input("gnuplot could not write the plot '{}' (exit status {}); is gnuplot installed (apt-get install "
-                   "gnuplot-nox) and the directory writable?", path, rc);
-    }
+    write_plot(spec, plot_stem("", path), path);
 }
 
 int run_step(step_opts & o) {
     const int n_threads = o.threads.resolve();
     if (o.p.kv_dir.empty()) o.p.kv_dir = cache_dir() + "/kv";
-    if (!o.plot_path.empty()) {
-        // Refuse early, before minutes of measuring, when no plot could be written.
-        if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) {
-            fail_usage("--plot needs gnuplot (Debian: apt-get install gnuplot-nox)");
-        }
-    }
+    if (!o.plot_path.empty()) require_gnuplot();  // before minutes of measuring
     check(o.p);
     // The planner's rates per device profile: the calibration cache's entry for the kv-dir, or the defaults.
     nlohmann::json calibrations = nlohmann::json::array();
@@ -262,7 +509,7 @@ int run_step(step_opts & o) {
         f.write(text.data(), text.size());
         f.commit();
     }
-    if (!o.plot_path.empty()) write_plot(o.plot_path, rs);
+    if (!o.plot_path.empty()) write_step_plot(o.plot_path, rs);
     o.trace.finish("hillinfer bench step");
     return 0;
 }
@@ -307,8 +554,13 @@ command_fn add_bench(CLI::App & app) {
     step->add_option("--plot", o->plot_path, "also draw the step times as a PNG bar chart (gnuplot)");
     o->threads.add(*step);
     o->trace.add(*step);
-    return [o, step]() -> int {
+    const std::vector<bench_cmd> experiments = {add_e2e(*bench, "latency"), add_e2e(*bench, "batch"), add_beta(*bench),
+                                                add_ablation(*bench), add_accuracy(*bench)};
+    return [o, step, experiments]() -> int {
         if (step->parsed()) return run_step(*o);
+        for (const bench_cmd & c : experiments) {
+            if (c.app->parsed()) return c.run();
+        }
         return int(exit_code::usage);
     };
 }

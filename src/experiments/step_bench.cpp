@@ -439,6 +439,7 @@ void check(const step_bench_params & p) {
     for (const std::string & s : p.storages) (void)csd::parse_storage(s);
     for (const std::string & s : p.profiles) (void)csd::load_device_profile(s);
     for (const std::string & s : p.score_copies) (void)parse_score_copy(s);
+    if (!p.placement.empty()) (void)parse_placement(p.placement);
     for (const std::string & s : p.policies) (void)make_policy(policy_params{.name = s}, p.workload.n_head_kv);
     if (p.n_steps < 1) fail_usage("--steps must be at least 1, got {}", p.n_steps);
     if (p.n_warmup < 0) fail_usage("--warmup must be at least 0, got {}", p.n_warmup);
@@ -518,6 +519,7 @@ std::vector<step_result> run_step_bench(const step_bench_params & p, const synth
                             cp.kv_dir = cold > 0.0 ? p.kv_dir : std::string();
                             cp.policy.name = pol;
                             cp.policy.alpha = wp.alpha;
+                            if (!p.placement.empty()) cp.policy.placement = parse_placement(p.placement);
                             cp.policy.score.query = query_precision::int8;  // the device's integer kernel
                             if (cold > 0.0) {
                                 cp.storage.kind = csd::parse_storage(storage);

@@ -146,6 +146,7 @@ struct step_bench_params {
     std::vector<std::string> profiles = {"none", "smartssd"};
     std::vector<std::string> score_copies = {"int2"};  // context_params::score_copy_bits by name (parse_score_copy)
     bool no_prefetch = false;                          // csd::storage_params::prefetch off
+    std::string placement;                             // fifo or hkm for every policy; empty: each policy's own
     // Emulator: hot/cold capacity ratios β to run (numbers > 0; planner_params::beta), or "planner": the planner's.
     std::vector<std::string> betas = {"planner"};
     // The planner's rates under a device profile (the calibration cache); empty: default_calibration.
