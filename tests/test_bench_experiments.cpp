@@ -127,11 +127,7 @@ TEST_F(bench_experiments, ablation_runs_the_baseline_then_hkm_then_hkm_and_app) 
     const nlohmann::json j = run("ablation");
     ASSERT_EQ(j["results"].size(), 3u);
     const std::vector<std::string> variants = {"baseline", "+HKM", "+HKM&APP"};
-    const bool infinigen = policy_registered("infinigen");
-    EXPECT_EQ(j["baseline_policy"], infinigen ? "infinigen" : "hillinfer");
-    if (!infinigen) {
-        EXPECT_NE(j["baseline_note"].get<std::string>().find("not registered"), std::string::npos);
-    }
+    EXPECT_EQ(j["baseline_policy"], "infinigen");
     const double base = num(j["results"][0], "step_ms");
     for (size_t i = 0; i < 3; ++i) {
         const nlohmann::json & r = j["results"][i];

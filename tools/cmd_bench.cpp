@@ -8,6 +8,7 @@
 #include "experiments/experiments.h"
 #include "experiments/plot.h"
 #include "experiments/step_bench.h"
+#include "format/json_file.h"
 
 #include <fmt/format.h>
 
@@ -297,10 +298,6 @@ std::string label(const step_config & c) {
     if (c.score_copy != "-") s += " " + c.score_copy;
     if (c.beta != "-") s += " beta " + c.beta;
     return s;
-}
-
-nlohmann::json number_or_null(double x) {
-    return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
 }
 
 nlohmann::json to_json(const step_result & r) {

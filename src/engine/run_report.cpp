@@ -1,6 +1,7 @@
 #include "engine/run_report.h"
 
 #include "core/sys_info.h"
+#include "format/json_file.h"
 #include "policy/placement.h"
 
 #include <fmt/format.h>
@@ -266,10 +267,6 @@ int64_t tokens_per_layer(const context & ctx) {
     int64_t n = 0;
     for (int s = 0; s < ctx.n_seq(); ++s) n += ctx.n_past(s);
     return n;
-}
-
-nlohmann::json number_or_null(double x) {
-    return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
 }
 
 }  // namespace

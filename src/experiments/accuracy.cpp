@@ -13,6 +13,7 @@
 #include "engine/perplexity.h"
 #include "engine/session.h"
 #include "experiments/experiments.h"
+#include "format/json_file.h"
 #include "model/model.h"
 #include "model/synthetic_model.h"
 #include "policy/policy.h"
@@ -36,10 +37,6 @@ std::vector<std::string> lines_of(const std::string & text) {
         if (!l.empty()) out.push_back(l);
     }
     return out;
-}
-
-nlohmann::json number_or_null(double x) {
-    return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
 }
 
 // One decoding configuration: a policy at a retention ratio (full: alpha NaN).

@@ -38,7 +38,6 @@ using experiment_log = std::function<void(const std::string &)>;
 
 // Every registered policy (policy/registry.cpp), in registry order.
 std::vector<std::string> registered_policies();
-bool policy_registered(const std::string & name);
 
 // ---- beta and ablation: the decode-step benchmark --------------------------------------------------
 
@@ -67,9 +66,7 @@ struct ablation_params {
     std::function<calibration(const csd::device_profile &)> calibrate;
 };
 // Per context length three configurations, 75% of the KV cold:
-//   baseline   infinigen over the plain SSD with the pipeline's prefetch (when registered; otherwise a
-//              stand-in, said so in "baseline_note": hillinfer's selection over the plain SSD with fifo
-//              placement and prefetch — prefetch-based, without HKM);
+//   baseline   infinigen (the prefetch-based baseline) over the plain SSD with the pipeline's prefetch;
 //   +HKM       hillinfer (hkm placement) on the emulator with the hot pool at the whole budget (β fixed
 //              at what M0 holds: no APP balance);
 //   +HKM&APP   hillinfer on the emulator with the planner's β (the system).

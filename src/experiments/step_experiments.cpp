@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "experiments/experiments.h"
+#include "format/json_file.h"
 #include "policy/policy.h"
 
 namespace hill {
@@ -23,16 +24,7 @@ std::vector<std::string> registered_policies() {
     return out;
 }
 
-bool policy_registered(const std::string & name) {
-    const std::vector<std::string> all = registered_policies();
-    return std::find(all.begin(), all.end(), name) != all.end();
-}
-
 namespace {
-
-nlohmann::json number_or_null(double x) {
-    return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
-}
 
 // The step benchmark's grid for one configuration of the given context lengths.
 step_bench_params one_config(const workload_params & w, std::vector<int64_t> ctxs, double cold, int n_steps,
@@ -139,17 +131,12 @@ experiment_report run_ablation(const ablation_params & p, thread_pool & pool, co
         const char * name;
         step_bench_params s;
     };
-    const bool infinigen = policy_registered("infinigen");
-    const std::string note = infinigen
-                                 ? "infinigen over the plain SSD with the pipeline's prefetch"
-                                 : "infinigen is not registered: stand-in baseline = hillinfer's selection over the "
-                                   "plain SSD with fifo placement and the pipeline's prefetch (prefetch-based, no HKM)";
+    const std::string note = "infinigen over the plain SSD with the pipeline's prefetch";
     std::vector<variant> vs(3);
     for (variant & v : vs) v.s = one_config(p.workload, p.ctxs, p.cold, p.n_steps, p.n_warmup, p.kv_dir, p.calibrate);
     vs[0].name = "baseline";
-    vs[0].s.policies = {infinigen ? "infinigen" : "hillinfer"};
+    vs[0].s.policies = {"infinigen"};
     vs[0].s.storages = {"plain"};
-    if (!infinigen) vs[0].s.placement = "fifo";
     vs[1].name = "+HKM";
     vs[1].s.policies = {"hillinfer"};
     vs[1].s.storages = {"emulator"};
@@ -211,8 +198,8 @@ experiment_report run_ablation(const ablation_params & p, thread_pool & pool, co
                 {"steps", p.n_steps},
                 {"warmup", p.n_warmup},
                 {"results", results}};
-    rep.plot.title = fmt::format("hillinfer bench ablation: decode step, {:.0f}% cold (baseline: {})", 100 * p.cold,
-                                 infinigen ? "infinigen" : "stand-in, infinigen not registered");
+    rep.plot.title = fmt::format("hillinfer bench ablation: decode step, {:.0f}% cold (baseline: infinigen)",
+                                 100 * p.cold);
     rep.plot.xlabel = "context length";
     rep.plot.ylabel = "ms per decode step";
     rep.plot.categories = categories;

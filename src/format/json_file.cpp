@@ -12,6 +12,10 @@
 
 namespace hill {
 
+nlohmann::json number_or_null(double x) {
+    return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
+}
+
 namespace {
 
 // What get<T>() expects, for messages.

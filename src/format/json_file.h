@@ -30,6 +30,10 @@
 
 namespace hill {
 
+// A measurement as a JSON number, or null where x is not finite (JSON has no inf or NaN): how every
+// report (run JSON, bench experiments) writes a number that may be undefined.
+nlohmann::json number_or_null(double x);
+
 // A value inside a json_file, with its document's name and its JSON Pointer for messages. It points
 // into its json_file, which must outlive it; copies are cheap (two pointers and the pointer text).
 class json_value {
