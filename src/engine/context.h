@@ -14,8 +14,12 @@
 //     in the tiers. Peak memory is weights + budgets + one layer's KV of one segment + the segment's
 //     activations, whatever the prompt length.
 //   - decode(seqs, tokens): one decode step of a batch (sched/decode_step.h).
+// Sliding-window layers (model/model.h hparams::window) keep only the last window tokens of each sequence
+// in every tier (kv/kv_cells.h, kv/cold_logs.h): what they drop is gone, so a sequence cannot be cut back
+// (truncate) once they have dropped a token, except to 0.
 // Failures: a decode step that fails changes nothing. A prefill that fails leaves the sequence at its
-// length before the call (its cold log as it was); tokens of the sequence that were hot before may
+// length before the call (its cold log as it was; emptied when the model has sliding-window layers and
+// an earlier segment of the prompt moved their windows past what the sequence needed before the call); tokens of the sequence that were hot before may
 // have left the hot pool (their KV is intact in the cold pool). A Ctrl-C (storage_params::stop_requested,
 // the progress callback) is such a failure, with exit_code::interrupted.
 //
@@ -131,14 +135,19 @@ public:
     // device and interrupt errors (nothing changed).
     void decode(std::span<const int> seqs, std::span<const int32_t> tokens, float * logits);
     // Forgets tokens [n, n_past(seq)) of seq (n <= n_past). May read one cold page back per layer;
-    // on a read error (hill::error) the sequence is as it was.
+    // on a read error (hill::error) the sequence is as it was. Errors (usage): a model with sliding-window
+    // layers whose windows have dropped tokens that position n needs (!can_truncate(seq, n)).
     void truncate(int seq, int64_t n);
+    // Whether truncate(seq, n) can cut the sequence (kv_cells::can_truncate): n is 0 or n_past, or no
+    // sliding-window layer has dropped a token of it yet.
+    bool can_truncate(int seq, int64_t n) const { return cells_->can_truncate(seq, n); }
     // Ends sequence seq (it is empty afterwards, for another to take): truncate(seq, 0), counting its
     // token-layers, and how many were only in the cold tier, into io_stats() for the run report.
     void release(int seq);
 
     // The KV of tokens [0, n_past(seq)) of layer il in position order: k_out, v_out kv type
-    // [n_past, n_embd_kv] each (hot rows copied, open rows copied, pages read). Errors: cold reads.
+    // [n_past, n_embd_kv] each (hot rows copied, open rows copied, pages read; the tokens a sliding
+    // layer dropped, zero rows). Errors: cold reads.
     void export_layer(int seq, int il, void * k_out, void * v_out);
     // Appends n tokens of externally computed KV (a prompt cache) to the empty sequence seq: k[il], v[il]
     // kv type [n, n_embd_kv] for every layer. Placed as after a prefill without importance. All or
@@ -166,8 +175,14 @@ public:
     // Hot slots per layer the host budget holds (M0); cells().hot_capacity() is what the planner lets the pool use.
     int64_t hot_slots_max() const { return cells_->hot_slots(); }
     const kv_io_stats & io_stats() const;
-    // Tokens of every sequence (seq < 0) or of one, all layers, without a hot copy: read from the cold tier.
+    // Tokens of every sequence (seq < 0) or of one, all layers, without a hot copy: read from the cold tier
+    // (not counting the dropped ones).
     int64_t n_cold_cells(int seq = -1) const;
+    // Tokens of every sequence (seq < 0) or of one, all layers, that sliding-window layers dropped: held in
+    // no tier (kv/kv_cells.h).
+    int64_t n_dropped_cells(int seq = -1) const;
+    // Bytes of the cold pool's pages in use (0 without a cold pool).
+    uint64_t cold_bytes() const;
 
 private:
     struct layer_append;  // one layer's prepared KV append to a sequence (prefill and import)

@@ -150,6 +150,12 @@ kv_totals kv_count(const context & ctx) {
     return t;
 }
 
+uint64_t hot_bytes(const context & ctx) {
+    uint64_t n = 0;
+    for (int il = 0; il < ctx.cells().n_layer(); ++il) n += uint64_t(ctx.cells().n_hot(il));
+    return n * ctx.layout().token_layer_bytes();
+}
+
 }  // namespace
 
 std::string kv_summary(const context & ctx) {
@@ -178,6 +184,11 @@ nlohmann::json kv_json(const context & ctx) {
             {"scoring_copy_bytes", context::scoring_copy_bytes(ctx.model(), ctx.params())},
             {"scoring_copy_bits", context::scoring_copy_bits(ctx.model(), ctx.params())},
             {"cold_share", t.cold_share},
+            // KV bytes held now per tier (the hot pool's slots in use; the cold pool's pages in use), and the
+            // token-layers sliding-window layers dropped (held in no tier).
+            {"hot_bytes", hot_bytes(ctx)},
+            {"cold_bytes", ctx.cold_bytes()},
+            {"dropped_cells", ctx.n_dropped_cells()},
             {"cold_read_bytes", io.cold_read_bytes},
             {"cold_write_bytes", io.cold_write_bytes},
             {"promotions", st.promotions},

@@ -579,6 +579,9 @@ void decode_step::apply(prepared & prep) {
             last_attended_[size_t(seqs_[size_t(b)]) * size_t(cells_.n_layer()) + size_t(il)].assign(att.begin(), att.end());
         }
     }
+    // Sliding layers: the token each sequence's window left behind is dropped (its cold group, when whole,
+    // went at the log's apply).
+    for (int64_t b = 0; b < nb; ++b) cells_.drop_outside_windows(seqs_[size_t(b)]);
     span.arg("promote", int64_t(stats_.promotions - promotions0));
     span.arg("evict", int64_t(stats_.evictions - evictions0));
     ++step_;
