@@ -380,16 +380,16 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // A model whose every layer slides attends to the same tokens under every policy — its window — so
-// the sparse policies, with a cold tier holding most of the KV, decode exactly as dense `full` in RAM.
+// the sparse policies, with a cold tier holding part of each window, decode exactly as dense `full` in RAM.
 TEST(sliding_window, every_policy_attends_the_window_wherever_its_tokens_live) {
     test::temp_dir dir;
     const std::string path = dir.file("m.gguf");
     write_random_model(path, random_model_params{.n_vocab = 301, .n_embd = 64, .n_ff = 96, .n_layer = 2, .n_head = 4,
                                                  .n_head_kv = 2, .n_ctx = 128, .type = ggml_type::f32, .seed = 9,
-                                                 .arch = "llama", .n_swa = 6});
+                                                 .arch = "llama", .n_swa = 30});
     auto m = model::load(path);
-    ASSERT_EQ(m->hp().window(0), 6);
-    ASSERT_EQ(m->hp().window(1), 6);
+    ASSERT_EQ(m->hp().window(0), 30);
+    ASSERT_EQ(m->hp().window(1), 30);
     std::vector<int32_t> prompt;
     for (int i = 0; i < 40; ++i) prompt.push_back((i * 53 + 7) % 301);
     thread_pool pool(2);
@@ -413,7 +413,7 @@ TEST(sliding_window, every_policy_attends_the_window_wherever_its_tokens_live) {
         cp.policy.alpha = 0.1;
         cp.kv_dir = dir.file(std::string("kv-") + name);
         std::filesystem::create_directories(cp.kv_dir);
-        cp.kv_host_budget = context::host_budget_for(*m, cp, 24);  // 24 of 52 tokens hot
+        cp.kv_host_budget = context::host_budget_for(*m, cp, 24);  // 24 of the 30 of the window hot
         const std::vector<float> got = run(cp);
         ASSERT_EQ(got.size(), dense.size());
         double worst = 0.0;
@@ -552,6 +552,19 @@ TEST_P(sliding_window_kv, sliding_layers_keep_only_their_window_in_every_tier) {
             EXPECT_LE(worst, 1e-4) << what;
         }
     }
+
+    // The budget: a sliding layer's slots are its window, the new token and the next one's (8); what the uniform
+    // split's 93 tokens per layer leave over holds more of the full layers' tokens.
+    context_params bc{512, ggml_type::f16, 32};
+    bc.kv_dir = dir.file("kv-budget");
+    std::filesystem::create_directories(bc.kv_dir);
+    bc.kv_host_budget = 93 * hp.kv_bytes_per_token(ggml_type::f16) + context::scoring_copy_bytes(*m, bc);
+    const context ctx(*m, bc, pool);
+    const int64_t full_slots = std::min<int64_t>(512, (93 * n_layer - 8 * n_sliding) / (n_layer - n_sliding));
+    EXPECT_EQ(ctx.hot_slots_max(), full_slots);
+    for (int il = 0; il < n_layer; ++il) EXPECT_EQ(ctx.cells().hot_slots(il), hp.window(il) > 0 ? 8 : full_slots) << il;
+    EXPECT_EQ(context::host_budget_for(*m, bc, full_slots) - context::scoring_copy_bytes(*m, bc),
+              uint64_t(8 * n_sliding + full_slots * (n_layer - n_sliding)) * ctx.layout().token_layer_bytes());
 }
 
 INSTANTIATE_TEST_SUITE_P(gemma, sliding_window_kv, ::testing::Values("gemma2", "gemma3"),

@@ -49,22 +49,48 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
     const bool token_records = with_copy && p.storage.kind == csd::storage_kind::plain;
     layout_ = kv_layout{hp.n_layer, hp.n_embd_kv(), p.kv_type, token_records ? cold_records::token : cold_records::split};
 
-    // The hot pool: the budget's slots per layer, at most every token of every sequence.
+    // The hot pool: the budget's slots per layer, at most every token of every sequence — a sliding-window
+    // layer's at most its windows (layer_slot_caps): what it does not need goes to the other layers.
     const uint64_t per_slot = uint64_t(hp.n_layer) * layout_.token_layer_bytes();
-    const uint64_t all_tokens = uint64_t(p.n_seq) * uint64_t(p.n_ctx);
-    const uint64_t budget = p.kv_host_budget == 0 ? per_slot * all_tokens + copy_bytes : p.kv_host_budget;
-    const int64_t hot_slots = int64_t(std::min<uint64_t>(budget > copy_bytes ? (budget - copy_bytes) / per_slot : 0, all_tokens));
-    const bool cold = uint64_t(hot_slots) < all_tokens;
+    const std::vector<int64_t> caps = layer_slot_caps(m, p);
+    uint64_t all_cells = 0;  // token-layers the hot pool would need to hold everything
+    for (const int64_t c : caps) all_cells += uint64_t(c);
+    const uint64_t budget = p.kv_host_budget == 0 ? all_cells * layout_.token_layer_bytes() + copy_bytes : p.kv_host_budget;
+    const uint64_t cells_fit = budget > copy_bytes ? (budget - copy_bytes) / layout_.token_layer_bytes() : 0;
+    // The largest count S of slots per layer whose min(S, cap) over the layers fits the budget.
+    const auto cells_for = [&](int64_t slots) {
+        uint64_t n = 0;
+        for (const int64_t c : caps) n += uint64_t(std::min(slots, c));
+        return n;
+    };
+    int64_t hot_slots = 0;
+    for (int64_t lo = 0, hi = *std::max_element(caps.begin(), caps.end()); lo <= hi;) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (cells_for(mid) <= cells_fit) {
+            hot_slots = mid;
+            lo = mid + 1;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    std::vector<int64_t> layer_slots(caps.size());
+    bool cold = false;
+    for (size_t il = 0; il < caps.size(); ++il) {
+        layer_slots[il] = std::min(hot_slots, caps[il]);
+        cold = cold || layer_slots[il] < caps[il];
+    }
     const std::string seqs = p.n_seq > 1 ? fmt::format(" for {} sequences", p.n_seq) : std::string();
     if (cold && p.kv_dir.empty()) {
         fail_usage("the KV cache of {} tokens{} needs {}{} but the host budget is {}; give a --kv-dir for the cold pool "
-                   "or raise --kv-host-budget", p.n_ctx, seqs, format_bytes(per_slot * all_tokens + copy_bytes),
+                   "or raise --kv-host-budget", p.n_ctx, seqs, format_bytes(all_cells * layout_.token_layer_bytes() + copy_bytes),
                    with_copy ? fmt::format(" (with the {} scoring copy of the keys)", format_bytes(copy_bytes)) : "",
                    format_bytes(budget));
     }
     const policy_params & pp = p.policy;
     const int64_t per_seq_min = std::min<int64_t>(int64_t(pp.n_sinks) + pp.n_window + 1, p.n_ctx);
-    if (cold && hot_slots < int64_t(p.n_seq) * per_seq_min) {
+    for (size_t il = 0; il < caps.size() && cold; ++il) {
+        // The sinks, the window and the new token of each sequence; a sliding layer's at most its windows.
+        if (layer_slots[il] >= std::min(int64_t(p.n_seq) * per_seq_min, caps[il])) continue;
         const std::string copy = with_copy ? fmt::format(" after the {} scoring copy of the keys", format_bytes(copy_bytes))
                                            : std::string();
         fail_usage("--kv-host-budget {} holds {} tokens per layer{}; at least {} are needed{} (the {} sinks, the {}-token "
@@ -86,7 +112,7 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
     }
     std::vector<int32_t> window(size_t(hp.n_layer));  // sliding layers keep only their window (kv/kv_cells.h)
     for (int il = 0; il < hp.n_layer; ++il) window[size_t(il)] = std::min(hp.window(il), p.n_ctx);
-    cells_ = std::make_unique<kv_cells>(kv_cells_params{hp.n_layer, p.n_seq, p.n_ctx, hot_slots, window});
+    cells_ = std::make_unique<kv_cells>(kv_cells_params{hp.n_layer, p.n_seq, p.n_ctx, hot_slots, window, layer_slots});
     hot_min_ = std::min<int64_t>(hot_slots, int64_t(p.n_seq) * per_seq_min);
     if (cold && p.storage.kind == csd::storage_kind::emulator) {
         planner_params planned = p.planner;
@@ -94,7 +120,7 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
         planner_ = std::make_unique<hill::planner>(planned, pp.alpha, int64_t(layout_.row_bytes()),
                                                    int64_t(layout_.token_layer_bytes()), hp.n_layer);
     }
-    hot_ = std::make_unique<hot_arena>(layout_, hot_slots, ordered_gather::window_tokens);
+    hot_ = std::make_unique<hot_arena>(layout_, layer_slots, ordered_gather::window_tokens);
     ordered_ = std::make_unique<ordered_gather>(*hot_);
     io_queue_params io;
     io.fault_hook = p.io_faults;
@@ -155,8 +181,20 @@ uint64_t context::scoring_copy_bytes(const hill::model & m, const context_params
     return bits == 0 ? 0 : quant_copy::bytes_for(s, bits, p.n_seq, hp.n_layer, p.n_ctx);
 }
 
+std::vector<int64_t> context::layer_slot_caps(const hill::model & m, const context_params & p) {
+    const hparams & hp = m.hp();
+    std::vector<int64_t> caps(size_t(hp.n_layer));
+    for (int il = 0; il < hp.n_layer; ++il) {
+        const int64_t w = hp.window(il);
+        caps[size_t(il)] = int64_t(p.n_seq) * (w > 0 ? std::min<int64_t>(w + 2, p.n_ctx) : int64_t(p.n_ctx));
+    }
+    return caps;
+}
+
 uint64_t context::host_budget_for(const hill::model & m, const context_params & p, int64_t hot_tokens) {
-    return uint64_t(hot_tokens) * m.hp().kv_bytes_per_token(p.kv_type) + scoring_copy_bytes(m, p);
+    uint64_t cells = 0;
+    for (const int64_t c : layer_slot_caps(m, p)) cells += uint64_t(std::min(hot_tokens, c));
+    return cells * (m.hp().kv_bytes_per_token(p.kv_type) / uint64_t(m.hp().n_layer)) + scoring_copy_bytes(m, p);
 }
 
 attention_shape context::attn_shape() const { return model_.hp().attn_shape(); }

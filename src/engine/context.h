@@ -114,8 +114,15 @@ public:
     // the bytes of its scoring copy, whichever (quantized keys or page bounds); part of kv_host_budget.
     static int scoring_copy_bits(const hill::model & m, const context_params & p);
     static uint64_t scoring_copy_bytes(const hill::model & m, const context_params & p);
-    // The kv_host_budget under which p (its budget ignored) gets hot_tokens hot slots per layer.
+    // The kv_host_budget under which p (its budget ignored) gets hot_tokens hot slots per layer (a
+    // sliding-window layer: at most layer_slot_caps).
     static uint64_t host_budget_for(const hill::model & m, const context_params & p, int64_t hot_tokens);
+    // The hot slots each layer can use at most, [n_layer]: every token of every sequence, n_seq · n_ctx;
+    // a sliding-window layer's windows, n_seq · min(window + 2, n_ctx): the window, the step's new token
+    // and the room for the next step's that placement keeps (the token leaving the window frees its slot
+    // only after the step's placement, kv/kv_cells.h). The budget is split as one count S of slots per layer, each layer taking
+    // min(S, cap): what a sliding layer does not need holds more of the other layers' tokens.
+    static std::vector<int64_t> layer_slot_caps(const hill::model & m, const context_params & p);
     context & operator=(const context &) = delete;
 
     const hill::model & model() const { return model_; }
@@ -172,7 +179,8 @@ public:
     // The planner of the hot/cold split; nullptr unless the cold pool is on the emulator. It plans while the
     // policy scores; under a policy that does not, the hot pool takes the whole budget.
     const hill::planner * planner() const { return planner_.get(); }
-    // Hot slots per layer the host budget holds (M0); cells().hot_capacity() is what the planner lets the pool use.
+    // Hot slots per layer the host budget holds (M0; a sliding-window layer: at most layer_slot_caps);
+    // cells().hot_capacity() is what the planner lets the pool use.
     int64_t hot_slots_max() const { return cells_->hot_slots(); }
     const kv_io_stats & io_stats() const;
     // Tokens of every sequence (seq < 0) or of one, all layers, without a hot copy: read from the cold tier

@@ -13,10 +13,14 @@ kv_cells::kv_cells(const kv_cells_params & p) : p_(p), capacity_(p.hot_slots) {
     hot_.assign(n_cells, no_slot);
     hits_.assign(n_cells, 0);
     moved_.assign(n_cells, never_moved);
+    HILL_ASSERT(p.layer_slots.empty() || p.layer_slots.size() == size_t(p.n_layer));
     free_.resize(size_t(p.n_layer));
-    for (auto & f : free_) {
-        f.resize(size_t(p.hot_slots));
-        for (int64_t i = 0; i < p.hot_slots; ++i) f[size_t(i)] = uint32_t(p.hot_slots - 1 - i);  // slot 0 first
+    for (int il = 0; il < p.n_layer; ++il) {
+        const int64_t n = hot_slots(il);
+        HILL_ASSERT(n >= 0 && n <= p.hot_slots);
+        std::vector<uint32_t> & f = free_[size_t(il)];
+        f.resize(size_t(n));
+        for (int64_t i = 0; i < n; ++i) f[size_t(i)] = uint32_t(n - 1 - i);  // slot 0 first
     }
     n_hot_.assign(size_t(p.n_layer), 0);
     dropped_.assign(size_t(p.n_seq) * size_t(p.n_layer), 0);

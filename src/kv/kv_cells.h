@@ -39,6 +39,9 @@ struct kv_cells_params {
     int32_t n_ctx = 0;         // tokens per sequence at most
     int64_t hot_slots = 0;     // hot arena slots per layer, shared by the sequences
     std::vector<int32_t> window;  // [n_layer] sliding window of each layer in tokens, 0: all tokens (empty: none)
+    // [n_layer] hot arena slots of each layer, each <= hot_slots (empty: hot_slots each): a sliding layer
+    // needs no more than its windows (hot_arena.h).
+    std::vector<int64_t> layer_slots;
 };
 
 class kv_cells {
@@ -90,7 +93,8 @@ public:
     }
 
     // ---- the hot pool of layer il ----
-    int64_t hot_slots() const { return p_.hot_slots; }        // arena slots per layer
+    int64_t hot_slots() const { return p_.hot_slots; }        // arena slots per layer (the most of any layer)
+    int64_t hot_slots(int il) const { return p_.layer_slots.empty() ? p_.hot_slots : p_.layer_slots[size_t(il)]; }
     int64_t hot_capacity() const { return capacity_; }        // slots each layer may use, <= hot_slots()
     int64_t n_hot(int il) const { return n_hot_[size_t(il)]; }
     // Slots take_hot() can still hand out: free ones within the capacity.
