@@ -671,7 +671,7 @@ context::plan_snapshot context::plan_snap() const {
     int64_t n = 0;
     for (int q = 0; q < cells_->n_seq(); ++q) n += cells_->n_tokens(q);
     for (int il = 0; il < cells_->n_layer(); ++il) s.n_hot += cells_->n_hot(il);
-    s.n_tokens = n * cells_->n_layer();
+    s.n_tokens = n * cells_->n_layer() - n_dropped_cells();  // the kept ones: a dropped token is in no tier
     return s;
 }
 
@@ -702,7 +702,7 @@ void context::truncate(int seq, int64_t n) {
 }
 
 void context::release(int seq) {
-    const uint64_t cells = uint64_t(n_past(seq)) * uint64_t(cells_->n_layer());
+    const uint64_t cells = uint64_t(n_past(seq)) * uint64_t(cells_->n_layer()) - uint64_t(n_dropped_cells(seq));
     const uint64_t cold = uint64_t(n_cold_cells(seq));
     truncate(seq, 0);  // no I/O at 0: cannot fail
     io_stats_.released_cells += cells;

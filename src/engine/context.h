@@ -96,7 +96,7 @@ struct kv_io_stats {
     uint64_t prefill_placed_hot = 0;    // tokens placed hot after prefills (all layers)
     uint64_t prefill_evicted = 0;       // hot tokens prefill placement evicted
     uint64_t room_evicted = 0;          // hot tokens evicted to make room for a sequence's sinks and window
-    uint64_t released_cells = 0;        // token-layers of the sequences release() ended
+    uint64_t released_cells = 0;        // token-layers of the sequences release() ended (kept ones: not dropped)
     uint64_t released_cold_cells = 0;   // of those, without a hot copy at the end
 };
 

@@ -131,7 +131,7 @@ namespace {
 
 // The KV numbers of a run, for kv_summary and kv_json.
 struct kv_totals {
-    double cold_share = 0.0;  // of the cells (token, layer) of every sequence (released ones as they ended): without a hot copy
+    double cold_share = 0.0;  // of the cells (token, layer) of every sequence (released ones as they ended): without a hot copy (of those a sliding window keeps)
     uint64_t moves = 0;       // promotions + demotions
     double pingpong_rate = 0.0;
 };
@@ -143,6 +143,7 @@ kv_totals kv_count(const context & ctx) {
     const kv_io_stats & io = ctx.io_stats();
     int64_t n_cells = int64_t(io.released_cells);
     for (int s = 0; s < c.n_seq(); ++s) n_cells += c.n_tokens(s) * c.n_layer();
+    n_cells -= ctx.n_dropped_cells();  // held in no tier
     kv_totals t;
     t.cold_share = ratio(double(ctx.n_cold_cells() + int64_t(io.released_cold_cells)), double(n_cells));
     t.moves = st.promotions + st.evictions;
