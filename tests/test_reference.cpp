@@ -499,7 +499,9 @@ TEST_P(sliding_window_kv, sliding_layers_keep_only_their_window_in_every_tier) {
             const uint64_t full_groups = uint64_t(n_layer - n_sliding) * uint64_t(n / pt);
             const uint64_t max_pages = (full_groups + uint64_t(n_sliding) * uint64_t((w + pt - 1) / pt + 1)) *
                                        uint64_t(ctx.layout().pages_per_group());
-            EXPECT_GE(kv["cold_bytes"].get<uint64_t>(), full_groups * ctx.layout().pages_per_group() * ctx.layout().page_bytes()) << what;
+            EXPECT_GE(kv["cold_bytes"].get<uint64_t>(),
+                      full_groups * ctx.layout().pages_per_group() * ctx.layout().page_bytes())
+                << what;
             EXPECT_LE(kv["cold_bytes"].get<uint64_t>(), max_pages * ctx.layout().page_bytes()) << what;
         }
         // What the windows dropped is gone: the sequence cannot be cut back, except to 0.
@@ -531,7 +533,8 @@ TEST_P(sliding_window_kv, sliding_layers_keep_only_their_window_in_every_tier) {
                 double max_ref = 0.0, max_err = 0.0;
                 for (int32_t i = 0; i < hp.n_vocab; ++i) {
                     max_ref = std::max(max_ref, std::abs(r[size_t(i)]));
-                    max_err = std::max(max_err, std::abs(double(ram.logits[size_t(step) * size_t(hp.n_vocab) + size_t(i)]) - r[size_t(i)]));
+                    const double got = ram.logits[size_t(step) * size_t(hp.n_vocab) + size_t(i)];
+                    max_err = std::max(max_err, std::abs(got - r[size_t(i)]));
                 }
                 worst = std::max(worst, max_err / max_ref);
             }
@@ -548,7 +551,9 @@ TEST_P(sliding_window_kv, sliding_layers_keep_only_their_window_in_every_tier) {
             const result got = run(tc, what, hot_tokens < 370);
             ASSERT_EQ(got.logits.size(), ram.logits.size());
             double worst = 0.0;
-            for (size_t i = 0; i < got.logits.size(); ++i) worst = std::max(worst, double(std::abs(got.logits[i] - ram.logits[i])));
+            for (size_t i = 0; i < got.logits.size(); ++i) {
+                worst = std::max(worst, double(std::abs(got.logits[i] - ram.logits[i])));
+            }
             EXPECT_LE(worst, 1e-4) << what;
         }
     }

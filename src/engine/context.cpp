@@ -55,7 +55,8 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
     const std::vector<int64_t> caps = layer_slot_caps(m, p);
     uint64_t all_cells = 0;  // token-layers the hot pool would need to hold everything
     for (const int64_t c : caps) all_cells += uint64_t(c);
-    const uint64_t budget = p.kv_host_budget == 0 ? all_cells * layout_.token_layer_bytes() + copy_bytes : p.kv_host_budget;
+    const uint64_t budget =
+        p.kv_host_budget == 0 ? all_cells * layout_.token_layer_bytes() + copy_bytes : p.kv_host_budget;
     const uint64_t cells_fit = budget > copy_bytes ? (budget - copy_bytes) / layout_.token_layer_bytes() : 0;
     // The largest count S of slots per layer whose min(S, cap) over the layers fits the budget.
     const auto cells_for = [&](int64_t slots) {
@@ -82,7 +83,8 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
     const std::string seqs = p.n_seq > 1 ? fmt::format(" for {} sequences", p.n_seq) : std::string();
     if (cold && p.kv_dir.empty()) {
         fail_usage("the KV cache of {} tokens{} needs {}{} but the host budget is {}; give a --kv-dir for the cold pool "
-                   "or raise --kv-host-budget", p.n_ctx, seqs, format_bytes(all_cells * layout_.token_layer_bytes() + copy_bytes),
+                   "or raise --kv-host-budget", p.n_ctx, seqs,
+                   format_bytes(all_cells * layout_.token_layer_bytes() + copy_bytes),
                    with_copy ? fmt::format(" (with the {} scoring copy of the keys)", format_bytes(copy_bytes)) : "",
                    format_bytes(budget));
     }
@@ -505,7 +507,8 @@ void context::append_layer(int seq, int il, int64_t p0, int64_t n, const uint8_t
     // Evictions now: metadata only (the cold copies exist), so that their slots take the new hot set.
     // Without a cold tier the hot pool holds every token but those a sliding window leaves behind.
     const int64_t kept = cells_->window(il) > 0 ? p0 + n - cells_->window(il) : 0;
-    HILL_ASSERT(logs_ != nullptr || std::all_of(plan.evict.begin(), plan.evict.end(), [&](int32_t t) { return t < kept; }));
+    HILL_ASSERT(logs_ != nullptr ||
+                std::all_of(plan.evict.begin(), plan.evict.end(), [&](int32_t t) { return t < kept; }));
     for (const int32_t t : plan.evict) cells_->drop_hot(seq, il, t);
     io_stats_.prefill_evicted += plan.evict.size();
     out.place = plan.place;
@@ -587,7 +590,9 @@ std::vector<int64_t> context::room_for(int seq, int64_t p0, int64_t n_after) con
     for (int il = 0; il < cells_->n_layer(); ++il) {
         const auto [s_end, w_begin] = middle_of(n_after, p.n_sinks, p.n_window);
         const int64_t kept = cells_->window(il) > 0 ? n_after - cells_->window(il) : 0;  // a sliding layer's
-        const auto needs_slot = [&](int64_t t) { return t >= kept && (t >= p0 || !cells_->is_hot(seq, il, t)) ? 1 : 0; };
+        const auto needs_slot = [&](int64_t t) {
+            return t >= kept && (t >= p0 || !cells_->is_hot(seq, il, t)) ? 1 : 0;
+        };
         for (int64_t t = 0; t < s_end; ++t) need[size_t(il)] += needs_slot(t);
         for (int64_t t = w_begin; t < n_after; ++t) need[size_t(il)] += needs_slot(t);
     }

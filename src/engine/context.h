@@ -19,7 +19,8 @@
 // (truncate) once they have dropped a token, except to 0.
 // Failures: a decode step that fails changes nothing. A prefill that fails leaves the sequence at its
 // length before the call (its cold log as it was; emptied when the model has sliding-window layers and
-// an earlier segment of the prompt moved their windows past what the sequence needed before the call); tokens of the sequence that were hot before may
+// an earlier segment of the prompt moved their windows past what the sequence needed before the call);
+// tokens of the sequence that were hot before may
 // have left the hot pool (their KV is intact in the cold pool). A Ctrl-C (storage_params::stop_requested,
 // the progress callback) is such a failure, with exit_code::interrupted.
 //
@@ -120,8 +121,9 @@ public:
     // The hot slots each layer can use at most, [n_layer]: every token of every sequence, n_seq · n_ctx;
     // a sliding-window layer's windows, n_seq · min(window + 2, n_ctx): the window, the step's new token
     // and the room for the next step's that placement keeps (the token leaving the window frees its slot
-    // only after the step's placement, kv/kv_cells.h). The budget is split as one count S of slots per layer, each layer taking
-    // min(S, cap): what a sliding layer does not need holds more of the other layers' tokens.
+    // only after the step's placement, kv/kv_cells.h). The budget is split as one count S of slots per
+    // layer, each layer taking min(S, cap): what a sliding layer does not need holds more of the other
+    // layers' tokens.
     static std::vector<int64_t> layer_slot_caps(const hill::model & m, const context_params & p);
     context & operator=(const context &) = delete;
 

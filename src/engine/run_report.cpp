@@ -131,7 +131,9 @@ namespace {
 
 // The KV numbers of a run, for kv_summary and kv_json.
 struct kv_totals {
-    double cold_share = 0.0;  // of the cells (token, layer) of every sequence (released ones as they ended): without a hot copy (of those a sliding window keeps)
+    // Of the cells (token, layer) a sliding window keeps, of every sequence (released ones as they ended):
+    // those without a hot copy.
+    double cold_share = 0.0;
     uint64_t moves = 0;       // promotions + demotions
     double pingpong_rate = 0.0;
 };
@@ -165,7 +167,8 @@ std::string kv_summary(const context & ctx) {
     const step_stats & st = ctx.decode_stats();
     const kv_totals t = kv_count(ctx);
     return fmt::format("KV cache: {:.0f}% of the tokens only in the cold tier ({} hot slots per layer; the cold pool "
-                       "holds every token — a sliding-window layer's only its window — the last, unfilled page of each layer in RAM); {} read by the host from the "
+                       "holds every token — a sliding-window layer's only its window — the last, unfilled page of "
+                       "each layer in RAM); {} read by the host from the "
                        "cold pool outside the storage device's passes (prefill, truncation, prompt cache; decode reads "
                        "are under storage:) and {} written to it\n"
                        "migration: {} promotions, {} demotions, {} into the hot pool (copied from the step's gathers: no "

@@ -170,7 +170,8 @@ void cold_logs::apply(const cold_append & a) {
     // A sliding layer: the groups now wholly below the window go back to the pool.
     if (const int32_t w = window_[size_t(a.il)]; w > 0) {
         const int64_t n_tokens = int64_t(L.groups.size()) * layout_.page_tokens() + L.n_open;
-        const int64_t end = std::min<int64_t>(int64_t(L.groups.size()), std::max<int64_t>(0, n_tokens - w) / layout_.page_tokens());
+        const int64_t end =
+            std::min<int64_t>(int64_t(L.groups.size()), std::max<int64_t>(0, n_tokens - w) / layout_.page_tokens());
         for (; L.n_dropped < end; ++L.n_dropped) {
             free_group(L.groups[size_t(L.n_dropped)]);
             L.groups[size_t(L.n_dropped)] = {cold_pool::no_page, cold_pool::no_page};

@@ -98,8 +98,9 @@ public:
 
     // Forgets positions [n, ..) of sequence seq in every layer: groups wholly past n go back to the
     // pool; when n falls inside a written group, that group's first n % page_tokens rows are read back
-    // into the open tail (through `reader`) and its pages freed (a dropped group: asserted not). All reads happen before anything
-    // changes: on a read error (hill::error naming the page) the logs are as they were.
+    // into the open tail (through `reader`) and its pages freed (a dropped group: asserted not). All
+    // reads happen before anything changes: on a read error (hill::error naming the page) the logs are
+    // as they were.
     void truncate(int seq, int64_t n, cold_reader & reader);
 
     // Copies of every layer's open tail of sequence seq, taken before an operation that may have to
