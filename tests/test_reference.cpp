@@ -572,6 +572,33 @@ TEST_P(sliding_window_kv, sliding_layers_keep_only_their_window_in_every_tier) {
               uint64_t(8 * n_sliding + full_slots * (n_layer - n_sliding)) * ctx.layout().token_layer_bytes());
 }
 
+// A bug fixed: the pipeline's hint (the previous step's selection) of a sequence started again named
+// positions that its sliding layers had dropped since (batch generation reuses sequence slots).
+TEST(sliding_window, a_sequence_started_again_decodes_past_its_window) {
+    test::temp_dir dir;
+    const std::string path = dir.file("m.gguf");
+    write_random_model(path, random_model_params{.n_vocab = 301, .n_embd = 64, .n_ff = 96, .n_layer = 2, .n_head = 4,
+                                                 .n_head_kv = 2, .n_ctx = 256, .type = ggml_type::f32, .seed = 3,
+                                                 .arch = "gemma2", .n_swa = 6});
+    auto m = model::load(path);
+    thread_pool pool(2);
+    context_params cp{256, ggml_type::f16, 32};
+    cp.policy.name = "hillinfer";
+    cp.kv_dir = dir.file("kv");
+    std::filesystem::create_directories(cp.kv_dir);
+    cp.kv_host_budget = context::host_budget_for(*m, cp, 40);
+    session s(*m, cp, pool);
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 200; ++i) prompt.push_back((i * 29 + 5) % 301);
+    const int32_t next = 7;
+    s.eval(std::span<const int32_t>(prompt.data(), 20));
+    for (int step = 0; step < 3; ++step) s.eval(std::span<const int32_t>(&next, 1));
+    s.truncate(0);
+    s.eval(prompt);
+    for (int step = 0; step < 3; ++step) s.eval(std::span<const int32_t>(&next, 1));
+    EXPECT_EQ(s.ctx().cells().n_dropped(0, 0), 203 - 6);
+}
+
 INSTANTIATE_TEST_SUITE_P(gemma, sliding_window_kv, ::testing::Values("gemma2", "gemma3"),
                          [](const auto & info) { return std::string(info.param); });
 
