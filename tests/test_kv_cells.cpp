@@ -91,18 +91,22 @@ struct cold_fixture {
     std::unique_ptr<cold_reader> reader;
     int64_t n_ctx = 200;
 
-    explicit cold_fixture(cold_records records = cold_records::split, int64_t open_groups = 1)
+    // window: [n_layer] sliding windows (kv/cold_logs.h); the pool holds what the logs need at most.
+    explicit cold_fixture(cold_records records = cold_records::split, int64_t open_groups = 1,
+                          std::vector<int32_t> window = {})
         : layout{2, 64, ggml_type::f16, records} {
-        const int64_t pt = layout.page_tokens();
+        window.resize(size_t(layout.n_layer), 0);
+        int64_t groups = 0;
+        for (const int32_t w : window) groups += cold_logs::groups_held(layout, n_ctx, w);
         cold_pool_params cp;
         cp.kv_dir = dir.file("kv");
         cp.page_bytes = layout.page_bytes();
-        cp.n_pages = uint32_t(2 * layout.n_layer * layout.pages_per_group() * ((n_ctx + pt - 1) / pt));
+        cp.n_pages = uint32_t(2 * layout.pages_per_group() * groups);
         pool = std::make_unique<cold_pool>(cp);
         io_queue_params io;
         io.fault_hook = [this](const io_issue & is, int64_t r) { return fail_writes && is.op == io_op::write ? -ENOSPC : r; };
         writer = std::make_unique<cold_writer>(*pool, io);
-        logs = std::make_unique<cold_logs>(*writer, layout, 2, n_ctx, open_groups);
+        logs = std::make_unique<cold_logs>(*writer, layout, 2, n_ctx, open_groups, window);
         reader = std::make_unique<cold_reader>(*pool);
     }
     // Row bytes of token t of (seq, il), K (v = 0) or V (v = 1): a pattern that names them.
@@ -122,13 +126,14 @@ struct cold_fixture {
         logs->prepare(seq, il, n, k.data(), v.data(), a);
         logs->apply(a);
     }
-    // Every row of (seq, il) read back (open tail from RAM, the rest through a cold_gather) equals the pattern.
-    void check(int seq, int il) const {
+    // Every row of (seq, il) from position t0 on read back (open tail from RAM, the rest through a
+    // cold_gather) equals the pattern.
+    void check(int seq, int il, int64_t t0 = 0) const {
         const cold_log_view log = logs->log(seq, il);
         const size_t rb = layout.row_bytes();
         const auto k = rows(seq, il, 0, log.n_tokens(), 0), v = rows(seq, il, 0, log.n_tokens(), 1);
-        std::vector<int32_t> disk(size_t(log.n_on_disk()));
-        std::iota(disk.begin(), disk.end(), 0);
+        std::vector<int32_t> disk(size_t(std::max<int64_t>(0, log.n_on_disk() - t0)));
+        std::iota(disk.begin(), disk.end(), int32_t(t0));
         cold_gather g(*reader, layout);
         g.begin(log.groups, disk, true);
         kv_batch b;
@@ -140,8 +145,8 @@ struct cold_fixture {
                 ASSERT_EQ(std::memcmp(static_cast<const uint8_t *>(b.view.v) + size_t(b.rows[j]) * rb, v.data() + size_t(t) * rb, rb), 0) << t;
             }
         }
-        EXPECT_EQ(seen, log.n_on_disk());
-        for (int64_t r = 0; r < log.n_open; ++r) {
+        EXPECT_EQ(seen, int64_t(disk.size()));
+        for (int64_t r = std::max<int64_t>(0, t0 - log.n_on_disk()); r < log.n_open; ++r) {
             const int64_t t = log.n_on_disk() + r;
             ASSERT_EQ(std::memcmp(log.open_k + size_t(r) * rb, k.data() + size_t(t) * rb, rb), 0) << t;
             ASSERT_EQ(std::memcmp(log.open_v + size_t(r) * rb, v.data() + size_t(t) * rb, rb), 0) << t;
@@ -334,6 +339,78 @@ TEST_P(cold_logs_test, restore_goes_back_to_the_snapshot) {
     f.check(0, 0);
 }
 
+// A sliding layer's log (window 20, layer 0) holds pages only for the groups that reach into the
+// window: a long append does not write the groups it leaves behind, and each later append frees the
+// groups the window passes; the other layer keeps everything. Truncation to 0 frees it all.
+TEST_P(cold_logs_test, a_sliding_layer_keeps_only_the_groups_of_its_window) {
+    constexpr int32_t w = 20;
+    cold_fixture f(GetParam(), 1, {w, 0});
+    const int64_t pt = f.layout.page_tokens(), ppg = f.layout.pages_per_group();
+    const uint32_t free0 = f.pool->n_free();
+    const auto expect_window_only = [&](int64_t n) {
+        const cold_log_view log = f.logs->log(0, 0);
+        ASSERT_EQ(log.n_tokens(), n);
+        int64_t with_pages = 0;
+        for (size_t g = 0; g < log.groups.size(); ++g) {
+            const bool kept = int64_t(g + 1) * pt > n - w;
+            EXPECT_EQ(log.groups[g].first != cold_pool::no_page, kept) << "group " << g << " of " << n << " tokens";
+            with_pages += kept ? 1 : 0;
+        }
+        EXPECT_LE(with_pages, (w + pt - 1) / pt + 1);
+        EXPECT_EQ(int64_t(free0 - f.pool->n_free()), ppg * with_pages + ppg * int64_t(f.logs->log(0, 1).groups.size()));
+        f.check(0, 0, std::max<int64_t>(0, n - w));
+    };
+    f.append(0, 0, 150);
+    expect_window_only(150);
+    f.append(0, 1, 150);
+    f.check(0, 1);
+    for (int64_t n = 151; n <= 190; ++n) {
+        f.append(0, 0, 1);
+        expect_window_only(n);
+    }
+    f.logs->truncate(0, 0, *f.reader);
+    EXPECT_EQ(f.pool->n_free(), free0);
+}
+
+TEST(kv_cells, a_sliding_layer_drops_the_tokens_its_window_leaves) {
+    // Layer 0 slides with a window of 4 (5 slots: the window and a new token), layer 1 keeps all.
+    kv_cells c(kv_cells_params{2, 1, 32, 8, {4, 0}, {5, 8}});
+    EXPECT_EQ(c.hot_slots(0), 5);
+    EXPECT_EQ(c.hot_slots(1), 8);
+    c.grow(0, 5);
+    for (int64_t t = 0; t < 5; ++t) {
+        c.take_hot(0, 0, t);
+        c.take_hot(0, 1, t);
+    }
+    EXPECT_EQ(c.n_hot_free(0), 0);
+    EXPECT_EQ(c.kept_from(0, 0), 1);
+    EXPECT_EQ(c.kept_from(0, 1), 0);
+    EXPECT_TRUE(c.can_truncate(0, 3)) << "nothing dropped yet";
+    c.drop_outside_windows(0);
+    EXPECT_EQ(c.n_dropped(0, 0), 1);
+    EXPECT_EQ(c.n_dropped(0, 1), 0);
+    EXPECT_FALSE(c.is_hot(0, 0, 0));
+    EXPECT_EQ(c.n_hot(0), 4);
+    EXPECT_EQ(c.n_hot(1), 5);
+    c.grow(0, 3);  // 8 tokens: positions [4, 8) kept
+    c.drop_outside_windows(0);
+    EXPECT_EQ(c.n_dropped(0, 0), 4);
+    EXPECT_EQ(c.n_hot(0), 1);  // position 4; 5..7 have no slot yet
+    for (int64_t t = 5; t < 8; ++t) c.take_hot(0, 0, t);
+    // The page table's "every token" starts at the first kept one.
+    kv_page_table t;
+    t.add(c, nullptr, 0, 0, {}, true);
+    EXPECT_EQ(std::vector<int32_t>(t.hot_pos.begin(), t.hot_pos.end()), (std::vector<int32_t>{4, 5, 6, 7}));
+    // Cut back only to 0 or the length once a token is dropped.
+    EXPECT_FALSE(c.can_truncate(0, 6));
+    EXPECT_TRUE(c.can_truncate(0, 8));
+    EXPECT_TRUE(c.can_truncate(0, 0));
+    c.truncate(0, 0);
+    EXPECT_EQ(c.n_dropped(0, 0), 0);
+    EXPECT_EQ(c.n_hot(0), 0);
+    EXPECT_EQ(c.n_hot(1), 0);
+}
+
 TEST(page_table, splits_tokens_into_hot_open_and_disk) {
     cold_fixture f;
     kv_cells c(kv_cells_params{2, 2, int32_t(f.n_ctx), 8});
@@ -380,7 +457,7 @@ TEST(ordered_gather, hands_out_every_token_in_position_order_from_one_view) {
     logs.apply(a);
     kv_cells c(kv_cells_params{1, 1, int32_t(n), 3000});
     c.grow(0, n);
-    hot_arena arena(layout, 3000, ordered_gather::window_tokens);
+    hot_arena arena(layout, std::vector<int64_t>{3000}, ordered_gather::window_tokens);
     for (int64_t t = 0; t < n; t += 3) {  // a third hot
         const uint32_t s = c.take_hot(0, 0, t);
         std::memcpy(arena.k(0, s), k.data() + size_t(t) * rb, rb);

@@ -550,25 +550,49 @@ const std::vector<weight_case> k_weight_cases = {
     {"iq4_xs", nullptr, "iq4_xs", {"iq4_xs", "q5_k", "q6_k"}, 4e-2},
 };
 
-// The architectures `make-model random` writes (write_random_model: llama only today). One that it
-// learns to write goes here, and tiny_model() sets it.
-const char * const k_architectures[] = {"llama"};
+// The architectures `make-model random` writes (write_random_model), with the sliding window each
+// row's model declares (0: none). The windows are shorter than the 64 steps after the prompt, so the
+// rows check the masks as llama.cpp reads them from the same key ({arch}.attention.sliding_window):
+// gemma2 every other layer, gemma3 five of six (6 layers: one global, with its own RoPE base). The
+// phi3, llama and qwen2 rows have no window: llama.cpp's graphs for them attend to every token
+// whatever the key says, where transformers' Phi3, Mistral and Qwen2 mask the window, so the engines
+// part once the context passes it (a window of 24: max relative logit error 0.73, 0.76, 1.43;
+// docs/models.md "Comparing with llama.cpp").
+//
+// max_ties: the ties (below) a row may count. The Qwen models' random logits lie closer together than
+// llama's (llama.cpp's own top two within 0.001 at some steps, against 0.02 to 0.04 for llama), so at
+// the quantized types' 2% logit difference more steps are ties; the relative error is llama's.
+// err_scale multiplies the weight types' bounds: gemma3's 6 layers (3 times the others') carry the
+// quantized types' difference further (measured up to 4.1e-2 for Q5_K_M).
+struct arch_case {
+    const char * arch;
+    int32_t n_swa;
+    int32_t n_layer;
+    int max_ties;
+    double err_scale;
+};
+const arch_case k_architectures[] = {
+    {"llama", 0, 2, 2, 1.0},  {"qwen2", 0, 2, 8, 1.0},  {"qwen3", 0, 2, 8, 1.0},
+    {"gemma2", 24, 2, 8, 1.0}, {"gemma3", 24, 6, 8, 2.0}, {"phi3", 0, 2, 8, 1.0},
+};
 
 constexpr int k_steps = 64;
 
 // Small enough for CI, large enough for every type: rows of 256 (one k-quant super-block), n_ff a
 // multiple of 256 so that llama.cpp's mixes need no fallback type.
-random_model_params tiny_model(ggml_type type) {
+random_model_params tiny_model(ggml_type type, const arch_case & a) {
     random_model_params p;
     p.n_vocab = 512;
     p.n_embd = 256;
     p.n_ff = 768;
-    p.n_layer = 2;
+    p.n_layer = a.n_layer;
     p.n_head = 8;
     p.n_head_kv = 2;
     p.n_ctx = 1024;
     p.type = type;
     p.seed = 15;
+    p.arch = a.arch;
+    p.n_swa = a.n_swa;
     return p;
 }
 
@@ -678,9 +702,10 @@ TEST(llama_oracle, greedy_ids_and_logits_match_llama_cpp_for_every_architecture_
     HILL_REQUIRE_ORACLE(oracle);
     test::temp_dir tmp;
     const std::string story = test::data_path("text/tinystories/tinystories_validation_first1000.txt");
-    for (const char * arch : k_architectures) {
+    for (const arch_case & a : k_architectures) {
+        const char * arch = a.arch;
         const std::string f16 = tmp.file(std::string(arch) + "-f16.gguf");
-        write_random_model(f16, tiny_model(ggml_type::f16));
+        write_random_model(f16, tiny_model(ggml_type::f16, a));
         const auto base = model::load(f16);
         ASSERT_EQ(base->hp().arch, arch);
         const std::vector<int32_t> prompt = base->tokenizer().encode("once upon a time there was a tiny model", true);
@@ -701,7 +726,7 @@ TEST(llama_oracle, greedy_ids_and_logits_match_llama_cpp_for_every_architecture_
             }
             const std::string gguf = tmp.file(std::string(arch) + "-" + c.name + ".gguf");
             if (c.hill_type != nullptr) {
-                write_random_model(gguf, tiny_model(*ggml_type_from_name(c.hill_type)));
+                write_random_model(gguf, tiny_model(*ggml_type_from_name(c.hill_type), a));
             } else {
                 ASSERT_TRUE(run_oracle(oracle, "quantize " + quoted(f16) + " " + quoted(gguf) + " " + c.llama_quant));
             }
@@ -710,11 +735,12 @@ TEST(llama_oracle, greedy_ids_and_logits_match_llama_cpp_for_every_architecture_
             std::printf(
                 "%-6s %-13s greedy %d/%d steps equal (%d ties), max rel logit error %.2e (bound %.0e), "
                 "min top-2 gap %.3f, perplexity HillInfer/llama.cpp %.5f (%zu tokens)%s\n",
-                arch, c.name, r.n_equal, k_steps, r.n_ties, r.max_rel_err, c.max_rel_err, r.min_gap, ppl, text.size(),
+                arch, c.name, r.n_equal, k_steps, r.n_ties, r.max_rel_err, c.max_rel_err * a.err_scale, r.min_gap, ppl,
+                text.size(),
                 r.diffs.c_str());
             EXPECT_EQ(r.n_equal + r.n_ties, k_steps) << "greedy ids differ beyond ties:" << r.diffs;
-            EXPECT_LE(r.n_ties, 2) << r.diffs;
-            EXPECT_LE(r.max_rel_err, c.max_rel_err);
+            EXPECT_LE(r.n_ties, a.max_ties) << r.diffs;
+            EXPECT_LE(r.max_rel_err, c.max_rel_err * a.err_scale);
             EXPECT_LT(std::fabs(ppl - 1.0), 0.005);
         }
     }

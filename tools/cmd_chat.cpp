@@ -272,6 +272,12 @@ int run_chat(const chat_opts & o) {
             pos += seg.text.size();
             n_keep += seg.n_tokens;
         }
+        if (n_keep < s.n_past() && !s.ctx().can_truncate(0, n_keep)) {
+            // Sliding-window layers dropped what the cut needs (engine/context.h): the whole text again.
+            n_keep = 0;
+            n_keep_seg = 0;
+            pos = 0;
+        }
         t.prompt_text = full.substr(pos);
         const bool start = n_keep == 0;  // the conversation's first tokens: BOS by the model's rule
         const std::vector<int32_t> ids = tok.encode_with_special(t.prompt_text, start && voc.add_bos);

@@ -238,7 +238,12 @@ int run_demo(const demo_opts & o) {
     // The same decode steps under policy full over the same tiers: what the policy saves.
     std::optional<step_run> full;
     bool stopped = false;
-    if (!o.no_compare && pol.name != "full") {
+    const bool can_rerun = s.ctx().can_truncate(0, int64_t(ids.size()) - 1);
+    if (!o.no_compare && pol.name != "full" && !can_rerun && !o.json) {
+        fmt::print(stderr, "not comparing with policy full: the model's sliding-window layers keep only their window, "
+                   "so the answer's steps cannot be run again over the same tiers\n");
+    }
+    if (!o.no_compare && pol.name != "full" && can_rerun) {
         if (!o.json) {
             fmt::print(stderr, "comparing: the same {} decode steps under policy full over the same tiers "
                        "(--no-compare skips this)\n", n_steps);

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/fp16.h"
+#include "core/log.h"
 #include "core/sys_info.h"
 #include "core/trace.h"
 #include "kv/page_table.h"
@@ -49,22 +50,50 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
     const bool token_records = with_copy && p.storage.kind == csd::storage_kind::plain;
     layout_ = kv_layout{hp.n_layer, hp.n_embd_kv(), p.kv_type, token_records ? cold_records::token : cold_records::split};
 
-    // The hot pool: the budget's slots per layer, at most every token of every sequence.
+    // The hot pool: the budget's slots per layer, at most every token of every sequence — a sliding-window
+    // layer's at most its windows (layer_slot_caps): what it does not need goes to the other layers.
     const uint64_t per_slot = uint64_t(hp.n_layer) * layout_.token_layer_bytes();
-    const uint64_t all_tokens = uint64_t(p.n_seq) * uint64_t(p.n_ctx);
-    const uint64_t budget = p.kv_host_budget == 0 ? per_slot * all_tokens + copy_bytes : p.kv_host_budget;
-    const int64_t hot_slots = int64_t(std::min<uint64_t>(budget > copy_bytes ? (budget - copy_bytes) / per_slot : 0, all_tokens));
-    const bool cold = uint64_t(hot_slots) < all_tokens;
+    const std::vector<int64_t> caps = layer_slot_caps(m, p);
+    uint64_t all_cells = 0;  // token-layers the hot pool would need to hold everything
+    for (const int64_t c : caps) all_cells += uint64_t(c);
+    const uint64_t budget =
+        p.kv_host_budget == 0 ? all_cells * layout_.token_layer_bytes() + copy_bytes : p.kv_host_budget;
+    const uint64_t cells_fit = budget > copy_bytes ? (budget - copy_bytes) / layout_.token_layer_bytes() : 0;
+    // The largest count S of slots per layer whose min(S, cap) over the layers fits the budget.
+    const auto cells_for = [&](int64_t slots) {
+        uint64_t n = 0;
+        for (const int64_t c : caps) n += uint64_t(std::min(slots, c));
+        return n;
+    };
+    int64_t hot_slots = 0;
+    for (int64_t lo = 0, hi = *std::max_element(caps.begin(), caps.end()); lo <= hi;) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (cells_for(mid) <= cells_fit) {
+            hot_slots = mid;
+            lo = mid + 1;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    std::vector<int64_t> layer_slots(caps.size());
+    bool cold = false;
+    for (size_t il = 0; il < caps.size(); ++il) {
+        layer_slots[il] = std::min(hot_slots, caps[il]);
+        cold = cold || layer_slots[il] < caps[il];
+    }
     const std::string seqs = p.n_seq > 1 ? fmt::format(" for {} sequences", p.n_seq) : std::string();
     if (cold && p.kv_dir.empty()) {
         fail_usage("the KV cache of {} tokens{} needs {}{} but the host budget is {}; give a --kv-dir for the cold pool "
-                   "or raise --kv-host-budget", p.n_ctx, seqs, format_bytes(per_slot * all_tokens + copy_bytes),
+                   "or raise --kv-host-budget", p.n_ctx, seqs,
+                   format_bytes(all_cells * layout_.token_layer_bytes() + copy_bytes),
                    with_copy ? fmt::format(" (with the {} scoring copy of the keys)", format_bytes(copy_bytes)) : "",
                    format_bytes(budget));
     }
     const policy_params & pp = p.policy;
     const int64_t per_seq_min = std::min<int64_t>(int64_t(pp.n_sinks) + pp.n_window + 1, p.n_ctx);
-    if (cold && hot_slots < int64_t(p.n_seq) * per_seq_min) {
+    for (size_t il = 0; il < caps.size() && cold; ++il) {
+        // The sinks, the window and the new token of each sequence; a sliding layer's at most its windows.
+        if (layer_slots[il] >= std::min(int64_t(p.n_seq) * per_seq_min, caps[il])) continue;
         const std::string copy = with_copy ? fmt::format(" after the {} scoring copy of the keys", format_bytes(copy_bytes))
                                            : std::string();
         fail_usage("--kv-host-budget {} holds {} tokens per layer{}; at least {} are needed{} (the {} sinks, the {}-token "
@@ -86,7 +115,9 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
         copy_ = std::make_unique<quant_copy>(attn_shape(), pp.score, scoring_copy_bits(m, p), p.n_seq, hp.n_layer, p.n_ctx,
                                              pool.n_threads());
     }
-    cells_ = std::make_unique<kv_cells>(kv_cells_params{hp.n_layer, p.n_seq, p.n_ctx, hot_slots});
+    std::vector<int32_t> window(size_t(hp.n_layer));  // sliding layers keep only their window (kv/kv_cells.h)
+    for (int il = 0; il < hp.n_layer; ++il) window[size_t(il)] = std::min(hp.window(il), p.n_ctx);
+    cells_ = std::make_unique<kv_cells>(kv_cells_params{hp.n_layer, p.n_seq, p.n_ctx, hot_slots, window, layer_slots});
     hot_min_ = std::min<int64_t>(hot_slots, int64_t(p.n_seq) * per_seq_min);
     if (cold && p.storage.kind == csd::storage_kind::emulator) {
         planner_params planned = p.planner;
@@ -94,15 +125,16 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
         planner_ = std::make_unique<hill::planner>(planned, pp.alpha, int64_t(layout_.row_bytes()),
                                                    int64_t(layout_.token_layer_bytes()), hp.n_layer);
     }
-    hot_ = std::make_unique<hot_arena>(layout_, hot_slots, ordered_gather::window_tokens);
+    hot_ = std::make_unique<hot_arena>(layout_, layer_slots, ordered_gather::window_tokens);
     ordered_ = std::make_unique<ordered_gather>(*hot_);
     io_queue_params io;
     io.fault_hook = p.io_faults;
     if (cold) {
-        // Every token of every sequence has its cold copy: whole groups of page_tokens rows.
-        const int64_t pt = layout_.page_tokens();
-        const uint64_t n_pages = uint64_t(p.n_seq) * uint64_t(hp.n_layer) * uint64_t(layout_.pages_per_group()) *
-                                 uint64_t((p.n_ctx + pt - 1) / pt);
+        // Every token of every sequence has its cold copy (a sliding layer: of its window): whole groups of
+        // page_tokens rows.
+        uint64_t groups = 0;
+        for (const int32_t w : window) groups += uint64_t(cold_logs::groups_held(layout_, p.n_ctx, w));
+        const uint64_t n_pages = uint64_t(p.n_seq) * uint64_t(layout_.pages_per_group()) * groups;
         if (n_pages >= cold_pool::no_page) fail_usage("a cold pool of {} pages is too large", n_pages);
         cold_pool_params cp;
         cp.kv_dir = p.kv_dir;
@@ -110,7 +142,8 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
         cp.n_pages = uint32_t(n_pages);
         cold_ = std::make_unique<cold_pool>(cp);  // checks the free space before anything large is allocated
         writer_ = std::make_unique<cold_writer>(*cold_, io);
-        logs_ = std::make_unique<cold_logs>(*writer_, layout_, p.n_seq, p.n_ctx, cold_logs::open_groups_for(layout_));
+        logs_ = std::make_unique<cold_logs>(*writer_, layout_, p.n_seq, p.n_ctx, cold_logs::open_groups_for(layout_),
+                                            window);
         reader_ = std::make_unique<cold_reader>(*cold_, io);
         gather_ = std::make_unique<cold_gather>(*reader_, layout_);
     }
@@ -175,8 +208,20 @@ uint64_t context::scoring_copy_bytes(const hill::model & m, const context_params
     return bits == 0 ? 0 : quant_copy::bytes_for(s, bits, p.n_seq, hp.n_layer, p.n_ctx);
 }
 
+std::vector<int64_t> context::layer_slot_caps(const hill::model & m, const context_params & p) {
+    const hparams & hp = m.hp();
+    std::vector<int64_t> caps(size_t(hp.n_layer));
+    for (int il = 0; il < hp.n_layer; ++il) {
+        const int64_t w = hp.window(il);
+        caps[size_t(il)] = int64_t(p.n_seq) * (w > 0 ? std::min<int64_t>(w + 2, p.n_ctx) : int64_t(p.n_ctx));
+    }
+    return caps;
+}
+
 uint64_t context::host_budget_for(const hill::model & m, const context_params & p, int64_t hot_tokens) {
-    return uint64_t(hot_tokens) * m.hp().kv_bytes_per_token(p.kv_type) + scoring_copy_bytes(m, p);
+    uint64_t cells = 0;
+    for (const int64_t c : layer_slot_caps(m, p)) cells += uint64_t(std::min(hot_tokens, c));
+    return cells * (m.hp().kv_bytes_per_token(p.kv_type) / uint64_t(m.hp().n_layer)) + scoring_copy_bytes(m, p);
 }
 
 attention_shape context::attn_shape() const { return model_.hp().attn_shape(); }
@@ -221,10 +266,24 @@ int64_t context::n_cold_cells(int seq) const {
     for (int s = 0; s < cells_->n_seq(); ++s) {
         if (seq >= 0 && s != seq) continue;
         for (int il = 0; il < cells_->n_layer(); ++il) {
-            for (const uint32_t slot : cells_->hot_slots(s, il)) n += slot == kv_cells::no_slot ? 1 : 0;
+            const std::span<const uint32_t> slots = cells_->hot_slots(s, il).subspan(size_t(cells_->n_dropped(s, il)));
+            for (const uint32_t slot : slots) n += slot == kv_cells::no_slot ? 1 : 0;
         }
     }
     return n;
+}
+
+int64_t context::n_dropped_cells(int seq) const {
+    int64_t n = 0;
+    for (int s = 0; s < cells_->n_seq(); ++s) {
+        if (seq >= 0 && s != seq) continue;
+        for (int il = 0; il < cells_->n_layer(); ++il) n += cells_->n_dropped(s, il);
+    }
+    return n;
+}
+
+uint64_t context::cold_bytes() const {
+    return cold_ == nullptr ? 0 : uint64_t(cold_->n_pages() - cold_->n_free()) * cold_->page_bytes();
 }
 
 template <class F>
@@ -275,9 +334,15 @@ void context::prefill(int seq, std::span<const int32_t> tokens, bool logits_all,
             });
         }
     } catch (...) {
-        // Back to the sequence as it was: its later tokens forgotten, its cold log restored (no I/O).
-        cells_->truncate(seq, n_past0);
+        // Back to the sequence as it was: its later tokens forgotten, its cold log restored (no I/O) — or,
+        // when a committed segment moved the sliding windows past tokens the sequence needs at n_past0,
+        // emptied.
+        const int64_t back = cells_->can_truncate(seq, n_past0) ? n_past0 : 0;
+        if (back != n_past0) log_warn("prefill failed after its sliding-window layers dropped the window of the {} "
+                                      "tokens before it: sequence {} is emptied", n_past0, seq);
         if (logs_ != nullptr) logs_->restore(snap);
+        cells_->truncate(seq, back);
+        if (logs_ != nullptr && back == 0) logs_->truncate(seq, 0, *reader_);
         throw;
     }
 }
@@ -464,8 +529,12 @@ void context::append_layer(int seq, int il, int64_t p0, int64_t n, const uint8_t
     prefill_plan plan;
     policy_->place_prefill(prefill_place_input{il, seq, p0, p0 + n, cells_.get(), importance, cells_->n_hot_free(il),
                                                cells_->n_appending(std::array{std::pair{seq, p0 + n}})}, plan);
+
     // Evictions now: metadata only (the cold copies exist), so that their slots take the new hot set.
-    HILL_ASSERT(logs_ != nullptr || plan.evict.empty());  // without a cold tier the hot pool holds all
+    // Without a cold tier the hot pool holds every token but those a sliding window leaves behind.
+    const int64_t kept = cells_->window(il) > 0 ? p0 + n - cells_->window(il) : 0;
+    HILL_ASSERT(logs_ != nullptr ||
+                std::all_of(plan.evict.begin(), plan.evict.end(), [&](int32_t t) { return t < kept; }));
     for (const int32_t t : plan.evict) cells_->drop_hot(seq, il, t);
     io_stats_.prefill_evicted += plan.evict.size();
     out.place = plan.place;
@@ -529,6 +598,7 @@ void context::commit(int seq, int64_t n, std::vector<layer_append> & layers) {
             L.appended = false;
         }
     }
+    cells_->drop_outside_windows(seq);
     (void)p0;
 }
 
@@ -545,7 +615,10 @@ std::vector<int64_t> context::room_for(int seq, int64_t p0, int64_t n_after) con
     std::vector<int64_t> need(size_t(cells_->n_layer()), n_next);
     for (int il = 0; il < cells_->n_layer(); ++il) {
         const auto [s_end, w_begin] = middle_of(n_after, p.n_sinks, p.n_window);
-        const auto needs_slot = [&](int64_t t) { return t >= p0 || !cells_->is_hot(seq, il, t) ? 1 : 0; };
+        const int64_t kept = cells_->window(il) > 0 ? n_after - cells_->window(il) : 0;  // a sliding layer's
+        const auto needs_slot = [&](int64_t t) {
+            return t >= kept && (t >= p0 || !cells_->is_hot(seq, il, t)) ? 1 : 0;
+        };
         for (int64_t t = 0; t < s_end; ++t) need[size_t(il)] += needs_slot(t);
         for (int64_t t = w_begin; t < n_after; ++t) need[size_t(il)] += needs_slot(t);
     }
@@ -629,7 +702,7 @@ context::plan_snapshot context::plan_snap() const {
     int64_t n = 0;
     for (int q = 0; q < cells_->n_seq(); ++q) n += cells_->n_tokens(q);
     for (int il = 0; il < cells_->n_layer(); ++il) s.n_hot += cells_->n_hot(il);
-    s.n_tokens = n * cells_->n_layer();
+    s.n_tokens = n * cells_->n_layer() - n_dropped_cells();  // the kept ones: a dropped token is in no tier
     return s;
 }
 
@@ -650,12 +723,17 @@ void context::plan_observe(const plan_snapshot & before) {
 
 void context::truncate(int seq, int64_t n) {
     HILL_ASSERT(n >= 0 && n <= n_past(seq));
+    if (!cells_->can_truncate(seq, n)) {
+        fail_usage("cannot cut the sequence back from {} to {} tokens: its sliding-window layers (window {}) keep only "
+                   "their last tokens, and those before position {} are gone; start the sequence again (prefill it "
+                   "from 0)", n_past(seq), n, model_.hp().n_swa, n_past(seq) - model_.hp().n_swa);
+    }
     if (logs_ != nullptr) logs_->truncate(seq, n, *reader_);  // may read, may fail: first
     cells_->truncate(seq, n);
 }
 
 void context::release(int seq) {
-    const uint64_t cells = uint64_t(n_past(seq)) * uint64_t(cells_->n_layer());
+    const uint64_t cells = uint64_t(n_past(seq)) * uint64_t(cells_->n_layer()) - uint64_t(n_dropped_cells(seq));
     const uint64_t cold = uint64_t(n_cold_cells(seq));
     truncate(seq, 0);  // no I/O at 0: cannot fail
     io_stats_.released_cells += cells;
@@ -666,6 +744,10 @@ void context::export_layer(int seq, int il, void * k_out, void * v_out) {
     const size_t rb = layout_.row_bytes();
     auto * ko = static_cast<uint8_t *>(k_out);
     auto * vo = static_cast<uint8_t *>(v_out);
+    // A sliding layer's dropped tokens: zero rows (no query of the layer reads them again).
+    const size_t n_dropped = size_t(cells_->n_dropped(seq, il));
+    std::memset(ko, 0, n_dropped * rb);
+    std::memset(vo, 0, n_dropped * rb);
     for_each_stored(seq, il, true, [&](const kv_view & view, const int32_t * rows, const int32_t * positions) {
         const auto * kb = static_cast<const uint8_t *>(view.k);
         const auto * vb = static_cast<const uint8_t *>(view.v);

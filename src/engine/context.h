@@ -14,8 +14,13 @@
 //     in the tiers. Peak memory is weights + budgets + one layer's KV of one segment + the segment's
 //     activations, whatever the prompt length.
 //   - decode(seqs, tokens): one decode step of a batch (sched/decode_step.h).
+// Sliding-window layers (model/model.h hparams::window) keep only the last window tokens of each sequence
+// in every tier (kv/kv_cells.h, kv/cold_logs.h): what they drop is gone, so a sequence cannot be cut back
+// (truncate) once they have dropped a token, except to 0.
 // Failures: a decode step that fails changes nothing. A prefill that fails leaves the sequence at its
-// length before the call (its cold log as it was); tokens of the sequence that were hot before may
+// length before the call (its cold log as it was; emptied when the model has sliding-window layers and
+// an earlier segment of the prompt moved their windows past what the sequence needed before the call);
+// tokens of the sequence that were hot before may
 // have left the hot pool (their KV is intact in the cold pool). A Ctrl-C (storage_params::stop_requested,
 // the progress callback) is such a failure, with exit_code::interrupted.
 //
@@ -93,7 +98,7 @@ struct kv_io_stats {
     uint64_t prefill_placed_hot = 0;    // tokens placed hot after prefills (all layers)
     uint64_t prefill_evicted = 0;       // hot tokens prefill placement evicted
     uint64_t room_evicted = 0;          // hot tokens evicted to make room for a sequence's sinks and window
-    uint64_t released_cells = 0;        // token-layers of the sequences release() ended
+    uint64_t released_cells = 0;        // token-layers of the sequences release() ended (kept ones: not dropped)
     uint64_t released_cold_cells = 0;   // of those, without a hot copy at the end
 };
 
@@ -111,8 +116,16 @@ public:
     // the bytes of its scoring copy, whichever (quantized keys or page bounds); part of kv_host_budget.
     static int scoring_copy_bits(const hill::model & m, const context_params & p);
     static uint64_t scoring_copy_bytes(const hill::model & m, const context_params & p);
-    // The kv_host_budget under which p (its budget ignored) gets hot_tokens hot slots per layer.
+    // The kv_host_budget under which p (its budget ignored) gets hot_tokens hot slots per layer (a
+    // sliding-window layer: at most layer_slot_caps).
     static uint64_t host_budget_for(const hill::model & m, const context_params & p, int64_t hot_tokens);
+    // The hot slots each layer can use at most, [n_layer]: every token of every sequence, n_seq · n_ctx;
+    // a sliding-window layer's windows, n_seq · min(window + 2, n_ctx): the window, the step's new token
+    // and the room for the next step's that placement keeps (the token leaving the window frees its slot
+    // only after the step's placement, kv/kv_cells.h). The budget is split as one count S of slots per
+    // layer, each layer taking min(S, cap): what a sliding layer does not need holds more of the other
+    // layers' tokens.
+    static std::vector<int64_t> layer_slot_caps(const hill::model & m, const context_params & p);
     context & operator=(const context &) = delete;
 
     const hill::model & model() const { return model_; }
@@ -132,14 +145,19 @@ public:
     // device and interrupt errors (nothing changed).
     void decode(std::span<const int> seqs, std::span<const int32_t> tokens, float * logits);
     // Forgets tokens [n, n_past(seq)) of seq (n <= n_past). May read one cold page back per layer;
-    // on a read error (hill::error) the sequence is as it was.
+    // on a read error (hill::error) the sequence is as it was. Errors (usage): a model with sliding-window
+    // layers whose windows have dropped tokens that position n needs (!can_truncate(seq, n)).
     void truncate(int seq, int64_t n);
+    // Whether truncate(seq, n) can cut the sequence (kv_cells::can_truncate): n is 0 or n_past, or no
+    // sliding-window layer has dropped a token of it yet.
+    bool can_truncate(int seq, int64_t n) const { return cells_->can_truncate(seq, n); }
     // Ends sequence seq (it is empty afterwards, for another to take): truncate(seq, 0), counting its
     // token-layers, and how many were only in the cold tier, into io_stats() for the run report.
     void release(int seq);
 
     // The KV of tokens [0, n_past(seq)) of layer il in position order: k_out, v_out kv type
-    // [n_past, n_embd_kv] each (hot rows copied, open rows copied, pages read). Errors: cold reads.
+    // [n_past, n_embd_kv] each (hot rows copied, open rows copied, pages read; the tokens a sliding
+    // layer dropped, zero rows). Errors: cold reads.
     void export_layer(int seq, int il, void * k_out, void * v_out);
     // Appends n tokens of externally computed KV (a prompt cache) to the empty sequence seq: k[il], v[il]
     // kv type [n, n_embd_kv] for every layer. Placed as after a prefill without importance. All or
@@ -164,11 +182,18 @@ public:
     // The planner of the hot/cold split; nullptr unless the cold pool is on the emulator. It plans while the
     // policy scores; under a policy that does not, the hot pool takes the whole budget.
     const hill::planner * planner() const { return planner_.get(); }
-    // Hot slots per layer the host budget holds (M0); cells().hot_capacity() is what the planner lets the pool use.
+    // Hot slots per layer the host budget holds (M0; a sliding-window layer: at most layer_slot_caps);
+    // cells().hot_capacity() is what the planner lets the pool use.
     int64_t hot_slots_max() const { return cells_->hot_slots(); }
     const kv_io_stats & io_stats() const;
-    // Tokens of every sequence (seq < 0) or of one, all layers, without a hot copy: read from the cold tier.
+    // Tokens of every sequence (seq < 0) or of one, all layers, without a hot copy: read from the cold tier
+    // (not counting the dropped ones).
     int64_t n_cold_cells(int seq = -1) const;
+    // Tokens of every sequence (seq < 0) or of one, all layers, that sliding-window layers dropped: held in
+    // no tier (kv/kv_cells.h).
+    int64_t n_dropped_cells(int seq = -1) const;
+    // Bytes of the cold pool's pages in use (0 without a cold pool).
+    uint64_t cold_bytes() const;
 
 private:
     struct layer_append;  // one layer's prepared KV append to a sequence (prefill and import)

@@ -132,7 +132,9 @@ namespace {
 
 // The KV numbers of a run, for kv_summary and kv_json.
 struct kv_totals {
-    double cold_share = 0.0;  // of the cells (token, layer) of every sequence (released ones as they ended): without a hot copy
+    // Of the cells (token, layer) a sliding window keeps, of every sequence (released ones as they ended):
+    // those without a hot copy.
+    double cold_share = 0.0;
     uint64_t moves = 0;       // promotions + demotions
     double pingpong_rate = 0.0;
 };
@@ -144,11 +146,18 @@ kv_totals kv_count(const context & ctx) {
     const kv_io_stats & io = ctx.io_stats();
     int64_t n_cells = int64_t(io.released_cells);
     for (int s = 0; s < c.n_seq(); ++s) n_cells += c.n_tokens(s) * c.n_layer();
+    n_cells -= ctx.n_dropped_cells();  // held in no tier
     kv_totals t;
     t.cold_share = ratio(double(ctx.n_cold_cells() + int64_t(io.released_cold_cells)), double(n_cells));
     t.moves = st.promotions + st.evictions;
     t.pingpong_rate = ratio(double(st.pingpong), double(t.moves));
     return t;
+}
+
+uint64_t hot_bytes(const context & ctx) {
+    uint64_t n = 0;
+    for (int il = 0; il < ctx.cells().n_layer(); ++il) n += uint64_t(ctx.cells().n_hot(il));
+    return n * ctx.layout().token_layer_bytes();
 }
 
 }  // namespace
@@ -159,7 +168,8 @@ std::string kv_summary(const context & ctx) {
     const step_stats & st = ctx.decode_stats();
     const kv_totals t = kv_count(ctx);
     return fmt::format("KV cache: {:.0f}% of the tokens only in the cold tier ({} hot slots per layer; the cold pool "
-                       "holds every token, the last, unfilled page of each layer in RAM); {} read by the host from the "
+                       "holds every token — a sliding-window layer's only its window — the last, unfilled page of "
+                       "each layer in RAM); {} read by the host from the "
                        "cold pool outside the storage device's passes (prefill, truncation, prompt cache; decode reads "
                        "are under storage:) and {} written to it\n"
                        "migration: {} promotions, {} demotions, {} into the hot pool (copied from the step's gathers: no "
@@ -179,6 +189,11 @@ nlohmann::json kv_json(const context & ctx) {
             {"scoring_copy_bytes", context::scoring_copy_bytes(ctx.model(), ctx.params())},
             {"scoring_copy_bits", context::scoring_copy_bits(ctx.model(), ctx.params())},
             {"cold_share", t.cold_share},
+            // KV bytes held now per tier (the hot pool's slots in use; the cold pool's pages in use), and the
+            // token-layers sliding-window layers dropped (held in no tier).
+            {"hot_bytes", hot_bytes(ctx)},
+            {"cold_bytes", ctx.cold_bytes()},
+            {"dropped_cells", ctx.n_dropped_cells()},
             {"cold_read_bytes", io.cold_read_bytes},
             {"cold_write_bytes", io.cold_write_bytes},
             {"promotions", st.promotions},

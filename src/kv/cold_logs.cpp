@@ -13,14 +13,26 @@ int64_t cold_logs::open_groups_for(const kv_layout & layout) {
     return std::max<int64_t>(1, open_tail_tokens / layout.page_tokens());
 }
 
-cold_logs::cold_logs(cold_writer & writer, const kv_layout & layout, int n_seq, int64_t n_ctx, int64_t open_groups)
+int64_t cold_logs::groups_held(const kv_layout & layout, int64_t n_ctx, int32_t window) {
+    const int64_t pt = layout.page_tokens();
+    const int64_t groups = (n_ctx + pt - 1) / pt;
+    return window > 0 ? std::min(groups, 2 * ((window + pt - 1) / pt + 1)) : groups;
+}
+
+cold_logs::cold_logs(cold_writer & writer, const kv_layout & layout, int n_seq, int64_t n_ctx, int64_t open_groups,
+                     std::span<const int32_t> window)
     : writer_(writer), pool_(writer.pool()), layout_(layout), n_seq_(n_seq) {
     const cold_pool & pool = pool_;
     HILL_ASSERT(n_seq > 0 && n_ctx > 0 && open_groups > 0 && pool.page_bytes() == layout.page_bytes());
+    HILL_ASSERT(window.empty() || window.size() == size_t(layout.n_layer));
+    window_.assign(size_t(layout.n_layer), 0);
+    std::copy(window.begin(), window.end(), window_.begin());
     const int64_t pt = layout.page_tokens();
     const int64_t groups = (n_ctx + pt - 1) / pt;
     const int ppg = layout.pages_per_group();
-    HILL_ASSERT(uint64_t(pool.n_pages()) >= uint64_t(n_seq) * uint64_t(layout.n_layer) * uint64_t(ppg) * uint64_t(groups));
+    uint64_t held = 0;
+    for (const int32_t w : window_) held += uint64_t(groups_held(layout, n_ctx, w));
+    HILL_ASSERT(uint64_t(pool.n_pages()) >= uint64_t(n_seq) * uint64_t(ppg) * held);
     open_groups_ = std::min(open_groups, groups);
     const size_t open_bytes = size_t(open_groups_ * pt) * layout.row_bytes();  // the open tail's K rows (and as many V)
     logs_.resize(size_t(n_seq) * size_t(layout.n_layer));
@@ -38,6 +50,7 @@ cold_logs::cold_logs(cold_writer & writer, const kv_layout & layout, int n_seq, 
 }
 
 void cold_logs::free_group(const std::pair<uint32_t, uint32_t> & g) {
+    if (g.first == cold_pool::no_page) return;  // dropped (sliding window)
     if (g.second != cold_pool::no_page) pool_.free(g.second);
     pool_.free(g.first);
 }
@@ -105,24 +118,33 @@ void cold_logs::prepare(int seq, int il, int64_t n, const void * k, const void *
         return;
     }
     try {
-        // The open tail, now full, then the whole groups of the rest, in batches.
+        // The open tail, now full, then the whole groups of the rest, in batches; a sliding layer's
+        // groups that the append moves out of its window (wholly below n_after - w) are not written.
         const int64_t n_full = (n - first) / pt;
+        const int64_t n_on_disk = int64_t(L.groups.size()) * pt;
+        const int32_t w = window_[size_t(il)];
+        const int64_t drop_below = w > 0 ? n_on_disk + L.n_open + n - w : 0;
         std::vector<const uint8_t *> kp, vp;
-        for (int64_t i = 0; i < open_groups_; ++i) {
-            kp.push_back(L.open_k.data() + size_t(i * pt) * rb);
-            vp.push_back(L.open_v.data() + size_t(i * pt) * rb);
-        }
-        int64_t g = 0;
-        while (true) {
-            for (; g < n_full && int64_t(kp.size()) < batch_groups_; ++g) {
-                kp.push_back(kb + size_t(first + g * pt) * rb);
-                vp.push_back(vb + size_t(first + g * pt) * rb);
+        const auto add_group = [&](int64_t i, const uint8_t * k_rows, const uint8_t * v_rows) {
+            if (n_on_disk + (i + 1) * pt <= drop_below) {
+                out.new_groups.emplace_back(cold_pool::no_page, cold_pool::no_page);
+                return;
             }
-            write_groups(kp, vp, out.new_groups);
-            kp.clear();
-            vp.clear();
-            if (g == n_full) break;
+            kp.push_back(k_rows);
+            vp.push_back(v_rows);
+            if (int64_t(kp.size()) == batch_groups_) {
+                write_groups(kp, vp, out.new_groups);
+                kp.clear();
+                vp.clear();
+            }
+        };
+        for (int64_t i = 0; i < open_groups_; ++i) {
+            add_group(i, L.open_k.data() + size_t(i * pt) * rb, L.open_v.data() + size_t(i * pt) * rb);
         }
+        for (int64_t g = 0; g < n_full; ++g) {
+            add_group(open_groups_ + g, kb + size_t(first + g * pt) * rb, vb + size_t(first + g * pt) * rb);
+        }
+        if (!kp.empty()) write_groups(kp, vp, out.new_groups);
         const int64_t rest = n - first - n_full * pt;
         std::memcpy(L.next_k.data(), kb + size_t(n - rest) * rb, size_t(rest) * rb);
         std::memcpy(L.next_v.data(), vb + size_t(n - rest) * rb, size_t(rest) * rb);
@@ -145,6 +167,16 @@ void cold_logs::apply(const cold_append & a) {
     }
     L.n_open = a.n_open_after;
     L.pending = false;
+    // A sliding layer: the groups now wholly below the window go back to the pool.
+    if (const int32_t w = window_[size_t(a.il)]; w > 0) {
+        const int64_t n_tokens = int64_t(L.groups.size()) * layout_.page_tokens() + L.n_open;
+        const int64_t end =
+            std::min<int64_t>(int64_t(L.groups.size()), std::max<int64_t>(0, n_tokens - w) / layout_.page_tokens());
+        for (; L.n_dropped < end; ++L.n_dropped) {
+            free_group(L.groups[size_t(L.n_dropped)]);
+            L.groups[size_t(L.n_dropped)] = {cold_pool::no_page, cold_pool::no_page};
+        }
+    }
 }
 
 void cold_logs::discard(const cold_append & a) {
@@ -167,6 +199,7 @@ void cold_logs::truncate(int seq, int64_t n, cold_reader & reader) {
         HILL_ASSERT(!L.pending);
         const int64_t g = n / pt;
         if (n % pt != 0 && g < int64_t(L.groups.size())) {
+            HILL_ASSERT(L.groups[size_t(g)].first != cold_pool::no_page);  // kept: kv_cells::can_truncate
             if (token) {
                 reads.push_back({L.groups[size_t(g)].first, records.data() + size_t(il) * pb});
                 read_layer.push_back(il);
@@ -194,6 +227,7 @@ void cold_logs::truncate(int seq, int64_t n, cold_reader & reader) {
         const int64_t keep = g;  // whole groups below n
         for (size_t i = L.groups.size(); i-- > size_t(keep);) free_group(L.groups[i]);
         L.groups.resize(size_t(keep));
+        L.n_dropped = std::min(L.n_dropped, keep);
         if (r > 0) {
             std::swap(L.open_k, L.next_k);
             std::swap(L.open_v, L.next_v);
@@ -225,6 +259,7 @@ void cold_logs::restore(const snapshot & s) {
         HILL_ASSERT(!L.pending && int64_t(L.groups.size()) >= s.n_groups[size_t(il)]);
         for (size_t i = L.groups.size(); i-- > size_t(s.n_groups[size_t(il)]);) free_group(L.groups[i]);
         L.groups.resize(size_t(s.n_groups[size_t(il)]));
+        L.n_dropped = std::min(L.n_dropped, int64_t(L.groups.size()));
         std::memcpy(L.open_k.data(), s.open_k[size_t(il)].data(), s.open_k[size_t(il)].size());
         std::memcpy(L.open_v.data(), s.open_v[size_t(il)].data(), s.open_v[size_t(il)].size());
         L.n_open = s.n_open[size_t(il)];

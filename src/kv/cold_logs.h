@@ -9,6 +9,12 @@
 // t / page_tokens, row t % page_tokens, once on disk: a token's cold location needs no map, only the
 // group's page ids; rows from n_on_disk() on are rows of the open tail.
 //
+// Sliding-window layers (kv/kv_cells.h; issue 15 item 4) keep only their window: a log with a window of
+// w tokens holds no page of a group wholly below n_tokens - w — apply() frees such groups, and prepare()
+// does not write the groups of an append that the append itself moves out of the window. A dropped
+// group's entry in groups is (no_page, no_page) so that position t still lives in group t / page_tokens;
+// no reader asks for it (kv_cells::kept_from). Such a log holds at most groups_held() groups of pages.
+//
 // Every change is prepared, then applied (STYLE.md "prepare, then apply"): prepare() writes the
 // groups an append fills to fresh pages and stages the rest, changing nothing a reader sees;
 // apply() makes the append visible; discard() frees what a prepared append wrote. A failed write
@@ -58,9 +64,16 @@ struct cold_append {
 class cold_logs {
 public:
     // Logs for sequences [0, n_seq) of layout.n_layer layers each, up to n_ctx tokens per sequence, over
-    // writer's pool (it must hold n_seq · n_layer · pages_per_group · ⌈n_ctx / page_tokens⌉ pages of
-    // layout.page_bytes()); open tails of open_groups groups (at most ⌈n_ctx / page_tokens⌉).
-    cold_logs(cold_writer & writer, const kv_layout & layout, int n_seq, int64_t n_ctx, int64_t open_groups = 1);
+    // writer's pool (it must hold n_seq · pages_per_group · Σ_il groups_held(layout, n_ctx, window[il],
+    // open_groups) pages of layout.page_bytes()); open tails of open_groups groups (at most
+    // ⌈n_ctx / page_tokens⌉). window: [n_layer] each layer's sliding window in tokens, 0 for all tokens
+    // (empty: none).
+    cold_logs(cold_writer & writer, const kv_layout & layout, int n_seq, int64_t n_ctx, int64_t open_groups = 1,
+              std::span<const int32_t> window = {});
+    // The groups of pages one log holds at most: ⌈n_ctx / page_tokens⌉, or for a window of w tokens
+    // those a window spans (⌈w / page_tokens⌉ + 1) twice — the groups held and, before apply frees the
+    // old ones, those a prepared append wrote.
+    static int64_t groups_held(const kv_layout & layout, int64_t n_ctx, int32_t window);
 
     // The open tail an engine uses: open_tail_tokens / page_tokens groups, at least one (a page write
     // every 16 decode steps or more: 64 KiB at 4 KiB per token and layer).
@@ -85,13 +98,15 @@ public:
 
     // Forgets positions [n, ..) of sequence seq in every layer: groups wholly past n go back to the
     // pool; when n falls inside a written group, that group's first n % page_tokens rows are read back
-    // into the open tail (through `reader`) and its pages freed. All reads happen before anything
-    // changes: on a read error (hill::error naming the page) the logs are as they were.
+    // into the open tail (through `reader`) and its pages freed (a dropped group: asserted not). All
+    // reads happen before anything changes: on a read error (hill::error naming the page) the logs are
+    // as they were.
     void truncate(int seq, int64_t n, cold_reader & reader);
 
     // Copies of every layer's open tail of sequence seq, taken before an operation that may have to
     // be undone (a prefill of several segments), and the undo: back to the logs as they were at the
-    // snapshot (groups written since are freed). Never does I/O.
+    // snapshot (groups written since are freed; groups a sliding window dropped since stay dropped: the
+    // caller then empties the sequence, kv_cells::can_truncate). Never does I/O.
     struct snapshot {
         int seq = -1;
         std::vector<int64_t> n_groups, n_open;  // [n_layer]
@@ -107,6 +122,7 @@ private:
         aligned_buffer open_k, open_v;  // layout type [open_groups · page_tokens, n_embd_kv]
         aligned_buffer next_k, next_v;  // the open tail after an append that fills the current one
         int64_t n_open = 0;
+        int64_t n_dropped = 0;          // groups [0, n_dropped) are dropped (sliding window): no pages
         bool pending = false;           // a prepared append is not applied yet
     };
     log_state & state(int seq, int il) { return logs_[size_t(seq) * size_t(layout_.n_layer) + size_t(il)]; }
@@ -123,6 +139,7 @@ private:
     kv_layout layout_;
     int n_seq_;
     std::vector<log_state> logs_;  // [n_seq, n_layer]
+    std::vector<int32_t> window_;  // [n_layer] sliding window in tokens, 0: all tokens
     int64_t open_groups_ = 1;       // groups of the open tail
     int64_t batch_groups_ = 1;      // groups per page write batch (about 16 MiB of pages, >= open_groups_)
     aligned_buffer staging_;        // [batch_groups, pages_per_group, page_bytes]: the pages being written

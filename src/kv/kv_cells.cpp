@@ -13,12 +13,37 @@ kv_cells::kv_cells(const kv_cells_params & p) : p_(p), capacity_(p.hot_slots) {
     hot_.assign(n_cells, no_slot);
     hits_.assign(n_cells, 0);
     moved_.assign(n_cells, never_moved);
+    HILL_ASSERT(p.layer_slots.empty() || p.layer_slots.size() == size_t(p.n_layer));
     free_.resize(size_t(p.n_layer));
-    for (auto & f : free_) {
-        f.resize(size_t(p.hot_slots));
-        for (int64_t i = 0; i < p.hot_slots; ++i) f[size_t(i)] = uint32_t(p.hot_slots - 1 - i);  // slot 0 first
+    for (int il = 0; il < p.n_layer; ++il) {
+        const int64_t n = hot_slots(il);
+        HILL_ASSERT(n >= 0 && n <= p.hot_slots);
+        std::vector<uint32_t> & f = free_[size_t(il)];
+        f.resize(size_t(n));
+        for (int64_t i = 0; i < n; ++i) f[size_t(i)] = uint32_t(n - 1 - i);  // slot 0 first
     }
     n_hot_.assign(size_t(p.n_layer), 0);
+    dropped_.assign(size_t(p.n_seq) * size_t(p.n_layer), 0);
+    HILL_ASSERT(p.window.empty() || p.window.size() == size_t(p.n_layer));
+}
+
+bool kv_cells::can_truncate(int seq, int64_t n) const {
+    if (n == 0 || n >= n_tokens(seq)) return true;
+    for (int il = 0; il < p_.n_layer; ++il) {
+        if (dropped_[size_t(seq) * size_t(p_.n_layer) + size_t(il)] > 0) return false;
+    }
+    return true;
+}
+
+void kv_cells::drop_outside_windows(int seq) {
+    for (int il = 0; il < p_.n_layer; ++il) {
+        if (window(il) == 0) continue;
+        int64_t & d = dropped_[size_t(seq) * size_t(p_.n_layer) + size_t(il)];
+        const int64_t end = kept_from(seq, il);
+        for (; d < end; ++d) {
+            if (is_hot(seq, il, d)) drop_hot(seq, il, d);
+        }
+    }
 }
 
 int64_t kv_cells::n_appending(std::span<const std::pair<int, int64_t>> after) const {
@@ -88,7 +113,11 @@ void kv_cells::update_hits(int seq, int il, std::span<const int32_t> selected) {
 }
 
 void kv_cells::truncate(int seq, int64_t n) {
-    HILL_ASSERT(n >= 0);
+    HILL_ASSERT(n >= 0 && can_truncate(seq, n));
+    for (int il = 0; il < p_.n_layer; ++il) {
+        int64_t & d = dropped_[size_t(seq) * size_t(p_.n_layer) + size_t(il)];
+        d = std::min(d, n);
+    }
     const int64_t n_old = n_tokens(seq);
     if (n >= n_old) return;
     for (int il = 0; il < p_.n_layer; ++il) {

@@ -16,8 +16,16 @@
 //     h ← h − ⌊h / 8⌋ + (selected ? hit_increment : 0)      (saturating at 65535)
 // so a token selected at every step converges to about 8 · hit_increment, and one hit decays to
 // half in 5 steps. 2 bytes per token and layer.
+//
+// Sliding-window layers (model/model.h hparams::window: a query attends to keys (pos - w, pos]): such a
+// layer keeps only the last w tokens of each sequence (issue 15 item 4): positions below kept_from(seq,
+// il) = n_tokens - w are dropped, in no tier — drop_outside_windows() frees their hot slots (the cold
+// logs free their pages, kv/cold_logs.h). No policy selects a dropped token: a sliding layer's
+// selection is its window (sched/decode_step.h). A dropped token has no hot slot and is not cold either:
+// n_cold() counts kept tokens only.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <utility>
@@ -30,6 +38,10 @@ struct kv_cells_params {
     int32_t n_seq = 1;         // sequences the cache holds at once: ids [0, n_seq)
     int32_t n_ctx = 0;         // tokens per sequence at most
     int64_t hot_slots = 0;     // hot arena slots per layer, shared by the sequences
+    std::vector<int32_t> window;  // [n_layer] sliding window of each layer in tokens, 0: all tokens (empty: none)
+    // [n_layer] hot arena slots of each layer, each <= hot_slots (empty: hot_slots each): a sliding layer
+    // needs no more than its windows (hot_arena.h).
+    std::vector<int64_t> layer_slots;
 };
 
 class kv_cells {
@@ -49,6 +61,20 @@ public:
     // `after` (sequence id, tokens) are counted as holding those many tokens.
     int64_t n_appending(std::span<const std::pair<int, int64_t>> after = {}) const;
 
+    // The sliding window of layer il in tokens (0: the layer keeps every token).
+    int32_t window(int il) const { return p_.window.empty() ? 0 : p_.window[size_t(il)]; }
+    // The first position layer il keeps of seq: n_tokens - window for a sliding layer (at least 0), else 0.
+    // Tokens below it are dropped once drop_outside_windows() has run.
+    int64_t kept_from(int seq, int il) const {
+        const int32_t w = window(il);
+        return w > 0 ? std::max<int64_t>(0, n_tokens(seq) - w) : 0;
+    }
+    // Tokens [0, n_dropped) of layer il of seq are dropped (drop_outside_windows; 0 for a full layer).
+    int64_t n_dropped(int seq, int il) const { return dropped_[size_t(seq) * size_t(p_.n_layer) + size_t(il)]; }
+    // Whether truncate(seq, n) leaves every sliding layer the window position n needs, [n - w, n): n is 0,
+    // n >= n_tokens, or no token has been dropped.
+    bool can_truncate(int seq, int64_t n) const;
+
     // ---- per token (t < n_tokens(seq)) ----
     uint32_t hot_slot(int seq, int il, int64_t t) const { return col(hot_, seq, il)[t]; }
     bool is_hot(int seq, int il, int64_t t) const { return hot_slot(seq, il, t) != no_slot; }
@@ -67,7 +93,8 @@ public:
     }
 
     // ---- the hot pool of layer il ----
-    int64_t hot_slots() const { return p_.hot_slots; }        // arena slots per layer
+    int64_t hot_slots() const { return p_.hot_slots; }        // arena slots per layer (the most of any layer)
+    int64_t hot_slots(int il) const { return p_.layer_slots.empty() ? p_.hot_slots : p_.layer_slots[size_t(il)]; }
     int64_t hot_capacity() const { return capacity_; }        // slots each layer may use, <= hot_slots()
     int64_t n_hot(int il) const { return n_hot_[size_t(il)]; }
     // Slots take_hot() can still hand out: free ones within the capacity.
@@ -93,7 +120,12 @@ public:
     void set_last_move(int seq, int il, int64_t t, uint32_t step, bool promoted) {
         col(moved_, seq, il)[t] = (step & 0x7fffffffu) | (promoted ? 0x80000000u : 0u);
     }
-    // Forgets tokens [n, n_tokens(seq)) of seq (their hot slots are freed). Never fails.
+    // Sliding layers: frees the hot slots of seq's tokens below kept_from (dropped: in no tier). Called
+    // after a step's or a prefill's changes are applied (a slot freed earlier would disturb the slots the
+    // step reserved with peek_free). Never fails.
+    void drop_outside_windows(int seq);
+    // Forgets tokens [n, n_tokens(seq)) of seq (their hot slots are freed); can_truncate(seq, n)
+    // (asserted). Never fails.
     void truncate(int seq, int64_t n);
 
 private:
@@ -114,6 +146,7 @@ private:
     std::vector<uint32_t> moved_;            // u32 [n_seq, n_layer, n_ctx]: last move (see last_move)
     std::vector<std::vector<uint32_t>> free_;  // [n_layer] free hot slots, a stack (the next one last)
     std::vector<int64_t> n_hot_;             // [n_layer] hot slots in use
+    std::vector<int64_t> dropped_;           // [n_seq, n_layer] tokens below this one were dropped (sliding layers)
 };
 
 }  // namespace hill

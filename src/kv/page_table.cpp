@@ -18,13 +18,14 @@ void kv_page_table::clear() {
 
 void kv_page_table::add(const kv_cells & cells, const cold_log_view * log, int s, int il,
                         std::span<const int32_t> positions, bool all) {
-    const int64_t n = all ? cells.n_tokens(s) : int64_t(positions.size());
+    const int64_t t0 = all ? cells.n_dropped(s, il) : 0;  // the tokens a sliding window dropped are in no tier
+    const int64_t n = all ? cells.n_tokens(s) - t0 : int64_t(positions.size());
     const std::span<const uint32_t> slots = cells.hot_slots(s, il);
     const int64_t n_on_disk = log != nullptr ? log->n_on_disk() : 0;
     seq.push_back(s);
     for (int64_t i = 0; i < n; ++i) {
-        const int32_t t = all ? int32_t(i) : positions[size_t(i)];
-        HILL_ASSERT(t >= 0 && t < int64_t(slots.size()));
+        const int32_t t = all ? int32_t(t0 + i) : positions[size_t(i)];
+        HILL_ASSERT(t >= cells.n_dropped(s, il) && t < int64_t(slots.size()));
         const uint32_t slot = slots[size_t(t)];
         if (slot != kv_cells::no_slot) {
             hot_pos.push_back(t);

@@ -30,8 +30,9 @@ struct kv_page_table {
 
     int64_t n_batch() const { return int64_t(seq.size()); }
     void clear();
-    // Appends batch entry seq with the given positions of layer il (ascending, each < cells.n_tokens(seq)),
-    // or with every token [0, n_tokens(seq)) when `positions` is empty and `all` is set. log: seq's cold
+    // Appends batch entry seq with the given positions of layer il (ascending, each < cells.n_tokens(seq)
+    // and not dropped by a sliding window: >= cells.n_dropped(seq, il)), or with every token it keeps,
+    // [n_dropped, n_tokens(seq)), when `positions` is empty and `all` is set. log: seq's cold
     // log of layer il, nullptr without a cold tier (every token is then hot).
     void add(const kv_cells & cells, const cold_log_view * log, int seq, int il, std::span<const int32_t> positions,
              bool all);

@@ -132,6 +132,7 @@ struct prefill_frame {
     std::vector<char> chosen;  // [n]
     int64_t n_chosen = 0;
     int64_t room = 0;
+    int64_t kept = 0;          // a sliding layer's first kept position after the segment (kv_cells::kept_from)
 };
 
 prefill_frame prefill_start(const policy & pol, const prefill_place_input & in) {
@@ -142,7 +143,9 @@ prefill_frame prefill_start(const policy & pol, const prefill_place_input & in) 
     int64_t own_hot = 0;
     for (int64_t t = 0; t < in.p0; ++t) own_hot += c.is_hot(in.seq, in.il, t) ? 1 : 0;
     f.room = in.n_free + own_hot - in.n_reserve;
-    for (int64_t t = 0; t < in.n; ++t) {
+    // A sliding layer places nothing its window leaves behind: those tokens are dropped at commit.
+    f.kept = c.window(in.il) > 0 ? std::max<int64_t>(0, in.n - c.window(in.il)) : 0;
+    for (int64_t t = f.kept; t < in.n; ++t) {
         if (pinned(p, t, in.n) && f.n_chosen < f.room) {
             f.chosen[size_t(t)] = 1;
             ++f.n_chosen;
@@ -169,7 +172,7 @@ void prefill_finish(const prefill_place_input & in, const prefill_frame & f, uin
 void place_prefill_fifo(const policy & pol, const prefill_place_input & in, prefill_plan & plan) {
     plan.clear();
     prefill_frame f = prefill_start(pol, in);
-    for (int64_t t = in.n; t-- > 0 && f.n_chosen < f.room;) {
+    for (int64_t t = in.n; t-- > f.kept && f.n_chosen < f.room;) {
         if (f.chosen[size_t(t)] == 0) {
             f.chosen[size_t(t)] = 1;
             ++f.n_chosen;
@@ -186,7 +189,7 @@ void place_prefill_hkm(const policy & pol, const prefill_place_input & in, prefi
     plan.clear();
     prefill_frame f = prefill_start(pol, in);
     std::vector<int32_t> order;
-    for (int64_t t = 0; t < in.n; ++t) {
+    for (int64_t t = f.kept; t < in.n; ++t) {
         if (f.chosen[size_t(t)] == 0) order.push_back(int32_t(t));
     }
     const size_t k = size_t(std::clamp<int64_t>(f.room - f.n_chosen, 0, int64_t(order.size())));

@@ -23,7 +23,8 @@
 //     locality), and an old token that keeps being selected by score climbs above it.
 //   - After a prefill: the sinks, the window and the tokens of highest prefill importance (the
 //     importance score of DESIGN.md §1 under the prompt's last queries) are hot, as many as fit,
-//     starting with one hit so they are kept through the first steps.
+//     starting with one hit so they are kept through the first steps; a sliding-window layer's, only
+//     among the tokens its window keeps (kv/kv_cells.h).
 // An eviction never writes: every token has its cold copy (kv/cold_logs.h).
 #pragma once
 

@@ -166,12 +166,14 @@ void decode_step::prefetch_layer(int il) {
     for (size_t b = 0; b < seqs_.size(); ++b) {
         const int seq = seqs_[b];
         const std::vector<int32_t> & last = last_attended_[size_t(seq) * size_t(cells_.n_layer()) + size_t(il)];
-        // The positions the sequence still has (it may have been cut since): the hint for this step.
-        const auto end = std::lower_bound(last.begin(), last.end(), int32_t(cells_.n_tokens(seq)));
-        if (last.begin() == end) continue;
+        // The positions the sequence still has (it may have been cut, or released and started again, since;
+        // a sliding window drops the oldest): the hint for this step.
+        const auto begin = std::lower_bound(last.begin(), last.end(), int32_t(cells_.n_dropped(seq, il)));
+        const auto end = std::lower_bound(begin, last.end(), int32_t(cells_.n_tokens(seq)));
+        if (begin == end) continue;
         const cold_log_view log = logs_->log(seq, il);
         table_.clear();
-        table_.add(cells_, &log, seq, il, std::span<const int32_t>(last.data(), size_t(end - last.begin())), false);
+        table_.add(cells_, &log, seq, il, std::span<const int32_t>(&*begin, size_t(end - begin)), false);
         const std::span<const int32_t> disk = table_.disk_pos_of(0);
         if (!disk.empty()) device_.prefetch(csd::device_pass{il, seq, log.page_tokens, log.groups, disk});
     }
@@ -652,6 +654,9 @@ void decode_step::apply(prepared & prep) {
             last_attended_[size_t(seqs_[size_t(b)]) * size_t(cells_.n_layer()) + size_t(il)].assign(att.begin(), att.end());
         }
     }
+    // Sliding layers: the token each sequence's window left behind is dropped (its cold group, when whole,
+    // went at the log's apply).
+    for (int64_t b = 0; b < nb; ++b) cells_.drop_outside_windows(seqs_[size_t(b)]);
     span.arg("promote", int64_t(stats_.promotions - promotions0));
     span.arg("evict", int64_t(stats_.evictions - evictions0));
     ++step_;

@@ -21,7 +21,8 @@
 //   5. the rest of the block.
 // Then the logits of every row, and only then, when every read and write of every layer succeeded,
 // apply: the tokens join the KV cells, the cold logs take their rows, hit counts, promotions and
-// evictions change the cells. A step that fails (an I/O error, a device error, Ctrl-C) changes
+// evictions change the cells, and a sliding-window layer drops the token its window left (kv/kv_cells.h).
+// A step that fails (an I/O error, a device error, Ctrl-C) changes
 // nothing: reserved slots were never taken, prepared page writes are freed, the device is left idle;
 // the same step can run again once the fault is gone.
 //
