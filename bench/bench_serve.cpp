@@ -1,7 +1,7 @@
 // Load test of `hillinfer serve` on loopback (docs/serve.md "Load test"): --clients concurrent
 // streaming clients send --requests requests in all, of mixed prompt lengths, greedy; bounded in count
 // and time (--seconds: stops by itself). Every stream must be well-formed (data: events of JSON chunks
-// with one id, one finish_reason, then [DONE]) and not mixed with another's: each request's prompt is
+// with one id, one finish_reason, the usage chunk, then [DONE]) and not mixed with another's: each request's prompt is
 // one of --distinct prompts whose greedy text was first taken alone (non-streaming), and its streamed
 // text must equal that reference — a token of another stream breaks it. With --disconnect P a client
 // goes away at a random point of a fraction P of the streams; at the end /metrics must show no running
@@ -49,7 +49,7 @@ int main(int argc, char ** argv) {
     app.add_option("--port", port)->capture_default_str();
     app.add_option("--clients", clients, "concurrent streaming clients")->capture_default_str();
     app.add_option("--requests", requests, "requests in all")->capture_default_str();
-    app.add_option("--distinct", distinct, "distinct prompts (lengths from 8 to ~600 words)")->capture_default_str();
+    app.add_option("--distinct", distinct, "distinct prompts (8 to 128 words)")->capture_default_str();
     app.add_option("--max-tokens", max_tokens)->capture_default_str();
     app.add_option("--disconnect", disconnect, "share of streams whose client goes away at a random point")->capture_default_str();
     app.add_option("--seconds", seconds, "stop sending after this long")->capture_default_str();
@@ -67,7 +67,7 @@ int main(int argc, char ** argv) {
     std::vector<std::string> prompts;
     for (int i = 0; i < distinct; ++i) {
         std::string p = "Request " + std::to_string(i) + ": repeat your number.";
-        const int words = 8 << (i % 7);
+        const int words = 8 << (i % 5);
         for (int w = 0; w < words; ++w) p += " word" + std::to_string((w * 7 + i) % 50);
         prompts.push_back(p);
     }
@@ -99,7 +99,8 @@ int main(int argc, char ** argv) {
                 const size_t pi = size_t(k) % prompts.size();
                 const bool cut = std::uniform_real_distribution<double>(0, 1)(rng) < disconnect;
                 const int cut_after = std::uniform_int_distribution<int>(1, std::max(1, max_tokens / 2))(rng);
-                const json body = {{"prompt", prompts[pi]}, {"max_tokens", max_tokens}, {"temperature", 0}, {"stream", true}};
+                const json body = {{"prompt", prompts[pi]}, {"max_tokens", max_tokens}, {"temperature", 0}, {"stream", true},
+                                   {"stream_options", {{"include_usage", true}}}};
                 httplib::Request req;
                 req.method = "POST";
                 req.path = "/v1/completions";
@@ -127,7 +128,8 @@ int main(int argc, char ** argv) {
                     continue;
                 } else if (res->status != 200) why = "status " + std::to_string(res->status) + ": " + res->body;
                 std::string text, id;
-                int n_finish = 0, n_chunks = 0;
+                int n_finish = 0;
+                int64_t n_generated = -1;  // the usage chunk's completion_tokens
                 bool done = false;
                 for (size_t pos = 0; why.empty() && pos < buf.size();) {
                     const size_t end = buf.find("\n\n", pos);
@@ -146,15 +148,19 @@ int main(int argc, char ** argv) {
                         const json e = json::parse(data);
                         if (id.empty()) id = e.at("id");
                         if (e.at("id") != id) why = "two ids in one stream";
+                        if (e.at("choices").empty()) {
+                            n_generated = e.at("usage").at("completion_tokens");
+                            continue;
+                        }
                         const json & ch = e.at("choices").at(0);
                         text += ch.at("text").get<std::string>();
                         n_finish += ch.at("finish_reason").is_null() ? 0 : 1;
-                        ++n_chunks;
                     } catch (const std::exception & ex) {
                         why = std::string("bad chunk: ") + ex.what();
                     }
                 }
                 if (why.empty() && !done) why = "no [DONE] at the end";
+                if (why.empty() && n_generated < 0) why = "no usage chunk";
                 if (why.empty() && n_finish != 1) why = "finish_reason in " + std::to_string(n_finish) + " chunks";
                 if (why.empty() && text != ref[pi]) why = "text differs from prompt " + std::to_string(pi) + "'s (mixed?)";
                 std::lock_guard lk(mu);
@@ -164,7 +170,7 @@ int main(int argc, char ** argv) {
                     continue;
                 }
                 ++n_ok;
-                n_tokens += n_chunks - 1;
+                n_tokens += n_generated;
                 ttft.push_back(first);
             }
         });
@@ -180,7 +186,7 @@ int main(int argc, char ** argv) {
     }
     std::printf("requests: %d ok, %d cut by the client, %d refused busy (503), %d BAD; %d clients, wall %.1f s\n", n_ok.load(),
                 n_cut.load(), n_busy.load(), n_bad.load(), clients, wall);
-    std::printf("time to first token: p50 %.3f s, p99 %.3f s; streamed tokens %lld, %.1f tokens/s aggregate\n",
+    std::printf("time to first token: p50 %.3f s, p99 %.3f s; generated tokens %lld, %.1f tokens/s aggregate\n",
                 percentile(ttft, 0.5), percentile(ttft, 0.99), (long long)n_tokens.load(), double(n_tokens.load()) / wall);
     for (const char * name : {"hillinfer_requests_cancelled_total", "hillinfer_requests_running", "hillinfer_kv_tokens_running",
                               "hillinfer_kv_tokens_kept", "hillinfer_step_seconds_max", "hillinfer_hot_share",
