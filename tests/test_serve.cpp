@@ -382,6 +382,12 @@ TEST_F(serve_test, a_returning_conversation_reuses_its_kv) {
 }
 
 // The API key, the queue bound and SIGTERM, on servers of their own.
+TEST_F(serve_test, a_port_in_use_is_an_error) {
+    const auto r = test::run_cli("serve -m " + model("plain") + " -c 64 --port " + std::to_string(srv->port()));
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("cannot listen on 127.0.0.1:" + std::to_string(srv->port())), std::string::npos) << r.out;
+}
+
 TEST_F(serve_test, api_key_is_required_on_v1) {
     serve_process s("-m " + model("plain") + " -c 256 --api-key sesame", dir->file("key.err"));
     ASSERT_GT(s.port(), 0) << s.err();

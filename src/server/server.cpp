@@ -10,6 +10,8 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -503,6 +505,12 @@ struct server::impl {
 
     void routes() {
         http.set_payload_max_length(p.body_limit_bytes);
+        // SO_REUSEADDR only: cpp-httplib's default also sets SO_REUSEPORT, which would let a second server
+        // bind the same port and take half of the connections instead of failing to start.
+        http.set_socket_options([](int sock) {
+            int yes = 1;
+            ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+        });
         // Every stream holds a handler thread: room for all the running and waiting requests, and a few more.
         const size_t n_threads = size_t(p.parallel + p.queue + 4);
         http.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
