@@ -7,15 +7,15 @@
 // goes away at a random point of a fraction P of the streams; at the end /metrics must show no running
 // request and no KV of running requests (the cancelled ones' KV freed). Prints p50/p99 time to first
 // token, tokens/s, and the server's metrics of interest; exit code 1 on a check that failed.
-#include <CLI/CLI.hpp>
 #include <httplib.h>
-#include <nlohmann/json.hpp>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <thread>
@@ -51,7 +51,8 @@ int main(int argc, char ** argv) {
     app.add_option("--requests", requests, "requests in all")->capture_default_str();
     app.add_option("--distinct", distinct, "distinct prompts (8 to 128 words)")->capture_default_str();
     app.add_option("--max-tokens", max_tokens)->capture_default_str();
-    app.add_option("--disconnect", disconnect, "share of streams whose client goes away at a random point")->capture_default_str();
+    app.add_option("--disconnect", disconnect, "share of streams whose client goes away at a random point")
+        ->capture_default_str();
     app.add_option("--seconds", seconds, "stop sending after this long")->capture_default_str();
     app.add_option("--seed", seed)->capture_default_str();
     app.add_option("--api-key", api_key);
@@ -77,7 +78,8 @@ int main(int argc, char ** argv) {
         const json body = {{"prompt", prompts[i]}, {"max_tokens", max_tokens}, {"temperature", 0}};
         const auto r = c.Post("/v1/completions", body.dump(), "application/json");
         if (!r || r->status != 200) {
-            std::fprintf(stderr, "bench_serve: reference %zu failed: %s\n", i, r ? r->body.c_str() : httplib::to_string(r.error()).c_str());
+            std::fprintf(stderr, "bench_serve: reference %zu failed: %s\n", i,
+                         r ? r->body.c_str() : httplib::to_string(r.error()).c_str());
             return 1;
         }
         ref[i] = json::parse(r->body).at("choices")[0].at("text");
@@ -99,7 +101,10 @@ int main(int argc, char ** argv) {
                 const size_t pi = size_t(k) % prompts.size();
                 const bool cut = std::uniform_real_distribution<double>(0, 1)(rng) < disconnect;
                 const int cut_after = std::uniform_int_distribution<int>(1, std::max(1, max_tokens / 2))(rng);
-                const json body = {{"prompt", prompts[pi]}, {"max_tokens", max_tokens}, {"temperature", 0}, {"stream", true},
+                const json body = {{"prompt", prompts[pi]},
+                                   {"max_tokens", max_tokens},
+                                   {"temperature", 0},
+                                   {"stream", true},
                                    {"stream_options", {{"include_usage", true}}}};
                 httplib::Request req;
                 req.method = "POST";
@@ -122,11 +127,13 @@ int main(int argc, char ** argv) {
                     continue;
                 }
                 std::string why;
-                if (!res) why = "no response: " + httplib::to_string(res.error());
+                if (!res)
+                    why = "no response: " + httplib::to_string(res.error());
                 else if (res->status == 503) {
                     ++n_busy;
                     continue;
-                } else if (res->status != 200) why = "status " + std::to_string(res->status) + ": " + res->body;
+                } else if (res->status != 200)
+                    why = "status " + std::to_string(res->status) + ": " + res->body;
                 std::string text, id;
                 int n_finish = 0;
                 int64_t n_generated = -1;  // the usage chunk's completion_tokens
@@ -162,7 +169,8 @@ int main(int argc, char ** argv) {
                 if (why.empty() && !done) why = "no [DONE] at the end";
                 if (why.empty() && n_generated < 0) why = "no usage chunk";
                 if (why.empty() && n_finish != 1) why = "finish_reason in " + std::to_string(n_finish) + " chunks";
-                if (why.empty() && text != ref[pi]) why = "text differs from prompt " + std::to_string(pi) + "'s (mixed?)";
+                if (why.empty() && text != ref[pi])
+                    why = "text differs from prompt " + std::to_string(pi) + "'s (mixed?)";
                 std::lock_guard lk(mu);
                 if (!why.empty()) {
                     ++n_bad;
@@ -184,14 +192,15 @@ int main(int argc, char ** argv) {
         if (metric(m, "hillinfer_requests_running") == 0 && metric(m, "hillinfer_kv_tokens_running") == 0) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    std::printf("requests: %d ok, %d cut by the client, %d refused busy (503), %d BAD; %d clients, wall %.1f s\n", n_ok.load(),
-                n_cut.load(), n_busy.load(), n_bad.load(), clients, wall);
+    std::printf("requests: %d ok, %d cut by the client, %d refused busy (503), %d BAD; %d clients, wall %.1f s\n",
+                n_ok.load(), n_cut.load(), n_busy.load(), n_bad.load(), clients, wall);
     std::printf("time to first token: p50 %.3f s, p99 %.3f s; generated tokens %lld, %.1f tokens/s aggregate\n",
-                percentile(ttft, 0.5), percentile(ttft, 0.99), (long long)n_tokens.load(), double(n_tokens.load()) / wall);
-    for (const char * name : {"hillinfer_requests_cancelled_total", "hillinfer_requests_running", "hillinfer_kv_tokens_running",
-                              "hillinfer_kv_tokens_kept", "hillinfer_step_seconds_max", "hillinfer_hot_share",
-                              "hillinfer_kv_bytes{tier=\"hot\"}", "hillinfer_kv_bytes{tier=\"cold\"}",
-                              "hillinfer_storage_link_bytes_total"}) {
+                percentile(ttft, 0.5), percentile(ttft, 0.99), (long long)n_tokens.load(),
+                double(n_tokens.load()) / wall);
+    for (const char * name : {"hillinfer_requests_cancelled_total", "hillinfer_requests_running",
+                              "hillinfer_kv_tokens_running", "hillinfer_kv_tokens_kept", "hillinfer_step_seconds_max",
+                              "hillinfer_hot_share", "hillinfer_kv_bytes{tier=\"hot\"}",
+                              "hillinfer_kv_bytes{tier=\"cold\"}", "hillinfer_storage_link_bytes_total"}) {
         std::printf("  %s %g\n", name, metric(m, name));
     }
     for (const std::string & p : problems) std::printf("  %s\n", p.c_str());

@@ -32,7 +32,8 @@ const std::string k_dims = " --n-embd 64 --n-ff 96 --n-layer 2 --n-head 4 --n-he
 class serve_process {
 public:
     serve_process(const std::string & args, const std::string & err_path) : err_(err_path) {
-        const std::string cmd = "exec " + std::string(HILL_CLI_PATH) + " serve --port 0 -t 2 " + args + " >/dev/null 2>" + err_;
+        const std::string cmd =
+            "exec " + std::string(HILL_CLI_PATH) + " serve --port 0 -t 2 " + args + " >/dev/null 2>" + err_;
         pid_ = ::fork();
         if (pid_ == 0) {
             ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char *>(nullptr));
@@ -111,11 +112,13 @@ class serve_test : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
         dir = new test::temp_dir();
-        const auto r = test::run_cli("make-model random --chat-template chatml" + k_dims + " -o " + dir->file("chatml.gguf"));
+        const auto r =
+            test::run_cli("make-model random --chat-template chatml" + k_dims + " -o " + dir->file("chatml.gguf"));
         ASSERT_EQ(r.code, 0) << r.out;
         const auto r2 = test::run_cli("make-model random" + k_dims + " -o " + dir->file("plain.gguf"));
         ASSERT_EQ(r2.code, 0) << r2.out;
-        srv = new serve_process("-m " + dir->file("chatml.gguf") + " -c 512 --parallel 3 --body-limit 1M", dir->file("serve.err"));
+        srv = new serve_process("-m " + dir->file("chatml.gguf") + " -c 512 --parallel 3 --body-limit 1M",
+                                dir->file("serve.err"));
         ASSERT_GT(srv->port(), 0) << srv->err();
     }
     static void TearDownTestSuite() {
@@ -135,8 +138,8 @@ protected:
     static json generate(const std::string & prompt, int n, bool special) {
         const std::string in = dir->file("prompt.txt");
         std::ofstream(in, std::ios::binary) << prompt;
-        const auto r = test::run_cli("generate -m " + model("chatml") + " -c 512 -t 2 --temp 0 --json -n " + std::to_string(n) +
-                                         (special ? " --special" : "") + " -f " + in,
+        const auto r = test::run_cli("generate -m " + model("chatml") + " -c 512 -t 2 --temp 0 --json -n " +
+                                         std::to_string(n) + (special ? " --special" : "") + " -f " + in,
                                      " 2>/dev/null");
         EXPECT_EQ(r.code, 0) << r.out;
         return json::parse(r.out);
@@ -164,7 +167,8 @@ TEST_F(serve_test, health_and_models) {
 TEST_F(serve_test, greedy_completion_equals_generate) {
     const std::string prompt = "Once upon a time there was";
     const json ref = generate(prompt, 12, false);
-    const json j = post("/v1/completions", {{"model", "chatml.gguf"}, {"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}});
+    const json j =
+        post("/v1/completions", {{"model", "chatml.gguf"}, {"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}});
     EXPECT_EQ(j.at("object"), "text_completion");
     ASSERT_EQ(j.at("choices").size(), 1u);
     EXPECT_EQ(j.at("choices")[0].at("text"), ref.at("text"));
@@ -178,8 +182,8 @@ TEST_F(serve_test, greedy_completion_equals_generate) {
 }
 
 TEST_F(serve_test, concurrent_greedy_completions_equal_each_alone) {
-    std::vector<std::string> prompts = {"The cat", "A long time ago in a galaxy", "Hello", "One two three four five six",
-                                        "Why is the sky"};
+    std::vector<std::string> prompts = {"The cat", "A long time ago in a galaxy", "Hello",
+                                        "One two three four five six", "Why is the sky"};
     std::vector<std::string> alone;
     for (const std::string & p : prompts) alone.push_back(generate(p, 20, false).at("text"));
     std::vector<std::string> got(prompts.size());
@@ -197,16 +201,18 @@ TEST_F(serve_test, concurrent_greedy_completions_equal_each_alone) {
 }
 
 TEST_F(serve_test, chat_uses_the_template_and_streams_the_same_text) {
-    const json body = {{"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi there"}}}},
-                       {"max_tokens", 10},
-                       {"temperature", 0}};
+    const json body = {
+        {"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi there"}}}},
+        {"max_tokens", 10},
+        {"temperature", 0}};
     const json j = post("/v1/chat/completions", body);
     EXPECT_EQ(j.at("object"), "chat.completion");
     const json & msg = j.at("choices")[0].at("message");
     EXPECT_EQ(msg.at("role"), "assistant");
     const std::string content = msg.at("content");
-    const json ref = generate("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n",
-                              10, true);
+    const json ref = generate(
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n", 10,
+        true);
     EXPECT_EQ(j.at("usage").at("prompt_tokens"), ref.at("prompt_tokens"));
     const std::string ref_text = ref.at("text");
     if (j.at("choices")[0].at("finish_reason") == "length") {
@@ -253,7 +259,8 @@ TEST_F(serve_test, chat_uses_the_template_and_streams_the_same_text) {
 }
 
 TEST_F(serve_test, stop_string_ends_the_text_before_it) {
-    const json full = post("/v1/completions", {{"prompt", "Once upon a time there was"}, {"max_tokens", 32}, {"temperature", 0}});
+    const json full =
+        post("/v1/completions", {{"prompt", "Once upon a time there was"}, {"max_tokens", 32}, {"temperature", 0}});
     const std::string text = full.at("choices")[0].at("text");
     // The stop string: one whole character from the middle of the text.
     std::vector<size_t> starts;
@@ -264,12 +271,18 @@ TEST_F(serve_test, stop_string_ends_the_text_before_it) {
     ASSERT_GE(starts.size(), 4u) << text;
     const size_t mid = starts.size() / 2;
     const std::string stop = text.substr(starts[mid], starts[mid + 1] - starts[mid]);
-    const json j = post("/v1/completions", {{"prompt", "Once upon a time there was"}, {"max_tokens", 32}, {"temperature", 0}, {"stop", {stop}}});
+    const json j =
+        post("/v1/completions",
+             {{"prompt", "Once upon a time there was"}, {"max_tokens", 32}, {"temperature", 0}, {"stop", {stop}}});
     EXPECT_EQ(j.at("choices")[0].at("text"), text.substr(0, text.find(stop)));
     EXPECT_EQ(j.at("choices")[0].at("finish_reason"), "stop");
     // Streamed: the same text, never a piece of the stop string.
     auto c = srv->client();
-    const json sb = {{"prompt", "Once upon a time there was"}, {"max_tokens", 32}, {"temperature", 0}, {"stop", stop}, {"stream", true}};
+    const json sb = {{"prompt", "Once upon a time there was"},
+                     {"max_tokens", 32},
+                     {"temperature", 0},
+                     {"stop", stop},
+                     {"stream", true}};
     const auto res = c.Post("/v1/completions", sb.dump(), "application/json");
     ASSERT_TRUE(res);
     std::string streamed;
@@ -305,11 +318,15 @@ TEST_F(serve_test, bad_requests_get_4xx_json_and_the_server_goes_on) {
         {"unknown model", "/v1/completions", R"({"prompt": "a", "model": "gpt-5"})", 404, "model"},
         {"messages a string", "/v1/chat/completions", R"({"messages": "hello"})", 400, "messages"},
         {"messages empty", "/v1/chat/completions", R"({"messages": []})", 400, "messages"},
-        {"bad role", "/v1/chat/completions", R"({"messages": [{"role": "robot", "content": "x"}]})", 400, "messages[0].role"},
-        {"content a number", "/v1/chat/completions", R"({"messages": [{"role": "user", "content": 1}]})", 400, "messages[0].content"},
+        {"bad role", "/v1/chat/completions", R"({"messages": [{"role": "robot", "content": "x"}]})", 400,
+         "messages[0].role"},
+        {"content a number", "/v1/chat/completions", R"({"messages": [{"role": "user", "content": 1}]})", 400,
+         "messages[0].content"},
         {"invalid UTF-8", "/v1/completions", "{\"prompt\": \"a\xff\xfe b\"}", 400, ""},
-        {"invalid UTF-8 in a message", "/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"\xc3\"}]}", 400, ""},
-        {"prompt longer than the context", "/v1/completions", json({{"prompt", std::string(6000, 'z')}}).dump(), 400, "prompt"},
+        {"invalid UTF-8 in a message", "/v1/chat/completions",
+         "{\"messages\": [{\"role\": \"user\", \"content\": \"\xc3\"}]}", 400, ""},
+        {"prompt longer than the context", "/v1/completions", json({{"prompt", std::string(6000, 'z')}}).dump(), 400,
+         "prompt"},
         {"10 MB body", "/v1/completions", "{\"prompt\": \"" + big + "\"}", 413, ""},
         {"unknown path", "/v1/embeddings", R"({"input": "a"})", 404, ""},
     };
@@ -341,7 +358,8 @@ TEST_F(serve_test, bad_requests_get_4xx_json_and_the_server_goes_on) {
 
 TEST_F(serve_test, a_client_that_goes_away_frees_its_kv) {
     auto c = srv->client();
-    const json body = {{"prompt", "Tell me a long story"}, {"max_tokens", 400}, {"temperature", 0.8}, {"seed", 7}, {"stream", true}};
+    const json body = {
+        {"prompt", "Tell me a long story"}, {"max_tokens", 400}, {"temperature", 0.8}, {"seed", 7}, {"stream", true}};
     int n_chunks = 0;
     httplib::Request req;
     req.method = "POST";
@@ -356,7 +374,8 @@ TEST_F(serve_test, a_client_that_goes_away_frees_its_kv) {
     std::string m;
     for (int i = 0; i < 500; ++i) {
         m = c.Get("/metrics")->body;
-        if (metric(m, "hillinfer_requests_cancelled_total") >= 1 && metric(m, "hillinfer_kv_tokens_running") == 0) break;
+        if (metric(m, "hillinfer_requests_cancelled_total") >= 1 && metric(m, "hillinfer_kv_tokens_running") == 0)
+            break;
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     EXPECT_GE(metric(m, "hillinfer_requests_cancelled_total"), 1) << m;
@@ -402,8 +421,8 @@ TEST_F(serve_test, api_key_is_required_on_v1) {
     r = c.Post("/v1/completions", {{"Authorization", "Bearer sesame"}}, body, "application/json");
     EXPECT_EQ(r->status, 200) << r->body;
     EXPECT_EQ(c.Get("/health")->status, 200);
-    r = c.Post("/v1/chat/completions", {{"Authorization", "Bearer sesame"}}, R"({"messages": [{"role": "user", "content": "x"}]})",
-               "application/json");
+    r = c.Post("/v1/chat/completions", {{"Authorization", "Bearer sesame"}},
+               R"({"messages": [{"role": "user", "content": "x"}]})", "application/json");
     EXPECT_EQ(r->status, 400) << "a model without a chat template";
     EXPECT_NE(r->body.find("--chat-template"), std::string::npos) << r->body;
 }
@@ -414,8 +433,11 @@ TEST_F(serve_test, a_full_queue_answers_503_and_sigterm_finishes_the_running_str
     // request comes and when SIGTERM comes. A small host budget: its KV goes to the cold pool in kv/.
     const std::string kv = dir->file("kv");
     std::filesystem::create_directories(kv);
-    serve_process s("-m " + model("chatml") + " -c 4096 --parallel 1 --queue 0 --prefill-chunk 16 --kv-host-budget 64K "
-                    "--kv-dir " + kv, dir->file("queue.err"));
+    serve_process s("-m " + model("chatml") +
+                        " -c 4096 --parallel 1 --queue 0 --prefill-chunk 16 --kv-host-budget 64K "
+                        "--kv-dir " +
+                        kv,
+                    dir->file("queue.err"));
     ASSERT_GT(s.port(), 0) << s.err();
     std::string message;
     for (int i = 0; i < 150; ++i) message += "line " + std::to_string(i) + " of a long letter. ";
@@ -423,8 +445,12 @@ TEST_F(serve_test, a_full_queue_answers_503_and_sigterm_finishes_the_running_str
     std::string body;
     std::thread streamer([&] {
         auto c = s.client();
-        const json b = {{"messages", {{{"role", "user"}, {"content", message}}}}, {"max_tokens", 40}, {"temperature", 0.8},
-                        {"seed", 1}, {"stream", true}, {"stream_options", {{"include_usage", true}}}};
+        const json b = {{"messages", {{{"role", "user"}, {"content", message}}}},
+                        {"max_tokens", 40},
+                        {"temperature", 0.8},
+                        {"seed", 1},
+                        {"stream", true},
+                        {"stream_options", {{"include_usage", true}}}};
         httplib::Request req;
         req.method = "POST";
         req.path = "/v1/chat/completions";

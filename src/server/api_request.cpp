@@ -1,9 +1,9 @@
 #include "server/api_request.h"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 namespace hill::server {
 
@@ -28,7 +28,9 @@ struct bad_field {
     throw bad_field{api_error{400, message, "invalid_request_error", param, "invalid_value"}};
 }
 
-const char * type_name(const json & v) { return v.type_name(); }
+const char * type_name(const json & v) {
+    return v.type_name();
+}
 
 std::string get_string(const json & v, const std::string & param) {
     if (!v.is_string()) fail(param, fmt::format("'{}' must be a string, got {}", param, type_name(v)));
@@ -47,13 +49,15 @@ float get_number(const json & v, const std::string & param, double lo, double hi
 // The text of a message's content: a string, or an array of {type: "text", text} parts, concatenated.
 std::string content_text(const json & c, const std::string & param) {
     if (c.is_string()) return c.get<std::string>();
-    if (!c.is_array()) fail(param, fmt::format("'{}' must be a string or an array of text parts, got {}", param, type_name(c)));
+    if (!c.is_array())
+        fail(param, fmt::format("'{}' must be a string or an array of text parts, got {}", param, type_name(c)));
     std::string text;
     for (size_t i = 0; i < c.size(); ++i) {
         const std::string p = fmt::format("{}[{}]", param, i);
         const json & part = c[i];
         if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text")) {
-            fail(p, fmt::format("'{}' must be a text part {{\"type\": \"text\", \"text\": ...}} (only text is supported)", p));
+            fail(p, fmt::format(
+                        "'{}' must be a text part {{\"type\": \"text\", \"text\": ...}} (only text is supported)", p));
         }
         text += get_string(part["text"], p + ".text");
     }
@@ -68,8 +72,8 @@ api_request parse(std::string_view body, api_kind kind) {
     try {
         j = json::parse(body);
     } catch (const json::exception & e) {
-        throw bad_field{api_error{400, fmt::format("the request body is not valid JSON: {}", e.what()), "invalid_request_error",
-                                  "", "invalid_json"}};
+        throw bad_field{api_error{400, fmt::format("the request body is not valid JSON: {}", e.what()),
+                                  "invalid_request_error", "", "invalid_json"}};
     }
     if (!j.is_object()) fail("", fmt::format("the request body must be a JSON object, got {}", type_name(j)));
     api_request r;
@@ -79,7 +83,9 @@ api_request parse(std::string_view body, api_kind kind) {
         const auto it = j.find("prompt");
         if (it == j.end()) fail("prompt", "'prompt' is required (a string)");
         if (it->is_array()) {
-            if (it->size() != 1) fail("prompt", fmt::format("'prompt' must be a string or an array of one string, got an array of {}", it->size()));
+            if (it->size() != 1)
+                fail("prompt", fmt::format("'prompt' must be a string or an array of one string, got an array of {}",
+                                           it->size()));
             r.prompt = get_string((*it)[0], "prompt[0]");
         } else {
             r.prompt = get_string(*it, "prompt");
@@ -91,12 +97,14 @@ api_request parse(std::string_view body, api_kind kind) {
         for (size_t i = 0; i < it->size(); ++i) {
             const std::string p = fmt::format("messages[{}]", i);
             const json & m = (*it)[i];
-            if (!m.is_object()) fail(p, fmt::format("'{}' must be an object {{role, content}}, got {}", p, type_name(m)));
+            if (!m.is_object())
+                fail(p, fmt::format("'{}' must be an object {{role, content}}, got {}", p, type_name(m)));
             if (!m.contains("role")) fail(p + ".role", fmt::format("'{}.role' is required", p));
             std::string role = get_string(m["role"], p + ".role");
             if (role == "developer") role = "system";
             if (role != "system" && role != "user" && role != "assistant") {
-                fail(p + ".role", fmt::format("'{}.role' must be system, developer, user or assistant, got '{}'", p, role));
+                fail(p + ".role",
+                     fmt::format("'{}.role' must be system, developer, user or assistant, got '{}'", p, role));
             }
             if (role == "system" && i != 0) fail(p + ".role", fmt::format("'{}': a system message must come first", p));
             if (!m.contains("content")) fail(p + ".content", fmt::format("'{}.content' is required", p));
@@ -116,8 +124,10 @@ api_request parse(std::string_view body, api_kind kind) {
         }
         r.max_tokens = it->get<int64_t>();
     }
-    if (const auto it = j.find("temperature"); it != j.end() && !it->is_null()) r.temperature = get_number(*it, "temperature", 0, 2, false);
-    if (const auto it = j.find("top_p"); it != j.end() && !it->is_null()) r.top_p = get_number(*it, "top_p", 0, 1, true);
+    if (const auto it = j.find("temperature"); it != j.end() && !it->is_null())
+        r.temperature = get_number(*it, "temperature", 0, 2, false);
+    if (const auto it = j.find("top_p"); it != j.end() && !it->is_null())
+        r.top_p = get_number(*it, "top_p", 0, 1, true);
     if (const auto it = j.find("seed"); it != j.end() && !it->is_null()) {
         if (!it->is_number_integer() || (!it->is_number_unsigned() && it->get<int64_t>() < 0)) {
             fail("seed", fmt::format("'seed' must be an integer >= 0, got {}", it->dump()));
@@ -135,7 +145,8 @@ api_request parse(std::string_view body, api_kind kind) {
         } else if (it->is_array() && it->size() <= 4) {
             for (size_t i = 0; i < it->size(); ++i) r.stop.push_back(get_string((*it)[i], fmt::format("stop[{}]", i)));
         } else {
-            fail("stop", fmt::format("'stop' must be a string or an array of at most 4 strings, got {}", type_name(*it)));
+            fail("stop",
+                 fmt::format("'stop' must be a string or an array of at most 4 strings, got {}", type_name(*it)));
         }
         for (const std::string & s : r.stop) {
             if (s.empty()) fail("stop", "'stop' strings must not be empty");
@@ -146,9 +157,11 @@ api_request parse(std::string_view body, api_kind kind) {
         r.stream = it->get<bool>();
     }
     if (const auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {
-        if (!it->is_object()) fail("stream_options", fmt::format("'stream_options' must be an object, got {}", type_name(*it)));
+        if (!it->is_object())
+            fail("stream_options", fmt::format("'stream_options' must be an object, got {}", type_name(*it)));
         if (const auto u = it->find("include_usage"); u != it->end() && !u->is_null()) {
-            if (!u->is_boolean()) fail("stream_options.include_usage", "'stream_options.include_usage' must be a boolean");
+            if (!u->is_boolean())
+                fail("stream_options.include_usage", "'stream_options.include_usage' must be a boolean");
             r.include_usage = u->get<bool>();
         }
     }

@@ -19,14 +19,14 @@
 // Errors: 400 invalid_request_error naming the field (`param`) and what was expected.
 #pragma once
 
-#include "tokenizer/chat_template.h"
-
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
+
+#include "tokenizer/chat_template.h"
 
 namespace hill::server {
 
@@ -45,16 +45,16 @@ enum class api_kind { completion, chat };
 
 struct api_request {
     api_kind kind = api_kind::completion;
-    std::string model;                     // "" when absent
-    std::string prompt;                    // completion
-    std::vector<chat_message> messages;    // chat (roles "system", "user", "assistant")
-    std::optional<int64_t> max_tokens;     // absent: the server's default
+    std::string model;                   // "" when absent
+    std::string prompt;                  // completion
+    std::vector<chat_message> messages;  // chat (roles "system", "user", "assistant")
+    std::optional<int64_t> max_tokens;   // absent: the server's default
     float temperature = 1.0f;
     float top_p = 1.0f;
-    std::optional<uint64_t> seed;          // absent: a random one
+    std::optional<uint64_t> seed;  // absent: a random one
     std::vector<std::string> stop;
     bool stream = false;
-    bool include_usage = false;            // stream_options.include_usage: a last chunk with usage
+    bool include_usage = false;  // stream_options.include_usage: a last chunk with usage
 };
 
 // Parses and validates a request body of `kind`. Returns the request or the 400 error (never throws

@@ -1,15 +1,7 @@
 #include "server/server.h"
 
-#include "core/error.h"
-#include "core/log.h"
-#include "core/sys_info.h"
-#include "engine/batch_generator.h"
-#include "server/api_request.h"
-
 #include <fmt/format.h>
 #include <httplib.h>
-#include <nlohmann/json.hpp>
-
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -18,10 +10,17 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 #include <unordered_map>
 #include <vector>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/sys_info.h"
+#include "engine/batch_generator.h"
+#include "server/api_request.h"
 
 namespace hill::server {
 
@@ -29,7 +28,9 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string dump(const json & j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string dump(const json & j) {
+    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 void send_error(httplib::Response & res, const api_error & e) {
     res.status = e.status;
@@ -47,19 +48,19 @@ struct job {
 
     // Engine thread only.
     size_t gen_id = 0;
-    std::string raw;                // the generated text
-    size_t posted = 0;              // bytes of raw posted to `text`
+    std::string raw;    // the generated text
+    size_t posted = 0;  // bytes of raw posted to `text`
     bool stop_hit = false;
 
     // Shared, under mu.
     std::mutex mu;
     std::condition_variable cv;
-    std::string text;               // posted text a stream has not taken yet (non-streaming: all of it)
+    std::string text;  // posted text a stream has not taken yet (non-streaming: all of it)
     bool done = false;
-    std::string finish;             // "stop" or "length" when done without error
-    std::optional<api_error> error; // the request failed
+    std::string finish;              // "stop" or "length" when done without error
+    std::optional<api_error> error;  // the request failed
     int64_t completion_tokens = 0;
-    int64_t reused_tokens = 0;      // prompt tokens whose KV was kept from an earlier request
+    int64_t reused_tokens = 0;  // prompt tokens whose KV was kept from an earlier request
     json x_hillinfer;
 };
 
@@ -92,10 +93,14 @@ struct server::impl {
     std::mutex metrics_mu;
     std::map<int, uint64_t> responses;  // by HTTP status
     uint64_t prompt_tokens = 0, completion_tokens = 0, cancelled = 0, finished = 0;
-    std::string engine_metrics;         // the engine's gauges, written by the engine thread
+    std::string engine_metrics;  // the engine's gauges, written by the engine thread
 
     impl(const model & mm, context & c, std::optional<chat_template> t, const server_params & pp)
-        : m(mm), ctx(c), tmpl(std::move(t)), p(pp), gen(c, pp.parallel, mm.tokenizer().vocab().eos, pp.prefill_chunk, pp.prefix_reuse) {
+        : m(mm),
+          ctx(c),
+          tmpl(std::move(t)),
+          p(pp),
+          gen(c, pp.parallel, mm.tokenizer().vocab().eos, pp.prefill_chunk, pp.prefix_reuse) {
         const vocab & v = m.tokenizer().vocab();
         if (tmpl) chat_stop_ids = tmpl->end_of_turn_tokens(v);
         bos_text = v.bos >= 0 ? v.pieces[size_t(v.bos)] : std::string();
@@ -189,9 +194,11 @@ struct server::impl {
         j.reused_tokens = r.reused_tokens;
         j.x_hillinfer = x_hillinfer(r);
         if (r.stop == "error") {
-            j.error = api_error{500, fmt::format("the generation failed: {}", r.error), "server_error", "", "generation_failed"};
+            j.error = api_error{500, fmt::format("the generation failed: {}", r.error), "server_error", "",
+                                "generation_failed"};
         } else if (r.stop == "shutdown") {
-            j.error = api_error{503, "the server shut down before the request finished", "server_error", "", "shutting_down"};
+            j.error =
+                api_error{503, "the server shut down before the request finished", "server_error", "", "shutting_down"};
         } else {
             j.finish = r.stop == "length" || r.stop == "context" ? "length" : "stop";
         }
@@ -221,22 +228,28 @@ struct server::impl {
                                const char * labels = "") {
             out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{}{} {}\n", name, help, name, type, name, labels, value);
         };
-        gauge("hillinfer_queue_length", "requests waiting for a sequence", "gauge", std::to_string(gen.n_waiting() + n_inbox));
-        gauge("hillinfer_requests_running", "requests prefilling or decoding", "gauge", std::to_string(gen.n_running()));
+        gauge("hillinfer_queue_length", "requests waiting for a sequence", "gauge",
+              std::to_string(gen.n_waiting() + n_inbox));
+        gauge("hillinfer_requests_running", "requests prefilling or decoding", "gauge",
+              std::to_string(gen.n_running()));
         gauge("hillinfer_decode_steps_total", "batch decode steps", "counter", std::to_string(t.steps));
         gauge("hillinfer_decode_tokens_total", "tokens decoded by them", "counter", std::to_string(t.tokens));
-        gauge("hillinfer_decode_seconds_total", "wall time of the decode steps", "counter", fmt::format("{:.6f}", t.decode_s));
-        gauge("hillinfer_prefill_seconds_total", "wall time of the prefill chunks", "counter", fmt::format("{:.6f}", t.prefill_s));
+        gauge("hillinfer_decode_seconds_total", "wall time of the decode steps", "counter",
+              fmt::format("{:.6f}", t.decode_s));
+        gauge("hillinfer_prefill_seconds_total", "wall time of the prefill chunks", "counter",
+              fmt::format("{:.6f}", t.prefill_s));
         gauge("hillinfer_step_seconds_last", "the last engine step (prefill chunk + decode step)", "gauge",
               fmt::format("{:.6f}", t.last_step_s));
         gauge("hillinfer_step_seconds_max", "the longest engine step", "gauge", fmt::format("{:.6f}", t.max_step_s));
         const int64_t kept = gen.n_kept_tokens();
         gauge("hillinfer_kv_tokens", "tokens in the KV of every sequence", "gauge", std::to_string(seq_tokens));
-        gauge("hillinfer_kv_tokens_running", "tokens in the KV of running requests", "gauge", std::to_string(seq_tokens - kept));
+        gauge("hillinfer_kv_tokens_running", "tokens in the KV of running requests", "gauge",
+              std::to_string(seq_tokens - kept));
         gauge("hillinfer_kv_tokens_kept", "tokens in the KV of finished requests, kept for prefix reuse", "gauge",
               std::to_string(kept));
-        out += "# HELP hillinfer_kv_bytes KV bytes (K and V, all layers) by tier: hot pool copies, and tokens only in "
-               "the cold pool\n# TYPE hillinfer_kv_bytes gauge\n";
+        out +=
+            "# HELP hillinfer_kv_bytes KV bytes (K and V, all layers) by tier: hot pool copies, and tokens only in "
+            "the cold pool\n# TYPE hillinfer_kv_bytes gauge\n";
         out += fmt::format("hillinfer_kv_bytes{{tier=\"hot\"}} {}\n", uint64_t(hot) * tl_bytes);
         out += fmt::format("hillinfer_kv_bytes{{tier=\"cold\"}} {}\n", uint64_t(ctx.n_cold_cells()) * tl_bytes);
         gauge("hillinfer_hot_share", "share of the attended tokens read from the hot pool", "gauge",
@@ -269,8 +282,8 @@ struct server::impl {
             }
             if (!stopping && stop_requested()) {
                 stopping = true;
-                deadline = std::chrono::steady_clock::now() +
-                           std::chrono::milliseconds(int64_t(p.shutdown_wait_s * 1000));
+                deadline =
+                    std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(p.shutdown_wait_s * 1000));
                 std::lock_guard lk(mu);
                 accepting = false;
                 log_info("serve: stopping; {} requests to finish (at most {:.0f} s)", in_flight, p.shutdown_wait_s);
@@ -324,7 +337,8 @@ struct server::impl {
         j->api = std::move(std::get<api_request>(parsed));
         const api_request & a = j->api;
         if (!a.model.empty() && a.model != p.model_id) {
-            return api_error{404, fmt::format("the model '{}' does not exist; this server serves '{}'", a.model, p.model_id),
+            return api_error{404,
+                             fmt::format("the model '{}' does not exist; this server serves '{}'", a.model, p.model_id),
                              "invalid_request_error", "model", "model_not_found"};
         }
         const tokenizer & tok = m.tokenizer();
@@ -346,25 +360,28 @@ struct server::impl {
             ids = tok.encode(a.prompt, v.add_bos);
         }
         if (ids.empty()) {
-            return api_error{400, "the prompt is empty and the model has no BOS token to start from", "invalid_request_error",
-                             prompt_param, "invalid_value"};
+            return api_error{400, "the prompt is empty and the model has no BOS token to start from",
+                             "invalid_request_error", prompt_param, "invalid_value"};
         }
         const int64_t n_ctx = ctx.n_ctx();
         if (int64_t(ids.size()) > n_ctx) {
-            return api_error{400, fmt::format("the prompt is {} tokens, longer than the context of {} tokens", ids.size(), n_ctx),
-                             "invalid_request_error", prompt_param, "context_length_exceeded"};
+            return api_error{
+                400, fmt::format("the prompt is {} tokens, longer than the context of {} tokens", ids.size(), n_ctx),
+                "invalid_request_error", prompt_param, "context_length_exceeded"};
         }
         // At most n_ctx - n_prompt + 1 tokens: the last one is sampled when the context is full.
         const int64_t room = n_ctx - int64_t(ids.size()) + 1;
         if (a.max_tokens && *a.max_tokens > room) {
-            return api_error{400,
-                             fmt::format("max_tokens is {}, but the prompt of {} tokens leaves room for {} tokens in the "
-                                         "context of {} tokens",
-                                         *a.max_tokens, ids.size(), room, n_ctx),
-                             "invalid_request_error", "max_tokens", "context_length_exceeded"};
+            return api_error{
+                400,
+                fmt::format("max_tokens is {}, but the prompt of {} tokens leaves room for {} tokens in the "
+                            "context of {} tokens",
+                            *a.max_tokens, ids.size(), room, n_ctx),
+                "invalid_request_error", "max_tokens", "context_length_exceeded"};
         }
-        j->gen.n_predict = int32_t(a.max_tokens ? *a.max_tokens
-                                                 : kind == api_kind::chat ? room : std::min<int64_t>(room, p.default_max_tokens));
+        j->gen.n_predict = int32_t(a.max_tokens             ? *a.max_tokens
+                                   : kind == api_kind::chat ? room
+                                                            : std::min<int64_t>(room, p.default_max_tokens));
         sampler_params & sp = j->gen.sampling;
         sp.temperature = a.temperature;
         sp.top_p = a.top_p;
@@ -377,7 +394,9 @@ struct server::impl {
         j->stop = a.stop;
         const uint64_t n = next_id.fetch_add(1);
         j->id = fmt::format("{}-{}", kind == api_kind::chat ? "chatcmpl" : "cmpl", n);
-        j->created = int64_t(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+        j->created = int64_t(
+            std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+                .count());
         return j;
     }
 
@@ -419,11 +438,12 @@ struct server::impl {
             }
             if (in_flight >= int64_t(p.parallel) + p.queue) {
                 res.set_header("Retry-After", "1");
-                return send_error(res, {503,
-                                        fmt::format("the server is busy: {} requests running and waiting (--parallel {}, "
-                                                    "--queue {}); retry later",
-                                                    in_flight, p.parallel, p.queue),
-                                        "server_error", "", "queue_full"});
+                return send_error(res,
+                                  {503,
+                                   fmt::format("the server is busy: {} requests running and waiting (--parallel {}, "
+                                               "--queue {}); retry later",
+                                               in_flight, p.parallel, p.queue),
+                                   "server_error", "", "queue_full"});
             }
             ++in_flight;
             inbox.push_back(j);
@@ -525,10 +545,13 @@ struct server::impl {
         http.set_error_handler([this](const httplib::Request & req, httplib::Response & res) {
             if (!res.body.empty()) return;
             if (res.status == 413) {
-                send_error(res, {413, fmt::format("the request body is larger than the limit of {} bytes (--body-limit)", p.body_limit_bytes),
+                send_error(res, {413,
+                                 fmt::format("the request body is larger than the limit of {} bytes (--body-limit)",
+                                             p.body_limit_bytes),
                                  "invalid_request_error", "", "body_too_large"});
             } else if (res.status == 404) {
-                send_error(res, {404, fmt::format("no endpoint {} {}", req.method, req.path), "invalid_request_error", "", "not_found"});
+                send_error(res, {404, fmt::format("no endpoint {} {}", req.method, req.path), "invalid_request_error",
+                                 "", "not_found"});
             } else {
                 send_error(res, {res.status, fmt::format("HTTP {}", res.status), "invalid_request_error", "", ""});
             }
@@ -541,28 +564,44 @@ struct server::impl {
             res.set_content(R"({"status":"ok"})", "application/json");
         });
         http.Get("/v1/models", [this](const httplib::Request &, httplib::Response & res) {
-            const json j = {{"object", "list"},
-                            {"data", json::array({{{"id", p.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "hillinfer"}}})}};
+            const json j = {
+                {"object", "list"},
+                {"data",
+                 json::array({{{"id", p.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "hillinfer"}}})}};
             res.set_content(dump(j), "application/json");
         });
         http.Get("/metrics", [this](const httplib::Request &, httplib::Response & res) {
             std::string out;
             std::lock_guard lk(metrics_mu);
-            out += "# HELP hillinfer_http_responses_total HTTP responses by status\n# TYPE hillinfer_http_responses_total counter\n";
-            for (const auto & [status, n] : responses) out += fmt::format("hillinfer_http_responses_total{{code=\"{}\"}} {}\n", status, n);
-            out += fmt::format("# HELP hillinfer_requests_finished_total generation requests ended\n# TYPE "
-                               "hillinfer_requests_finished_total counter\nhillinfer_requests_finished_total {}\n", finished);
-            out += fmt::format("# HELP hillinfer_requests_cancelled_total requests whose client went away\n# TYPE "
-                               "hillinfer_requests_cancelled_total counter\nhillinfer_requests_cancelled_total {}\n", cancelled);
-            out += fmt::format("# HELP hillinfer_prompt_tokens_total prompt tokens prefilled\n# TYPE "
-                               "hillinfer_prompt_tokens_total counter\nhillinfer_prompt_tokens_total {}\n", prompt_tokens);
-            out += fmt::format("# HELP hillinfer_completion_tokens_total tokens generated\n# TYPE "
-                               "hillinfer_completion_tokens_total counter\nhillinfer_completion_tokens_total {}\n", completion_tokens);
+            out +=
+                "# HELP hillinfer_http_responses_total HTTP responses by status\n# TYPE hillinfer_http_responses_total "
+                "counter\n";
+            for (const auto & [status, n] : responses)
+                out += fmt::format("hillinfer_http_responses_total{{code=\"{}\"}} {}\n", status, n);
+            out += fmt::format(
+                "# HELP hillinfer_requests_finished_total generation requests ended\n# TYPE "
+                "hillinfer_requests_finished_total counter\nhillinfer_requests_finished_total {}\n",
+                finished);
+            out += fmt::format(
+                "# HELP hillinfer_requests_cancelled_total requests whose client went away\n# TYPE "
+                "hillinfer_requests_cancelled_total counter\nhillinfer_requests_cancelled_total {}\n",
+                cancelled);
+            out += fmt::format(
+                "# HELP hillinfer_prompt_tokens_total prompt tokens prefilled\n# TYPE "
+                "hillinfer_prompt_tokens_total counter\nhillinfer_prompt_tokens_total {}\n",
+                prompt_tokens);
+            out += fmt::format(
+                "# HELP hillinfer_completion_tokens_total tokens generated\n# TYPE "
+                "hillinfer_completion_tokens_total counter\nhillinfer_completion_tokens_total {}\n",
+                completion_tokens);
             out += engine_metrics;
             res.set_content(out, "text/plain; version=0.0.4");
         });
-        http.Post("/v1/completions", [this](const httplib::Request & req, httplib::Response & res) { handle(req, res, api_kind::completion); });
-        http.Post("/v1/chat/completions", [this](const httplib::Request & req, httplib::Response & res) { handle(req, res, api_kind::chat); });
+        http.Post("/v1/completions", [this](const httplib::Request & req, httplib::Response & res) {
+            handle(req, res, api_kind::completion);
+        });
+        http.Post("/v1/chat/completions",
+                  [this](const httplib::Request & req, httplib::Response & res) { handle(req, res, api_kind::chat); });
     }
 };
 
@@ -578,8 +617,10 @@ server::~server() {
 
 int server::bind() {
     impl & s = *impl_;
-    const int port = s.p.port == 0 ? s.http.bind_to_any_port(s.p.host) : (s.http.bind_to_port(s.p.host, s.p.port) ? s.p.port : -1);
-    if (port < 0) fail_usage("cannot listen on {}:{} (address in use, or not an address of this machine)", s.p.host, s.p.port);
+    const int port =
+        s.p.port == 0 ? s.http.bind_to_any_port(s.p.host) : (s.http.bind_to_port(s.p.host, s.p.port) ? s.p.port : -1);
+    if (port < 0)
+        fail_usage("cannot listen on {}:{} (address in use, or not an address of this machine)", s.p.host, s.p.port);
     return port;
 }
 

@@ -8,8 +8,8 @@
 // boundaries; a new prompt is prefilled prefill_chunk tokens per step between the running streams'
 // decode steps. A finished request's sequence keeps its KV while its slot is free, and a request whose
 // prompt starts with its tokens (the next turn of a conversation) prefills only the rest
-// (engine/batch_generator.h, prefix reuse). A streaming client that goes away (a failed write of its event stream) cancels its
-// request: the engine thread ends it at the next step boundary and frees its KV.
+// (engine/batch_generator.h, prefix reuse). A streaming client that goes away (a failed write of its event stream)
+// cancels its request: the engine thread ends it at the next step boundary and frees its KV.
 //
 // Endpoints: POST /v1/completions, POST /v1/chat/completions (stream: server-sent events ending with
 // "data: [DONE]"), GET /v1/models, GET /health, GET /metrics (Prometheus text). Errors are OpenAI-style
@@ -18,29 +18,29 @@
 // a failure of that request's generation (a storage fault; the others go on).
 #pragma once
 
-#include "engine/context.h"
-#include "tokenizer/chat_template.h"
-
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "engine/context.h"
+#include "tokenizer/chat_template.h"
+
 namespace hill::server {
 
 struct server_params {
     std::string host = "127.0.0.1";
-    int port = 8080;                  // 0: any free port (bind() returns it)
-    int parallel = 4;                 // sequences decoding at once (<= the context's n_seq)
-    int queue = 64;                   // requests waiting for a sequence at most; more: 503
-    std::string api_key;              // "": none required; else "Authorization: Bearer KEY" on /v1/*
+    int port = 8080;      // 0: any free port (bind() returns it)
+    int parallel = 4;     // sequences decoding at once (<= the context's n_seq)
+    int queue = 64;       // requests waiting for a sequence at most; more: 503
+    std::string api_key;  // "": none required; else "Authorization: Bearer KEY" on /v1/*
     size_t body_limit_bytes = 1 << 20;
-    int32_t prefill_chunk = 256;      // prompt tokens prefilled per step (0: whole prompts)
-    bool prefix_reuse = true;         // finished requests keep their KV for a returning conversation
-    int32_t default_max_tokens = 256; // completions without max_tokens (chat: until the end of the turn)
-    double shutdown_wait_s = 30.0;    // stop(): how long running streams may take to finish
-    std::string model_id;             // the name /v1/models lists and requests may give
+    int32_t prefill_chunk = 256;       // prompt tokens prefilled per step (0: whole prompts)
+    bool prefix_reuse = true;          // finished requests keep their KV for a returning conversation
+    int32_t default_max_tokens = 256;  // completions without max_tokens (chat: until the end of the turn)
+    double shutdown_wait_s = 30.0;     // stop(): how long running streams may take to finish
+    std::string model_id;              // the name /v1/models lists and requests may give
 };
 
 class server {

@@ -1,14 +1,13 @@
 // libFuzzer target: the request path of `hillinfer serve` (server/api_request.h). Any body turns into a
 // valid request or a 4xx error whose JSON body parses back; a crash, sanitizer report or escaping
 // exception is a bug. Build with the `fuzz` preset (clang); see tests/engine.cmake.
-#include "server/api_request.h"
-
-#include <nlohmann/json.hpp>
-
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <string_view>
+
+#include "server/api_request.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
     using namespace hill::server;
