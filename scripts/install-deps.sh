@@ -7,7 +7,7 @@
 set -euo pipefail
 
 pkgs=(g++ cmake ninja-build pkg-config libopenblas-dev libcli11-dev nlohmann-json3-dev libfmt-dev liburing-dev
-      libxxhash-dev libpcre2-dev gnuplot-nox)
+      libxxhash-dev libpcre2-dev gnuplot-nox libcpp-httplib-dev)
 if [[ "${1:-}" == "--test" ]]; then
   pkgs+=(libgtest-dev python3-numpy clang libclang-rt-dev lld git)
   # npm: any install will do (Node.js from NodeSource bundles its own, which conflicts with Debian's npm

@@ -10,7 +10,7 @@
 #   3. TSan build: the threaded tests, two at a time (thread pool, trace recorder, kernels, sessions, io queue, cold
 #      pool, KV cells, and logs, the scorers and the scoring copy, policies, the storage device
 #      emulator, batches of sequences, KV faults);
-#   4. libFuzzer: the GGUF and safetensors readers, $HILL_FUZZ_SECONDS seconds each (default 20), from
+#   4. libFuzzer: the GGUF and safetensors readers and the server's request parsing, $HILL_FUZZ_SECONDS seconds each (default 20), from
 #      their seed corpora.
 # Extra arguments go to the Release ctest run (e.g. -R golden).
 set -euo pipefail
@@ -39,11 +39,11 @@ printf '%s\n' "${tsan_tests[@]}" | xargs -P 2 -I{} sh -c \
 rm -rf "$tsan_logs"
 
 cmake --preset fuzz > /dev/null
-cmake --build --preset fuzz -j "$jobs" --target fuzz_gguf fuzz_safetensors
+cmake --build --preset fuzz -j "$jobs" --target fuzz_gguf fuzz_safetensors fuzz_api_request
 corpus=$(mktemp -d)
 trap 'rm -rf "$corpus"' EXIT
 fuzz_seconds="${HILL_FUZZ_SECONDS:-20}"
-mkdir "$corpus"/gguf "$corpus"/safetensors
+mkdir "$corpus"/gguf "$corpus"/safetensors "$corpus"/api_request
 cp tests/fuzz/corpus/gguf/* "$corpus"/gguf/
 build/fuzz/tests/fuzz_gguf -max_total_time="$fuzz_seconds" -print_final_stats=1 "$corpus"/gguf 2>&1 | tail -n 12
 echo "fuzz_gguf: no crash in $fuzz_seconds s"
@@ -51,3 +51,6 @@ cp tests/fuzz/corpus/safetensors/* "$corpus"/safetensors/
 build/fuzz/tests/fuzz_safetensors -max_total_time="$fuzz_seconds" -print_final_stats=1 \
   -dict=tests/fuzz/safetensors.dict "$corpus"/safetensors 2>&1 | tail -n 12
 echo "fuzz_safetensors: no crash in $fuzz_seconds s"
+cp tests/fuzz/corpus/api_request/* "$corpus"/api_request/
+build/fuzz/tests/fuzz_api_request -max_total_time="$fuzz_seconds" -print_final_stats=1 "$corpus"/api_request 2>&1 | tail -n 12
+echo "fuzz_api_request: no crash in $fuzz_seconds s"

@@ -29,3 +29,16 @@ add_dependencies(test_bench_experiments hillinfer_cli)
 hill_add_test(test_bench_accuracy model LIBS hill_experiments nlohmann_json::nlohmann_json SOURCES test_bench_accuracy.cpp)
 target_compile_definitions(test_bench_accuracy PRIVATE HILL_CLI_PATH="$<TARGET_FILE:hillinfer_cli>")
 add_dependencies(test_bench_accuracy hillinfer_cli)
+hill_add_test(test_serve unit LIBS hill_server PkgConfig::HTTPLIB nlohmann_json::nlohmann_json SOURCES test_serve.cpp)
+target_compile_definitions(test_serve PRIVATE HILL_CLI_PATH="$<TARGET_FILE:hillinfer_cli>")
+add_dependencies(test_serve hillinfer_cli)
+# libFuzzer target for the server's request parsing and validation (hill_add_fuzzer, tests/CMakeLists.txt).
+if(HILL_BUILD_FUZZ)
+  hill_add_fuzzer(fuzz_api_request CORPUS api_request LIBS fmt::fmt nlohmann_json::nlohmann_json SOURCES
+    fuzz/fuzz_api_request.cpp
+    ${PROJECT_SOURCE_DIR}/src/server/api_request.cpp)
+endif()
+# The official `openai` npm package as a client (scripts/openai_client.sh installs it; skipped, saying why,
+# when npm or the registry is unavailable).
+add_test(NAME openai_client COMMAND ${PROJECT_SOURCE_DIR}/scripts/openai_client.sh $<TARGET_FILE:hillinfer_cli>)
+set_tests_properties(openai_client PROPERTIES LABELS unit SKIP_RETURN_CODE 77 TIMEOUT 300)

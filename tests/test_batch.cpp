@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 
 namespace hill {
 namespace {
@@ -135,6 +136,96 @@ TEST_F(batch_test, a_prompt_longer_than_the_context_fails_alone) {
     EXPECT_EQ(res[1].stop, "error");
     EXPECT_NE(res[1].error.find("longer than the context"), std::string::npos) << res[1].error;
     EXPECT_EQ(res[2].stop, "length");
+}
+
+// The step-wise owner (what the server drives): a request submitted while others run joins at a step
+// boundary and decodes what it decodes alone; a cancelled one ends at the next boundary with its KV
+// freed; a cancel from on_token (a stop string) ends the request at once; a waiting one ends at once.
+TEST_F(batch_test, requests_join_while_others_run_and_cancel_frees_their_kv) {
+    const std::vector<generation_request> all = requests(4);
+    std::vector<std::vector<int32_t>> alone;
+    for (size_t i = 0; i < 4; ++i) {
+        context ctx(*m, params(1, true, "hillinfer"), pool);
+        batch_generator gen(ctx, 1, -1);
+        alone.push_back(gen.run(std::span(all).subspan(i, 1))[0].ids);
+    }
+    context ctx(*m, params(2, true, "hillinfer"), pool);
+    batch_generator gen(ctx, 2, -1);
+    std::map<size_t, generation_result> done;
+    std::map<size_t, int> n_tokens;
+    batch_progress cb;
+    cb.on_done = [&](size_t id, const generation_result & r) { done[id] = r; };
+    cb.on_token = [&](size_t id, int32_t) {
+        if (++n_tokens[id] == 5 && id == 2) gen.cancel(id, "stop", cb);  // as a stop string does
+    };
+    const size_t a = gen.submit(all[0]);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(gen.step(cb));
+    const size_t b = gen.submit(all[1]);  // joins the running one
+    ASSERT_TRUE(gen.step(cb));
+    EXPECT_EQ(gen.n_running(), 2u);
+    const size_t c = gen.submit(all[2]);  // waits: the batch is full
+    const size_t d = gen.submit(all[3]);
+    EXPECT_EQ(gen.n_waiting(), 2u);
+    gen.cancel(d, "cancelled", cb);  // a waiting request ends at once
+    ASSERT_EQ(done.count(d), 1u);
+    EXPECT_EQ(done[d].stop, "cancelled");
+    EXPECT_EQ(gen.n_waiting(), 1u);
+    ASSERT_TRUE(gen.step(cb));
+    gen.cancel(a, "cancelled", cb);  // a running one ends at the next boundary
+    EXPECT_EQ(done.count(a), 0u);
+    ASSERT_TRUE(gen.step(cb));
+    ASSERT_EQ(done.count(a), 1u);
+    EXPECT_EQ(done[a].stop, "cancelled");
+    EXPECT_EQ(done[a].ids, std::vector<int32_t>(alone[0].begin(), alone[0].begin() + ptrdiff_t(done[a].ids.size())));
+    while (gen.step(cb)) {
+    }
+    EXPECT_TRUE(gen.idle());
+    EXPECT_EQ(done[b].stop, "length");
+    EXPECT_EQ(done[b].ids, alone[1]);
+    EXPECT_EQ(done[c].stop, "stop");
+    EXPECT_EQ(done[c].ids.size(), 5u) << "ended right after the token that cancelled it";
+    EXPECT_EQ(done[c].ids, std::vector<int32_t>(alone[2].begin(), alone[2].begin() + 5));
+    for (int s = 0; s < 2; ++s) EXPECT_EQ(ctx.n_past(s), 0) << "every sequence's KV freed";
+    EXPECT_EQ(ctx.n_cold_cells(), 0);
+    EXPECT_FALSE(gen.step(cb)) << "idle: nothing to do";
+}
+
+// Chunked prefill: a long prompt goes in chunks, one per step, while the running sequence decodes one
+// token per step; the result keeps its length, and the chunked prompt's tokens match a whole prefill's
+// up to the last bits of the logits (greedy ids compared on the first tokens only where they agree).
+TEST_F(batch_test, chunked_prefill_interleaves_with_decode_steps) {
+    std::vector<generation_request> r = requests(2);
+    r[1].prompt.clear();
+    for (int j = 0; j < 100; ++j) r[1].prompt.push_back(3 + (j * 53) % 290);
+    context ctx(*m, params(2, false, "full"), pool);
+    batch_generator gen(ctx, 2, -1, 16);
+    std::vector<int> tokens_of_0_per_step;
+    int n0 = 0;
+    batch_progress cb;
+    cb.on_token = [&](size_t id, int32_t) { n0 += id == 0 ? 1 : 0; };
+    std::map<size_t, generation_result> done;
+    cb.on_done = [&](size_t id, const generation_result & res) { done[id] = res; };
+    gen.submit(r[0]);
+    // r[0]'s prompt (5 tokens) is in after one step; then r[1] joins.
+    ASSERT_TRUE(gen.step(cb));
+    gen.submit(r[1]);
+    int steps_to_prefill = 0;
+    while (done.count(1) == 0 && ctx.n_past(1) < int64_t(r[1].prompt.size())) {
+        const int before = n0;
+        ASSERT_TRUE(gen.step(cb));
+        ++steps_to_prefill;
+        if (done.count(0) == 0) {
+            EXPECT_EQ(n0, before + 1) << "the running sequence decodes at every step";
+        }
+    }
+    EXPECT_EQ(steps_to_prefill, 7) << "100 prompt tokens in chunks of 16";
+    while (gen.step(cb)) {
+    }
+    EXPECT_EQ(done[0].stop, "length");
+    EXPECT_EQ(done[1].stop, "length");
+    EXPECT_EQ(int64_t(done[1].ids.size()), r[1].n_predict);
+    EXPECT_EQ(done[1].prompt_tokens, 100);
+    EXPECT_GT(gen.last_totals().max_step_s, 0.0);
 }
 
 // Decoding over the tiers reads the same bytes in the same order as decoding in RAM: the logits of

@@ -21,5 +21,6 @@ command_fn add_demo(CLI::App & app);
 command_fn add_convert(CLI::App & app);
 command_fn add_bench(CLI::App & app);
 command_fn add_calibrate(CLI::App & app);
+command_fn add_serve(CLI::App & app);
 
 }  // namespace hill::cli

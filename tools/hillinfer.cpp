@@ -15,7 +15,7 @@ int main(int argc, char ** argv) {
     app.require_subcommand(1);
     app.set_version_flag("--version", "hillinfer 0.1.0");
     std::vector<std::pair<CLI::App *, cli::command_fn>> cmds;
-    for (auto add : {cli::add_generate, cli::add_chat, cli::add_info, cli::add_tokenize, cli::add_make_model, cli::add_perplexity, cli::add_demo, cli::add_convert, cli::add_bench, cli::add_calibrate}) {
+    for (auto add : {cli::add_generate, cli::add_chat, cli::add_info, cli::add_tokenize, cli::add_make_model, cli::add_perplexity, cli::add_demo, cli::add_convert, cli::add_bench, cli::add_calibrate, cli::add_serve}) {
         const size_t before = app.get_subcommands({}).size();
         cli::command_fn fn = add(app);
         cmds.emplace_back(app.get_subcommands({})[before], std::move(fn));

@@ -1,0 +1,635 @@
+#include "server/server.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/sys_info.h"
+#include "engine/batch_generator.h"
+#include "server/api_request.h"
+
+namespace hill::server {
+
+using json = nlohmann::json;
+
+namespace {
+
+std::string dump(const json & j) {
+    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+void send_error(httplib::Response & res, const api_error & e) {
+    res.status = e.status;
+    res.set_content(error_body(e), "application/json");
+}
+
+// One request between its HTTP handler and the engine thread.
+struct job {
+    api_request api;
+    generation_request gen;
+    std::vector<std::string> stop;  // stop strings
+    bool trim_first_space = false;  // after a lone BOS, as `generate` prints (SentencePiece)
+    std::string id;                 // "cmpl-N" / "chatcmpl-N"
+    int64_t created = 0;            // Unix seconds
+
+    // Engine thread only.
+    size_t gen_id = 0;
+    std::string raw;    // the generated text
+    size_t posted = 0;  // bytes of raw posted to `text`
+    bool stop_hit = false;
+
+    // Shared, under mu.
+    std::mutex mu;
+    std::condition_variable cv;
+    std::string text;  // posted text a stream has not taken yet (non-streaming: all of it)
+    bool done = false;
+    std::string finish;              // "stop" or "length" when done without error
+    std::optional<api_error> error;  // the request failed
+    int64_t completion_tokens = 0;
+    int64_t reused_tokens = 0;  // prompt tokens whose KV was kept from an earlier request
+    json x_hillinfer;
+};
+
+}  // namespace
+
+struct server::impl {
+    const model & m;
+    context & ctx;
+    std::optional<chat_template> tmpl;
+    server_params p;
+    std::vector<int32_t> chat_stop_ids;
+    std::string bos_text, eos_text;
+    httplib::Server http;
+    std::thread listener;
+    batch_generator gen;
+    batch_progress cb;
+
+    // Inbox from the handlers, under mu.
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::shared_ptr<job>> inbox, cancels;
+    bool accepting = true;
+    int64_t in_flight = 0;  // accepted and not finished
+    std::atomic<uint64_t> next_id{0};
+
+    // Engine thread only.
+    std::unordered_map<size_t, std::shared_ptr<job>> active;  // by generator id
+
+    // Metrics, under metrics_mu.
+    std::mutex metrics_mu;
+    std::map<int, uint64_t> responses;  // by HTTP status
+    uint64_t prompt_tokens = 0, completion_tokens = 0, cancelled = 0, finished = 0;
+    std::string engine_metrics;  // the engine's gauges, written by the engine thread
+
+    impl(const model & mm, context & c, std::optional<chat_template> t, const server_params & pp)
+        : m(mm),
+          ctx(c),
+          tmpl(std::move(t)),
+          p(pp),
+          gen(c, pp.parallel, mm.tokenizer().vocab().eos, pp.prefill_chunk, pp.prefix_reuse) {
+        const vocab & v = m.tokenizer().vocab();
+        if (tmpl) chat_stop_ids = tmpl->end_of_turn_tokens(v);
+        bos_text = v.bos >= 0 ? v.pieces[size_t(v.bos)] : std::string();
+        eos_text = v.eos >= 0 ? v.pieces[size_t(v.eos)] : std::string();
+        cb.on_token = [this](size_t id, int32_t token) { on_token(id, token); };
+        cb.on_done = [this](size_t id, const generation_result & r) { on_done(id, r); };
+        routes();
+        update_engine_metrics();
+    }
+
+    // --- engine thread ---------------------------------------------------------------------------
+
+    // Posts the text of j that can no longer change: up to a stop string (which ends the request), and,
+    // unless final, short of what could be the start of a stop string or an incomplete UTF-8 character.
+    void post(job & j, bool final) {
+        size_t end = j.raw.size();
+        if (!j.stop_hit) {
+            for (const std::string & s : j.stop) {
+                const size_t from = j.posted >= s.size() ? j.posted - s.size() + 1 : 0;
+                const size_t pos = j.raw.find(s, from);
+                if (pos != std::string::npos && pos < end) {
+                    end = pos;
+                    j.stop_hit = true;
+                }
+            }
+            if (j.stop_hit) {
+                j.raw.resize(end);
+                gen.cancel(j.gen_id, "stop", cb);
+            } else if (!final) {
+                for (const std::string & s : j.stop) {
+                    for (size_t k = std::min(s.size() - 1, j.raw.size()); k > 0; --k) {
+                        if (j.raw.compare(j.raw.size() - k, k, s, 0, k) == 0) {
+                            end = std::min(end, j.raw.size() - k);
+                            break;
+                        }
+                    }
+                }
+                end = utf8_complete_prefix(std::string_view(j.raw).substr(0, end));
+            }
+        }
+        if (end <= j.posted) return;
+        std::lock_guard lk(j.mu);
+        j.text.append(j.raw, j.posted, end - j.posted);
+        j.posted = end;
+        j.cv.notify_all();
+    }
+
+    void on_token(size_t id, int32_t token) {
+        job & j = *active.at(id);
+        std::string piece = m.tokenizer().token_to_piece(token);
+        if (j.raw.empty() && j.trim_first_space && !piece.empty() && piece[0] == ' ') piece.erase(0, 1);
+        j.raw += piece;
+        post(j, false);
+    }
+
+    json x_hillinfer(const generation_result & r) const {
+        uint64_t att = 0, n = 0;
+        for (const step_layer_stats & L : ctx.decode_stats().layers) {
+            att += L.n_attended;
+            n += L.n_context;
+        }
+        return {{"policy", std::string(ctx.policy().name())},
+                {"alpha", ctx.params().policy.alpha},
+                {"attended_share", n > 0 ? double(att) / double(n) : 1.0},
+                {"reused_tokens", r.reused_tokens},
+                {"prefill_s", r.prefill_s},
+                {"decode_s", r.decode_s},
+                {"max_batch", r.max_batch}};
+    }
+
+    void on_done(size_t id, const generation_result & r) {
+        const auto it = active.find(id);
+        HILL_ASSERT(it != active.end());
+        const std::shared_ptr<job> jp = it->second;
+        active.erase(it);
+        job & j = *jp;
+        if (r.stop != "error" && r.stop != "shutdown") post(j, true);
+        {
+            std::lock_guard lk(metrics_mu);
+            prompt_tokens += uint64_t(r.prompt_tokens);
+            completion_tokens += r.ids.size();
+            ++finished;
+            if (r.stop == "cancelled") ++cancelled;
+        }
+        {
+            std::lock_guard lk(mu);
+            --in_flight;
+        }
+        std::lock_guard lk(j.mu);
+        j.completion_tokens = int64_t(r.ids.size());
+        j.reused_tokens = r.reused_tokens;
+        j.x_hillinfer = x_hillinfer(r);
+        if (r.stop == "error") {
+            j.error = api_error{500, fmt::format("the generation failed: {}", r.error), "server_error", "",
+                                "generation_failed"};
+        } else if (r.stop == "shutdown") {
+            j.error =
+                api_error{503, "the server shut down before the request finished", "server_error", "", "shutting_down"};
+        } else {
+            j.finish = r.stop == "length" || r.stop == "context" ? "length" : "stop";
+        }
+        j.done = true;
+        j.cv.notify_all();
+    }
+
+    void update_engine_metrics() {
+        int64_t seq_tokens = 0, hot = 0;
+        for (int s = 0; s < ctx.n_seq(); ++s) seq_tokens += ctx.n_past(s);
+        for (int il = 0; il < ctx.model().hp().n_layer; ++il) hot += ctx.cells().n_hot(il);
+        const uint64_t tl_bytes = ctx.layout().token_layer_bytes();
+        uint64_t att = 0, att_hot = 0;
+        for (const step_layer_stats & L : ctx.decode_stats().layers) {
+            att += L.n_attended;
+            att_hot += L.n_attended_hot;
+        }
+        const csd::device_counters dc = ctx.storage().counters();
+        const batch_generator::totals & t = gen.last_totals();
+        size_t n_inbox = 0;
+        {
+            std::lock_guard lk(mu);
+            n_inbox = inbox.size();
+        }
+        std::string out;
+        const auto gauge = [&](const char * name, const char * help, const char * type, const std::string & value,
+                               const char * labels = "") {
+            out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{}{} {}\n", name, help, name, type, name, labels, value);
+        };
+        gauge("hillinfer_queue_length", "requests waiting for a sequence", "gauge",
+              std::to_string(gen.n_waiting() + n_inbox));
+        gauge("hillinfer_requests_running", "requests prefilling or decoding", "gauge",
+              std::to_string(gen.n_running()));
+        gauge("hillinfer_decode_steps_total", "batch decode steps", "counter", std::to_string(t.steps));
+        gauge("hillinfer_decode_tokens_total", "tokens decoded by them", "counter", std::to_string(t.tokens));
+        gauge("hillinfer_decode_seconds_total", "wall time of the decode steps", "counter",
+              fmt::format("{:.6f}", t.decode_s));
+        gauge("hillinfer_prefill_seconds_total", "wall time of the prefill chunks", "counter",
+              fmt::format("{:.6f}", t.prefill_s));
+        gauge("hillinfer_step_seconds_last", "the last engine step (prefill chunk + decode step)", "gauge",
+              fmt::format("{:.6f}", t.last_step_s));
+        gauge("hillinfer_step_seconds_max", "the longest engine step", "gauge", fmt::format("{:.6f}", t.max_step_s));
+        const int64_t kept = gen.n_kept_tokens();
+        gauge("hillinfer_kv_tokens", "tokens in the KV of every sequence", "gauge", std::to_string(seq_tokens));
+        gauge("hillinfer_kv_tokens_running", "tokens in the KV of running requests", "gauge",
+              std::to_string(seq_tokens - kept));
+        gauge("hillinfer_kv_tokens_kept", "tokens in the KV of finished requests, kept for prefix reuse", "gauge",
+              std::to_string(kept));
+        out +=
+            "# HELP hillinfer_kv_bytes KV bytes (K and V, all layers) by tier: hot pool copies, and tokens only in "
+            "the cold pool\n# TYPE hillinfer_kv_bytes gauge\n";
+        out += fmt::format("hillinfer_kv_bytes{{tier=\"hot\"}} {}\n", uint64_t(hot) * tl_bytes);
+        out += fmt::format("hillinfer_kv_bytes{{tier=\"cold\"}} {}\n", uint64_t(ctx.n_cold_cells()) * tl_bytes);
+        gauge("hillinfer_hot_share", "share of the attended tokens read from the hot pool", "gauge",
+              fmt::format("{:.6f}", att > 0 ? double(att_hot) / double(att) : 0.0));
+        gauge("hillinfer_storage_link_bytes_total", "bytes over the storage device's link (scoring and KV)", "counter",
+              std::to_string(dc.link_score_bytes + dc.link_kv_bytes));
+        gauge("hillinfer_storage_internal_read_bytes_total", "bytes read inside the storage device", "counter",
+              std::to_string(dc.internal_read_bytes));
+        std::lock_guard lk(metrics_mu);
+        engine_metrics = std::move(out);
+    }
+
+    void engine_loop(const std::function<bool()> & stop_requested) {
+        bool stopping = false;
+        auto deadline = std::chrono::steady_clock::now();
+        for (;;) {
+            std::vector<std::shared_ptr<job>> incoming, cancel;
+            {
+                std::lock_guard lk(mu);
+                incoming.swap(inbox);
+                cancel.swap(cancels);
+            }
+            for (auto & j : incoming) {
+                j->gen_id = gen.submit(j->gen);
+                active[j->gen_id] = j;
+            }
+            for (auto & j : cancel) {
+                const auto it = active.find(j->gen_id);
+                if (it != active.end() && it->second == j) gen.cancel(j->gen_id, "cancelled", cb);
+            }
+            if (!stopping && stop_requested()) {
+                stopping = true;
+                deadline =
+                    std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(p.shutdown_wait_s * 1000));
+                std::lock_guard lk(mu);
+                accepting = false;
+                log_info("serve: stopping; {} requests to finish (at most {:.0f} s)", in_flight, p.shutdown_wait_s);
+            }
+            if (stopping) {
+                bool inbox_empty = false;
+                {
+                    std::lock_guard lk(mu);
+                    inbox_empty = inbox.empty();
+                }
+                if (inbox_empty && (gen.idle() || std::chrono::steady_clock::now() >= deadline)) {
+                    gen.stop_all("shutdown", cb);
+                    break;
+                }
+            }
+            if (gen.idle()) {
+                if (!incoming.empty() || !cancel.empty()) update_engine_metrics();
+                std::unique_lock lk(mu);
+                cv.wait_for(lk, std::chrono::milliseconds(50), [&] { return !inbox.empty() || !cancels.empty(); });
+                continue;
+            }
+            try {
+                gen.step(cb);
+            } catch (const error & e) {
+                // Only an interrupt reaches here (a storage device with a stop hook): end what runs.
+                log_warn("serve: {}", e.what());
+                gen.stop_all("error", cb);
+            }
+            update_engine_metrics();
+        }
+        update_engine_metrics();
+    }
+
+    // --- handler threads -------------------------------------------------------------------------
+
+    void cancel(const std::shared_ptr<job> & j) {
+        std::lock_guard lk(mu);
+        cancels.push_back(j);
+        cv.notify_all();
+    }
+
+    bool authorized(const httplib::Request & req) const {
+        return p.api_key.empty() || req.get_header_value("Authorization") == "Bearer " + p.api_key;
+    }
+
+    // The job of a valid request, or the error to answer.
+    std::variant<std::shared_ptr<job>, api_error> make_job(const httplib::Request & req, api_kind kind) {
+        auto parsed = parse_api_request(req.body, kind);
+        if (auto * e = std::get_if<api_error>(&parsed)) return *e;
+        auto j = std::make_shared<job>();
+        j->api = std::move(std::get<api_request>(parsed));
+        const api_request & a = j->api;
+        if (!a.model.empty() && a.model != p.model_id) {
+            return api_error{404,
+                             fmt::format("the model '{}' does not exist; this server serves '{}'", a.model, p.model_id),
+                             "invalid_request_error", "model", "model_not_found"};
+        }
+        const tokenizer & tok = m.tokenizer();
+        const vocab & v = tok.vocab();
+        std::vector<int32_t> ids;
+        const char * prompt_param = kind == api_kind::chat ? "messages" : "prompt";
+        if (kind == api_kind::chat) {
+            if (!tmpl) {
+                return api_error{400, "the model has no chat template; start the server with --chat-template NAME",
+                                 "invalid_request_error", "messages", "no_chat_template"};
+            }
+            try {
+                ids = tok.encode_with_special(tmpl->format(a.messages, true, bos_text, eos_text), v.add_bos);
+            } catch (const error & e) {
+                return api_error{400, e.what(), "invalid_request_error", "messages", "invalid_value"};
+            }
+            j->gen.stop_tokens = chat_stop_ids;
+        } else {
+            ids = tok.encode(a.prompt, v.add_bos);
+        }
+        if (ids.empty()) {
+            return api_error{400, "the prompt is empty and the model has no BOS token to start from",
+                             "invalid_request_error", prompt_param, "invalid_value"};
+        }
+        const int64_t n_ctx = ctx.n_ctx();
+        if (int64_t(ids.size()) > n_ctx) {
+            return api_error{
+                400, fmt::format("the prompt is {} tokens, longer than the context of {} tokens", ids.size(), n_ctx),
+                "invalid_request_error", prompt_param, "context_length_exceeded"};
+        }
+        // At most n_ctx - n_prompt + 1 tokens: the last one is sampled when the context is full.
+        const int64_t room = n_ctx - int64_t(ids.size()) + 1;
+        if (a.max_tokens && *a.max_tokens > room) {
+            return api_error{
+                400,
+                fmt::format("max_tokens is {}, but the prompt of {} tokens leaves room for {} tokens in the "
+                            "context of {} tokens",
+                            *a.max_tokens, ids.size(), room, n_ctx),
+                "invalid_request_error", "max_tokens", "context_length_exceeded"};
+        }
+        j->gen.n_predict = int32_t(a.max_tokens             ? *a.max_tokens
+                                   : kind == api_kind::chat ? room
+                                                            : std::min<int64_t>(room, p.default_max_tokens));
+        sampler_params & sp = j->gen.sampling;
+        sp.temperature = a.temperature;
+        sp.top_p = a.top_p;
+        sp.top_k = 0;
+        sp.min_p = 0.0f;
+        sp.repeat_penalty = 1.0f;
+        sp.seed = a.seed ? *a.seed : std::random_device{}();
+        j->trim_first_space = ids.size() == 1 && ids[0] == v.bos;
+        j->gen.prompt = std::move(ids);
+        j->stop = a.stop;
+        const uint64_t n = next_id.fetch_add(1);
+        j->id = fmt::format("{}-{}", kind == api_kind::chat ? "chatcmpl" : "cmpl", n);
+        j->created = int64_t(
+            std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+                .count());
+        return j;
+    }
+
+    json usage(const job & j) const {
+        const auto n_prompt = int64_t(j.gen.prompt.size());
+        return {{"prompt_tokens", n_prompt},
+                {"completion_tokens", j.completion_tokens},
+                {"total_tokens", n_prompt + j.completion_tokens},
+                {"prompt_tokens_details", {{"cached_tokens", j.reused_tokens}}}};
+    }
+
+    json chunk(const job & j, const std::string & delta, const json & finish, bool first) const {
+        json choice = {{"index", 0}, {"finish_reason", finish}};
+        if (j.api.kind == api_kind::chat) {
+            json d = json::object();
+            if (first) d["role"] = "assistant";
+            if (!delta.empty() || first) d["content"] = delta;
+            choice["delta"] = d;
+        } else {
+            choice["text"] = delta;
+            choice["logprobs"] = nullptr;
+        }
+        return {{"id", j.id},
+                {"object", j.api.kind == api_kind::chat ? "chat.completion.chunk" : "text_completion"},
+                {"created", j.created},
+                {"model", p.model_id},
+                {"choices", json::array({choice})}};
+    }
+
+    void handle(const httplib::Request & req, httplib::Response & res, api_kind kind) {
+        auto made = make_job(req, kind);
+        if (auto * e = std::get_if<api_error>(&made)) return send_error(res, *e);
+        std::shared_ptr<job> j = std::get<std::shared_ptr<job>>(made);
+        {
+            std::lock_guard lk(mu);
+            if (!accepting) {
+                res.set_header("Retry-After", "5");
+                return send_error(res, {503, "the server is shutting down", "server_error", "", "shutting_down"});
+            }
+            if (in_flight >= int64_t(p.parallel) + p.queue) {
+                res.set_header("Retry-After", "1");
+                return send_error(res,
+                                  {503,
+                                   fmt::format("the server is busy: {} requests running and waiting (--parallel {}, "
+                                               "--queue {}); retry later",
+                                               in_flight, p.parallel, p.queue),
+                                   "server_error", "", "queue_full"});
+            }
+            ++in_flight;
+            inbox.push_back(j);
+            cv.notify_all();
+        }
+        if (j->api.stream) return stream(j, res);
+        std::unique_lock lk(j->mu);
+        j->cv.wait(lk, [&] { return j->done; });
+        if (j->error) return send_error(res, *j->error);
+        json choice = {{"index", 0}, {"finish_reason", j->finish}};
+        if (kind == api_kind::chat) {
+            choice["message"] = {{"role", "assistant"}, {"content", j->text}};
+        } else {
+            choice["text"] = j->text;
+            choice["logprobs"] = nullptr;
+        }
+        const json out = {{"id", j->id},
+                          {"object", kind == api_kind::chat ? "chat.completion" : "text_completion"},
+                          {"created", j->created},
+                          {"model", p.model_id},
+                          {"choices", json::array({choice})},
+                          {"usage", usage(*j)},
+                          {"x_hillinfer", j->x_hillinfer}};
+        res.set_content(dump(out), "application/json");
+    }
+
+    void stream(const std::shared_ptr<job> & j, httplib::Response & res) {
+        res.set_header("Cache-Control", "no-cache");
+        res.set_chunked_content_provider("text/event-stream", [this, j](size_t, httplib::DataSink & sink) {
+            const auto event = [&](const json & e) {
+                const std::string s = "data: " + dump(e) + "\n\n";
+                return sink.write(s.data(), s.size());
+            };
+            bool first = true;
+            for (;;) {
+                std::string delta;
+                bool done = false;
+                {
+                    std::unique_lock lk(j->mu);
+                    j->cv.wait_for(lk, std::chrono::milliseconds(100), [&] { return !j->text.empty() || j->done; });
+                    delta.swap(j->text);
+                    done = j->done;
+                }
+                if (done && j->error) {
+                    json e = json::parse(error_body(*j->error));
+                    const std::string end = "data: [DONE]\n\n";
+                    if (event(e)) sink.write(end.data(), end.size());
+                    sink.done();
+                    return true;
+                }
+                if (!delta.empty() || (first && j->api.kind == api_kind::chat)) {
+                    if (!event(chunk(*j, delta, nullptr, first))) {
+                        cancel(j);
+                        return false;
+                    }
+                    first = false;
+                } else if (!done && !sink.is_writable()) {
+                    cancel(j);
+                    return false;
+                }
+                if (done) {
+                    json last = chunk(*j, "", j->finish, false);
+                    last["x_hillinfer"] = j->x_hillinfer;
+                    bool ok = event(last);
+                    if (ok && j->api.include_usage) {
+                        json u = chunk(*j, "", nullptr, false);
+                        u["choices"] = json::array();
+                        u["usage"] = usage(*j);
+                        ok = event(u);
+                    }
+                    const std::string end = "data: [DONE]\n\n";
+                    if (ok) sink.write(end.data(), end.size());
+                    sink.done();
+                    return true;
+                }
+            }
+        });
+    }
+
+    void routes() {
+        http.set_payload_max_length(p.body_limit_bytes);
+        // SO_REUSEADDR only: cpp-httplib's default also sets SO_REUSEPORT, which would let a second server
+        // bind the same port and take half of the connections instead of failing to start.
+        http.set_socket_options([](int sock) {
+            int yes = 1;
+            ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+        });
+        // Every stream holds a handler thread: room for all the running and waiting requests, and a few more.
+        const size_t n_threads = size_t(p.parallel + p.queue + 4);
+        http.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
+        http.set_pre_routing_handler([this](const httplib::Request & req, httplib::Response & res) {
+            if (req.path.rfind("/v1/", 0) == 0 && !authorized(req)) {
+                send_error(res, {401, "missing or wrong API key: send the header 'Authorization: Bearer KEY'",
+                                 "invalid_request_error", "", "invalid_api_key"});
+                return httplib::Server::HandlerResponse::Handled;
+            }
+            return httplib::Server::HandlerResponse::Unhandled;
+        });
+        http.set_error_handler([this](const httplib::Request & req, httplib::Response & res) {
+            if (!res.body.empty()) return;
+            if (res.status == 413) {
+                send_error(res, {413,
+                                 fmt::format("the request body is larger than the limit of {} bytes (--body-limit)",
+                                             p.body_limit_bytes),
+                                 "invalid_request_error", "", "body_too_large"});
+            } else if (res.status == 404) {
+                send_error(res, {404, fmt::format("no endpoint {} {}", req.method, req.path), "invalid_request_error",
+                                 "", "not_found"});
+            } else {
+                send_error(res, {res.status, fmt::format("HTTP {}", res.status), "invalid_request_error", "", ""});
+            }
+        });
+        http.set_logger([this](const httplib::Request &, const httplib::Response & res) {
+            std::lock_guard lk(metrics_mu);
+            ++responses[res.status];
+        });
+        http.Get("/health", [](const httplib::Request &, httplib::Response & res) {
+            res.set_content(R"({"status":"ok"})", "application/json");
+        });
+        http.Get("/v1/models", [this](const httplib::Request &, httplib::Response & res) {
+            const json j = {
+                {"object", "list"},
+                {"data",
+                 json::array({{{"id", p.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "hillinfer"}}})}};
+            res.set_content(dump(j), "application/json");
+        });
+        http.Get("/metrics", [this](const httplib::Request &, httplib::Response & res) {
+            std::string out;
+            std::lock_guard lk(metrics_mu);
+            out +=
+                "# HELP hillinfer_http_responses_total HTTP responses by status\n# TYPE hillinfer_http_responses_total "
+                "counter\n";
+            for (const auto & [status, n] : responses)
+                out += fmt::format("hillinfer_http_responses_total{{code=\"{}\"}} {}\n", status, n);
+            out += fmt::format(
+                "# HELP hillinfer_requests_finished_total generation requests ended\n# TYPE "
+                "hillinfer_requests_finished_total counter\nhillinfer_requests_finished_total {}\n",
+                finished);
+            out += fmt::format(
+                "# HELP hillinfer_requests_cancelled_total requests whose client went away\n# TYPE "
+                "hillinfer_requests_cancelled_total counter\nhillinfer_requests_cancelled_total {}\n",
+                cancelled);
+            out += fmt::format(
+                "# HELP hillinfer_prompt_tokens_total prompt tokens prefilled\n# TYPE "
+                "hillinfer_prompt_tokens_total counter\nhillinfer_prompt_tokens_total {}\n",
+                prompt_tokens);
+            out += fmt::format(
+                "# HELP hillinfer_completion_tokens_total tokens generated\n# TYPE "
+                "hillinfer_completion_tokens_total counter\nhillinfer_completion_tokens_total {}\n",
+                completion_tokens);
+            out += engine_metrics;
+            res.set_content(out, "text/plain; version=0.0.4");
+        });
+        http.Post("/v1/completions", [this](const httplib::Request & req, httplib::Response & res) {
+            handle(req, res, api_kind::completion);
+        });
+        http.Post("/v1/chat/completions",
+                  [this](const httplib::Request & req, httplib::Response & res) { handle(req, res, api_kind::chat); });
+    }
+};
+
+server::server(const model & m, context & ctx, std::optional<chat_template> tmpl, const server_params & p)
+    : impl_(std::make_unique<impl>(m, ctx, std::move(tmpl), p)) {}
+
+server::~server() {
+    if (impl_->listener.joinable()) {
+        impl_->http.stop();
+        impl_->listener.join();
+    }
+}
+
+int server::bind() {
+    impl & s = *impl_;
+    const int port =
+        s.p.port == 0 ? s.http.bind_to_any_port(s.p.host) : (s.http.bind_to_port(s.p.host, s.p.port) ? s.p.port : -1);
+    if (port < 0)
+        fail_usage("cannot listen on {}:{} (address in use, or not an address of this machine)", s.p.host, s.p.port);
+    return port;
+}
+
+void server::run(const std::function<bool()> & stop_requested) {
+    impl & s = *impl_;
+    s.listener = std::thread([&s] { s.http.listen_after_bind(); });
+    s.engine_loop(stop_requested);
+    s.http.stop();
+    s.listener.join();
+}
+
+}  // namespace hill::server
