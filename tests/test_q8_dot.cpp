@@ -4,6 +4,7 @@
 // and the batch invariance of matmul.h.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -162,6 +163,30 @@ TEST(int8_dot, quantize_activation_known_block) {
     EXPECT_EQ(int8_act_row_bytes(ggml_type::q4_0, 64), 2 * sizeof(act_q8));
     EXPECT_FALSE(int8_dot_supported(ggml_type::f16));
     EXPECT_FALSE(int8_dot_supported(ggml_type::iq4_xs));
+}
+
+TEST(int8_dot, quantize_activation_avx2_bitwise_scalar) {
+    if (!cpu_has_avx2()) GTEST_SKIP() << "this CPU has no AVX2+FMA+F16C: only the scalar kernels run here";
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    mode_guard g;
+    for (ggml_type t : {ggml_type::q8_0, ggml_type::q4_k}) {
+        const int64_t n = 256 * 5;
+        std::vector<float> x = random_floats(rng, sz(n), -3.0f, 3.0f);
+        // A block with max 127 and halves (ties), a block of zeros, a block with one value.
+        for (int64_t j = 0; j < 256; ++j) x[sz(j)] = float(j % 255 - 127) + (j % 3 == 0 ? 0.5f : 0.0f);
+        x[0] = 127.0f;
+        std::fill(x.begin() + 256, x.begin() + 512, 0.0f);
+        std::fill(x.begin() + 512, x.begin() + 768, 0.0f);
+        x[600] = -1e-30f;
+        std::vector<uint8_t> qs(int8_act_row_bytes(t, n)), qa(qs.size());
+        kernel_mode_set(kernel_mode::scalar);
+        quantize_activation_row(t, x.data(), n, qs.data());
+        kernel_mode_set(kernel_mode::avx2);
+        quantize_activation_row(t, x.data(), n, qa.data());
+        EXPECT_EQ(std::memcmp(qs.data(), qa.data(), qs.size()), 0) << ggml_type_name(t);
+    }
 }
 
 // Scalar and AVX2 against a double product of the same quantized activations (the integer part is

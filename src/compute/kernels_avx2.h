@@ -33,6 +33,10 @@ bool dequantize_row(ggml_type type, const uint8_t * src, float * dst, int64_t n)
 // int8_dot_rows_scalar gives, bit for bit, with the same arguments (type: int8_dot_supported).
 // One activation row: weight rows in groups of four (the rest one by one for the 32-weight types;
 // the k-quants always one by one); several: each weight block unpacked once per 4 activation rows.
+// q8_dot.h's quantize_activation_row, bit for bit, for blocks of 256 (k_blocks: act_q8k) or 32
+// (act_q8).
+void quantize_activation_row(bool k_blocks, const float * x, int64_t n, void * dst);
+
 void int8_dot_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const uint8_t * xq, size_t ldq,
                    int64_t n_tok, float * y, int64_t ldy, int64_t n_rows);
 

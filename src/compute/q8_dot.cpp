@@ -1,5 +1,7 @@
 #include "compute/q8_dot.h"
 
+#include "compute/kernel_mode.h"
+#include "compute/kernels_avx2.h"
 #include "core/error.h"
 #include "core/fp16.h"
 
@@ -221,6 +223,10 @@ size_t int8_act_row_bytes(ggml_type type, int64_t n) {
 
 void quantize_activation_row(ggml_type type, const float * x, int64_t n, void * dst) {
     HILL_ASSERT(n >= 0 && n % int8_act_block_size(type) == 0);
+    if (kernel_mode_get() == kernel_mode::avx2) {
+        avx2::quantize_activation_row(is_k_type(type), x, n, dst);
+        return;
+    }
     if (is_k_type(type)) {
         auto * o = static_cast<act_q8k *>(dst);
         for (int64_t ib = 0; ib < n / 256; ++ib) {

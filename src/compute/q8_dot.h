@@ -66,7 +66,7 @@ size_t int8_act_row_bytes(ggml_type type, int64_t n);
 
 // dst = x[n] quantized for weights of `type`: per block d = max|x| / 127, q = x · (1 / d)
 // rounded to nearest (ties to even), sums as above. dst: int8_act_row_bytes(type, n) bytes,
-// act_q8 or act_q8k blocks (any alignment of 4).
+// act_q8 or act_q8k blocks (any alignment of 4). The AVX2 kernel mode gives the same bytes.
 void quantize_activation_row(ggml_type type, const float * x, int64_t n, void * dst);
 
 // Scalar reference of the int8 product: y[t · ldy + r] = row r of W · activation row t for r in

@@ -169,12 +169,14 @@ void legacy_tile(const uint8_t * w, size_t rb, int64_t nb, const uint8_t * xq, s
 // ---- k-quant super-blocks ----
 // Each unpacks one block into 8 vectors of 32 unsigned weight bytes (sub-block u: weights
 // 32u .. 32u + 31), the int16 factors of madd per sub-block (the 16-weight groups' scales: lanes
-// 0..7 group 2u, lanes 8..15 group 2u + 1), the groups' min factors mc[16], d and dm (q8_dot.h).
+// 0..7 group 2u, lanes 8..15 group 2u + 1), the groups' min factors mc (16 int16: at most
+// 32 · 128, times a group's Σ q8 of at most 16 · 127 and summed in pairs, within int32), d and dm
+// (q8_dot.h).
 
 struct k_unpacked {
     __m256i q[8];
     __m256i sc[8];
-    int32_t mc[16];
+    __m256i mc;
     float d, dm;
 };
 
@@ -196,12 +198,14 @@ struct w_q45_k {
         k.d = f16_at(b);
         k.dm = f16_at(b + 2);
         const uint8_t * scales = b + 4;
+        alignas(32) int16_t mc[16];
         for (int u = 0; u < 8; ++u) {
             int sc = 0, mn = 0;
             scale_min_k4(scales, u, sc, mn);
             k.sc[u] = _mm256_set1_epi16(short(sc));
-            k.mc[2 * u] = k.mc[2 * u + 1] = mn;
+            mc[2 * u] = mc[2 * u + 1] = int16_t(mn);
         }
+        k.mc = _mm256_load_si256(reinterpret_cast<const __m256i *>(mc));
         const uint8_t * qs = b + (q5 ? offsetof(block_q5_k, qs) : offsetof(block_q4_k, qs));
         const __m256i m4 = _mm256_set1_epi8(15);
         for (int i = 0; i < 4; ++i) {
@@ -229,7 +233,8 @@ struct w_q6_k {
         for (int u = 0; u < 8; ++u) {
             k.sc[u] = _mm256_set_m128i(_mm_set1_epi16(scales[2 * u + 1]), _mm_set1_epi16(scales[2 * u]));
         }
-        for (int g = 0; g < 16; ++g) k.mc[g] = 32 * scales[g];
+        // 32 · sc for each of the 16 groups: the 16 scale bytes sign-extended, shifted by 5.
+        k.mc = _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(scales))), 5);
         const uint8_t * ql = b + offsetof(block_q6_k, ql);
         const uint8_t * qh = b + offsetof(block_q6_k, qh);
         const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3 << 4);
@@ -266,14 +271,12 @@ void k_tile(const uint8_t * w, int64_t nb, const uint8_t * xq, size_t ldq, float
                 const __m256i p16 = _mm256_maddubs_epi16(k.q[u], load32(xb->q + 32 * u));
                 s = _mm256_add_epi32(s, _mm256_madd_epi16(p16, k.sc[u]));
             }
-            int32_t sm = 0;
-            for (int g = 0; g < 16; ++g) sm += k.mc[g] * xb->bsum[g];
-            const int32_t si = hsum_i32(s);
+            const __m256i m = _mm256_madd_epi16(k.mc, load32(xb->bsum));  // Σ mc · Σ q8, in pairs of groups
             if constexpr (W::fold) {
-                a[t] = __builtin_fmaf(k.d * xb->d, float(si - sm), a[t]);
+                a[t] = __builtin_fmaf(k.d * xb->d, float(hsum_i32(_mm256_sub_epi32(s, m))), a[t]);
             } else {
-                a[t] = __builtin_fmaf(k.d * xb->d, float(si), a[t]);
-                a[t] = __builtin_fmaf(-(k.dm * xb->d), float(sm), a[t]);
+                a[t] = __builtin_fmaf(k.d * xb->d, float(hsum_i32(s)), a[t]);
+                a[t] = __builtin_fmaf(-(k.dm * xb->d), float(hsum_i32(m)), a[t]);
             }
         }
     }
@@ -339,7 +342,55 @@ void k_rows(const uint8_t * w, size_t rb, int64_t n_cols, const uint8_t * xq, si
     }
 }
 
+// Quantizes n (a multiple of 32) values with one scale: d = max|x| / 127, q = x · (1 / d) rounded
+// to nearest, ties to even (as the scalar reference, nearbyint); sums[i] = Σ q over the values
+// [16i, 16i + 16). Returns d.
+float quantize_run(const float * x, int n, int8_t * q, int32_t * sums) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 vmax = _mm256_setzero_ps();
+    for (int j = 0; j < n; j += 8) vmax = _mm256_max_ps(vmax, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    const float d = _mm_cvtss_f32(m) / 127.0f;
+    const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+    const __m256 lim = _mm256_set1_ps(127.0f);
+    for (int j = 0; j < n; j += 32) {
+        __m256i v[4];
+        for (int k = 0; k < 4; ++k) {
+            __m256 r = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + j + 8 * k), id),
+                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            r = _mm256_min_ps(_mm256_max_ps(r, _mm256_sub_ps(_mm256_setzero_ps(), lim)), lim);
+            v[k] = _mm256_cvtps_epi32(r);
+        }
+        sums[j / 16] = hsum_i32(_mm256_add_epi32(v[0], v[1]));
+        sums[j / 16 + 1] = hsum_i32(_mm256_add_epi32(v[2], v[3]));
+        // packs work per 128-bit lane: the permute puts the four 8-value groups back in order.
+        const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+        _mm256_storeu_si256(reinterpret_cast<__m256i *>(q + j),
+                            _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    }
+    return d;
+}
+
 }  // namespace
+
+void quantize_activation_row(bool k_blocks, const float * x, int64_t n, void * dst) {
+    int32_t sums[16];
+    if (k_blocks) {
+        auto * o = static_cast<act_q8k *>(dst);
+        for (int64_t ib = 0; ib < n / 256; ++ib) {
+            o[ib].d = quantize_run(x + 256 * ib, 256, o[ib].q, sums);
+            for (int g = 0; g < 16; ++g) o[ib].bsum[g] = int16_t(sums[g]);
+        }
+        return;
+    }
+    auto * o = static_cast<act_q8 *>(dst);
+    for (int64_t ib = 0; ib < n / 32; ++ib) {
+        o[ib].d = quantize_run(x + 32 * ib, 32, o[ib].q, sums);
+        o[ib].sum = sums[0] + sums[1];
+    }
+}
 
 void int8_dot_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const uint8_t * xq, size_t ldq,
                    int64_t n_tok, float * y, int64_t ldy, int64_t n_rows) {
