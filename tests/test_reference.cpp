@@ -179,8 +179,8 @@ INSTANTIATE_TEST_SUITE_P(
                       ref_case{"f32_tied_scaled_rope", ggml_type::f32, 112, 75, 1e-4f, true, 50000.0f, 4.0f},
                       ref_case{"f16", ggml_type::f16, 80, 99, 2e-3f, false, 10000.0f, 1.0f},
                       ref_case{"bf16", ggml_type::bf16, 80, 99, 2e-3f, false, 10000.0f, 1.0f},
-                      ref_case{"q8_0", ggml_type::q8_0, 96, 160, 2e-3f, false, 10000.0f, 1.0f, 1.0f},
-                      ref_case{"q4_0", ggml_type::q4_0, 96, 160, 2e-3f, false, 10000.0f, 1.0f, 1.0f}),
+                      ref_case{"q8_0", ggml_type::q8_0, 96, 160, 2e-3f, false, 10000.0f, 1.0f, 3e-2f},
+                      ref_case{"q4_0", ggml_type::q4_0, 96, 160, 2e-3f, false, 10000.0f, 1.0f, 3e-2f}),
     [](const auto & info) { return std::string(info.param.name); });
 
 struct arch_case {
