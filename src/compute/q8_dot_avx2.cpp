@@ -180,16 +180,6 @@ struct k_unpacked {
     float d, dm;
 };
 
-inline void scale_min_k4(const uint8_t * s, int u, int & sc, int & mn) {
-    if (u < 4) {
-        sc = s[u] & 63;
-        mn = s[u + 4] & 63;
-    } else {
-        sc = (s[u + 4] & 15) | (s[u - 4] >> 6) << 4;
-        mn = (s[u + 4] >> 4) | (s[u] >> 6) << 4;
-    }
-}
-
 template <bool q5>
 struct w_q45_k {
     static constexpr size_t bytes = q5 ? sizeof(block_q5_k) : sizeof(block_q4_k);
@@ -197,15 +187,19 @@ struct w_q45_k {
     static void unpack(const uint8_t * b, k_unpacked & k) {
         k.d = f16_at(b);
         k.dm = f16_at(b + 2);
-        const uint8_t * scales = b + 4;
-        alignas(32) int16_t mc[16];
-        for (int u = 0; u < 8; ++u) {
-            int sc = 0, mn = 0;
-            scale_min_k4(scales, u, sc, mn);
-            k.sc[u] = _mm256_set1_epi16(short(sc));
-            mc[2 * u] = mc[2 * u + 1] = int16_t(mn);
-        }
-        k.mc = _mm256_load_si256(reinterpret_cast<const __m256i *>(mc));
+        // The 8 6-bit scales and mins (ggml_type.h) with 32-bit word operations: bytes u of
+        // w0, w1, w2 are scales[u], scales[u + 4], scales[u + 8].
+        uint32_t w[3];
+        std::memcpy(w, b + 4, 12);
+        const uint32_t sc_lo = w[0] & 0x3f3f3f3f, mn_lo = w[1] & 0x3f3f3f3f;
+        const uint32_t sc_hi = (w[2] & 0x0f0f0f0f) | ((w[0] >> 6) & 0x03030303) << 4;
+        const uint32_t mn_hi = ((w[2] >> 4) & 0x0f0f0f0f) | ((w[1] >> 6) & 0x03030303) << 4;
+        // sc16: the 8 scales as int16 in both 128-bit halves; sub-block u's factor is lane u in all 16.
+        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(sc_hi), int(sc_lo))));
+        for (int u = 0; u < 8; ++u) k.sc[u] = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(short(0x0101 * 2 * u + 0x0100)));
+        // mc: min u in int16 lanes 2u and 2u + 1.
+        const __m128i mn16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(mn_hi), int(mn_lo)));
+        k.mc = _mm256_set_m128i(_mm_unpackhi_epi16(mn16, mn16), _mm_unpacklo_epi16(mn16, mn16));
         const uint8_t * qs = b + (q5 ? offsetof(block_q5_k, qs) : offsetof(block_q4_k, qs));
         const __m256i m4 = _mm256_set1_epi8(15);
         for (int i = 0; i < 4; ++i) {
@@ -230,8 +224,16 @@ struct w_q6_k {
     static void unpack(const uint8_t * b, k_unpacked & k) {
         k.d = k.dm = f16_at(b + offsetof(block_q6_k, d));
         const auto * scales = reinterpret_cast<const int8_t *>(b + offsetof(block_q6_k, scales));
+        // Sub-block u's factors: scale 2u in the low 128-bit half, 2u + 1 in the high one, picked
+        // from the 8 int16 scales of its half of the block (shuffle control: int16 lane i of a half).
+        const __m128i s16_lo = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(scales)));
+        const __m128i s16_hi = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(scales + 8)));
+        const __m256i half[2] = {_mm256_broadcastsi128_si256(s16_lo), _mm256_broadcastsi128_si256(s16_hi)};
         for (int u = 0; u < 8; ++u) {
-            k.sc[u] = _mm256_set_m128i(_mm_set1_epi16(scales[2 * u + 1]), _mm_set1_epi16(scales[2 * u]));
+            const int i0 = (2 * u) % 8, i1 = (2 * u + 1) % 8;
+            const __m256i ctl = _mm256_set_m128i(_mm_set1_epi16(short(0x0101 * 2 * i1 + 0x0100)),
+                                                 _mm_set1_epi16(short(0x0101 * 2 * i0 + 0x0100)));
+            k.sc[u] = _mm256_shuffle_epi8(half[u / 4], ctl);
         }
         // 32 · sc for each of the 16 groups: the 16 scale bytes sign-extended, shifted by 5.
         k.mc = _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(scales))), 5);
@@ -303,8 +305,11 @@ void legacy_tiles(const uint8_t * w, size_t rb, int64_t nb, const uint8_t * xq, 
 }
 
 // Rows in groups of four with one activation row (four independent accumulator chains, the
-// weights of four rows streamed together; the next group prefetched as the kernel goes), one at a
-// time with several (each block unpacked once per tile of activation rows).
+// weights of four rows streamed together; the group after next prefetched as the kernel goes, one
+// sequential stream), one at a time with several (each block unpacked once per tile of activation
+// rows; the row four ahead prefetched). Prefetch distances measured with bench_gemm (one thread,
+// process CPU time per pass on the loaded 2-core VM): without prefetch Q4_0/Q8_0 took 2.5× the
+// time; two groups ahead instead of one took ~10% less for Q4_0, Q8_0 and Q4_K.
 template <class W>
 void legacy_rows(const uint8_t * w, size_t rb, int64_t n_cols, const uint8_t * xq, size_t ldq, int64_t n_tok, float * y,
                  int64_t ldy, int64_t n_rows) {
@@ -313,7 +318,7 @@ void legacy_rows(const uint8_t * w, size_t rb, int64_t n_cols, const uint8_t * x
     if (n_tok == 1) {
         for (; r + 4 <= n_rows; r += 4) {
             const uint8_t * g = w + size_t(r) * rb;
-            legacy_tile<W, 4, 1>(g, rb, nb, xq, ldq, y + r, ldy, r + 8 <= n_rows ? g + 4 * rb : g);
+            legacy_tile<W, 4, 1>(g, rb, nb, xq, ldq, y + r, ldy, r + 12 <= n_rows ? g + 8 * rb : g);
         }
     }
     for (; r < n_rows; ++r) {
@@ -328,7 +333,7 @@ void k_rows(const uint8_t * w, size_t rb, int64_t n_cols, const uint8_t * xq, si
     const int64_t nb = n_cols / 256;
     for (int64_t r = 0; r < n_rows; ++r) {
         const uint8_t * row = w + size_t(r) * rb;
-        const uint8_t * pf = r + 1 < n_rows ? row + rb : row;
+        const uint8_t * pf = r + 4 < n_rows ? row + 4 * rb : row;
         int64_t t = 0;
         for (; t + k_t_tile <= n_tok; t += k_t_tile)
             k_tile<W, k_t_tile>(row, nb, xq + size_t(t) * ldq, ldq, y + t * ldy + r, ldy, t == 0 ? pf : nullptr);
