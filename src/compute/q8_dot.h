@@ -29,7 +29,7 @@
 //
 // Error against the exact f32 path: only the activation's rounding to 8 bits, |x − dx · q8| <= dx / 2
 // with dx = max|x| / 127 of its block (32 or 256 values), plus f32 rounding; see the tests
-// (test_kernels: int8_dot_*) for the bound they check and docs/benchmarks.md for the logit error.
+// (test_q8_dot) for the bound they check and docs/benchmarks.md for the logit error.
 #pragma once
 
 #include "core/ggml_type.h"
