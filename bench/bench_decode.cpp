@@ -1,10 +1,17 @@
 // Decode and prefill speed of a model, with the weight bytes streamed per second during decode
-// beside this machine's DRAM read bandwidth (measured here).
+// beside this machine's DRAM read bandwidth (measured here), and llama.cpp's speed on the same file
+// and threads side by side when its oracle is built (scripts/llamacpp.sh).
 //
 //   bench_decode [-m MODEL.gguf] [--type f16|q8_0|...] [-t N] [--n-prompt 128] [--n-gen 32]
-//                [--reps 3] [--json FILE]
+//                [--reps 3] [--exact-matmul] [--llamacpp PATH | --no-llamacpp] [--json FILE]
 // Without -m it writes a random model large enough to leave the caches (~0.5-1 GB) to a temp
-// file. Reports the median and min/max over the repetitions.
+// file. Reports the median and min/max over the repetitions. Decode runs after the prefill, so
+// at a context of n_prompt tokens.
+//
+// llama.cpp: `llama_oracle bench` (tests/oracle/llama_oracle.cpp), found as --llamacpp, else in
+// $HILL_LLAMACPP_DIR, else in ${XDG_CACHE_HOME:-~/.cache}/hillinfer/llamacpp. Its repetitions
+// alternate with HillInfer's (one each, in turn), so that both see the same machine load, and the
+// ratios are the medians of the per-pair ratios HillInfer / llama.cpp.
 #include "bench_dram.h"
 #include "bench_stats.h"
 #include "core/error.h"
@@ -20,6 +27,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -51,6 +60,45 @@ double weights_read_gbps(thread_pool & pool, const model & m, int reps) {
     return read_gbps(pool, reinterpret_cast<const uint64_t *>(lo), (hi - lo) / 32 * 4, reps);
 }
 
+// The llama_oracle to compare with: `flag` if given, else the one scripts/llamacpp.sh builds, if it
+// is there; "" for none.
+std::string find_llamacpp(const std::string & flag) {
+    if (!flag.empty()) {
+        if (!std::filesystem::exists(flag)) fail_usage("--llamacpp '{}': no such file", flag);
+        return flag;
+    }
+    std::filesystem::path dir;
+    if (const char * d = std::getenv("HILL_LLAMACPP_DIR"); d != nullptr && *d != '\0') {
+        dir = d;
+    } else if (const char * x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') {
+        dir = std::filesystem::path(x) / "hillinfer/llamacpp";
+    } else if (const char * h = std::getenv("HOME"); h != nullptr && *h != '\0') {
+        dir = std::filesystem::path(h) / ".cache/hillinfer/llamacpp";
+    }
+    const auto exe = dir / "llama_oracle";
+    return !dir.empty() && std::filesystem::exists(exe) ? exe.string() : std::string();
+}
+
+struct speed {
+    double prefill_tps, decode_tps;
+};
+
+// One `llama_oracle bench` run.
+speed run_llamacpp(const std::string & exe, const std::string & model, int n_prompt, int n_gen, int n_threads) {
+    const std::string cmd = fmt::format("'{}' bench '{}' {} {} {}", exe, model, n_prompt, n_gen, n_threads);
+    std::FILE * p = popen(cmd.c_str(), "r");
+    if (p == nullptr) fail_input("cannot run '{}'", cmd);
+    std::string out;
+    char buf[256];
+    while (std::fgets(buf, sizeof(buf), p) != nullptr) out += buf;
+    const int rc = pclose(p);
+    if (rc != 0) fail_input("'{}' failed (status {}): {}", cmd, rc, out);
+    const auto j = nlohmann::json::parse(out, nullptr, false);
+    if (j.is_discarded() || !j.contains("prefill_tps") || !j.contains("decode_tps"))
+        fail_input("'{}' printed '{}', expected prefill_tps and decode_tps", cmd, out);
+    return {j["prefill_tps"].get<double>(), j["decode_tps"].get<double>()};
+}
+
 }  // namespace
 
 int main(int argc, char ** argv) {
@@ -64,12 +112,19 @@ int main(int argc, char ** argv) {
     app.add_option("--n-gen", n_gen, "decode steps per repetition")->capture_default_str();
     app.add_option("--reps", reps, "repetitions")->capture_default_str();
     app.add_option("--json", json_path, "also write the results as JSON");
+    bool exact = false, no_llamacpp = false;
+    std::string llamacpp_flag;
+    app.add_flag("--exact-matmul", exact, "f32 activations for quantized weights (the reference; default int8)");
+    app.add_option("--llamacpp", llamacpp_flag, "llama_oracle to compare with (default: scripts/llamacpp.sh's)");
+    app.add_flag("--no-llamacpp", no_llamacpp, "do not run llama.cpp");
     CLI11_PARSE(app, argc, argv);
     try {
         blas_init_single_threaded();
         if (n_threads <= 0) n_threads = physical_core_count();
         if (n_prompt < 1 || n_gen < 1 || reps < 1) fail_usage("--n-prompt, --n-gen and --reps must be >= 1");
         thread_pool pool(n_threads);
+        if (exact) matmul_mode_set(matmul_mode::exact);
+        const std::string llamacpp = no_llamacpp ? std::string() : find_llamacpp(llamacpp_flag);
 
         std::string tmp;
         if (model_path.empty()) {
@@ -91,7 +146,7 @@ int main(int argc, char ** argv) {
 
         std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
         for (int i = 0; i < n_prompt; ++i) prompt[size_t(i)] = 1 + (i * 7919) % (hp.n_vocab - 1);
-        std::vector<double> prefill_tps, decode_tps;
+        std::vector<double> prefill_tps, decode_tps, ll_prefill_tps, ll_decode_tps, prefill_ratio, decode_ratio;
         session s(*m, context_params{n_prompt + n_gen + 1, ggml_type::f16}, pool);
         for (int r = 0; r < reps + 1; ++r) {  // the first repetition warms the page cache and is dropped
             s.truncate(0);
@@ -108,6 +163,15 @@ int main(int argc, char ** argv) {
             if (r > 0) {
                 prefill_tps.push_back(tp);
                 decode_tps.push_back(td);
+            }
+            if (!llamacpp.empty()) {
+                const speed ll = run_llamacpp(llamacpp, model_path, n_prompt, n_gen, n_threads);
+                if (r > 0) {
+                    ll_prefill_tps.push_back(ll.prefill_tps);
+                    ll_decode_tps.push_back(ll.decode_tps);
+                    prefill_ratio.push_back(tp / ll.prefill_tps);
+                    decode_ratio.push_back(td / ll.decode_tps);
+                }
             }
         }
         const stat3 pf = summarize(prefill_tps), dc = summarize(decode_tps);
@@ -126,13 +190,30 @@ int main(int argc, char ** argv) {
         fmt::print("decode weight stream: {:.1f} GB/s = {:.0f}% of the DRAM read bandwidth (the faster of the two)\n",
                    stream_gbps, 100.0 * stream_gbps / dram);
         fmt::print("peak RSS: {}\n", format_bytes(peak_rss_bytes()));
+        fmt::print("weight products: {}\n", exact ? "exact (f32 activations)" : "int8 activations where the weight type has them");
+        nlohmann::json jl;
+        if (llamacpp.empty()) {
+            fmt::print("llama.cpp: not compared ({})\n", no_llamacpp ? "--no-llamacpp" : "no llama_oracle: scripts/llamacpp.sh builds it");
+        } else {
+            const stat3 lp = summarize(ll_prefill_tps), ld = summarize(ll_decode_tps);
+            const stat3 rp = summarize(prefill_ratio), rd = summarize(decode_ratio);
+            fmt::print("\n{:<10} {:>12} {:>12} {:>22}\n", "", "HillInfer", "llama.cpp", "ratio (median of pairs)");
+            fmt::print("{:<10} {:>12.1f} {:>12.1f} {:>10.2f} [{:.2f}, {:.2f}]\n", "prefill", pf.median, lp.median, rp.median,
+                       rp.lo, rp.hi);
+            fmt::print("{:<10} {:>12.2f} {:>12.2f} {:>10.2f} [{:.2f}, {:.2f}]\n", "decode", dc.median, ld.median, rd.median,
+                       rd.lo, rd.hi);
+            fmt::print("(tokens/s; llama.cpp: {} bench, runs alternating with HillInfer's)\n", llamacpp);
+            jl = {{"prefill_tokens_per_s", lp.median}, {"decode_tokens_per_s", ld.median},
+                  {"prefill_ratio", rp.median}, {"decode_ratio", rd.median}};
+        }
         if (!json_path.empty()) {
             nlohmann::json j = {{"model", model_path}, {"n_threads", n_threads}, {"dram_read_gbps", dram}, {"dram_read_fresh_gbps", dram_fresh},
                                 {"dram_read_weights_gbps", dram_weights},
                                 {"weight_bytes_per_token", wbytes}, {"prefill_tokens_per_s", pf.median},
                                 {"decode_tokens_per_s", dc.median}, {"decode_tokens_per_s_min", dc.lo},
                                 {"decode_tokens_per_s_max", dc.hi}, {"decode_stream_gbps", stream_gbps},
-                                {"peak_rss_bytes", peak_rss_bytes()}};
+                                {"peak_rss_bytes", peak_rss_bytes()}, {"exact_matmul", exact}};
+            if (!jl.is_null()) j["llamacpp"] = jl;
             std::ofstream(json_path) << j.dump(2) << "\n";
         }
         if (!tmp.empty()) std::filesystem::remove(tmp);

@@ -3,7 +3,7 @@
 //
 //   bench_gemm [--types f16,q8_0,q4_0] [--n 1,2,4,8,16,25] [--n-embd 1024] [--n-ff 4096]
 //              [--n-layer 24] [--n-head 16] [--n-head-kv 4] [--reps 5] [-t N] [--blas] [--scalar]
-//              [--json FILE]
+//              [--exact-matmul] [--json FILE]
 //
 // The stack: n_layer llama layers of random weights (wq, wo [n_embd, n_embd]; wk, wv [n_embd_kv,
 // n_embd]; ffn_gate, ffn_up [n_ff, n_embd]; ffn_down [n_embd, n_ff]); the defaults are a ~0.4 B
@@ -149,7 +149,7 @@ int main(int argc, char ** argv) {
     std::string types_arg = "f16,q8_0,q4_0", n_arg = "1,2,4,8,16,25", json_path;
     int64_t n_embd = 1024, n_ff = 4096, n_head = 16, n_head_kv = 4;
     int n_layer = 24, reps = 5, n_threads = 0;
-    bool use_blas = false, scalar = false;
+    bool use_blas = false, scalar = false, exact = false;
     app.add_option("--types", types_arg, "weight types, comma-separated")->capture_default_str();
     app.add_option("--n", n_arg, "activation rows per call, comma-separated")->capture_default_str();
     app.add_option("--n-embd", n_embd, "model width")->capture_default_str();
@@ -161,6 +161,7 @@ int main(int argc, char ** argv) {
     app.add_option("-t,--threads", n_threads, "threads (default: physical cores)");
     app.add_flag("--blas", use_blas, "time the OpenBLAS path (gemm_blas) instead of gemm");
     app.add_flag("--scalar", scalar, "run the scalar reference kernels");
+    app.add_flag("--exact-matmul", exact, "f32 activations for quantized weights (default: int8 where the type has it)");
     app.add_option("--json", json_path, "also write the results as JSON");
     CLI11_PARSE(app, argc, argv);
     try {
@@ -190,6 +191,7 @@ int main(int argc, char ** argv) {
         const std::vector<int64_t> ns = parse_list(n_arg);
         const int64_t n_max = *std::max_element(ns.begin(), ns.end());
         if (scalar) kernel_mode_set(kernel_mode::scalar);
+        if (exact) matmul_mode_set(matmul_mode::exact);
         thread_pool pool(n_threads);
         const int64_t n_embd_kv = n_embd / n_head * n_head_kv;
 
@@ -277,6 +279,7 @@ int main(int argc, char ** argv) {
         if (!json_path.empty()) {
             nlohmann::json j = {{"n_threads", n_threads},
                                 {"kernel_mode", kernel_mode_get() == kernel_mode::avx2 ? "avx2" : "scalar"},
+                                {"exact_matmul", exact},
                                 {"path", use_blas ? "gemm_blas" : "gemm"},
                                 {"dram_read_gbps", dram},
                                 {"n_layer", n_layer},

@@ -74,6 +74,12 @@ std::vector<size_t> f16_fields(ggml_type t) {
     }
 }
 
+// These tests check the exact f32 products (matmul_mode::exact); test_q8_dot checks the int8 ones.
+struct exact_matmul_env : ::testing::Environment {
+    void SetUp() override { matmul_mode_set(matmul_mode::exact); }
+};
+[[maybe_unused]] ::testing::Environment * const exact_env = ::testing::AddGlobalTestEnvironment(new exact_matmul_env);
+
 #define HILL_REQUIRE_AVX2() \
     if (!cpu_has_avx2()) GTEST_SKIP() << "this CPU has no AVX2+FMA+F16C: only the scalar kernels run here"
 

@@ -1,5 +1,6 @@
 #include "common.h"
 
+#include "compute/kernel_mode.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
@@ -303,9 +304,14 @@ void trace_opts::finish(const std::string & process) const {
 
 void thread_opts::add(CLI::App & app) {
     opt = app.add_option("-t,--threads", n_threads, "compute threads (default: physical cores)");
+    app.add_flag("--exact-matmul", exact_matmul,
+                 "multiply quantized weights by f32 activations (the reference; default: activations quantized to "
+                 "8 bits per block and integer dot products, as llama.cpp, for Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL/Q4_K/"
+                 "Q5_K/Q6_K)");
 }
 
 int thread_opts::resolve() const {
+    matmul_mode_set(exact_matmul ? matmul_mode::exact : matmul_mode::int8);
     if (opt->count() == 0) return physical_core_count();
     if (n_threads < 1 || n_threads > 1024) fail_usage("-t must be between 1 and 1024, got {}", n_threads);
     return n_threads;

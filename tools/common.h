@@ -35,12 +35,15 @@ struct prompt_opts {
     std::string read() const;  // errors: unreadable file, neither or both given (exit_code::usage)
 };
 
-// -t N (default: physical cores)
+// -t N (default: physical cores) and --exact-matmul (the compute options of every command that
+// runs the model)
 struct thread_opts {
     int n_threads = 0;
+    bool exact_matmul = false;  // f32 activations for quantized weights (compute/kernel_mode.h, matmul_mode)
     CLI::Option * opt = nullptr;
     void add(CLI::App & app);
-    int resolve() const;  // not given -> physical_core_count(); outside [1, 1024] -> usage error
+    // not given -> physical_core_count(); outside [1, 1024] -> usage error. Sets the matmul mode.
+    int resolve() const;
 };
 
 std::string read_text_file(const std::string & path, const char * what);

@@ -21,6 +21,11 @@ std::atomic<kernel_mode> & mode_ref() {
     return mode;
 }
 
+std::atomic<matmul_mode> & matmul_mode_ref() {
+    static std::atomic<matmul_mode> mode{matmul_mode::int8};
+    return mode;
+}
+
 }  // namespace
 
 bool cpu_has_avx2() {
@@ -35,6 +40,14 @@ kernel_mode kernel_mode_get() {
 void kernel_mode_set(kernel_mode m) {
     HILL_ASSERT(m == kernel_mode::scalar || cpu_has_avx2());
     mode_ref().store(m, std::memory_order_relaxed);
+}
+
+matmul_mode matmul_mode_get() {
+    return matmul_mode_ref().load(std::memory_order_relaxed);
+}
+
+void matmul_mode_set(matmul_mode m) {
+    matmul_mode_ref().store(m, std::memory_order_relaxed);
 }
 
 }  // namespace hill

@@ -10,4 +10,17 @@ bool cpu_has_avx2();                 // AVX2 + FMA + F16C, detected at run time
 kernel_mode kernel_mode_get();       // default: avx2 if cpu_has_avx2(), else scalar
 void kernel_mode_set(kernel_mode m); // asserts avx2 is only chosen when supported
 
+// How the weight products (matmul.h: gemv, gemv_batch, gemm up to gemm_batch_max_tok rows) multiply
+// quantized weights, in either kernel_mode:
+//   int8:  the types int8_dot_supported lists (compute/q8_dot.h: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+//          IQ4_NL, Q4_K, Q5_K, Q6_K) by integer dot products with each activation row quantized to
+//          8 bits per block (llama.cpp's scheme; on the test VM 2.5× less CPU per weight than
+//          `exact` for Q4_K, ~3× for Q6_K, 1.5× for Q4_0: docs/benchmarks.md); every other type as
+//          `exact`. The default.
+//   exact: f32 activations times the weights decoded to f32: the reference (`--exact-matmul`).
+// Large prefill products (gemm_blas) are f32 in both.
+enum class matmul_mode { int8, exact };
+matmul_mode matmul_mode_get();
+void matmul_mode_set(matmul_mode m);
+
 }  // namespace hill

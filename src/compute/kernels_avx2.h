@@ -29,6 +29,17 @@ void gemv_batch_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_
 // Q8_0 and Q4_0; n a multiple of the block size): returns true. Any other type: false, nothing written.
 bool dequantize_row(ggml_type type, const uint8_t * src, float * dst, int64_t n);
 
+// The int8 product of q8_dot.h (defined in q8_dot_avx2.cpp, under this header's rules): what
+// int8_dot_rows_scalar gives, bit for bit, with the same arguments (type: int8_dot_supported).
+// One activation row: weight rows in groups of four (the rest one by one for the 32-weight types;
+// the k-quants always one by one); several: each weight block unpacked once per 4 activation rows.
+// q8_dot.h's quantize_activation_row, bit for bit, for blocks of 256 (k_blocks: act_q8k) or 32
+// (act_q8).
+void quantize_activation_row(bool k_blocks, const float * x, int64_t n, void * dst);
+
+void int8_dot_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const uint8_t * xq, size_t ldq,
+                   int64_t n_tok, float * y, int64_t ldy, int64_t n_rows);
+
 // Σ a[i]·b[i], f32 accumulation.
 float dot_f32(const float * a, const float * b, int64_t n);
 float dot_f16(const float * a, const uint16_t * b, int64_t n);

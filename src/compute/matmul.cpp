@@ -2,6 +2,7 @@
 
 #include "compute/kernel_mode.h"
 #include "compute/kernels_avx2.h"
+#include "compute/q8_dot.h"
 #include "core/error.h"
 #include "core/fp16.h"
 
@@ -393,9 +394,41 @@ void batch_rows(const weight_view & w, const float * x, int64_t ldx, int64_t n_t
     batch_rows_scalar(w.type, base, rb, w.n_cols, x, ldx, n_tok, y + r0, w.n_rows, r1 - r0);
 }
 
+// Whether this product of w goes through the int8 dot products (kernel_mode.h, matmul_mode).
+bool uses_int8(const weight_view & w) {
+    return matmul_mode_get() == matmul_mode::int8 && int8_dot_supported(w.type);
+}
+
+// x f32 [n_tok, n_cols] quantized for w's int8 product: [n_tok] rows of int8_act_row_bytes, in a
+// buffer of the calling thread kept between calls (valid until its next call).
+const uint8_t * quantize_activations(const weight_view & w, const float * x, int64_t n_tok) {
+    thread_local std::vector<uint8_t> buf;
+    const size_t ldq = int8_act_row_bytes(w.type, w.n_cols);
+    if (buf.size() < ldq * size_t(n_tok)) buf.resize(ldq * size_t(n_tok));
+    for (int64_t t = 0; t < n_tok; ++t) quantize_activation_row(w.type, x + t * w.n_cols, w.n_cols, buf.data() + t * ldq);
+    return buf.data();
+}
+
+// Rows [r0, r1) of the int8 product, activations xq from quantize_activations.
+void int8_rows(const weight_view & w, const uint8_t * xq, int64_t n_tok, float * y, int64_t r0, int64_t r1) {
+    HILL_ASSERT(0 <= r0 && r0 <= r1 && r1 <= w.n_rows && n_tok >= 0);
+    if (r0 == r1 || n_tok == 0) return;
+    const size_t rb = w.row_bytes(), ldq = int8_act_row_bytes(w.type, w.n_cols);
+    const uint8_t * base = static_cast<const uint8_t *>(w.data) + size_t(r0) * rb;
+    if (kernel_mode_get() == kernel_mode::avx2) {
+        avx2::int8_dot_rows(w.type, base, rb, w.n_cols, xq, ldq, n_tok, y + r0, w.n_rows, r1 - r0);
+        return;
+    }
+    int8_dot_rows_scalar(w.type, base, rb, w.n_cols, xq, ldq, n_tok, y + r0, w.n_rows, r1 - r0);
+}
+
 }  // namespace
 
 void gemv_batch_rows(const weight_view & w, const float * x, int64_t n_tok, float * y, int64_t r0, int64_t r1) {
+    if (uses_int8(w)) {
+        if (r0 < r1 && n_tok > 0) int8_rows(w, quantize_activations(w, x, n_tok), n_tok, y, r0, r1);
+        return;
+    }
     batch_rows(w, x, w.n_cols, n_tok, y, r0, r1);
 }
 
@@ -407,6 +440,13 @@ void gemv_batch(const weight_view & w, const float * x, int64_t n_tok, float * y
     check_weight(w);
     HILL_ASSERT(n_tok >= 0);
     if (n_tok == 0) return;
+    if (uses_int8(w)) {
+        // Each activation row quantized once, on this thread; the weight rows split as below.
+        const uint8_t * xq = quantize_activations(w, x, n_tok);
+        pool.parallel_for(
+            w.n_rows, [&](int64_t r0, int64_t r1) { int8_rows(w, xq, n_tok, y, r0, r1); }, 16);
+        return;
+    }
     // The AVX2 tiles read every x vector once per weight row and tile (as a memory operand of an
     // FMA); loads that straddle two cache lines — x 16-byte aligned, as a large std::vector's data
     // is — made n = 8 ~25% slower (bench_gemm). So several x rows are first copied to 32-byte

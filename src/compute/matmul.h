@@ -31,6 +31,15 @@ struct weight_view {
 // (The order does depend on the kernel mode — AVX2 and the scalar reference differ in the order of
 // the f32 sums — and on where a gemv_rows / gemv_batch_rows range starts: the AVX2 kernels group
 // rows in fours from the range's start; gemv and gemv_batch split rows in grains of 16.)
+//
+// Two ways to multiply quantized weights (compute/kernel_mode.h, matmul_mode):
+//   int8 (default): for the types int8_dot_supported lists (compute/q8_dot.h), each activation row
+//          is quantized to 8 bits per block once per call (on the calling thread) and multiplied
+//          by integer dot products, as llama.cpp does; the scalar reference and the AVX2 kernels
+//          give the same bits, and the batch invariance above holds (each row is quantized alone,
+//          and its sums do not depend on the row ranges either). What the descriptions below say
+//          of the f32 accumulation applies to the other types.
+//   exact: every type as described below: f32 activations, the reference.
 
 // y f32 [n_rows] = W · x f32 [n_cols]; rows split across the pool in grains of 16 rows. Accumulates in
 // f32 (Q8_0/Q4_0 rows: per block Σ q·x, times the block's d; the other quantized types: Σ w·x over

@@ -20,15 +20,21 @@
 //       IDS: comma-separated token ids, evaluated in one batch. Prints {"n": n - 1, "nll": S}: S
 //       the sum over positions t in [0, n - 1) of -log softmax(logits_t)[ids[t + 1]] (natural log,
 //       computed in double); perplexity = exp(S / (n - 1)).
+//   llama_oracle bench MODEL N_PROMPT N_GEN THREADS
+//       Speed, as bench/bench_decode measures HillInfer's: prefills N_PROMPT tokens (ids
+//       1 + (7919 · i) mod (n_vocab − 1)) in one batch, then decodes N_GEN greedy tokens one at a
+//       time, with THREADS threads and llama.cpp's default context parameters otherwise (flash
+//       attention as it chooses). Prints {"prefill_tps": P, "decode_tps": D} (tokens per second).
 //   llama_oracle quantize IN OUT TYPE
 //       llama_model_quantize with TYPE one of f16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k_m,
 //       q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k, iq4_nl, iq4_xs (llama.cpp's mixes: q4_k_m keeps some
 //       tensors in q6_k, ...). No importance matrix.
 //
-// Every run: 1 thread, context = the tokens given, KV cache f16 (llama.cpp's default), flash
+// Every run but bench: 1 thread, context = the tokens given, KV cache f16 (llama.cpp's default), flash
 // attention off (the plain softmax(QK^T)V path, as HillInfer's). Exit codes: 0 ok, 1 llama.cpp
 // failed (message on stderr), 2 bad arguments.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -205,6 +211,40 @@ int cmd_nll(int argc, char ** argv) {
     return 0;
 }
 
+int cmd_bench(int argc, char ** argv) {
+    if (argc != 4) die(2, "usage: bench MODEL N_PROMPT N_GEN THREADS");
+    const int n_prompt = std::atoi(argv[1]), n_gen = std::atoi(argv[2]), threads = std::atoi(argv[3]);
+    if (n_prompt <= 0 || n_gen <= 0 || threads <= 0) die(2, "N_PROMPT, N_GEN and THREADS must be > 0");
+    llama_model * m = load_model(argv[0], false);
+    const int32_t n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(m));
+    llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = uint32_t(n_prompt + n_gen + 1);
+    cp.n_batch = cp.n_ctx;
+    cp.n_threads = threads;
+    cp.n_threads_batch = threads;
+    cp.no_perf = true;
+    llama_context * ctx = llama_init_from_model(m, cp);
+    if (ctx == nullptr) die(1, "llama.cpp cannot create a context");
+    std::vector<llama_token> prompt(static_cast<size_t>(n_prompt));
+    for (int i = 0; i < n_prompt; ++i) prompt[size_t(i)] = 1 + llama_token((int64_t(i) * 7919) % (n_vocab - 1));
+    using clock = std::chrono::steady_clock;
+    auto t0 = clock::now();
+    decode(ctx, prompt, 0, false);
+    const double t_prefill = std::chrono::duration<double>(clock::now() - t0).count();
+    llama_token tok = 1;
+    t0 = clock::now();
+    for (int s = 0; s < n_gen; ++s) {
+        decode(ctx, {tok}, n_prompt + s, false);
+        const float * logits = llama_get_logits_ith(ctx, -1);
+        tok = llama_token(std::max_element(logits, logits + n_vocab) - logits);
+    }
+    const double t_decode = std::chrono::duration<double>(clock::now() - t0).count();
+    std::printf("{\"prefill_tps\": %.6g, \"decode_tps\": %.6g}\n", n_prompt / t_prefill, n_gen / t_decode);
+    llama_free(ctx);
+    llama_model_free(m);
+    return 0;
+}
+
 int cmd_quantize(int argc, char ** argv) {
     if (argc != 3) die(2, "usage: quantize IN OUT TYPE");
     static const struct {
@@ -239,7 +279,7 @@ int cmd_quantize(int argc, char ** argv) {
 
 int main(int argc, char ** argv) {
     if (argc < 2)
-        die(2, "usage: llama_oracle tokenize|greedy|nll|quantize ARGS... (see tests/oracle/llama_oracle.cpp)");
+        die(2, "usage: llama_oracle tokenize|greedy|nll|bench|quantize ARGS... (see tests/oracle/llama_oracle.cpp)");
     const std::string cmd = argv[1];
     llama_log_set(
         [](ggml_log_level level, const char * text, void *) {
@@ -255,6 +295,8 @@ int main(int argc, char ** argv) {
         rc = cmd_greedy(argc - 2, argv + 2);
     else if (cmd == "nll")
         rc = cmd_nll(argc - 2, argv + 2);
+    else if (cmd == "bench")
+        rc = cmd_bench(argc - 2, argv + 2);
     else if (cmd == "quantize")
         rc = cmd_quantize(argc - 2, argv + 2);
     else

@@ -1,0 +1,417 @@
+// AVX2 integer dot products of quantized weights with int8 activations (q8_dot.h); compiled with
+// -mavx2 -mfma -mf16c under the rules of kernels_avx2.h (no inline functions shared with other
+// files: this file has its own helpers). Scalar reference: q8_dot.cpp, int8_dot_rows_scalar, whose
+// bits these kernels give exactly (the order of the f32 operations is q8_dot.h's).
+//
+// The products of bytes: _mm256_maddubs_epi16 multiplies unsigned bytes by signed bytes and adds
+// adjacent pairs into int16 lanes; _mm256_madd_epi16 then adds adjacent int16 pairs (times a
+// factor: 1, or a k-quant's scales) into int32 lanes. Signed weights (Q8_0, Q4_0, Q5_0, IQ4_NL)
+// go in as |w| with the activation's sign flipped where w < 0 (_mm256_sign_epi8): the same
+// products. No int16 sum saturates: a pair is at most 2 · 128 · 127 = 32512 (signed weights,
+// activations in [-127, 127]) or 2 · 63 · 127 (unsigned weights, at most 6 bits).
+#include "compute/kernels_avx2.h"
+#include "compute/q8_dot.h"
+
+#include <immintrin.h>
+
+#include <cstring>
+
+namespace hill::avx2 {
+
+namespace {
+
+inline void prefetch(const uint8_t * p) {
+    _mm_prefetch(reinterpret_cast<const char *>(p), _MM_HINT_T0);
+}
+
+inline float f16_at(const uint8_t * p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+inline __m256i load32(const void * p) {
+    return _mm256_loadu_si256(static_cast<const __m256i *>(p));
+}
+
+// ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)): q8_dot.h's order.
+inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+inline int32_t hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    return _mm_cvtsi128_si32(s);
+}
+
+// 16 bytes of nibbles: weight j < 16 the low nibble of qs[j], j + 16 the high one, as 32 bytes.
+inline __m256i nibbles(const uint8_t * qs) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i *>(qs));
+    const __m256i both = _mm256_set_m128i(_mm_srli_epi16(v, 4), v);
+    return _mm256_and_si256(both, _mm256_set1_epi8(15));
+}
+
+// Byte j = 0x10 where bit j of qh is set, else 0.
+inline __m256i fifth_bits(const uint8_t * p) {
+    uint32_t qh;
+    std::memcpy(&qh, p, 4);
+    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(int(qh)),
+                                               _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
+                                                                  0x0202020202020202, 0x0303030303030303));
+    const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201));
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    return _mm256_and_si256(set, _mm256_set1_epi8(16));
+}
+
+// ---- 32-weight blocks ----
+// Each gives the block's 32 weights as bytes (signed: w = d · q; unsigned: w = d · q + m).
+
+struct w_q8_0 {
+    static constexpr size_t bytes = sizeof(block_q8_0);
+    static constexpr bool is_signed = true, offset = false;
+    static __m256i q(const uint8_t * b) { return load32(b + offsetof(block_q8_0, qs)); }
+};
+
+struct w_q4_0 {
+    static constexpr size_t bytes = sizeof(block_q4_0);
+    static constexpr bool is_signed = true, offset = false;
+    static __m256i q(const uint8_t * b) {
+        return _mm256_sub_epi8(nibbles(b + offsetof(block_q4_0, qs)), _mm256_set1_epi8(8));
+    }
+};
+
+struct w_q4_1 {
+    static constexpr size_t bytes = sizeof(block_q4_1);
+    static constexpr bool is_signed = false, offset = true;
+    static __m256i q(const uint8_t * b) { return nibbles(b + offsetof(block_q4_1, qs)); }
+};
+
+struct w_q5_0 {
+    static constexpr size_t bytes = sizeof(block_q5_0);
+    static constexpr bool is_signed = true, offset = false;
+    static __m256i q(const uint8_t * b) {
+        const __m256i u = _mm256_or_si256(nibbles(b + offsetof(block_q5_0, qs)), fifth_bits(b + offsetof(block_q5_0, qh)));
+        return _mm256_sub_epi8(u, _mm256_set1_epi8(16));
+    }
+};
+
+struct w_q5_1 {
+    static constexpr size_t bytes = sizeof(block_q5_1);
+    static constexpr bool is_signed = false, offset = true;
+    static __m256i q(const uint8_t * b) {
+        return _mm256_or_si256(nibbles(b + offsetof(block_q5_1, qs)), fifth_bits(b + offsetof(block_q5_1, qh)));
+    }
+};
+
+struct w_iq4_nl {
+    static constexpr size_t bytes = sizeof(block_iq4_nl);
+    static constexpr bool is_signed = true, offset = false;
+    static __m256i q(const uint8_t * b) {
+        const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(kvalues_iq4nl)));
+        return _mm256_shuffle_epi8(table, nibbles(b + offsetof(block_iq4_nl, qs)));
+    }
+};
+
+// The 8 int32 lane sums of the block's products (lane i: weights 4i .. 4i + 3).
+template <class W>
+inline __m256i block_lanes(__m256i q, const int8_t * x) {
+    const __m256i xv = load32(x);
+    const __m256i p16 = W::is_signed ? _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(xv, q))
+                                     : _mm256_maddubs_epi16(q, xv);
+    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+// R weight rows (rb bytes apart) times T activation rows (ldq bytes apart), all nb blocks; writes
+// y[t · ldy + r]. pf: the next rows to prefetch (R · bytes per block, in address order), or null.
+template <class W, int R, int T>
+void legacy_tile(const uint8_t * w, size_t rb, int64_t nb, const uint8_t * xq, size_t ldq, float * y, int64_t ldy,
+                 const uint8_t * pf) {
+    __m256 a[R][T];
+    float o[R][T];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) a[r][t] = _mm256_setzero_ps(), o[r][t] = 0.0f;
+    }
+    for (int64_t ib = 0; ib < nb; ++ib) {
+        if (pf != nullptr) {
+            for (size_t off = 0; off < R * W::bytes; off += 64) prefetch(pf + off);
+            pf += R * W::bytes;
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+            const uint8_t * b = w + size_t(r) * rb + size_t(ib) * W::bytes;
+            const __m256i q = W::q(b);
+            const float d = f16_at(b);
+            float m = 0.0f;
+            if constexpr (W::offset) m = f16_at(b + 2);
+#pragma GCC unroll 8
+            for (int t = 0; t < T; ++t) {
+                const auto * xb = reinterpret_cast<const act_q8 *>(xq + size_t(t) * ldq) + ib;
+                const __m256i s = block_lanes<W>(q, xb->q);
+                a[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb->d), _mm256_cvtepi32_ps(s), a[r][t]);
+                if constexpr (W::offset) o[r][t] = __builtin_fmaf(m * xb->d, float(xb->sum), o[r][t]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) y[t * ldy + r] = hsum(a[r][t]) + o[r][t];
+    }
+}
+
+// ---- k-quant super-blocks ----
+// Each unpacks one block into 8 vectors of 32 unsigned weight bytes (sub-block u: weights
+// 32u .. 32u + 31), the int16 factors of madd per sub-block (the 16-weight groups' scales: lanes
+// 0..7 group 2u, lanes 8..15 group 2u + 1), the groups' min factors mc (16 int16: at most
+// 32 · 128, times a group's Σ q8 of at most 16 · 127 and summed in pairs, within int32), d and dm
+// (q8_dot.h).
+
+struct k_unpacked {
+    __m256i q[8];
+    __m256i sc[8];
+    __m256i mc;
+    float d, dm;
+};
+
+template <bool q5>
+struct w_q45_k {
+    static constexpr size_t bytes = q5 ? sizeof(block_q5_k) : sizeof(block_q4_k);
+    static constexpr bool fold = false;
+    static void unpack(const uint8_t * b, k_unpacked & k) {
+        k.d = f16_at(b);
+        k.dm = f16_at(b + 2);
+        // The 8 6-bit scales and mins (ggml_type.h) with 32-bit word operations: bytes u of
+        // w0, w1, w2 are scales[u], scales[u + 4], scales[u + 8].
+        uint32_t w[3];
+        std::memcpy(w, b + 4, 12);
+        const uint32_t sc_lo = w[0] & 0x3f3f3f3f, mn_lo = w[1] & 0x3f3f3f3f;
+        const uint32_t sc_hi = (w[2] & 0x0f0f0f0f) | ((w[0] >> 6) & 0x03030303) << 4;
+        const uint32_t mn_hi = ((w[2] >> 4) & 0x0f0f0f0f) | ((w[1] >> 6) & 0x03030303) << 4;
+        // sc16: the 8 scales as int16 in both 128-bit halves; sub-block u's factor is lane u in all 16.
+        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(sc_hi), int(sc_lo))));
+        for (int u = 0; u < 8; ++u) k.sc[u] = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(short(0x0101 * 2 * u + 0x0100)));
+        // mc: min u in int16 lanes 2u and 2u + 1.
+        const __m128i mn16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(mn_hi), int(mn_lo)));
+        k.mc = _mm256_set_m128i(_mm_unpackhi_epi16(mn16, mn16), _mm_unpacklo_epi16(mn16, mn16));
+        const uint8_t * qs = b + (q5 ? offsetof(block_q5_k, qs) : offsetof(block_q4_k, qs));
+        const __m256i m4 = _mm256_set1_epi8(15);
+        for (int i = 0; i < 4; ++i) {
+            const __m256i v = load32(qs + 32 * i);
+            k.q[2 * i] = _mm256_and_si256(v, m4);
+            k.q[2 * i + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        }
+        if constexpr (q5) {
+            const __m256i qh = load32(b + offsetof(block_q5_k, qh));
+            for (int u = 0; u < 8; ++u) {
+                const __m256i bit = _mm256_set1_epi8(char(1 << u));
+                const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit);
+                k.q[u] = _mm256_or_si256(k.q[u], _mm256_and_si256(set, _mm256_set1_epi8(16)));
+            }
+        }
+    }
+};
+
+struct w_q6_k {
+    static constexpr size_t bytes = sizeof(block_q6_k);
+    static constexpr bool fold = true;
+    static void unpack(const uint8_t * b, k_unpacked & k) {
+        k.d = k.dm = f16_at(b + offsetof(block_q6_k, d));
+        const auto * scales = reinterpret_cast<const int8_t *>(b + offsetof(block_q6_k, scales));
+        // Sub-block u's factors: scale 2u in the low 128-bit half, 2u + 1 in the high one, picked
+        // from the 8 int16 scales of its half of the block (shuffle control: int16 lane i of a half).
+        const __m128i s16_lo = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(scales)));
+        const __m128i s16_hi = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(scales + 8)));
+        const __m256i half[2] = {_mm256_broadcastsi128_si256(s16_lo), _mm256_broadcastsi128_si256(s16_hi)};
+        for (int u = 0; u < 8; ++u) {
+            const int i0 = (2 * u) % 8, i1 = (2 * u + 1) % 8;
+            const __m256i ctl = _mm256_set_m128i(_mm_set1_epi16(short(0x0101 * 2 * i1 + 0x0100)),
+                                                 _mm_set1_epi16(short(0x0101 * 2 * i0 + 0x0100)));
+            k.sc[u] = _mm256_shuffle_epi8(half[u / 4], ctl);
+        }
+        // 32 · sc for each of the 16 groups: the 16 scale bytes sign-extended, shifted by 5.
+        k.mc = _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(scales))), 5);
+        const uint8_t * ql = b + offsetof(block_q6_k, ql);
+        const uint8_t * qh = b + offsetof(block_q6_k, qh);
+        const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3 << 4);
+        for (int n = 0; n < 2; ++n) {
+            const __m256i l0 = load32(ql + 64 * n), l1 = load32(ql + 64 * n + 32), h = load32(qh + 32 * n);
+            // qh bits 2k, 2k + 1 of byte l are bits 4, 5 of weight l of sub-block 4n + k.
+            k.q[4 * n + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m2));
+            k.q[4 * n + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m2));
+            k.q[4 * n + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(h, m2));
+            k.q[4 * n + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                             _mm256_and_si256(_mm256_srli_epi16(h, 2), m2));
+        }
+    }
+};
+
+// One weight row times T activation rows (ldq bytes apart), all nb super-blocks; writes
+// y[t · ldy]. pf: the next row (prefetched a block ahead of where this one is), or null.
+template <class W, int T>
+void k_tile(const uint8_t * w, int64_t nb, const uint8_t * xq, size_t ldq, float * y, int64_t ldy, const uint8_t * pf) {
+    float a[T];
+    for (int t = 0; t < T; ++t) a[t] = 0.0f;
+    k_unpacked k;
+    for (int64_t ib = 0; ib < nb; ++ib) {
+        if (pf != nullptr) {
+            for (size_t off = 0; off < W::bytes; off += 64) prefetch(pf + off);
+            pf += W::bytes;
+        }
+        W::unpack(w + size_t(ib) * W::bytes, k);
+        for (int t = 0; t < T; ++t) {
+            const auto * xb = reinterpret_cast<const act_q8k *>(xq + size_t(t) * ldq) + ib;
+            __m256i s = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int u = 0; u < 8; ++u) {
+                const __m256i p16 = _mm256_maddubs_epi16(k.q[u], load32(xb->q + 32 * u));
+                s = _mm256_add_epi32(s, _mm256_madd_epi16(p16, k.sc[u]));
+            }
+            const __m256i m = _mm256_madd_epi16(k.mc, load32(xb->bsum));  // Σ mc · Σ q8, in pairs of groups
+            if constexpr (W::fold) {
+                a[t] = __builtin_fmaf(k.d * xb->d, float(hsum_i32(_mm256_sub_epi32(s, m))), a[t]);
+            } else {
+                a[t] = __builtin_fmaf(k.d * xb->d, float(hsum_i32(s)), a[t]);
+                a[t] = __builtin_fmaf(-(k.dm * xb->d), float(hsum_i32(m)), a[t]);
+            }
+        }
+    }
+    for (int t = 0; t < T; ++t) y[t * ldy] = a[t];
+}
+
+// Activation rows per tile: each weight block is unpacked once per tile.
+constexpr int legacy_t_tile = 4;
+constexpr int k_t_tile = 4;
+
+template <class W, int R>
+void legacy_tiles(const uint8_t * w, size_t rb, int64_t nb, const uint8_t * xq, size_t ldq, int64_t n_tok, float * y,
+                  int64_t ldy, const uint8_t * pf) {
+    int64_t t = 0;
+    for (; t + legacy_t_tile <= n_tok; t += legacy_t_tile)
+        legacy_tile<W, R, legacy_t_tile>(w, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy, ldy, t == 0 ? pf : nullptr);
+    const uint8_t * p = t == 0 ? pf : nullptr;
+    switch (n_tok - t) {
+        case 3: legacy_tile<W, R, 3>(w, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy, ldy, p); break;
+        case 2: legacy_tile<W, R, 2>(w, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy, ldy, p); break;
+        case 1: legacy_tile<W, R, 1>(w, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy, ldy, p); break;
+        default: break;
+    }
+}
+
+// Rows in groups of four with one activation row (four independent accumulator chains, the
+// weights of four rows streamed together; the group after next prefetched as the kernel goes, one
+// sequential stream), one at a time with several (each block unpacked once per tile of activation
+// rows; the row four ahead prefetched). Prefetch distances measured with bench_gemm (one thread,
+// process CPU time per pass on the loaded 2-core VM): without prefetch Q4_0/Q8_0 took 2.5× the
+// time; two groups ahead instead of one took ~10% less for Q4_0, Q8_0 and Q4_K.
+template <class W>
+void legacy_rows(const uint8_t * w, size_t rb, int64_t n_cols, const uint8_t * xq, size_t ldq, int64_t n_tok, float * y,
+                 int64_t ldy, int64_t n_rows) {
+    const int64_t nb = n_cols / 32;
+    int64_t r = 0;
+    if (n_tok == 1) {
+        for (; r + 4 <= n_rows; r += 4) {
+            const uint8_t * g = w + size_t(r) * rb;
+            legacy_tile<W, 4, 1>(g, rb, nb, xq, ldq, y + r, ldy, r + 12 <= n_rows ? g + 8 * rb : g);
+        }
+    }
+    for (; r < n_rows; ++r) {
+        const uint8_t * row = w + size_t(r) * rb;
+        legacy_tiles<W, 1>(row, rb, nb, xq, ldq, n_tok, y + r, ldy, r + 1 < n_rows ? row + rb : row);
+    }
+}
+
+template <class W>
+void k_rows(const uint8_t * w, size_t rb, int64_t n_cols, const uint8_t * xq, size_t ldq, int64_t n_tok, float * y,
+            int64_t ldy, int64_t n_rows) {
+    const int64_t nb = n_cols / 256;
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const uint8_t * row = w + size_t(r) * rb;
+        const uint8_t * pf = r + 4 < n_rows ? row + 4 * rb : row;
+        int64_t t = 0;
+        for (; t + k_t_tile <= n_tok; t += k_t_tile)
+            k_tile<W, k_t_tile>(row, nb, xq + size_t(t) * ldq, ldq, y + t * ldy + r, ldy, t == 0 ? pf : nullptr);
+        const uint8_t * p = t == 0 ? pf : nullptr;
+        switch (n_tok - t) {
+            case 3: k_tile<W, 3>(row, nb, xq + size_t(t) * ldq, ldq, y + t * ldy + r, ldy, p); break;
+            case 2: k_tile<W, 2>(row, nb, xq + size_t(t) * ldq, ldq, y + t * ldy + r, ldy, p); break;
+            case 1: k_tile<W, 1>(row, nb, xq + size_t(t) * ldq, ldq, y + t * ldy + r, ldy, p); break;
+            default: break;
+        }
+    }
+}
+
+// Quantizes n (a multiple of 32) values with one scale: d = max|x| / 127, q = x · (1 / d) rounded
+// to nearest, ties to even (as the scalar reference, nearbyint); sums[i] = Σ q over the values
+// [16i, 16i + 16). Returns d.
+float quantize_run(const float * x, int n, int8_t * q, int32_t * sums) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 vmax = _mm256_setzero_ps();
+    for (int j = 0; j < n; j += 8) vmax = _mm256_max_ps(vmax, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    const float d = _mm_cvtss_f32(m) / 127.0f;
+    const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+    const __m256 lim = _mm256_set1_ps(127.0f);
+    for (int j = 0; j < n; j += 32) {
+        __m256i v[4];
+        for (int k = 0; k < 4; ++k) {
+            __m256 r = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + j + 8 * k), id),
+                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            r = _mm256_min_ps(_mm256_max_ps(r, _mm256_sub_ps(_mm256_setzero_ps(), lim)), lim);
+            v[k] = _mm256_cvtps_epi32(r);
+        }
+        sums[j / 16] = hsum_i32(_mm256_add_epi32(v[0], v[1]));
+        sums[j / 16 + 1] = hsum_i32(_mm256_add_epi32(v[2], v[3]));
+        // packs work per 128-bit lane: the permute puts the four 8-value groups back in order.
+        const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+        _mm256_storeu_si256(reinterpret_cast<__m256i *>(q + j),
+                            _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    }
+    return d;
+}
+
+}  // namespace
+
+void quantize_activation_row(bool k_blocks, const float * x, int64_t n, void * dst) {
+    int32_t sums[16];
+    if (k_blocks) {
+        auto * o = static_cast<act_q8k *>(dst);
+        for (int64_t ib = 0; ib < n / 256; ++ib) {
+            o[ib].d = quantize_run(x + 256 * ib, 256, o[ib].q, sums);
+            for (int g = 0; g < 16; ++g) o[ib].bsum[g] = int16_t(sums[g]);
+        }
+        return;
+    }
+    auto * o = static_cast<act_q8 *>(dst);
+    for (int64_t ib = 0; ib < n / 32; ++ib) {
+        o[ib].d = quantize_run(x + 32 * ib, 32, o[ib].q, sums);
+        o[ib].sum = sums[0] + sums[1];
+    }
+}
+
+void int8_dot_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const uint8_t * xq, size_t ldq,
+                   int64_t n_tok, float * y, int64_t ldy, int64_t n_rows) {
+    switch (type) {
+        case ggml_type::q8_0: legacy_rows<w_q8_0>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows); return;
+        case ggml_type::q4_0: legacy_rows<w_q4_0>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows); return;
+        case ggml_type::q4_1: legacy_rows<w_q4_1>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows); return;
+        case ggml_type::q5_0: legacy_rows<w_q5_0>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows); return;
+        case ggml_type::q5_1: legacy_rows<w_q5_1>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows); return;
+        case ggml_type::iq4_nl: legacy_rows<w_iq4_nl>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows); return;
+        case ggml_type::q4_k: k_rows<w_q45_k<false>>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows); return;
+        case ggml_type::q5_k: k_rows<w_q45_k<true>>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows); return;
+        case ggml_type::q6_k: k_rows<w_q6_k>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows); return;
+        default: break;
+    }
+    __builtin_trap();  // the caller checked int8_dot_supported
+}
+
+}  // namespace hill::avx2
