@@ -26,7 +26,9 @@ namespace hill::server {
 
 using json = nlohmann::json;
 
-namespace {
+// Named, not anonymous: server::impl holds these types, and in a unity build this file is an included
+// one, where a member of an anonymous-namespace type is a -Wsubobject-linkage error.
+namespace detail {
 
 std::string dump(const json & j) {
     return j.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -64,7 +66,9 @@ struct job {
     json x_hillinfer;
 };
 
-}  // namespace
+}  // namespace detail
+
+using namespace detail;
 
 struct server::impl {
     const model & m;
