@@ -3,6 +3,7 @@
 // attention_head_accumulate), fp16 rows and sum_squares -> ops.cpp; exp_nonpositive_row is checked
 // against std::exp.
 #include "compute/kernels_avx2.h"
+#include "compute/block_fields.h"
 
 #include <immintrin.h>
 
@@ -31,12 +32,6 @@ inline float hsum(__m256 v) {
 
 inline float f16_scalar(uint16_t h) {
     return _cvtsh_ss(h);
-}
-
-inline uint16_t load_u16(const uint8_t * p) {
-    uint16_t v;
-    std::memcpy(&v, p, 2);
-    return v;
 }
 
 // ---- float weight rows: 8 elements at a time as f32, and one element for the tail ----

@@ -1,4 +1,5 @@
 #include "compute/matmul.h"
+#include "compute/block_fields.h"
 
 #include "compute/kernel_mode.h"
 #include "compute/kernels_avx2.h"
@@ -19,27 +20,10 @@ namespace hill {
 
 namespace {
 
-uint16_t load_u16(const uint8_t * p) {
-    uint16_t v;
-    std::memcpy(&v, p, 2);
-    return v;
-}
-
 uint32_t load_u32(const uint8_t * p) {
     uint32_t v;
     std::memcpy(&v, p, 4);
     return v;
-}
-
-// Q4_K/Q5_K: the 6-bit scale and min of sub-block u (0..7) from the 12 packed bytes s (ggml_type.h).
-void scale_min_k4(const uint8_t * s, int u, int & sc, int & mn) {
-    if (u < 4) {
-        sc = s[u] & 63;
-        mn = s[u + 4] & 63;
-    } else {
-        sc = (s[u + 4] & 15) | (s[u - 4] >> 6) << 4;
-        mn = (s[u + 4] >> 4) | (s[u] >> 6) << 4;
-    }
 }
 
 // Q3_K: the 6-bit scale of 16-weight sub-block i (0..15) from the 12 packed bytes s, minus 32.

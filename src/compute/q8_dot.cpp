@@ -1,4 +1,5 @@
 #include "compute/q8_dot.h"
+#include "compute/block_fields.h"
 
 #include "compute/kernel_mode.h"
 #include "compute/kernels_avx2.h"
@@ -12,12 +13,6 @@
 namespace hill {
 
 namespace {
-
-uint16_t load_u16(const uint8_t * p) {
-    uint16_t v;
-    std::memcpy(&v, p, 2);
-    return v;
-}
 
 float f16_at(const uint8_t * p) {
     return fp16_to_fp32(load_u16(p));
@@ -80,16 +75,6 @@ struct k_block {
     int sc[16];
     int mc[16];
 };
-
-void scale_min_k4(const uint8_t * s, int u, int & sc, int & mn) {
-    if (u < 4) {
-        sc = s[u] & 63;
-        mn = s[u + 4] & 63;
-    } else {
-        sc = (s[u + 4] & 15) | (s[u - 4] >> 6) << 4;
-        mn = (s[u + 4] >> 4) | (s[u] >> 6) << 4;
-    }
-}
 
 void unpack_k(ggml_type type, const uint8_t * b, k_block & o) {
     switch (type) {
