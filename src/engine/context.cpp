@@ -13,10 +13,10 @@
 #include "score/selector.h"
 
 #include <algorithm>
-#include <new>
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <new>
 #include <numeric>
 
 namespace hill {
@@ -121,8 +121,9 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
         try {
             importance_kept_.assign(n_kept, 0.0f);
         } catch (const std::bad_alloc &) {
-            fail_input("cannot allocate the kept prefill importance: {} bytes for {} sequences × {} layers × {} positions",
-                       n_kept * sizeof(float), p.n_seq, hp.n_layer, p.n_ctx);
+            fail_input(
+                "cannot allocate the kept prefill importance: {} bytes for {} sequences × {} layers × {} positions",
+                n_kept * sizeof(float), p.n_seq, hp.n_layer, p.n_ctx);
         }
     }
     std::vector<int32_t> window(size_t(hp.n_layer));  // sliding layers keep only their window (kv/kv_cells.h)

@@ -174,8 +174,8 @@ public:
     // importance of the tokens (export_importance of a context that prefilled them under the same score
     // params, window and sinks): the sequence is then placed, and h2o's accumulated attention starts, as
     // after that prefill — the same state, so the same selections and logits. Empty: placed as after a
-    // prefill without importance (placement hkm keeps the sinks and window only; h2o's accumulated
-    // attention starts from 0, so until decode steps pay attention it ranks by position). All or nothing:
+    // prefill without importance (placement hkm: sinks, window, then the most recent tokens; h2o's
+    // accumulated attention starts from 0, and its ties go to the earliest tokens). All or nothing:
     // on an error (a failed page write) the sequence stays empty.
     void import_kv(int seq, int64_t n, std::span<const void * const> k, std::span<const void * const> v,
                    std::span<const float * const> importance = {});

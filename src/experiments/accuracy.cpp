@@ -65,7 +65,7 @@ context_params in_ram(int64_t n_ctx, const policy_params & pp) {
 // accumulated attention, context::import_kv).
 struct prefilled {
     int64_t n = 0;
-    std::vector<std::vector<uint8_t>> k, v;    // per layer: kv type [n, n_embd_kv]
+    std::vector<std::vector<uint8_t>> k, v;      // per layer: kv type [n, n_embd_kv]
     std::vector<std::vector<float>> importance;  // per layer: f32 [n]
 };
 
