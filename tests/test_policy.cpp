@@ -587,8 +587,8 @@ TEST_F(policy_test, h2o_after_an_import_with_the_prefill_importance_equals_h2o_a
     const int n_layer = m->hp().n_layer;
     const int64_t n = source.n_past();
     const size_t bytes = size_t(n) * size_t(m->hp().n_embd_kv()) * 2;
-    std::vector<std::vector<uint8_t>> k(size_t(n_layer), std::vector<uint8_t>(bytes)), v = k;
-    std::vector<std::vector<float>> imp(size_t(n_layer), std::vector<float>(size_t(n)));
+    std::vector<std::vector<uint8_t>> k(static_cast<size_t>(n_layer), std::vector<uint8_t>(bytes)), v = k;
+    std::vector<std::vector<float>> imp(static_cast<size_t>(n_layer), std::vector<float>(static_cast<size_t>(n)));
     std::vector<const void *> kp, vp;
     std::vector<const float *> ip;
     for (int il = 0; il < n_layer; ++il) {
