@@ -173,7 +173,9 @@ public:
     // kv type [n, n_embd_kv] for every layer. importance: empty, or per layer f32 [n], the prefill
     // importance of the tokens (export_importance of a context that prefilled them under the same score
     // params, window and sinks): the sequence is then placed, and h2o's accumulated attention starts, as
-    // after that prefill — the same state, so the same selections and logits. Empty: placed as after a
+    // after that prefill — the same state, so the same selections and logits (a prompt of several
+    // segments: the same accumulated attention; its hot set is placed by each token's own segment's
+    // importance, where the last segment's prefill placed by that segment's queries). Empty: placed as after a
     // prefill without importance (placement hkm: sinks, window, then the most recent tokens; h2o's
     // accumulated attention starts from 0, and its ties go to the earliest tokens). All or nothing:
     // on an error (a failed page write) the sequence stays empty.
