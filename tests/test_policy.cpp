@@ -574,6 +574,78 @@ TEST_F(policy_test, h2o_selects_the_heaviest_hitters_over_any_tiers) {
     EXPECT_GT(cold->ctx().decode_stats().layers[0].n_attended_disk, 0u);
 }
 
+// A prefill's KV imported elsewhere (bench accuracy, context::import_kv) with its prefill importance gives
+// h2o the state its own prefill gives: the same accumulated attention, hot set, selections and logits,
+// all in RAM and mostly cold. Without the importance (the import before issue 14's fix) the accumulated
+// attention starts from 0 and h2o ranks the prompt by position: other selections.
+TEST_F(policy_test, h2o_after_an_import_with_the_prefill_importance_equals_h2o_after_its_prefill) {
+    const policy_params p{.name = "h2o", .alpha = 0.1, .n_sinks = 4, .n_window = 16};
+    context_params cp{.n_ctx = 300, .kv_type = ggml_type::f16, .n_batch = 64, .policy = policy_params{}};
+    cp.keep_prefill_importance = true;
+    session source(*m, cp, pool);  // policy full: it measures the importance only because it is asked to
+    source.eval(prompt);
+    const int n_layer = m->hp().n_layer;
+    const int64_t n = source.n_past();
+    const size_t bytes = size_t(n) * size_t(m->hp().n_embd_kv()) * 2;
+    std::vector<std::vector<uint8_t>> k(static_cast<size_t>(n_layer), std::vector<uint8_t>(bytes)), v = k;
+    std::vector<std::vector<float>> imp(static_cast<size_t>(n_layer), std::vector<float>(static_cast<size_t>(n)));
+    std::vector<const void *> kp, vp;
+    std::vector<const float *> ip;
+    for (int il = 0; il < n_layer; ++il) {
+        source.ctx().export_layer(0, il, k[size_t(il)].data(), v[size_t(il)].data());
+        source.ctx().export_importance(0, il, imp[size_t(il)].data());
+        kp.push_back(k[size_t(il)].data());
+        vp.push_back(v[size_t(il)].data());
+        ip.push_back(imp[size_t(il)].data());
+    }
+    for (const int64_t budget : {0, 50}) {
+        SCOPED_TRACE("budget " + std::to_string(budget));
+        auto direct = make(p, ggml_type::f16, budget);
+        auto imported = make(p, ggml_type::f16, budget);
+        auto blank = make(p, ggml_type::f16, budget);
+        direct->eval(prompt);
+        imported->ctx().import_kv(0, n, kp, vp, ip);
+        blank->ctx().import_kv(0, n, kp, vp);
+        const auto totals_of = [](const session & s) {
+            return dynamic_cast<const attention_totals *>(s.ctx().scoring_copy());
+        };
+        const attention_totals *td = totals_of(*direct), *ti = totals_of(*imported), *tb = totals_of(*blank);
+        ASSERT_TRUE(td != nullptr && ti != nullptr && tb != nullptr);
+        const auto hot = [](const session & s, int il) {
+            std::vector<int32_t> out;
+            const std::span<const uint32_t> slots = s.ctx().cells().hot_slots(0, il);
+            for (size_t t = 0; t < slots.size(); ++t) {
+                if (slots[t] != kv_cells::no_slot) out.push_back(int32_t(t));
+            }
+            return out;
+        };
+        int n_blank_differs = 0;
+        for (int il = 0; il < n_layer; ++il) {
+            for (int64_t t = 0; t < n; ++t) {
+                ASSERT_EQ(ti->total(0, il, t), td->total(0, il, t)) << "layer " << il << " token " << t;
+                EXPECT_EQ(tb->total(0, il, t), 0.0f);
+                n_blank_differs += td->total(0, il, t) != 0.0f ? 1 : 0;
+            }
+            EXPECT_EQ(hot(*imported, il), hot(*direct, il)) << "layer " << il;
+        }
+        EXPECT_GT(n_blank_differs, n_layer * n / 2);  // the prior is there to lose
+        int n_blank_other = 0;  // steps whose logits under the blank import differ from the prefill's
+        for (int step = 0; step < 8; ++step) {
+            const int32_t tok = 7 + step;
+            for (auto * s : {direct.get(), imported.get(), blank.get()}) s->eval(std::span<const int32_t>(&tok, 1));
+            for (int32_t i = 0; i < 300; ++i) ASSERT_EQ(imported->logits()[i], direct->logits()[i]) << "step " << step;
+            n_blank_other += std::equal(blank->logits(), blank->logits() + 300, direct->logits()) ? 0 : 1;
+            for (int il = 0; il < n_layer; ++il) {
+                for (int64_t t = 0; t < direct->n_past(); ++t) {
+                    ASSERT_EQ(ti->total(0, il, t), td->total(0, il, t)) << "step " << step << " layer " << il;
+                }
+                EXPECT_EQ(hot(*imported, il), hot(*direct, il)) << "step " << step << " layer " << il;
+            }
+        }
+        EXPECT_GT(n_blank_other, 0);
+    }
+}
+
 TEST(policy_params_test, bad_parameters_are_usage_errors) {
     auto expect_usage = [](const policy_params & p, const char * what, int n_head_kv = 2) -> std::string {
         try {

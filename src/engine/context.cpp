@@ -16,6 +16,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <new>
 #include <numeric>
 
 namespace hill {
@@ -114,6 +115,16 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
     } else if (with_copy) {
         copy_ = std::make_unique<quant_copy>(attn_shape(), pp.score, scoring_copy_bits(m, p), p.n_seq, hp.n_layer, p.n_ctx,
                                              pool.n_threads());
+    }
+    if (p.keep_prefill_importance) {
+        const size_t n_kept = size_t(p.n_seq) * size_t(hp.n_layer) * size_t(p.n_ctx);
+        try {
+            importance_kept_.assign(n_kept, 0.0f);
+        } catch (const std::bad_alloc &) {
+            fail_input(
+                "cannot allocate the kept prefill importance: {} bytes for {} sequences × {} layers × {} positions",
+                n_kept * sizeof(float), p.n_seq, hp.n_layer, p.n_ctx);
+        }
     }
     std::vector<int32_t> window(size_t(hp.n_layer));  // sliding layers keep only their window (kv/kv_cells.h)
     for (int il = 0; il < hp.n_layer; ++il) window[size_t(il)] = std::min(hp.window(il), p.n_ctx);
@@ -250,7 +261,7 @@ void context::set_policy(const policy_params & p) {
     params_.policy = p;
     step_->reset_stats();
     importance_scorer_.reset();
-    if (policy_->wants_prefill_importance()) {
+    if (policy_->wants_prefill_importance() || params_.keep_prefill_importance) {
         importance_scorer_ = std::make_unique<host_scorer>(attn_shape(), p.score, pool_.n_threads());
     }
 }
@@ -526,6 +537,9 @@ void context::append_layer(int seq, int il, int64_t p0, int64_t n, const uint8_t
             copy_->observe(seq, il, positions, importance + p0);
         }
     }
+    if (!importance_kept_.empty() && importance != nullptr) {
+        std::copy_n(importance + p0, n, importance_kept_.begin() + ptrdiff_t(kept_index(seq, il)) + p0);
+    }
     prefill_plan plan;
     policy_->place_prefill(prefill_place_input{il, seq, p0, p0 + n, cells_.get(), importance, cells_->n_hot_free(il),
                                                cells_->n_appending(std::array{std::pair{seq, p0 + n}})}, plan);
@@ -759,9 +773,21 @@ void context::export_layer(int seq, int il, void * k_out, void * v_out) {
     });
 }
 
-void context::import_kv(int seq, int64_t n, std::span<const void * const> k, std::span<const void * const> v) {
+size_t context::kept_index(int seq, int il) const {
+    HILL_ASSERT(seq >= 0 && seq < params_.n_seq && il >= 0 && il < layout_.n_layer);
+    return (size_t(seq) * size_t(layout_.n_layer) + size_t(il)) * size_t(params_.n_ctx);
+}
+
+void context::export_importance(int seq, int il, float * out) const {
+    HILL_ASSERT(params_.keep_prefill_importance);
+    std::copy_n(importance_kept_.begin() + ptrdiff_t(kept_index(seq, il)), n_past(seq), out);
+}
+
+void context::import_kv(int seq, int64_t n, std::span<const void * const> k, std::span<const void * const> v,
+                        std::span<const float * const> importance) {
     HILL_ASSERT(n_past(seq) == 0 && n > 0 && n <= params_.n_ctx);
     HILL_ASSERT(k.size() == size_t(layout_.n_layer) && v.size() == k.size());
+    HILL_ASSERT(importance.empty() || importance.size() == k.size());
     trace_scope span("import kv", "prefill", {{"seq", seq}, {"tokens", n}});
     plan_capacity(n);
     make_room(room_for(seq, 0, n));
@@ -769,7 +795,8 @@ void context::import_kv(int seq, int64_t n, std::span<const void * const> k, std
     try {
         for (int il = 0; il < layout_.n_layer; ++il) {
             append_layer(seq, il, 0, n, static_cast<const uint8_t *>(k[size_t(il)]),
-                         static_cast<const uint8_t *>(v[size_t(il)]), nullptr, appends[size_t(il)]);
+                         static_cast<const uint8_t *>(v[size_t(il)]),
+                         importance.empty() ? nullptr : importance[size_t(il)], appends[size_t(il)]);
         }
     } catch (...) {
         abandon(appends);

@@ -87,6 +87,10 @@ struct context_params {
     planner_params planner;
     io_fault_hook io_faults;            // tests: injected cold-pool I/O results of the host's reads and writes
     int32_t n_seq = 1;                  // sequences at once (>= 1)
+    // Keep every prefill's importance per (sequence, layer, token) for export_importance (f32, 4 bytes per
+    // token-layer, not counted in kv_host_budget): a context whose KV is exported to be imported elsewhere
+    // (bench accuracy) measures it under its own policy's score params, window and sinks, whatever its policy.
+    bool keep_prefill_importance = false;
     // Benchmarks: a forward pass other than the model's (make_forward's signature); empty: the model's.
     std::function<std::unique_ptr<arch_forward>(const hill::model &, thread_pool &, int64_t)> forward;
 };
@@ -159,10 +163,24 @@ public:
     // [n_past, n_embd_kv] each (hot rows copied, open rows copied, pages read; the tokens a sliding
     // layer dropped, zero rows). Errors: cold reads.
     void export_layer(int seq, int il, void * k_out, void * v_out);
+    // The prefill importance of tokens [0, n_past(seq)) of layer il, f32 [n_past] into out: the importance
+    // score of each token under the last W queries of the prompt segment that brought it, summed (the
+    // prior h2o's accumulated attention starts from, and what placement hkm ranks by); tokens no prefill
+    // measured (decode steps' tokens) hold what an earlier prefill left at their position, or 0.
+    // Asserts: params().keep_prefill_importance.
+    void export_importance(int seq, int il, float * out) const;
     // Appends n tokens of externally computed KV (a prompt cache) to the empty sequence seq: k[il], v[il]
-    // kv type [n, n_embd_kv] for every layer. Placed as after a prefill without importance. All or
-    // nothing: on an error (a failed page write) the sequence stays empty.
-    void import_kv(int seq, int64_t n, std::span<const void * const> k, std::span<const void * const> v);
+    // kv type [n, n_embd_kv] for every layer. importance: empty, or per layer f32 [n], the prefill
+    // importance of the tokens (export_importance of a context that prefilled them under the same score
+    // params, window and sinks): the sequence is then placed, and h2o's accumulated attention starts, as
+    // after that prefill — the same state, so the same selections and logits (a prompt of several
+    // segments: the same accumulated attention; its hot set is placed by each token's own segment's
+    // importance, where the last segment's prefill placed by that segment's queries). Empty: placed as after a
+    // prefill without importance (placement hkm: sinks, window, then the most recent tokens; h2o's
+    // accumulated attention starts from 0, and its ties go to the earliest tokens). All or nothing:
+    // on an error (a failed page write) the sequence stays empty.
+    void import_kv(int seq, int64_t n, std::span<const void * const> k, std::span<const void * const> v,
+                   std::span<const float * const> importance = {});
 
     // Replaces the policy (fresh step statistics); the KV and its placement stay as they are. Errors: as
     // make_policy; scoring the storage device cannot run.
@@ -232,6 +250,7 @@ private:
     template <class F>
     void for_each_stored(int seq, int il, bool with_v, F && fn);
     attention_shape attn_shape() const;
+    size_t kept_index(int seq, int il) const;  // importance_kept_ of (seq, il), position 0
     // The key sketch of policy `infinigen` (score/key_sketch.h), its channels chosen from m's weights.
     std::unique_ptr<hill::scoring_copy> make_key_sketch(const hill::model & m, const policy_params & pp, int n_seq,
                                                         int64_t n_ctx) const;
@@ -254,7 +273,8 @@ private:
     std::unique_ptr<device_tier> device_;
     std::unique_ptr<hill::policy> policy_;
     std::unique_ptr<decode_step> step_;
-    std::unique_ptr<host_scorer> importance_scorer_;  // prefill importance (placement hkm)
+    std::unique_ptr<host_scorer> importance_scorer_;  // prefill importance (placement hkm, h2o, kept)
+    std::vector<float> importance_kept_;              // f32 [n_seq, n_layer, n_ctx] (keep_prefill_importance)
     std::unique_ptr<hill::planner> planner_;
     int64_t hot_min_ = 0;                             // hot slots the sinks, windows and appends need
     mutable kv_io_stats io_stats_;

@@ -59,24 +59,33 @@ context_params in_ram(int64_t n_ctx, const policy_params & pp) {
     return cp;
 }
 
-// The KV of a prompt's tokens [0, n), prefilled once (dense) for every configuration to start from.
+// The KV of a prompt's tokens [0, n), prefilled once (dense) for every configuration to start from, with
+// its prefill importance (the same score params, window and sinks as every configuration's: the
+// defaults), so that an import starts each policy from the state its own prefill would give (h2o's
+// accumulated attention, context::import_kv).
 struct prefilled {
     int64_t n = 0;
-    std::vector<std::vector<uint8_t>> k, v;  // per layer: kv type [n, n_embd_kv]
+    std::vector<std::vector<uint8_t>> k, v;      // per layer: kv type [n, n_embd_kv]
+    std::vector<std::vector<float>> importance;  // per layer: f32 [n]
 };
 
 prefilled prefill_once(const model & m, std::span<const int32_t> ids, thread_pool & pool) {
     prefilled out;
     out.n = int64_t(ids.size());
-    session s(m, in_ram(out.n, policy_params{}), pool);
+    context_params cp = in_ram(out.n, policy_params{});
+    cp.keep_prefill_importance = true;
+    session s(m, cp, pool);
     s.eval(ids);
     const size_t bytes = size_t(out.n) * size_t(m.hp().n_embd_kv()) * 2;  // f16
     out.k.resize(size_t(m.hp().n_layer));
     out.v.resize(size_t(m.hp().n_layer));
+    out.importance.resize(size_t(m.hp().n_layer));
     for (int il = 0; il < m.hp().n_layer; ++il) {
         out.k[size_t(il)].resize(bytes);
         out.v[size_t(il)].resize(bytes);
+        out.importance[size_t(il)].resize(size_t(out.n));
         s.ctx().export_layer(0, il, out.k[size_t(il)].data(), out.v[size_t(il)].data());
+        s.ctx().export_importance(0, il, out.importance[size_t(il)].data());
     }
     return out;
 }
@@ -86,11 +95,13 @@ std::unique_ptr<session> session_from(const model & m, const prefilled & kv, int
                                       thread_pool & pool) {
     auto s = std::make_unique<session>(m, in_ram(n_ctx, pp), pool);
     std::vector<const void *> kp, vp;
+    std::vector<const float *> ip;
     for (size_t il = 0; il < kv.k.size(); ++il) {
         kp.push_back(kv.k[il].data());
         vp.push_back(kv.v[il].data());
+        ip.push_back(kv.importance[il].data());
     }
-    s->ctx().import_kv(0, kv.n, kp, vp);
+    s->ctx().import_kv(0, kv.n, kp, vp, ip);
     return s;
 }
 

@@ -3,7 +3,7 @@
 // (§5): attention reads the sinks, the recent window and the ⌈α·N⌉ "heavy hitters" — the tokens with
 // the largest accumulated attention (score/attention_totals.h: the attention the steps paid each token,
 // summed over heads, a moving sum over the steps that attended it; a prefill starts its tokens from the
-// prompt's last queries' attention). H2O itself drops the tokens that leave its budget; here they move
+// prompt's last queries' attention, an import from the same measured by its exporter, context::import_kv). H2O itself drops the tokens that leave its budget; here they move
 // to the cold pool and are read back when their score wins again (a kept token that stops earning
 // attention decays below them).
 //

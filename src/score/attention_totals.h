@@ -11,7 +11,8 @@
 // tokens kept only gain, so a token that left the set could never win again; here a kept token that
 // stops earning attention decays below the offloaded ones, which are then read back (the offloading
 // variant the HillInfer paper compares with, §5). A prefill observes its tokens' prefill importance
-// (the attention of the prompt's last queries, context.h) once. New positions start at 0 (write()).
+// (the attention of the prompt's last queries, context.h) once; an
+// import of KV, the importance its exporter measured (context::import_kv). New positions start at 0 (write()).
 //
 // Layout: f32 [n_seq, n_layer, n_ctx] (4 bytes per token and layer, 0.1% of f16 K and V at 8 KV heads
 // of 128), allocated once. Scores are the stored values: the same whatever the thread count.
