@@ -683,6 +683,25 @@ TEST_F(serve_test, a_non_streaming_client_that_goes_away_cancels_its_request) {
     EXPECT_LT(metric(m, "hillinfer_completion_tokens_total"), 2000) << m;
 }
 
+TEST_F(serve_test, attended_share_is_the_requests_own) {
+    // streaming attends the 4 sinks and the 16-token window: a long context's share is small, a context
+    // within 20 tokens attends everything, whatever ran before it.
+    serve_process s("-m " + model("chatml") + " -c 512 --policy streaming", dir->file("share.err"));
+    ASSERT_GT(s.port(), 0) << s.err();
+    std::string prompt;
+    for (int i = 0; i < 20; ++i) prompt += "word" + std::to_string(i) + " ";
+    const json lng = post_to(s, "/v1/completions", {{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}});
+    ASSERT_GT(int64_t(lng.at("usage").at("prompt_tokens")), 100) << lng.dump();
+    EXPECT_EQ(lng.at("x_hillinfer").at("policy"), "streaming");
+    EXPECT_LT(double(lng.at("x_hillinfer").at("attended_share")), 0.25) << lng.dump();
+    const json sht = post_to(s, "/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 4}, {"temperature", 0}});
+    ASSERT_LE(int64_t(sht.at("usage").at("total_tokens")), 20) << sht.dump();
+    ASSERT_GE(int64_t(sht.at("usage").at("completion_tokens")), 2) << "at least one decode step";
+    EXPECT_EQ(double(sht.at("x_hillinfer").at("attended_share")), 1.0) << sht.dump();
+    const json one = post_to(s, "/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 1}, {"temperature", 0}});
+    EXPECT_TRUE(one.at("x_hillinfer").at("attended_share").is_null()) << "no decode step: " << one.dump();
+}
+
 // --- a storage fault, in-process (the fault hook is context_params::io_faults, as in test_kv_faults) ---
 
 TEST(serve_faults, a_storage_fault_fails_the_request_it_touches_and_the_server_goes_on) {
@@ -746,7 +765,13 @@ TEST(serve_faults, a_storage_fault_fails_the_request_it_touches_and_the_server_g
     ASSERT_TRUE(again);
     ASSERT_EQ(again->status, 200) << again->body;
     EXPECT_EQ(json::parse(again->body).at("choices"), json::parse(ok->body).at("choices"));
-    const std::string mt = c.Get("/metrics")->body;
+    // The engine thread updates /metrics after the step that answered: poll.
+    std::string mt;
+    for (int i = 0; i < 500; ++i) {
+        mt = c.Get("/metrics")->body;
+        if (metric(mt, "hillinfer_kv_tokens") == 0) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     EXPECT_EQ(metric(mt, "hillinfer_http_responses_total{code=\"500\"}"), 1) << mt;
     EXPECT_EQ(metric(mt, "hillinfer_kv_tokens"), 0) << "the failed requests' KV is freed\n" << mt;
     stop = true;
