@@ -99,12 +99,14 @@ void batch_generator::take_sequence(running & r) {
     const std::vector<int32_t> & p = r.req.prompt;
     const size_t lim = std::min(t.size(), p.size() - 1);
     auto n_keep = int64_t(std::mismatch(t.begin(), t.begin() + ptrdiff_t(lim), p.begin()).first - t.begin());
+    // Looked up (and marked used) before the save below, which may evict.
+    const int64_t n_disk = disk_ ? disk_->longest_prefix(p, true) : 0;
     // What is dropped stays on disk, unless it is only the tail of a conversation that continues here
     // (the next turn's prompt retokenizes the end of the last reply): at least a quarter is dropped.
     if ((int64_t(t.size()) - n_keep) * 4 >= int64_t(t.size()) && int64_t(t.size()) > n_keep) save_to_disk(r.seq);
     t.clear();
     // A longer prefix on disk: the sequence starts over from it.
-    if (disk_ && disk_->longest_prefix(p) > n_keep) {
+    if (n_disk > n_keep) {
         if (ctx_.n_past(r.seq) > 0) ctx_.release(r.seq);
         n_keep = disk_->load(ctx_, r.seq, p);
         r.res.disk_tokens = n_keep;

@@ -64,7 +64,7 @@ prompt_cache_dir::prompt_cache_dir(std::string dir, uint64_t limit_bytes)
         size_bytes_ += e.size_bytes;
         entries_.push_back(std::move(e));
     }
-    evict_to(limit_bytes_);
+    if (limit_bytes_ > 0) evict_to(limit_bytes_);
 }
 
 void prompt_cache_dir::remove(size_t i, const char * why) {
@@ -75,9 +75,8 @@ void prompt_cache_dir::remove(size_t i, const char * why) {
     entries_.erase(entries_.begin() + ptrdiff_t(i));
 }
 
-void prompt_cache_dir::evict_to(uint64_t limit) {
-    if (limit == 0) return;
-    while (size_bytes_ > limit && !entries_.empty()) {
+void prompt_cache_dir::evict_to(uint64_t target) {
+    while (size_bytes_ > target && !entries_.empty()) {
         const auto lru = std::min_element(entries_.begin(), entries_.end(),
                                           [](const entry & a, const entry & b) { return a.used < b.used; });
         remove(size_t(lru - entries_.begin()), "evicted");
@@ -85,11 +84,19 @@ void prompt_cache_dir::evict_to(uint64_t limit) {
     }
 }
 
-int64_t prompt_cache_dir::longest_prefix(std::span<const int32_t> prompt) const {
+int64_t prompt_cache_dir::longest_prefix(std::span<const int32_t> prompt, bool use) {
     if (prompt.empty()) return 0;
-    size_t best = 0;
-    for (const entry & e : entries_) best = std::max(best, common_prefix(e.ids, prompt.first(prompt.size() - 1)));
-    return int64_t(best);
+    size_t best_n = 0;
+    entry * best = nullptr;
+    for (entry & e : entries_) {
+        const size_t n = common_prefix(e.ids, prompt.first(prompt.size() - 1));
+        if (n > best_n) {
+            best_n = n;
+            best = &e;
+        }
+    }
+    if (use && best) best->used = ++clock_;
+    return int64_t(best_n);
 }
 
 int64_t prompt_cache_dir::load(context & ctx, int seq, std::span<const int32_t> prompt) {

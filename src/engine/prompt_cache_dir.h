@@ -44,8 +44,9 @@ public:
     prompt_cache_dir(std::string dir, uint64_t limit_bytes);
 
     // The length of the longest prefix of prompt an entry holds, at most all but the prompt's last token
-    // (its logits are needed): what load() would load, n_ctx aside.
-    int64_t longest_prefix(std::span<const int32_t> prompt) const;
+    // (its logits are needed): what load() would load, n_ctx aside. use: that entry counts as used (LRU),
+    // so that a save before the load does not evict it.
+    int64_t longest_prefix(std::span<const int32_t> prompt, bool use = false);
     // Loads into the empty sequence seq the KV of that longest prefix (at most ctx.n_ctx() tokens). Returns
     // the tokens loaded; 0 when no entry shares a token with the prompt, or the entry failed verification
     // (it is removed, with a warning). Other errors of the import (a cold-pool write) are warnings too
@@ -80,7 +81,7 @@ private:
         uint64_t used = 0;  // LRU clock
     };
     void remove(size_t i, const char * why);
-    void evict_to(uint64_t limit);
+    void evict_to(uint64_t target);  // removes LRU entries until their bytes are <= target
 
     std::string dir_;
     uint64_t limit_bytes_;
