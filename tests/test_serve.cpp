@@ -580,10 +580,9 @@ TEST_F(serve_test, the_cache_dir_stays_under_its_limit_least_recently_used_first
     serve_process s("-m " + model("chatml") + " -c 512 --parallel 1 --cache-dir " + cache + " --cache-dir-limit 40K",
                     dir->file("cache-lru.err"));
     ASSERT_GT(s.port(), 0) << s.err();
-    const std::vector<std::string> topics = {"the cats of the old town, every single one of them",
-                                             "the rivers of the northern valleys and their bridges",
-                                             "the old lighthouse keeper and the storms of winter",
-                                             "the market square on a busy summer morning"};
+    const std::vector<std::string> topics = {
+        "the cats of the old town, every single one of them", "the rivers of the northern valleys and their bridges",
+        "the old lighthouse keeper and the storms of winter", "the market square on a busy summer morning"};
     std::vector<json> msgs, turns;
     for (const std::string & t : topics) {
         msgs.push_back(json::array({user("Tell me about " + t)}));
@@ -673,8 +672,7 @@ TEST_F(serve_test, a_non_streaming_client_that_goes_away_cancels_its_request) {
     std::string m;
     for (int i = 0; i < 500; ++i) {
         m = c2.Get("/metrics")->body;
-        if (metric(m, "hillinfer_requests_cancelled_total") >= 1 && metric(m, "hillinfer_requests_running") == 0)
-            break;
+        if (metric(m, "hillinfer_requests_cancelled_total") >= 1 && metric(m, "hillinfer_requests_running") == 0) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     EXPECT_EQ(metric(m, "hillinfer_requests_cancelled_total"), 1) << m;
@@ -707,8 +705,14 @@ TEST_F(serve_test, attended_share_is_the_requests_own) {
 TEST(serve_faults, a_storage_fault_fails_the_request_it_touches_and_the_server_goes_on) {
     std::signal(SIGPIPE, SIG_IGN);
     test::temp_dir d;
-    write_random_model(d.file("m.gguf"), random_model_params{.n_vocab = 300, .n_embd = 64, .n_ff = 96, .n_layer = 2,
-                                                             .n_head = 4, .n_head_kv = 2, .n_ctx = 512, .seed = 3});
+    write_random_model(d.file("m.gguf"), random_model_params{.n_vocab = 300,
+                                                             .n_embd = 64,
+                                                             .n_ff = 96,
+                                                             .n_layer = 2,
+                                                             .n_head = 4,
+                                                             .n_head_kv = 2,
+                                                             .n_ctx = 512,
+                                                             .seed = 3});
     const auto m = model::load(d.file("m.gguf"));
     std::atomic<bool> fail_reads{false};
     const io_fault_hook hook = [&](const io_issue & is, int64_t r) {
@@ -751,9 +755,10 @@ TEST(serve_faults, a_storage_fault_fails_the_request_it_touches_and_the_server_g
     EXPECT_EQ(e.at("code"), "generation_failed");
     EXPECT_NE(e.at("message").get<std::string>().find("Input/output error"), std::string::npos) << e;
     // A streaming request that the fault touches: an error event, then [DONE].
-    const auto bad_stream = c.Post(
-        "/v1/completions", json{{"prompt", long_prompt}, {"max_tokens", 8}, {"temperature", 0}, {"stream", true}}.dump(),
-        "application/json");
+    const auto bad_stream =
+        c.Post("/v1/completions",
+               json{{"prompt", long_prompt}, {"max_tokens", 8}, {"temperature", 0}, {"stream", true}}.dump(),
+               "application/json");
     ASSERT_TRUE(bad_stream);
     const std::vector<std::string> ev = sse_events(bad_stream->body);
     ASSERT_GE(ev.size(), 2u) << bad_stream->body;

@@ -1,14 +1,14 @@
 #include "engine/prompt_cache_dir.h"
 
-#include "core/error.h"
-#include "core/log.h"
-#include "engine/prompt_cache.h"
-
 #include <fmt/format.h>
 #include <xxhash.h>
 
 #include <algorithm>
 #include <filesystem>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "engine/prompt_cache.h"
 
 namespace hill {
 

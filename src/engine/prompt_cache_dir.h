@@ -27,12 +27,12 @@
 // Thread use: one owner thread (the context's).
 #pragma once
 
-#include "engine/context.h"
-
 #include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
+
+#include "engine/context.h"
 
 namespace hill {
 
@@ -62,11 +62,11 @@ public:
     size_t n_entries() const { return entries_.size(); }
 
     struct counters {
-        uint64_t hits = 0;         // loads that imported a prefix
-        uint64_t hit_tokens = 0;   // tokens they imported
-        uint64_t saves = 0;        // entries written
-        uint64_t evictions = 0;    // entries removed to stay under the limit (or made redundant by a longer one)
-        uint64_t errors = 0;       // failed saves, and entries removed because they failed verification
+        uint64_t hits = 0;        // loads that imported a prefix
+        uint64_t hit_tokens = 0;  // tokens they imported
+        uint64_t saves = 0;       // entries written
+        uint64_t evictions = 0;   // entries removed to stay under the limit (or made redundant by a longer one)
+        uint64_t errors = 0;      // failed saves, and entries removed because they failed verification
     };
     const counters & stats() const { return stats_; }
 

@@ -322,7 +322,8 @@ struct server::impl {
             gauge("hillinfer_prompt_cache_errors_total",
                   "failed saves, and entries removed because they failed verification", "counter",
                   std::to_string(c.errors));
-            gauge("hillinfer_prompt_cache_entries", "entries in --cache-dir", "gauge", std::to_string(disk->n_entries()));
+            gauge("hillinfer_prompt_cache_entries", "entries in --cache-dir", "gauge",
+                  std::to_string(disk->n_entries()));
             gauge("hillinfer_prompt_cache_bytes", "bytes of the entries in --cache-dir", "gauge",
                   std::to_string(disk->size_bytes()));
         }
