@@ -10,8 +10,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
@@ -19,6 +23,10 @@
 #include <vector>
 
 #include "cli_test_util.h"
+#include "core/thread_pool.h"
+#include "engine/context.h"
+#include "model/synthetic_model.h"
+#include "server/server.h"
 #include "test_util.h"
 
 namespace hill {
@@ -484,6 +492,295 @@ TEST_F(serve_test, a_full_queue_answers_503_and_sigterm_finishes_the_running_str
     EXPECT_FALSE(json::parse(ev[ev.size() - 3]).at("choices")[0].at("finish_reason").is_null());
     EXPECT_TRUE(std::filesystem::is_empty(kv)) << "the cold-pool files are removed";
     EXPECT_NE(s.err().find("stopping; 1 requests to finish"), std::string::npos) << s.err();
+}
+
+// --- the on-disk prompt cache (--cache-dir) ---------------------------------------------------------
+
+json post_to(const serve_process & s, const std::string & path, const json & body, int expect_status = 200) {
+    auto c = s.client();
+    const auto res = c.Post(path, body.dump(), "application/json");
+    EXPECT_TRUE(res) << "no response: " << httplib::to_string(res.error());
+    if (!res) return json();
+    EXPECT_EQ(res->status, expect_status) << res->body;
+    return json::parse(res->body);
+}
+
+json chat_body(const json & messages) {
+    return {{"messages", messages}, {"max_tokens", 8}, {"temperature", 0}};
+}
+
+json user(const std::string & text) {
+    return {{"role", "user"}, {"content", text}};
+}
+
+// The next turn's messages: the reply of `turn`, then a new user message.
+json next_turn(json messages, const json & turn, const std::string & text) {
+    messages.push_back({{"role", "assistant"}, {"content", turn.at("choices")[0].at("message").at("content")}});
+    messages.push_back(user(text));
+    return messages;
+}
+
+// The *.hpc files of a cache directory and their bytes.
+std::vector<std::filesystem::path> cache_files(const std::string & dir, uint64_t * bytes = nullptr) {
+    std::vector<std::filesystem::path> out;
+    if (bytes) *bytes = 0;
+    for (const auto & e : std::filesystem::directory_iterator(dir)) {
+        if (e.path().extension() != ".hpc") continue;
+        out.push_back(e.path());
+        if (bytes) *bytes += e.file_size();
+    }
+    return out;
+}
+
+TEST_F(serve_test, a_conversation_whose_sequence_was_taken_reuses_its_kv_from_the_cache_dir) {
+    // The reference: the same turns on the fixture's server, turn 2 reusing turn 1's KV from its sequence.
+    const json a1_msgs = json::array({user("Tell me about the cats of the old town, all of them")});
+    const json ref1 = post("/v1/chat/completions", chat_body(a1_msgs));
+    const json a2_msgs = next_turn(a1_msgs, ref1, "And the dogs?");
+    const json ref2 = post("/v1/chat/completions", chat_body(a2_msgs));
+    const int64_t p1 = ref1.at("usage").at("prompt_tokens");
+    ASSERT_GE(int64_t(ref2.at("usage").at("prompt_tokens_details").at("cached_tokens")), p1 - 3) << ref2.dump();
+
+    // One sequence: conversation B takes it from A, whose KV goes to the cache directory.
+    const std::string cache = dir->file("cache-a");
+    serve_process s("-m " + model("chatml") + " -c 512 --parallel 1 --cache-dir " + cache, dir->file("cache-a.err"));
+    ASSERT_GT(s.port(), 0) << s.err();
+    const json a1 = post_to(s, "/v1/chat/completions", chat_body(a1_msgs));
+    EXPECT_EQ(a1.at("choices")[0].at("message"), ref1.at("choices")[0].at("message"));
+    EXPECT_EQ(a1.at("x_hillinfer").at("cache_dir_tokens"), 0);
+    EXPECT_TRUE(cache_files(cache).empty()) << "A keeps its KV in its sequence while nobody needs it";
+    const json b = post_to(s, "/v1/chat/completions", chat_body(json::array({user("What is the capital of Peru?")})));
+    ASSERT_EQ(cache_files(cache).size(), 1u) << "A's KV, saved when B took its sequence";
+    const json a2 = post_to(s, "/v1/chat/completions", chat_body(a2_msgs));
+    const int64_t cached = a2.at("usage").at("prompt_tokens_details").at("cached_tokens");
+    EXPECT_GE(cached, p1 - 3) << a2.dump();
+    EXPECT_LT(cached, int64_t(a2.at("usage").at("prompt_tokens")));
+    EXPECT_EQ(a2.at("x_hillinfer").at("cache_dir_tokens"), cached) << "loaded from the cache directory";
+    EXPECT_EQ(a2.at("choices")[0].at("message"), ref2.at("choices")[0].at("message")) << "greedy output unchanged";
+    const std::string m = s.client().Get("/metrics")->body;
+    EXPECT_EQ(metric(m, "hillinfer_prompt_cache_hits_total"), 1) << m;
+    EXPECT_EQ(metric(m, "hillinfer_prompt_cache_hit_tokens_total"), double(cached)) << m;
+    EXPECT_EQ(metric(m, "hillinfer_prompt_cache_saves_total"), 2) << "A, then B when A took the sequence back";
+    EXPECT_EQ(metric(m, "hillinfer_prompt_cache_errors_total"), 0) << m;
+
+    // A restart: the kept sequence (A's turn 2) is saved at shutdown and the new server loads it.
+    EXPECT_EQ(s.stop(SIGTERM, 60.0), 0) << s.err();
+    serve_process s2("-m " + model("chatml") + " -c 512 --parallel 1 --cache-dir " + cache, dir->file("cache-b.err"));
+    ASSERT_GT(s2.port(), 0) << s2.err();
+    const json a3_msgs = next_turn(a2_msgs, a2, "And the birds?");
+    const json a3 = post_to(s2, "/v1/chat/completions", chat_body(a3_msgs));
+    EXPECT_GE(int64_t(a3.at("x_hillinfer").at("cache_dir_tokens")), int64_t(a2.at("usage").at("prompt_tokens")) - 3)
+        << a3.dump();
+}
+
+TEST_F(serve_test, the_cache_dir_stays_under_its_limit_least_recently_used_first) {
+    // An entry of the ~60 prompt tokens and the reply is ~18 KB (260 bytes per token: its id and 2 layers of
+    // 64-byte K and V rows): 40K holds two, not three.
+    const std::string cache = dir->file("cache-lru");
+    serve_process s("-m " + model("chatml") + " -c 512 --parallel 1 --cache-dir " + cache + " --cache-dir-limit 40K",
+                    dir->file("cache-lru.err"));
+    ASSERT_GT(s.port(), 0) << s.err();
+    const std::vector<std::string> topics = {
+        "the cats of the old town, every single one of them", "the rivers of the northern valleys and their bridges",
+        "the old lighthouse keeper and the storms of winter", "the market square on a busy summer morning"};
+    std::vector<json> msgs, turns;
+    for (const std::string & t : topics) {
+        msgs.push_back(json::array({user("Tell me about " + t)}));
+        turns.push_back(post_to(s, "/v1/chat/completions", chat_body(msgs.back())));
+    }
+    uint64_t bytes = 0;
+    EXPECT_LE(cache_files(cache, &bytes).size(), 2u);
+    EXPECT_LE(bytes, 40u * 1024) << "the limit";
+    std::string m = s.client().Get("/metrics")->body;
+    EXPECT_EQ(metric(m, "hillinfer_prompt_cache_saves_total"), 3) << m;
+    EXPECT_GE(metric(m, "hillinfer_prompt_cache_evictions_total"), 1) << m;
+    EXPECT_EQ(metric(m, "hillinfer_prompt_cache_bytes"), double(bytes)) << m;
+    // The third conversation (the most recently saved) comes back from the cache; the first was evicted.
+    const json c3 = post_to(s, "/v1/chat/completions", chat_body(next_turn(msgs[2], turns[2], "Go on")));
+    EXPECT_GE(int64_t(c3.at("x_hillinfer").at("cache_dir_tokens")),
+              int64_t(turns[2].at("usage").at("prompt_tokens")) - 3)
+        << c3.dump();
+    const json c1 = post_to(s, "/v1/chat/completions", chat_body(next_turn(msgs[0], turns[0], "Go on")));
+    EXPECT_LT(int64_t(c1.at("usage").at("prompt_tokens_details").at("cached_tokens")),
+              int64_t(turns[0].at("usage").at("prompt_tokens")) / 2)
+        << c1.dump();
+    EXPECT_LE(cache_files(cache, &bytes).size(), 2u);
+    EXPECT_LE(bytes, 40u * 1024);
+}
+
+TEST_F(serve_test, a_corrupt_cache_file_is_removed_and_the_prompt_prefilled) {
+    const std::string cache = dir->file("cache-bad");
+    serve_process s("-m " + model("chatml") + " -c 512 --parallel 1 --cache-dir " + cache, dir->file("cache-bad.err"));
+    ASSERT_GT(s.port(), 0) << s.err();
+    const json a1_msgs = json::array({user("Tell me about the cats of the old town, all of them")});
+    const json a1 = post_to(s, "/v1/chat/completions", chat_body(a1_msgs));
+    post_to(s, "/v1/chat/completions", chat_body(json::array({user("What is the capital of Peru?")})));
+    const auto files = cache_files(cache);
+    ASSERT_EQ(files.size(), 1u);
+    {  // one byte of the last layer's V rows flipped
+        std::fstream f(files[0], std::ios::in | std::ios::out | std::ios::binary);
+        f.seekg(-40, std::ios::end);
+        char c = 0;
+        f.get(c);
+        f.seekp(-40, std::ios::end);
+        f.put(char(c ^ 0x5a));
+    }
+    const json a2 = post_to(s, "/v1/chat/completions", chat_body(next_turn(a1_msgs, a1, "And the dogs?")));
+    EXPECT_EQ(a2.at("x_hillinfer").at("cache_dir_tokens"), 0) << a2.dump();
+    EXPECT_LT(int64_t(a2.at("usage").at("prompt_tokens_details").at("cached_tokens")),
+              int64_t(a1.at("usage").at("prompt_tokens")) / 2);
+    EXPECT_FALSE(std::filesystem::exists(files[0])) << "the corrupt file is removed";
+    const std::string m = s.client().Get("/metrics")->body;
+    EXPECT_EQ(metric(m, "hillinfer_prompt_cache_errors_total"), 1) << m;
+    EXPECT_EQ(metric(m, "hillinfer_prompt_cache_hits_total"), 0) << m;
+    EXPECT_NE(s.err().find("failed verification"), std::string::npos) << s.err();
+    EXPECT_NE(s.err().find("checksum"), std::string::npos) << s.err();
+}
+
+TEST_F(serve_test, an_unusable_cache_dir_is_a_warning_and_requests_succeed) {
+    const std::string file = dir->file("not-a-dir");
+    std::ofstream(file) << "x";
+    serve_process s("-m " + model("chatml") + " -c 512 --parallel 1 --cache-dir " + file + "/cache",
+                    dir->file("cache-nodir.err"));
+    ASSERT_GT(s.port(), 0) << s.err();
+    for (const char * q : {"Hello there", "Something else entirely, please"}) {
+        const json j = post_to(s, "/v1/chat/completions", chat_body(json::array({user(q)})));
+        EXPECT_GE(int64_t(j.at("usage").at("completion_tokens")), 1) << j.dump();
+    }
+    const std::string m = s.client().Get("/metrics")->body;
+    EXPECT_EQ(metric(m, "hillinfer_prompt_cache_errors_total"), 1) << "the failed save of the first conversation";
+    EXPECT_NE(s.err().find("cannot create the directory"), std::string::npos) << s.err();
+    EXPECT_NE(s.err().find("cannot save"), std::string::npos) << s.err();
+}
+
+// --- client disconnects -----------------------------------------------------------------------------
+
+TEST_F(serve_test, a_non_streaming_client_that_goes_away_cancels_its_request) {
+    // A long prompt prefilled 16 tokens per step and many tokens to generate: still running when the
+    // client gives up after 300 ms.
+    serve_process s("-m " + model("chatml") + " -c 4096 --parallel 1 --prefill-chunk 16", dir->file("gone.err"));
+    ASSERT_GT(s.port(), 0) << s.err();
+    std::string prompt;
+    for (int i = 0; i < 60; ++i) prompt += "line " + std::to_string(i) + " of a long letter. ";
+    auto c = s.client();
+    c.set_read_timeout(0, 300 * 1000);
+    const auto r = c.Post("/v1/completions",
+                          json{{"prompt", prompt}, {"max_tokens", 2000}, {"temperature", 0.8}, {"seed", 3}}.dump(),
+                          "application/json");
+    EXPECT_FALSE(r) << "the client timed out: " << (r ? r->body : "");
+    auto c2 = s.client();
+    std::string m;
+    for (int i = 0; i < 500; ++i) {
+        m = c2.Get("/metrics")->body;
+        if (metric(m, "hillinfer_requests_cancelled_total") >= 1 && metric(m, "hillinfer_requests_running") == 0) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_EQ(metric(m, "hillinfer_requests_cancelled_total"), 1) << m;
+    EXPECT_EQ(metric(m, "hillinfer_requests_running"), 0) << m;
+    EXPECT_EQ(metric(m, "hillinfer_kv_tokens"), 0) << "a cancelled request's KV is freed, not kept\n" << m;
+    EXPECT_LT(metric(m, "hillinfer_completion_tokens_total"), 2000) << m;
+}
+
+TEST_F(serve_test, attended_share_is_the_requests_own) {
+    // streaming attends the 4 sinks and the 16-token window: a long context's share is small, a context
+    // within 20 tokens attends everything, whatever ran before it.
+    serve_process s("-m " + model("chatml") + " -c 512 --policy streaming", dir->file("share.err"));
+    ASSERT_GT(s.port(), 0) << s.err();
+    std::string prompt;
+    for (int i = 0; i < 20; ++i) prompt += "word" + std::to_string(i) + " ";
+    const json lng = post_to(s, "/v1/completions", {{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}});
+    ASSERT_GT(int64_t(lng.at("usage").at("prompt_tokens")), 100) << lng.dump();
+    EXPECT_EQ(lng.at("x_hillinfer").at("policy"), "streaming");
+    EXPECT_LT(double(lng.at("x_hillinfer").at("attended_share")), 0.25) << lng.dump();
+    const json sht = post_to(s, "/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 4}, {"temperature", 0}});
+    ASSERT_LE(int64_t(sht.at("usage").at("total_tokens")), 20) << sht.dump();
+    ASSERT_GE(int64_t(sht.at("usage").at("completion_tokens")), 2) << "at least one decode step";
+    EXPECT_EQ(double(sht.at("x_hillinfer").at("attended_share")), 1.0) << sht.dump();
+    const json one = post_to(s, "/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 1}, {"temperature", 0}});
+    EXPECT_TRUE(one.at("x_hillinfer").at("attended_share").is_null()) << "no decode step: " << one.dump();
+}
+
+// --- a storage fault, in-process (the fault hook is context_params::io_faults, as in test_kv_faults) ---
+
+TEST(serve_faults, a_storage_fault_fails_the_request_it_touches_and_the_server_goes_on) {
+    std::signal(SIGPIPE, SIG_IGN);
+    test::temp_dir d;
+    write_random_model(d.file("m.gguf"), random_model_params{.n_vocab = 300,
+                                                             .n_embd = 64,
+                                                             .n_ff = 96,
+                                                             .n_layer = 2,
+                                                             .n_head = 4,
+                                                             .n_head_kv = 2,
+                                                             .n_ctx = 512,
+                                                             .seed = 3});
+    const auto m = model::load(d.file("m.gguf"));
+    std::atomic<bool> fail_reads{false};
+    const io_fault_hook hook = [&](const io_issue & is, int64_t r) {
+        return fail_reads && is.op == io_op::read ? int64_t(-EIO) : r;
+    };
+    // 48 hot tokens per layer (2 sequences): most of a long prompt's KV is only in the cold pool, read at every step.
+    context_params cp{.n_ctx = 400,
+                      .kv_dir = d.file("kv"),
+                      .storage = csd::storage_params{.io_faults = hook},
+                      .io_faults = hook,
+                      .n_seq = 2};
+    cp.kv_host_budget = context::host_budget_for(*m, cp, 48);
+    thread_pool pool(2);
+    context ctx(*m, cp, pool);
+    server::server_params sp;
+    sp.port = 0;
+    sp.parallel = 2;
+    sp.model_id = "m";
+    sp.prefix_reuse = false;  // every request prefills its prompt: the same computation each time
+    server::server srv(*m, ctx, std::nullopt, sp);
+    const int port = srv.bind();
+    std::atomic<bool> stop{false};
+    std::thread engine([&] { srv.run([&] { return stop.load(); }); });
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(60, 0);
+    std::string long_prompt;
+    for (int i = 0; i < 40; ++i) long_prompt += "word" + std::to_string(i) + " ";
+    const std::string body = json{{"prompt", long_prompt}, {"max_tokens", 8}, {"temperature", 0}}.dump();
+
+    const auto ok = c.Post("/v1/completions", body, "application/json");
+    ASSERT_TRUE(ok);
+    ASSERT_EQ(ok->status, 200) << ok->body;
+    ASSERT_GT(int64_t(json::parse(ok->body).at("usage").at("prompt_tokens")), 100) << "a prompt that goes cold";
+
+    fail_reads = true;
+    const auto bad = c.Post("/v1/completions", body, "application/json");
+    ASSERT_TRUE(bad);
+    EXPECT_EQ(bad->status, 500) << bad->body;
+    const json e = json::parse(bad->body).at("error");
+    EXPECT_EQ(e.at("code"), "generation_failed");
+    EXPECT_NE(e.at("message").get<std::string>().find("Input/output error"), std::string::npos) << e;
+    // A streaming request that the fault touches: an error event, then [DONE].
+    const auto bad_stream =
+        c.Post("/v1/completions",
+               json{{"prompt", long_prompt}, {"max_tokens", 8}, {"temperature", 0}, {"stream", true}}.dump(),
+               "application/json");
+    ASSERT_TRUE(bad_stream);
+    const std::vector<std::string> ev = sse_events(bad_stream->body);
+    ASSERT_GE(ev.size(), 2u) << bad_stream->body;
+    EXPECT_EQ(ev.back(), "[DONE]");
+    EXPECT_EQ(json::parse(ev[ev.size() - 2]).at("error").at("code"), "generation_failed") << bad_stream->body;
+
+    fail_reads = false;  // the fault is gone: the server serves, and what it generates is what it did before
+    const auto again = c.Post("/v1/completions", body, "application/json");
+    ASSERT_TRUE(again);
+    ASSERT_EQ(again->status, 200) << again->body;
+    EXPECT_EQ(json::parse(again->body).at("choices"), json::parse(ok->body).at("choices"));
+    // The engine thread updates /metrics after the step that answered: poll.
+    std::string mt;
+    for (int i = 0; i < 500; ++i) {
+        mt = c.Get("/metrics")->body;
+        if (metric(mt, "hillinfer_kv_tokens") == 0) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(metric(mt, "hillinfer_http_responses_total{code=\"500\"}"), 1) << mt;
+    EXPECT_EQ(metric(mt, "hillinfer_kv_tokens"), 0) << "the failed requests' KV is freed\n" << mt;
+    stop = true;
+    engine.join();
 }
 
 }  // namespace

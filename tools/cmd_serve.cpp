@@ -24,6 +24,7 @@ struct serve_opts {
     server::server_params srv;
     int32_t n_ctx = 0;
     std::string body_limit = "1M";
+    std::string cache_dir_limit = "0";
     std::string template_name;
 };
 
@@ -41,6 +42,8 @@ int run_serve(const serve_opts & o) {
         fail_usage("--shutdown-wait must be >= 0 seconds, got {}", o.srv.shutdown_wait_s);
     server::server_params sp = o.srv;
     sp.body_limit_bytes = parse_bytes(o.body_limit, "--body-limit");
+    sp.cache_dir_limit_bytes = o.cache_dir_limit == "0" ? 0 : parse_bytes(o.cache_dir_limit, "--cache-dir-limit");
+    if (sp.cache_dir_limit_bytes > 0 && sp.cache_dir.empty()) fail_usage("--cache-dir-limit needs --cache-dir DIR");
     o.kv.type();  // a bad --cache-type fails before the model is loaded
     const int n_threads = o.threads.resolve();
     const policy_params pol = o.policy.resolve(o.kv.storage_kind());
@@ -99,6 +102,12 @@ command_fn add_serve(CLI::App & app) {
     sub->add_flag("!--no-prefix-reuse", o->srv.prefix_reuse,
                   "free a finished request's KV at once instead of keeping it "
                   "for a prompt with the same prefix (a returning conversation)");
+    sub->add_option("--cache-dir", o->srv.cache_dir,
+                    "on-disk prompt cache: the KV of finished conversations, content-addressed by their tokens, "
+                    "reused by a prompt with the same prefix (created if missing)");
+    sub->add_option("--cache-dir-limit", o->cache_dir_limit,
+                    "size limit of --cache-dir, bytes with K/M/G suffix, least recently used evicted (0: none)")
+        ->capture_default_str();
     sub->add_option("-n,--n-predict", o->srv.default_max_tokens,
                     "completions: tokens generated when a request gives "
                     "no max_tokens (chat: until the end of the turn)")

@@ -34,12 +34,18 @@ void batch_generator::finish(running & r, const std::string & stop, const batch_
     if (r.seq >= 0) {
         const size_t s = size_t(r.seq);
         seq_tokens_[s].clear();
-        if (reuse_prefix_ && (stop == "eos" || stop == "length" || stop == "context" || stop == "stop")) {
+        const bool whole = stop == "eos" || stop == "length" || stop == "context" || stop == "stop";
+        if (whole && (reuse_prefix_ || disk_)) {
             // Kept for a prompt with the same prefix: the tokens whose KV is in (the last sampled one is not).
             seq_tokens_[s] = r.req.prompt;
             seq_tokens_[s].insert(seq_tokens_[s].end(), r.res.ids.begin(), r.res.ids.end());
             seq_tokens_[s].resize(size_t(ctx_.n_past(r.seq)));
-        } else if (ctx_.n_past(r.seq) > 0) {
+        }
+        if (whole && !reuse_prefix_) {
+            save_to_disk(r.seq);
+            seq_tokens_[s].clear();
+        }
+        if (seq_tokens_[s].empty() && ctx_.n_past(r.seq) > 0) {
             ctx_.release(r.seq);  // frees its KV in every tier
         }
         seq_used_[s] = ++n_released_;
@@ -92,8 +98,19 @@ void batch_generator::take_sequence(running & r) {
     std::vector<int32_t> & t = seq_tokens_[size_t(r.seq)];
     const std::vector<int32_t> & p = r.req.prompt;
     const size_t lim = std::min(t.size(), p.size() - 1);
-    const auto n_keep = int64_t(std::mismatch(t.begin(), t.begin() + ptrdiff_t(lim), p.begin()).first - t.begin());
+    auto n_keep = int64_t(std::mismatch(t.begin(), t.begin() + ptrdiff_t(lim), p.begin()).first - t.begin());
+    // Looked up (and marked used) before the save below, which may evict.
+    const int64_t n_disk = disk_ ? disk_->longest_prefix(p, true) : 0;
+    // What is dropped stays on disk, unless it is only the tail of a conversation that continues here
+    // (the next turn's prompt retokenizes the end of the last reply): at least a quarter is dropped.
+    if ((int64_t(t.size()) - n_keep) * 4 >= int64_t(t.size()) && int64_t(t.size()) > n_keep) save_to_disk(r.seq);
     t.clear();
+    // A longer prefix on disk: the sequence starts over from it.
+    if (n_disk > n_keep) {
+        if (ctx_.n_past(r.seq) > 0) ctx_.release(r.seq);
+        n_keep = disk_->load(ctx_, r.seq, p);
+        r.res.disk_tokens = n_keep;
+    }
     if (ctx_.n_past(r.seq) > n_keep) {
         try {
             if (n_keep > 0) {
@@ -107,6 +124,17 @@ void batch_generator::take_sequence(running & r) {
     }
     r.n_prefilled = ctx_.n_past(r.seq);
     r.res.reused_tokens = r.n_prefilled;
+}
+
+void batch_generator::save_to_disk(int seq) {
+    const std::vector<int32_t> & t = seq_tokens_[size_t(seq)];
+    if (!disk_ || t.empty() || ctx_.n_dropped_cells(seq) > 0) return;
+    HILL_ASSERT(int64_t(t.size()) == ctx_.n_past(seq));
+    disk_->save(ctx_, seq, t);
+}
+
+void batch_generator::save_kept() {
+    for (const int s : free_seqs_) save_to_disk(s);
 }
 
 bool batch_generator::next_token(running & r, float * l, const batch_progress & cb) {
@@ -220,10 +248,13 @@ bool batch_generator::step(const batch_progress & cb) {
     // One decode step of the batch.
     seqs_.clear();
     tokens_.clear();
+    const step_stats & st = ctx_.decode_stats();
     for (const auto & r : running_) {
         if (!r->decoding) continue;
         seqs_.push_back(r->seq);
         tokens_.push_back(r->last);
+        r->seq_context0 = st.seq_context[size_t(r->seq)];
+        r->seq_attended0 = st.seq_attended[size_t(r->seq)];
     }
     if (!seqs_.empty()) {
         logits_.resize(seqs_.size() * size_t(n_vocab));
@@ -252,6 +283,8 @@ bool batch_generator::step(const batch_progress & cb) {
             r->res.decode_s += dt;
             ++r->res.decode_steps;
             r->res.max_batch = std::max(r->res.max_batch, n_batch);
+            r->res.n_context += st.seq_context[size_t(r->seq)] - r->seq_context0;
+            r->res.n_attended += st.seq_attended[size_t(r->seq)] - r->seq_attended0;
             next_token(*r, logits_.data() + b * size_t(n_vocab), cb);
             ++b;
         }

@@ -27,10 +27,20 @@
 // resident; otherwise the least recently used free sequence is taken. Cancelled, failed and
 // interrupted requests free their KV at once.
 //
+// On-disk prompt cache (set_prompt_cache, the server's --cache-dir; engine/prompt_cache_dir.h): a kept
+// sequence's KV is saved there when it is about to be dropped — its slot taken by a request that shares
+// less than three quarters of its tokens (a conversation that continues in its own slot drops only the
+// few tokens at the end of the last reply that the next prompt tokenizes differently: not saved), or,
+// without reuse_prefix, its request finished — and at save_kept()
+// (shutdown). A new request whose prompt shares a longer prefix with an entry than with any free
+// sequence loads that prefix (verified) instead of prefilling it. Sequences that a sliding-window layer
+// has cut are not saved (their KV is no longer whole).
+//
 // Thread use: every method on the thread that owns the context.
 #pragma once
 
 #include "engine/context.h"
+#include "engine/prompt_cache_dir.h"
 #include "engine/sampler.h"
 
 #include <cstdint>
@@ -58,11 +68,14 @@ struct generation_result {
                                   // "interrupted", "error" (see error), or the stop given to cancel()
     std::string error;            // the failure's message when stop == "error"
     int64_t prompt_tokens = 0;
-    int64_t reused_tokens = 0;    // prompt tokens whose KV a finished request's sequence held (reuse_prefix)
+    int64_t reused_tokens = 0;    // prompt tokens whose KV was reused: kept in a sequence or loaded from disk
+    int64_t disk_tokens = 0;      // of those, loaded from the on-disk prompt cache
     double prefill_s = 0.0;       // its prefill (all chunks)
     double decode_s = 0.0;        // wall time of the batch steps it took part in
     int64_t decode_steps = 0;     // steps it took part in (generated tokens after the first)
     int64_t max_batch = 0;        // the largest batch it decoded in
+    uint64_t n_context = 0;       // Σ context tokens over its decode steps and layers
+    uint64_t n_attended = 0;      // Σ tokens attended by them (n_attended / n_context: its attended share)
 };
 
 struct batch_progress {
@@ -83,6 +96,11 @@ public:
     // now. eos: the EOS id (-1: none). prefill_chunk: prompt tokens prefilled per step (0: whole prompts;
     // see the file comment).
     batch_generator(context & ctx, int parallel, int32_t eos, int32_t prefill_chunk = 0, bool reuse_prefix = false);
+
+    // The on-disk prompt cache (nullptr: none); not owned, outlives the generator. See the file comment.
+    void set_prompt_cache(prompt_cache_dir * dir) { disk_ = dir; }
+    // Saves the KV of every kept sequence to the on-disk prompt cache (shutdown); failures are warnings.
+    void save_kept();
 
     // Queues a request; returns its id (0, 1, ... in submission order). Asserted: the prompt is non-empty.
     size_t submit(generation_request req);
@@ -133,6 +151,7 @@ private:
         int64_t n_prefilled = 0;  // prompt tokens in the KV
         int32_t last = 0;         // the token to decode next, once the prompt is in
         bool decoding = false;
+        uint64_t seq_context0 = 0, seq_attended0 = 0;  // the step statistics of its sequence before a step
         std::string cancel;       // a cancel() stop to apply at the next boundary
     };
     void finish(running & r, const std::string & stop, const batch_progress & cb, const std::string & error = {});
@@ -141,6 +160,8 @@ private:
     // Takes a free sequence for r: with reuse_prefix the one sharing the longest prefix with its prompt
     // (truncated to it, r.n_prefilled set), else the least recently used one.
     void take_sequence(running & r);
+    // Saves free sequence seq's kept KV to the on-disk prompt cache, if any (and whole).
+    void save_to_disk(int seq);
     // Prefills the next chunk of r (the whole rest with prefill_chunk 0); false when r failed (finished).
     bool prefill_chunk(running & r, const batch_progress & cb);
 
@@ -156,6 +177,7 @@ private:
     std::vector<int64_t> seq_used_;                 // [n_seq] reuse_prefix: when each was last released (LRU)
     int64_t n_released_ = 0;
     bool reuse_prefix_;
+    prompt_cache_dir * disk_ = nullptr;
     std::vector<float> logits_;     // f32 [n_batch, n_vocab]
     std::vector<int> seqs_;
     std::vector<int32_t> tokens_;

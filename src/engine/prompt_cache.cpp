@@ -111,14 +111,21 @@ uint64_t header_checksum(const header & h, const int32_t * ids) {
 }  // namespace
 
 void save_prompt_cache(const std::string & path, session & s, std::span<const int32_t> tokens) {
-    HILL_ASSERT(int64_t(tokens.size()) == s.n_past());
-    context & ctx = s.ctx();
+    save_prompt_cache(path, s.ctx(), 0, tokens);
+}
+
+int64_t load_prompt_cache(const std::string & path, session & s, std::span<const int32_t> prompt) {
+    return load_prompt_cache(path, s.ctx(), 0, prompt);
+}
+
+void save_prompt_cache(const std::string & path, context & ctx, int seq, std::span<const int32_t> tokens) {
+    HILL_ASSERT(int64_t(tokens.size()) == ctx.n_past(seq));
     const kv_layout & layout = ctx.layout();
     header h{};
     std::memcpy(h.magic, k_magic, 8);
     h.version = k_version;
     h.kv_type = uint32_t(layout.type);
-    h.fingerprint = fingerprint(s.model());
+    h.fingerprint = fingerprint(ctx.model());
     h.n_layer = uint32_t(layout.n_layer);
     h.n_embd_kv = uint32_t(layout.n_embd_kv);
     h.n_tokens = tokens.size();
@@ -131,7 +138,7 @@ void save_prompt_cache(const std::string & path, session & s, std::span<const in
     const size_t bytes = tokens.size() * layout.row_bytes();
     std::vector<uint8_t> k(bytes), v(bytes);  // one layer at a time
     for (int il = 0; il < layout.n_layer; ++il) {
-        ctx.export_layer(0, il, k.data(), v.data());
+        ctx.export_layer(seq, il, k.data(), v.data());
         const uint64_t sums[2] = {XXH3_64bits(k.data(), bytes), XXH3_64bits(v.data(), bytes)};
         out.write(k.data(), bytes);
         out.write(v.data(), bytes);
@@ -140,10 +147,10 @@ void save_prompt_cache(const std::string & path, session & s, std::span<const in
     out.commit();
 }
 
-int64_t load_prompt_cache(const std::string & path, session & s, std::span<const int32_t> prompt) {
-    HILL_ASSERT(s.n_past() == 0);
-    const mapped_file file(path);
-    const kv_layout & layout = s.ctx().layout();
+namespace {
+
+// The header of a mapped prompt cache, its magic and version checked.
+header read_header(const mapped_file & file, const std::string & path) {
     header h{};
     if (file.size() < sizeof(h)) {
         fail_input("prompt cache '{}' is {} bytes, shorter than its {}-byte header", path, file.size(), sizeof(h));
@@ -153,9 +160,50 @@ int64_t load_prompt_cache(const std::string & path, session & s, std::span<const
     if (h.version != k_version) {
         fail_input("prompt cache '{}' has format version {}, this build reads version {}", path, h.version, k_version);
     }
-    if (h.fingerprint != fingerprint(s.model())) {
+    return h;
+}
+
+// Checks the file's size against what its header implies (row_bytes: bytes of one token's K or V row).
+void check_size(const mapped_file & file, const std::string & path, const header & h, size_t rb) {
+    const uint64_t max_tokens = (file.size() - sizeof(h)) / 4;
+    if (h.n_tokens > max_tokens) {
+        fail_input("prompt cache '{}' is {} bytes, too short for the {} tokens its header names: truncated or corrupt",
+                   path, file.size(), h.n_tokens);
+    }
+    const uint64_t expected = sizeof(h) + h.n_tokens * 4 + uint64_t(h.n_layer) * (2 * h.n_tokens * rb + 16);
+    if (expected != file.size()) {
+        fail_input("prompt cache '{}' is {} bytes, its header ({} tokens) implies {}: truncated or corrupt", path,
+                   file.size(), h.n_tokens, expected);
+    }
+}
+
+}  // namespace
+
+uint64_t prompt_cache_file_bytes(const kv_layout & layout, uint64_t n_tokens) {
+    return sizeof(header) + 4 * n_tokens + uint64_t(layout.n_layer) * (2 * n_tokens * layout.row_bytes() + 16);
+}
+
+std::vector<int32_t> read_prompt_cache_ids(const std::string & path, uint64_t * size_bytes) {
+    const mapped_file file(path);
+    const header h = read_header(file, path);
+    const auto type = ggml_type_from_u32(h.kv_type);
+    const auto rb = type ? ggml_row_bytes(*type, h.n_embd_kv) : std::nullopt;
+    if (!rb) fail_input("prompt cache '{}' names KV type {} of rows of {}: not a KV type", path, h.kv_type, h.n_embd_kv);
+    check_size(file, path, h, *rb);
+    const auto * ids = reinterpret_cast<const int32_t *>(file.data() + sizeof(h));
+    if (header_checksum(h, ids) != h.checksum) fail_input("prompt cache '{}': header or token ids corrupt (checksum)", path);
+    if (size_bytes) *size_bytes = file.size();
+    return std::vector<int32_t>(ids, ids + h.n_tokens);
+}
+
+int64_t load_prompt_cache(const std::string & path, context & ctx, int seq, std::span<const int32_t> prompt) {
+    HILL_ASSERT(ctx.n_past(seq) == 0);
+    const mapped_file file(path);
+    const kv_layout & layout = ctx.layout();
+    const header h = read_header(file, path);
+    if (h.fingerprint != fingerprint(ctx.model())) {
         fail_input("prompt cache '{}' was made with another model (fingerprint {:016x}, this model {:016x})", path,
-                   h.fingerprint, fingerprint(s.model()));
+                   h.fingerprint, fingerprint(ctx.model()));
     }
     if (h.kv_type != uint32_t(layout.type)) {
         const auto t = ggml_type_from_u32(h.kv_type);
@@ -167,16 +215,7 @@ int64_t load_prompt_cache(const std::string & path, session & s, std::span<const
                    h.n_embd_kv, layout.n_layer, layout.n_embd_kv);
     }
     const size_t rb = layout.row_bytes();
-    const uint64_t max_tokens = (file.size() - sizeof(h)) / 4;
-    if (h.n_tokens > max_tokens) {
-        fail_input("prompt cache '{}' is {} bytes, too short for the {} tokens its header names: truncated or corrupt",
-                   path, file.size(), h.n_tokens);
-    }
-    const uint64_t expected = sizeof(h) + h.n_tokens * 4 + uint64_t(h.n_layer) * (2 * h.n_tokens * rb + 16);
-    if (expected != file.size()) {
-        fail_input("prompt cache '{}' is {} bytes, its header ({} tokens) implies {}: truncated or corrupt", path,
-                   file.size(), h.n_tokens, expected);
-    }
+    check_size(file, path, h, rb);
     const auto * ids = reinterpret_cast<const int32_t *>(file.data() + sizeof(h));
     if (header_checksum(h, ids) != h.checksum) fail_input("prompt cache '{}': header or token ids corrupt (checksum)", path);
 
@@ -184,7 +223,7 @@ int64_t load_prompt_cache(const std::string & path, session & s, std::span<const
     // cache saved with a larger -c still gives the prefix that fits).
     int64_t n = 0;
     while (n < int64_t(h.n_tokens) && n < int64_t(prompt.size()) && ids[n] == prompt[size_t(n)]) ++n;
-    n = std::min<int64_t>({n, int64_t(prompt.size()) - 1, int64_t(s.n_ctx())});
+    n = std::min<int64_t>({n, int64_t(prompt.size()) - 1, int64_t(ctx.n_ctx())});
     if (n <= 0) return 0;
 
     // Verify every layer before anything is loaded, then append the first n rows of each.
@@ -203,7 +242,7 @@ int64_t load_prompt_cache(const std::string & path, session & s, std::span<const
         k[il] = data + il * stride;
         v[il] = data + il * stride + bytes;
     }
-    s.ctx().import_kv(0, n, k, v);  // all or nothing
+    ctx.import_kv(seq, n, k, v);  // all or nothing
     return n;
 }
 

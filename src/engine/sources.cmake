@@ -4,6 +4,7 @@ hill_add_library(hill_engine
   engine/passkey.cpp
   engine/perplexity.cpp
   engine/prompt_cache.cpp
+  engine/prompt_cache_dir.cpp
   engine/run_report.cpp
   engine/sampler.cpp
   engine/session.cpp

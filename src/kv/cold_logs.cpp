@@ -260,8 +260,10 @@ void cold_logs::restore(const snapshot & s) {
         for (size_t i = L.groups.size(); i-- > size_t(s.n_groups[size_t(il)]);) free_group(L.groups[i]);
         L.groups.resize(size_t(s.n_groups[size_t(il)]));
         L.n_dropped = std::min(L.n_dropped, int64_t(L.groups.size()));
-        std::memcpy(L.open_k.data(), s.open_k[size_t(il)].data(), s.open_k[size_t(il)].size());
-        std::memcpy(L.open_v.data(), s.open_v[size_t(il)].data(), s.open_v[size_t(il)].size());
+        if (!s.open_k[size_t(il)].empty()) {  // an empty snapshot's data() may be null: memcpy's is UB then
+            std::memcpy(L.open_k.data(), s.open_k[size_t(il)].data(), s.open_k[size_t(il)].size());
+            std::memcpy(L.open_v.data(), s.open_v[size_t(il)].data(), s.open_v[size_t(il)].size());
+        }
         L.n_open = s.n_open[size_t(il)];
     }
 }

@@ -64,6 +64,8 @@ decode_step::decode_step(const model & m, arch_forward & forward, kv_cells & cel
     }
     if (copy_ != nullptr && copy_->wants_attention()) logits_.resize(size_t(hp.n_head) * n_ctx);
     stats_.layers.resize(size_t(hp.n_layer));
+    stats_.seq_context.assign(size_t(n_seq_max_), 0);
+    stats_.seq_attended.assign(size_t(n_seq_max_), 0);
 }
 
 decode_step::~decode_step() = default;
@@ -113,6 +115,8 @@ void decode_step::set_policy(const policy & pol, csd::storage_kind storage) {
 void decode_step::reset_stats() {
     stats_ = step_stats{};
     stats_.layers.resize(size_t(cells_.n_layer()));
+    stats_.seq_context.assign(size_t(n_seq_max_), 0);
+    stats_.seq_attended.assign(size_t(n_seq_max_), 0);
 }
 
 void decode_step::run(std::span<const int> seqs, std::span<const int32_t> tokens, float * logits) {
@@ -551,6 +555,8 @@ void decode_step::gather_and_attend(int il, int b, prepared & prep) {
     S.n_attended_hot += table_.hot_pos.size();
     S.n_attended_open += table_.open_pos.size();
     S.n_attended_disk += disk.size();
+    stats_.seq_context[size_t(seq)] += uint64_t(n);
+    stats_.seq_attended[size_t(seq)] += att.size();
 }
 
 void decode_step::attention_weights(int64_t n, std::vector<float> & out) {

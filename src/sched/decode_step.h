@@ -107,6 +107,9 @@ struct step_stats {
     uint64_t evictions = 0;         // hot → cold moves (no write: the cold copy exists)
     uint64_t pingpong = 0;          // moves that undid a move of the same token within 8 steps
     uint64_t promoted_bytes = 0;    // K and V bytes copied into the hot pool by promotions
+    // Per sequence id [n_seq], summed over layers and steps: context tokens and tokens attended (as
+    // layers' n_context and n_attended); a server reports one request's attended share from their changes.
+    std::vector<uint64_t> seq_context, seq_attended;
 };
 
 class decode_step {

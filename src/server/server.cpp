@@ -2,12 +2,17 @@
 
 #include <fmt/format.h>
 #include <httplib.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -20,6 +25,7 @@
 #include "core/log.h"
 #include "core/sys_info.h"
 #include "engine/batch_generator.h"
+#include "engine/prompt_cache_dir.h"
 #include "server/api_request.h"
 
 namespace hill::server {
@@ -37,6 +43,47 @@ std::string dump(const json & j) {
 void send_error(httplib::Response & res, const api_error & e) {
     res.status = e.status;
     res.set_content(error_body(e), "application/json");
+}
+
+// The socket of the connection req came on; -1 when not found. cpp-httplib 0.11.4 gives handlers no
+// access to it (later versions have Request::is_connection_closed), so it is found among the process's
+// descriptors by its addresses: the local port, the peer's port and address (as cpp-httplib writes them:
+// getnameinfo, numeric). The connection's thread is the caller's, so the descriptor stays open meanwhile.
+int connection_socket(const httplib::Request & req) {
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        int fd = -1;
+        if (std::from_chars(name.data(), name.data() + name.size(), fd).ec != std::errc()) continue;
+        sockaddr_storage peer{}, local{};
+        socklen_t n_peer = sizeof(peer), n_local = sizeof(local);
+        if (::getpeername(fd, reinterpret_cast<sockaddr *>(&peer), &n_peer) != 0 ||
+            ::getsockname(fd, reinterpret_cast<sockaddr *>(&local), &n_local) != 0) {
+            continue;
+        }
+        const auto port = [](const sockaddr_storage & a) {
+            if (a.ss_family == AF_INET) return int(ntohs(reinterpret_cast<const sockaddr_in &>(a).sin_port));
+            if (a.ss_family == AF_INET6) return int(ntohs(reinterpret_cast<const sockaddr_in6 &>(a).sin6_port));
+            return -1;
+        };
+        if (port(local) != req.local_port || port(peer) != req.remote_port) continue;
+        char host[NI_MAXHOST];
+        if (::getnameinfo(reinterpret_cast<const sockaddr *>(&peer), n_peer, host, sizeof(host), nullptr, 0,
+                          NI_NUMERICHOST) != 0 ||
+            req.remote_addr != host) {
+            continue;
+        }
+        return fd;
+    }
+    return -1;
+}
+
+// Whether the peer closed the connection (or reset it): a peek reads end-of-file or fails. Data the
+// client sent meanwhile (a pipelined request) is left where it is.
+bool connection_closed(int fd) {
+    char c = 0;
+    const ssize_t n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
 // One request between its HTTP handler and the engine thread.
@@ -79,6 +126,7 @@ struct server::impl {
     std::string bos_text, eos_text;
     httplib::Server http;
     std::thread listener;
+    std::unique_ptr<prompt_cache_dir> disk;  // --cache-dir; nullptr: none
     batch_generator gen;
     batch_progress cb;
 
@@ -109,6 +157,10 @@ struct server::impl {
         if (tmpl) chat_stop_ids = tmpl->end_of_turn_tokens(v);
         bos_text = v.bos >= 0 ? v.pieces[size_t(v.bos)] : std::string();
         eos_text = v.eos >= 0 ? v.pieces[size_t(v.eos)] : std::string();
+        if (!p.cache_dir.empty()) {
+            disk = std::make_unique<prompt_cache_dir>(p.cache_dir, p.cache_dir_limit_bytes);
+            gen.set_prompt_cache(disk.get());
+        }
         cb.on_token = [this](size_t id, int32_t token) { on_token(id, token); };
         cb.on_done = [this](size_t id, const generation_result & r) { on_done(id, r); };
         routes();
@@ -161,15 +213,13 @@ struct server::impl {
     }
 
     json x_hillinfer(const generation_result & r) const {
-        uint64_t att = 0, n = 0;
-        for (const step_layer_stats & L : ctx.decode_stats().layers) {
-            att += L.n_attended;
-            n += L.n_context;
-        }
+        // This request's decode steps only; null when it had none (one token or none generated).
+        const json share = r.n_context > 0 ? json(double(r.n_attended) / double(r.n_context)) : json(nullptr);
         return {{"policy", std::string(ctx.policy().name())},
                 {"alpha", ctx.params().policy.alpha},
-                {"attended_share", n > 0 ? double(att) / double(n) : 1.0},
+                {"attended_share", share},
                 {"reused_tokens", r.reused_tokens},
+                {"cache_dir_tokens", r.disk_tokens},
                 {"prefill_s", r.prefill_s},
                 {"decode_s", r.decode_s},
                 {"max_batch", r.max_batch}};
@@ -262,6 +312,25 @@ struct server::impl {
               std::to_string(dc.link_score_bytes + dc.link_kv_bytes));
         gauge("hillinfer_storage_internal_read_bytes_total", "bytes read inside the storage device", "counter",
               std::to_string(dc.internal_read_bytes));
+        if (disk) {
+            const prompt_cache_dir::counters & c = disk->stats();
+            gauge("hillinfer_prompt_cache_hits_total", "requests that loaded a prefix from --cache-dir", "counter",
+                  std::to_string(c.hits));
+            gauge("hillinfer_prompt_cache_hit_tokens_total", "prompt tokens loaded from --cache-dir", "counter",
+                  std::to_string(c.hit_tokens));
+            gauge("hillinfer_prompt_cache_saves_total", "entries written to --cache-dir", "counter",
+                  std::to_string(c.saves));
+            gauge("hillinfer_prompt_cache_evictions_total",
+                  "entries removed from --cache-dir: least recently used, or superseded by a longer one", "counter",
+                  std::to_string(c.evictions));
+            gauge("hillinfer_prompt_cache_errors_total",
+                  "failed saves, and entries removed because they failed verification", "counter",
+                  std::to_string(c.errors));
+            gauge("hillinfer_prompt_cache_entries", "entries in --cache-dir", "gauge",
+                  std::to_string(disk->n_entries()));
+            gauge("hillinfer_prompt_cache_bytes", "bytes of the entries in --cache-dir", "gauge",
+                  std::to_string(disk->size_bytes()));
+        }
         std::lock_guard lk(metrics_mu);
         engine_metrics = std::move(out);
     }
@@ -300,6 +369,7 @@ struct server::impl {
                 }
                 if (inbox_empty && (gen.idle() || std::chrono::steady_clock::now() >= deadline)) {
                     gen.stop_all("shutdown", cb);
+                    gen.save_kept();  // a conversation that comes back after a restart
                     break;
                 }
             }
@@ -454,8 +524,18 @@ struct server::impl {
             cv.notify_all();
         }
         if (j->api.stream) return stream(j, res);
+        // A client that goes away cancels the request: its connection is watched while it waits.
+        const int fd = connection_socket(req);
         std::unique_lock lk(j->mu);
-        j->cv.wait(lk, [&] { return j->done; });
+        bool cancelled = false;
+        while (!j->cv.wait_for(lk, std::chrono::milliseconds(100), [&] { return j->done; })) {
+            if (fd >= 0 && !cancelled && connection_closed(fd)) {
+                lk.unlock();
+                cancel(j);
+                cancelled = true;
+                lk.lock();
+            }
+        }
         if (j->error) return send_error(res, *j->error);
         json choice = {{"index", 0}, {"finish_reason", j->finish}};
         if (kind == api_kind::chat) {

@@ -9,7 +9,11 @@
 // decode steps. A finished request's sequence keeps its KV while its slot is free, and a request whose
 // prompt starts with its tokens (the next turn of a conversation) prefills only the rest
 // (engine/batch_generator.h, prefix reuse). A streaming client that goes away (a failed write of its event stream)
-// cancels its request: the engine thread ends it at the next step boundary and frees its KV.
+// cancels its request: the engine thread ends it at the next step boundary and frees its KV; a
+// non-streaming one is cancelled the same way when its connection is closed while it waits (polled
+// every 100 ms). With cache_dir, KV that a sequence would drop is saved to the on-disk prompt cache
+// and a prompt with a longer prefix there loads it (engine/batch_generator.h); at shutdown the kept
+// sequences are saved too.
 //
 // Endpoints: POST /v1/completions, POST /v1/chat/completions (stream: server-sent events ending with
 // "data: [DONE]"), GET /v1/models, GET /health, GET /metrics (Prometheus text). Errors are OpenAI-style
@@ -36,11 +40,13 @@ struct server_params {
     int queue = 64;       // requests waiting for a sequence at most; more: 503
     std::string api_key;  // "": none required; else "Authorization: Bearer KEY" on /v1/*
     size_t body_limit_bytes = 1 << 20;
-    int32_t prefill_chunk = 256;       // prompt tokens prefilled per step (0: whole prompts)
-    bool prefix_reuse = true;          // finished requests keep their KV for a returning conversation
-    int32_t default_max_tokens = 256;  // completions without max_tokens (chat: until the end of the turn)
-    double shutdown_wait_s = 30.0;     // stop(): how long running streams may take to finish
-    std::string model_id;              // the name /v1/models lists and requests may give
+    int32_t prefill_chunk = 256;         // prompt tokens prefilled per step (0: whole prompts)
+    bool prefix_reuse = true;            // finished requests keep their KV for a returning conversation
+    int32_t default_max_tokens = 256;    // completions without max_tokens (chat: until the end of the turn)
+    double shutdown_wait_s = 30.0;       // stop(): how long running streams may take to finish
+    std::string model_id;                // the name /v1/models lists and requests may give
+    std::string cache_dir;               // the on-disk prompt cache (engine/prompt_cache_dir.h); "": none
+    uint64_t cache_dir_limit_bytes = 0;  // its size limit (0: none), LRU-evicted
 };
 
 class server {
