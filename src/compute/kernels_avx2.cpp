@@ -584,13 +584,7 @@ struct deq_q45_k : super_block<std::conditional_t<q5, block_q5_k, block_q4_k>> {
         const int u = int(unit % 8);
         const uint8_t * s = b + offsetof(block, scales);
         int sc, mn;
-        if (u < 4) {
-            sc = s[u] & 63;
-            mn = s[u + 4] & 63;
-        } else {
-            sc = (s[u + 4] & 15) | (s[u - 4] >> 6) << 4;
-            mn = (s[u + 4] >> 4) | (s[u] >> 6) << 4;
-        }
+        scale_min_k4(s, u, sc, mn);
         const __m256 a = _mm256_set1_ps(f16_at(b) * float(sc)), m = _mm256_set1_ps(f16_at(b + 2) * float(mn));
         const uint8_t * qs = b + offsetof(block, qs) + 32 * (u / 2);
         for (int k = 0; k < 4; ++k) {

@@ -111,4 +111,9 @@ void atomic_file::commit() {
     }
 }
 
+remove_on_exit::~remove_on_exit() {
+    std::error_code e;
+    std::filesystem::remove(path, e);
+}
+
 }  // namespace hill

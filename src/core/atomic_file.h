@@ -46,4 +46,10 @@ private:
     uint64_t offset_ = 0;
 };
 
+// A scratch file removed (errors ignored) when this goes out of scope: a benchmark's generated model.
+struct remove_on_exit {
+    std::string path;
+    ~remove_on_exit();
+};
+
 }  // namespace hill

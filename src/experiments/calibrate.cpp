@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <random>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/sys_info.h"
@@ -96,13 +97,7 @@ calibrate_result run_calibration(const calibrate_params & p, thread_pool & pool)
     // A one-layer model of the attention shape (its weights are never used: the KV is imported).
     const std::string model_path =
         (std::filesystem::path(p.kv_dir) / fmt::format("hillinfer-calibrate-{}.gguf", ::getpid())).string();
-    struct remove_on_exit {
-        std::string path;
-        ~remove_on_exit() {
-            std::error_code e;
-            std::filesystem::remove(path, e);
-        }
-    } cleanup{model_path};
+    const remove_on_exit cleanup{model_path};
     write_random_model(model_path, random_model_params{.n_vocab = 260,
                                                        .n_embd = p.n_head * p.head_dim,
                                                        .n_ff = 32,

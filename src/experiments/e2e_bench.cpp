@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/sys_info.h"
 #include "csd/device_profile.h"
@@ -134,13 +135,7 @@ experiment_report run_e2e(const std::string & name, const e2e_params & p, thread
                                                        .n_ctx = int32_t(ctx_max + p.n_gen + 1),
                                                        .type = *ws,
                                                        .arch = shape.arch});
-    struct remove_on_exit {
-        std::string path;
-        ~remove_on_exit() {
-            std::error_code e;
-            std::filesystem::remove(path, e);
-        }
-    } cleanup{model_path};
+    const remove_on_exit cleanup{model_path};
     const auto m = model::load(model_path);
     const hparams & hp = m->hp();
     const size_t row_bytes = size_t(hp.n_embd_kv()) * 2;  // f16

@@ -1,5 +1,6 @@
 #include "experiments/step_bench.h"
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/sys_info.h"
@@ -465,13 +466,7 @@ std::vector<step_result> run_step_bench(const step_bench_params & p, const synth
                                                        .n_layer = wp.n_layer, .n_head = wp.n_head,
                                                        .n_head_kv = wp.n_head_kv, .n_ctx = int32_t(ctx_max),
                                                        .type = ggml_type::q4_0});
-    struct remove_on_exit {
-        std::string path;
-        ~remove_on_exit() {
-            std::error_code e;
-            std::filesystem::remove(path, e);
-        }
-    } cleanup{model_path};
+    const remove_on_exit cleanup{model_path};
     const auto m = model::load(model_path);
     const hparams & hp = m->hp();
     const uint64_t per_token = hp.kv_bytes_per_token(ggml_type::f16);
