@@ -59,9 +59,14 @@ struct experiment_opts {
         sub.add_option("--kv-dir", kv_dir, "cold pool and scratch directory (default: the cache directory's kv/)");
         threads.add(sub);
     }
-    // Checks what can be checked before measuring: gnuplot for --plot; resolves the kv-dir.
+    // Checks what can be checked before measuring: gnuplot for --plot, that the --json and --plot files
+    // can be written (a writer opened and dropped: nothing is left behind, an existing file is kept);
+    // resolves the kv-dir.
     void prepare() {
         if (!plot_path.empty()) require_gnuplot();
+        for (const std::string & path : {json_path, plot_path}) {
+            if (!path.empty()) atomic_file{path};
+        }
         if (kv_dir.empty()) kv_dir = cache_dir() + "/kv";
     }
     std::function<calibration(const csd::device_profile &)> calibrate() const {
