@@ -16,18 +16,24 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each stage's start, with the seconds since the script began (CI's budget is 25 minutes).
+stage() { echo "== test.sh: $1 (${SECONDS} s elapsed)"; }
+stage "install"
 scripts/install-deps.sh --test
 jobs=$(nproc)
 
+stage "release build + model tests"
 cmake --preset release -DHILL_WERROR=ON > /dev/null
 cmake --build --preset release -j "$jobs" --target hillinfer_cli hill_benches hill_model_tests
 scripts/llamacpp.sh
 ctest --test-dir build/release -L model --no-tests=error --output-on-failure -j "$jobs" "$@"
 
+stage "asan build + unit tests"
 cmake --preset asan -DHILL_WERROR=ON > /dev/null
 cmake --build --preset asan -j "$jobs" --target hill_unit_tests
 ctest --test-dir build/asan -L unit --no-tests=error --output-on-failure -j "$jobs"
 
+stage "tsan build + threaded tests"
 cmake --preset tsan -DHILL_WERROR=ON > /dev/null
 tsan_tests=(test_core test_trace test_kernels test_session test_io_queue test_cold_pool test_kv_cells test_score test_quant_copy test_policy test_csd test_batch test_kv_faults)
 cmake --build --preset tsan -j "$jobs" --target "${tsan_tests[@]}"
@@ -38,6 +44,7 @@ printf '%s\n' "${tsan_tests[@]}" | xargs -P 2 -I{} sh -c \
   'if build/tsan/tests/{} --gtest_brief=1 > '"$tsan_logs"'/{}.log 2>&1; then cat '"$tsan_logs"'/{}.log; else cat '"$tsan_logs"'/{}.log; echo "{} FAILED under TSan"; exit 255; fi'
 rm -rf "$tsan_logs"
 
+stage "fuzz build + fuzzing"
 cmake --preset fuzz > /dev/null
 cmake --build --preset fuzz -j "$jobs" --target fuzz_gguf fuzz_safetensors fuzz_api_request
 corpus=$(mktemp -d)
@@ -54,3 +61,4 @@ echo "fuzz_safetensors: no crash in $fuzz_seconds s"
 cp tests/fuzz/corpus/api_request/* "$corpus"/api_request/
 build/fuzz/tests/fuzz_api_request -max_total_time="$fuzz_seconds" -print_final_stats=1 "$corpus"/api_request 2>&1 | tail -n 12
 echo "fuzz_api_request: no crash in $fuzz_seconds s"
+stage "done"
