@@ -19,38 +19,15 @@
 #include "policy/policies.h"
 
 #include "core/error.h"
-#include "score/selector.h"
 
 namespace hill {
 
-namespace {
-
-class h2o_policy final : public policy {
-public:
-    explicit h2o_policy(const policy_params & p) : policy(p, 1, placement_kind::hkm) {}
-    std::string_view name() const override { return "h2o"; }
-    bool uses_scores() const override { return true; }
-    bool wants_scores(int64_t n) const override {
-        const auto [s_end, w_begin] = middle_of(n, params_.n_sinks, params_.n_window);
-        return w_begin > s_end;
-    }
-    copy_kind scores_from() const override { return copy_kind::attention; }
-    void select(const select_input & in, std::span<std::vector<int32_t>> sets) const override {
-        selector_.select(in.scores, in.n, n_top_for(params_.alpha, in.n), params_.n_sinks, params_.n_window, sets[0]);
-    }
-
-private:
-    mutable token_selector selector_;  // scratch only
-};
-
-}  // namespace
-
-std::unique_ptr<policy> make_h2o_policy(const policy_params & p, int) {
+std::unique_ptr<policy> make_h2o_policy(const policy_params & p, int n_head_kv) {
     if (p.score.granularity != select_granularity::layer) {
         fail_usage("--policy h2o selects one token set per layer (its weights sum over every query head): drop --select {}",
                    name(p.score.granularity));
     }
-    return std::make_unique<h2o_policy>(p);
+    return make_top_alpha_policy("h2o", copy_kind::attention, p, n_head_kv);
 }
 
 }  // namespace hill

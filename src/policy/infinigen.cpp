@@ -26,39 +26,10 @@
 // Granularity: one token set per layer (heads aggregated as score_params says) or per KV head.
 #include "policy/policies.h"
 
-#include "score/selector.h"
-
 namespace hill {
 
-namespace {
-
-class infinigen_policy final : public policy {
-public:
-    infinigen_policy(const policy_params & p, int n_head_kv)
-        : policy(p, p.score.granularity == select_granularity::kv_head ? n_head_kv : 1, placement_kind::hkm) {}
-    std::string_view name() const override { return "infinigen"; }
-    bool uses_scores() const override { return true; }
-    bool wants_scores(int64_t n) const override {
-        const auto [s_end, w_begin] = middle_of(n, params_.n_sinks, params_.n_window);
-        return w_begin > s_end;
-    }
-    copy_kind scores_from() const override { return copy_kind::sketch; }
-    void select(const select_input & in, std::span<std::vector<int32_t>> sets) const override {
-        const int64_t n_top = n_top_for(params_.alpha, in.n);
-        for (int g = 0; g < n_group_; ++g) {
-            selector_.select(in.scores != nullptr ? in.scores + size_t(g) * size_t(in.n) : nullptr, in.n, n_top,
-                             params_.n_sinks, params_.n_window, sets[size_t(g)]);
-        }
-    }
-
-private:
-    mutable token_selector selector_;  // scratch only
-};
-
-}  // namespace
-
 std::unique_ptr<policy> make_infinigen_policy(const policy_params & p, int n_head_kv) {
-    return std::make_unique<infinigen_policy>(p, n_head_kv);
+    return make_top_alpha_policy("infinigen", copy_kind::sketch, p, n_head_kv);
 }
 
 }  // namespace hill

@@ -11,5 +11,6 @@ hill_add_library(hill_policy
   policy/quest.cpp
   policy/registry.cpp
   policy/streaming.cpp
+  policy/top_alpha.cpp
 )
 target_link_libraries(hill_policy PUBLIC hill_score hill_kv hill_core)
