@@ -27,7 +27,7 @@ std::unique_ptr<policy> make_h2o_policy(const policy_params & p, int n_head_kv) 
         fail_usage("--policy h2o selects one token set per layer (its weights sum over every query head): drop --select {}",
                    name(p.score.granularity));
     }
-    return make_top_alpha_policy("h2o", copy_kind::attention, p, n_head_kv);
+    return make_top_alpha_policy("h2o", copy_kind::attention, top_unit::tokens, placement_kind::hkm, p, n_head_kv);
 }
 
 }  // namespace hill

@@ -8,7 +8,7 @@
 namespace hill {
 
 std::unique_ptr<policy> make_hillinfer_policy(const policy_params & p, int n_head_kv) {
-    return make_top_alpha_policy("hillinfer", copy_kind::tier, p, n_head_kv);
+    return make_top_alpha_policy("hillinfer", copy_kind::tier, top_unit::tokens, placement_kind::hkm, p, n_head_kv);
 }
 
 }  // namespace hill

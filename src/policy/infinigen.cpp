@@ -29,7 +29,7 @@
 namespace hill {
 
 std::unique_ptr<policy> make_infinigen_policy(const policy_params & p, int n_head_kv) {
-    return make_top_alpha_policy("infinigen", copy_kind::sketch, p, n_head_kv);
+    return make_top_alpha_policy("infinigen", copy_kind::sketch, top_unit::tokens, placement_kind::hkm, p, n_head_kv);
 }
 
 }  // namespace hill

@@ -19,11 +19,14 @@ std::unique_ptr<policy> make_h2o_policy(const policy_params & p, int n_head_kv);
 std::unique_ptr<policy> make_leoam_policy(const policy_params & p, int n_head_kv);
 std::unique_ptr<policy> make_infinigen_policy(const policy_params & p, int n_head_kv);
 
-// The selection hillinfer, infinigen and h2o share (top_alpha.cpp): the sinks, the window and the
-// ⌈α·N⌉ top-scored middle tokens per group (one group, or one per KV head with kv_head granularity),
-// placement hkm by default; they differ in where their scores come from. name: a string literal.
-std::unique_ptr<policy> make_top_alpha_policy(std::string_view name, copy_kind from, const policy_params & p,
-                                              int n_head_kv);
+// The selection the scoring policies share (top_alpha.cpp): the sinks, the window and, per group (one,
+// or one per KV head with kv_head granularity), the ⌈α·N⌉ top-scored middle tokens (top_unit::tokens:
+// hillinfer, infinigen, h2o) or whole pages until they hold that many (top_unit::pages, quest_select:
+// quest, leoam). They differ in where their scores come from and their default placement. name: a
+// string literal.
+enum class top_unit { tokens, pages };
+std::unique_ptr<policy> make_top_alpha_policy(std::string_view name, copy_kind from, top_unit unit,
+                                              placement_kind default_placement, const policy_params & p, int n_head_kv);
 
 // The pages Quest attends: sinks [0, s_end) and window [w_begin, n) of n tokens, plus whole pages of
 // page_size tokens taken in the order of their scores (page j's score: scores[t] of its first middle

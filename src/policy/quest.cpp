@@ -50,35 +50,8 @@ void quest_select(const float * scores, int64_t n, int64_t n_top, int64_t n_sink
     for (int64_t t = w_begin; t < n; ++t) out.push_back(int32_t(t));
 }
 
-namespace {
-
-class quest_policy final : public policy {
-public:
-    quest_policy(const policy_params & p, int n_head_kv)
-        : policy(p, p.score.granularity == select_granularity::kv_head ? n_head_kv : 1, placement_kind::fifo) {}
-    std::string_view name() const override { return "quest"; }
-    bool uses_scores() const override { return true; }
-    bool wants_scores(int64_t n) const override {
-        const auto [s_end, w_begin] = middle_of(n, params_.n_sinks, params_.n_window);
-        return w_begin > s_end;
-    }
-    copy_kind scores_from() const override { return copy_kind::page_bounds; }
-    void select(const select_input & in, std::span<std::vector<int32_t>> sets) const override {
-        const int64_t n_top = n_top_for(params_.alpha, in.n);
-        for (int g = 0; g < n_group_; ++g) {
-            quest_select(in.scores != nullptr ? in.scores + size_t(g) * size_t(in.n) : nullptr, in.n, n_top,
-                         params_.n_sinks, params_.n_window, params_.page_size, pages_, sets[size_t(g)]);
-        }
-    }
-
-private:
-    mutable std::vector<std::pair<uint64_t, int64_t>> pages_;  // scratch only: (rank key, page)
-};
-
-}  // namespace
-
 std::unique_ptr<policy> make_quest_policy(const policy_params & p, int n_head_kv) {
-    return std::make_unique<quest_policy>(p, n_head_kv);
+    return make_top_alpha_policy("quest", copy_kind::page_bounds, top_unit::pages, placement_kind::fifo, p, n_head_kv);
 }
 
 }  // namespace hill

@@ -1,6 +1,8 @@
-// The selection rule shared by `hillinfer`, `infinigen` and `h2o` (their files say what each keeps
-// where and where its scores come from): the sinks, the recent window and the ⌈α·N⌉ top-scored tokens
-// of the middle (score/selector.h token_selector), per layer or per KV head. Placement hkm by default.
+// The selection rule shared by the scoring policies — `hillinfer`, `infinigen`, `h2o` (top tokens) and
+// `quest`, `leoam` (top pages); their files say what each keeps where and where its scores come from:
+// the sinks, the recent window and the ⌈α·N⌉ top-scored tokens of the middle (score/selector.h
+// token_selector), or whole pages in the order of their scores until they hold ⌈α·N⌉ (quest_select),
+// per layer or per KV head.
 #include "policy/policies.h"
 
 #include "score/selector.h"
@@ -11,10 +13,12 @@ namespace {
 
 class top_alpha_policy final : public policy {
 public:
-    top_alpha_policy(std::string_view name, copy_kind from, const policy_params & p, int n_head_kv)
-        : policy(p, p.score.granularity == select_granularity::kv_head ? n_head_kv : 1, placement_kind::hkm),
+    top_alpha_policy(std::string_view name, copy_kind from, top_unit unit, placement_kind default_placement,
+                     const policy_params & p, int n_head_kv)
+        : policy(p, p.score.granularity == select_granularity::kv_head ? n_head_kv : 1, default_placement),
           name_(name),
-          from_(from) {}
+          from_(from),
+          unit_(unit) {}
     std::string_view name() const override { return name_; }
     bool uses_scores() const override { return true; }
     // Every token between the sinks and the window is scored, even when ⌈α·N⌉ takes them all: the step
@@ -27,22 +31,30 @@ public:
     void select(const select_input & in, std::span<std::vector<int32_t>> sets) const override {
         const int64_t n_top = n_top_for(params_.alpha, in.n);
         for (int g = 0; g < n_group_; ++g) {
-            selector_.select(in.scores != nullptr ? in.scores + size_t(g) * size_t(in.n) : nullptr, in.n, n_top,
-                             params_.n_sinks, params_.n_window, sets[size_t(g)]);
+            const float * scores = in.scores != nullptr ? in.scores + size_t(g) * size_t(in.n) : nullptr;
+            if (unit_ == top_unit::tokens) {
+                selector_.select(scores, in.n, n_top, params_.n_sinks, params_.n_window, sets[size_t(g)]);
+            } else {
+                quest_select(scores, in.n, n_top, params_.n_sinks, params_.n_window, params_.page_size, pages_,
+                             sets[size_t(g)]);
+            }
         }
     }
 
 private:
     std::string_view name_;  // a string literal (the factories')
     copy_kind from_;
-    mutable token_selector selector_;  // scratch only: select() decides from its inputs alone
+    top_unit unit_;
+    // Scratch only: select() decides from its inputs alone.
+    mutable token_selector selector_;
+    mutable std::vector<std::pair<uint64_t, int64_t>> pages_;  // (rank key, page)
 };
 
 }  // namespace
 
-std::unique_ptr<policy> make_top_alpha_policy(std::string_view name, copy_kind from, const policy_params & p,
-                                              int n_head_kv) {
-    return std::make_unique<top_alpha_policy>(name, from, p, n_head_kv);
+std::unique_ptr<policy> make_top_alpha_policy(std::string_view name, copy_kind from, top_unit unit,
+                                              placement_kind default_placement, const policy_params & p, int n_head_kv) {
+    return std::make_unique<top_alpha_policy>(name, from, unit, default_placement, p, n_head_kv);
 }
 
 }  // namespace hill
