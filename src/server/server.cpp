@@ -609,6 +609,9 @@ struct server::impl {
 
     void routes() {
         http.set_payload_max_length(p.body_limit_bytes);
+        const auto read_timeout_us = int64_t(p.read_timeout_s * 1e6);
+        http.set_read_timeout(read_timeout_us / 1000000, read_timeout_us % 1000000);
+        http.set_keep_alive_timeout(read_timeout_us / 1000000);
         // SO_REUSEADDR only: cpp-httplib's default also sets SO_REUSEPORT, which would let a second server
         // bind the same port and take half of the connections instead of failing to start.
         http.set_socket_options([](int sock) {
