@@ -88,8 +88,8 @@ public:
         // In the sanitizer builds the server reports on its stderr, which no request sees: a race, a
         // memory error or a leak in the child fails the test here.
         const std::string e = err();
-        for (const char * report : {"WARNING: ThreadSanitizer", "ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
-                                    ": runtime error: "}) {
+        for (const char * report :
+             {"WARNING: ThreadSanitizer", "ERROR: AddressSanitizer", "ERROR: LeakSanitizer", ": runtime error: "}) {
             EXPECT_EQ(e.find(report), std::string::npos) << "the server's stderr:\n" << e;
         }
         return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);

@@ -13,14 +13,13 @@
 // storage fault, which this setup has none of: cpp-httplib turns an exception escaping a handler into a
 // 500); a connection that the server neither answers nor closes within k_reply_timeout_s; a connection
 // refused (the server died). Build with the `fuzz` preset (clang); see tests/engine.cmake and
-// docs/serve.md "Fuzzing".
+// docs/serve.md "Fuzzing the HTTP side".
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstddef>
@@ -28,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <thread>
