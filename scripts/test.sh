@@ -10,8 +10,8 @@
 #   3. TSan build: the threaded tests, two at a time (thread pool, trace recorder, kernels, sessions, io queue, cold
 #      pool, KV cells, and logs, the scorers and the scoring copy, policies, the storage device
 #      emulator, batches of sequences, KV faults);
-#   4. libFuzzer: the GGUF and safetensors readers and the server's request parsing, $HILL_FUZZ_SECONDS seconds each (default 20), from
-#      their seed corpora.
+#   4. libFuzzer: the GGUF and safetensors readers, the server's request parsing and raw HTTP requests into
+#      the server, $HILL_FUZZ_SECONDS seconds each (default 20), from their seed corpora.
 # Extra arguments go to the Release ctest run (e.g. -R golden).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,11 +46,11 @@ rm -rf "$tsan_logs"
 
 stage "fuzz build + fuzzing"
 cmake --preset fuzz > /dev/null
-cmake --build --preset fuzz -j "$jobs" --target fuzz_gguf fuzz_safetensors fuzz_api_request
+cmake --build --preset fuzz -j "$jobs" --target fuzz_gguf fuzz_safetensors fuzz_api_request fuzz_http
 corpus=$(mktemp -d)
 trap 'rm -rf "$corpus"' EXIT
 fuzz_seconds="${HILL_FUZZ_SECONDS:-20}"
-mkdir "$corpus"/gguf "$corpus"/safetensors "$corpus"/api_request
+mkdir "$corpus"/gguf "$corpus"/safetensors "$corpus"/api_request "$corpus"/http
 cp tests/fuzz/corpus/gguf/* "$corpus"/gguf/
 build/fuzz/tests/fuzz_gguf -max_total_time="$fuzz_seconds" -print_final_stats=1 "$corpus"/gguf 2>&1 | tail -n 12
 echo "fuzz_gguf: no crash in $fuzz_seconds s"
@@ -61,4 +61,8 @@ echo "fuzz_safetensors: no crash in $fuzz_seconds s"
 cp tests/fuzz/corpus/api_request/* "$corpus"/api_request/
 build/fuzz/tests/fuzz_api_request -max_total_time="$fuzz_seconds" -print_final_stats=1 "$corpus"/api_request 2>&1 | tail -n 12
 echo "fuzz_api_request: no crash in $fuzz_seconds s"
+cp tests/fuzz/corpus/http/* "$corpus"/http/
+build/fuzz/tests/fuzz_http -max_total_time="$fuzz_seconds" -print_final_stats=1 -dict=tests/fuzz/http.dict \
+  "$corpus"/http 2>&1 | tail -n 12
+echo "fuzz_http: no crash in $fuzz_seconds s"
 stage "done"

@@ -33,10 +33,18 @@ add_dependencies(test_bench_accuracy hillinfer_cli)
 hill_add_test(test_serve unit LIBS hill_server PkgConfig::HTTPLIB nlohmann_json::nlohmann_json SOURCES test_serve.cpp)
 target_compile_definitions(test_serve PRIVATE HILL_CLI_PATH="$<TARGET_FILE:hillinfer_cli>")
 add_dependencies(test_serve hillinfer_cli)
-# libFuzzer target for the server's request parsing and validation (hill_add_fuzzer, tests/CMakeLists.txt).
+# libFuzzer targets for the server's request parsing and validation and its HTTP side (hill_add_fuzzer,
+# tests/CMakeLists.txt).
 if(HILL_BUILD_FUZZ)
   hill_add_fuzzer(fuzz_api_request CORPUS api_request LIBS fmt::fmt nlohmann_json::nlohmann_json SOURCES
     fuzz/fuzz_api_request.cpp
+    ${PROJECT_SOURCE_DIR}/src/server/api_request.cpp)
+  # Raw HTTP requests into the real server: our server sources carry the sanitizers, the engine under them
+  # (hill_engine, built plainly in the fuzz tree) and cpp-httplib (a shared library) do not.
+  hill_add_fuzzer(fuzz_http CORPUS http LIBS hill_engine PkgConfig::HTTPLIB fmt::fmt nlohmann_json::nlohmann_json
+    SOURCES
+    fuzz/fuzz_http.cpp
+    ${PROJECT_SOURCE_DIR}/src/server/server.cpp
     ${PROJECT_SOURCE_DIR}/src/server/api_request.cpp)
 endif()
 # The official `openai` npm package as a client (scripts/openai_client.sh installs it; skipped, saying why,

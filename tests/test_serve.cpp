@@ -3,7 +3,8 @@
 // `generate`, chat through the template, streaming (server-sent events, [DONE]), stop strings, the
 // OpenAI-style errors of a fixed list of bad requests (the server keeps serving), the API key, the
 // queue bound (503), a client that goes away (its KV freed, seen in /metrics), and SIGTERM (the running
-// stream finishes, the cold-pool files are removed).
+// stream finishes, the cold-pool files are removed). In the sanitizer builds a report on a server's stderr
+// fails the test that stopped it.
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
@@ -84,6 +85,13 @@ public:
             std::this_thread::sleep_for(std::chrono::milliseconds(10));
         }
         pid_ = -1;
+        // In the sanitizer builds the server reports on its stderr, which no request sees: a race, a
+        // memory error or a leak in the child fails the test here.
+        const std::string e = err();
+        for (const char * report :
+             {"WARNING: ThreadSanitizer", "ERROR: AddressSanitizer", "ERROR: LeakSanitizer", ": runtime error: "}) {
+            EXPECT_EQ(e.find(report), std::string::npos) << "the server's stderr:\n" << e;
+        }
         return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     }
 

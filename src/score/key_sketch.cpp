@@ -168,7 +168,10 @@ void key_sketch::score(int64_t n, float * scores, int64_t stride, thread_pool & 
     const uint16_t * base = sketch_.data() + query_base_;
     if (agg == score_aggregate::softmax) {
         // b_h = log2 Σ_{u ∈ sinks ∪ window} 2^(c · d_h,u), with the partial dots (max subtracted).
-        const auto [s_end, w_begin] = middle_of(n, n_sinks_, n_window_);
+        // Named variables, not a structured binding: the lambdas below capture them (clang < 16, the fuzz
+        // preset's compiler, cannot capture a binding).
+        const select_middle mid = middle_of(n, n_sinks_, n_window_);
+        const int64_t s_end = mid.s_end, w_begin = mid.w_begin;
         float * kf = scratch_.data();
         for (int h = 0; h < shape_.n_head; ++h) {
             float m = -INFINITY;

@@ -46,9 +46,10 @@ void send_error(httplib::Response & res, const api_error & e) {
 }
 
 // The socket of the connection req came on; -1 when not found. cpp-httplib 0.11.4 gives handlers no
-// access to it (later versions have Request::is_connection_closed), so it is found among the process's
-// descriptors by its addresses: the local port, the peer's port and address (as cpp-httplib writes them:
-// getnameinfo, numeric). The connection's thread is the caller's, so the descriptor stays open meanwhile.
+// access to it (0.18.5 added Request::is_connection_closed; why its other ways do not fit: docs/serve.md,
+// "Cancellation"), so it is found among the process's descriptors by its addresses: the local port, the
+// peer's port and address (as cpp-httplib writes them: getnameinfo, numeric). The connection's thread is
+// the caller's, so the descriptor stays open meanwhile.
 int connection_socket(const httplib::Request & req) {
     std::error_code ec;
     for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) {
@@ -609,6 +610,9 @@ struct server::impl {
 
     void routes() {
         http.set_payload_max_length(p.body_limit_bytes);
+        const auto read_timeout_us = int64_t(p.read_timeout_s * 1e6);
+        http.set_read_timeout(read_timeout_us / 1000000, read_timeout_us % 1000000);
+        http.set_keep_alive_timeout(read_timeout_us / 1000000);
         // SO_REUSEADDR only: cpp-httplib's default also sets SO_REUSEPORT, which would let a second server
         // bind the same port and take half of the connections instead of failing to start.
         http.set_socket_options([](int sock) {

@@ -40,10 +40,14 @@ struct server_params {
     int queue = 64;       // requests waiting for a sequence at most; more: 503
     std::string api_key;  // "": none required; else "Authorization: Bearer KEY" on /v1/*
     size_t body_limit_bytes = 1 << 20;
-    int32_t prefill_chunk = 256;         // prompt tokens prefilled per step (0: whole prompts)
-    bool prefix_reuse = true;            // finished requests keep their KV for a returning conversation
-    int32_t default_max_tokens = 256;    // completions without max_tokens (chat: until the end of the turn)
-    double shutdown_wait_s = 30.0;       // stop(): how long running streams may take to finish
+    int32_t prefill_chunk = 256;       // prompt tokens prefilled per step (0: whole prompts)
+    bool prefix_reuse = true;          // finished requests keep their KV for a returning conversation
+    int32_t default_max_tokens = 256;  // completions without max_tokens (chat: until the end of the turn)
+    double shutdown_wait_s = 30.0;     // stop(): how long running streams may take to finish
+    // How long a connection may stay silent: between the bytes of a request, and (in whole seconds,
+    // cpp-httplib's unit; 0: about 10 ms) between requests on a kept-alive connection; then it is closed.
+    // cpp-httplib's default; the HTTP fuzzer (tests/fuzz/fuzz_http.cpp) sets a few milliseconds.
+    double read_timeout_s = 5.0;
     std::string model_id;                // the name /v1/models lists and requests may give
     std::string cache_dir;               // the on-disk prompt cache (engine/prompt_cache_dir.h); "": none
     uint64_t cache_dir_limit_bytes = 0;  // its size limit (0: none), LRU-evicted
