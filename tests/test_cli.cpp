@@ -863,7 +863,7 @@ TEST_F(cli, huge_n_predict_stops_at_the_context_without_reserving_for_it) {
     // -n 2000000000 used to reserve 8 GB for the generated ids. Under a 2 GiB address-space limit
     // that reservation fails (out of memory); the run can only generate what the context holds.
     // ASan reserves terabytes of shadow address space, so its build runs without the limit.
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(HILL_ASAN_BUILD)
     const std::string limit;
     std::printf("ASan build: no address-space limit (the run is still checked)\n");
 #else
