@@ -156,27 +156,32 @@ float row_legacy(ggml_type type, const uint8_t * w, int64_t nb, const act_q8 * x
     return (((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]))) + o;
 }
 
+// The 8 lanes of the AVX2 kernel: lane i holds, of every 32-weight sub-block u, the products of
+// its weights 4i .. 4i + 3 (group 2u + i / 4) times the group's scale, and the mins of groups 2i
+// and 2i + 1.
 float row_k(ggml_type type, const uint8_t * w, int64_t nb, const act_q8k * xa) {
-    float a = 0.0f;
+    float a[8] = {};
     k_block blk;
     for (int64_t ib = 0; ib < nb; ++ib) {
         unpack_k(type, w + size_t(ib) * ggml_block_bytes(type), blk);
         const act_q8k & xb = xa[ib];
-        int32_t s = 0, sm = 0;
-        for (int g = 0; g < 16; ++g) {
-            int32_t sg = 0;
-            for (int i = 16 * g; i < 16 * g + 16; ++i) sg += blk.q[i] * xb.q[i];
-            s += blk.sc[g] * sg;
-            sm += blk.mc[g] * xb.bsum[g];
-        }
-        if (blk.fold) {
-            a = std::fma(blk.d * xb.d, float(s - sm), a);
-        } else {
-            a = std::fma(blk.d * xb.d, float(s), a);
-            a = std::fma(-(blk.dm * xb.d), float(sm), a);
+        for (int i = 0; i < 8; ++i) {
+            int32_t s = 0;
+            for (int u = 0; u < 8; ++u) {
+                int32_t sg = 0;
+                for (int j = 32 * u + 4 * i; j < 32 * u + 4 * i + 4; ++j) sg += blk.q[j] * xb.q[j];
+                s += blk.sc[2 * u + i / 4] * sg;
+            }
+            const int32_t sm = blk.mc[2 * i] * xb.bsum[2 * i] + blk.mc[2 * i + 1] * xb.bsum[2 * i + 1];
+            if (blk.fold) {
+                a[i] = std::fma(blk.d * xb.d, float(s - sm), a[i]);
+            } else {
+                a[i] = std::fma(blk.d * xb.d, float(s), a[i]);
+                a[i] = std::fma(-(blk.dm * xb.d), float(sm), a[i]);
+            }
         }
     }
-    return a;
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
 
 }  // namespace

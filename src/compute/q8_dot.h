@@ -22,9 +22,13 @@
 //                     integer sum over the block's weights 4i .. 4i + 3 (the lanes of AVX2's
 //                     madd); the offset types also o = fma(m · dx, float(Σ q8), o) per block;
 //                     y = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)) + o.
-//   k-quants:         one accumulator; per block Q6_K a = fma(d · dx, float(Σ − Σm), a) (the two
-//                     integer sums subtracted exactly first), Q4_K/Q5_K a = fma(d · dx, float(Σ), a),
-//                     then a = fma(−(dmin · dx), float(Σm), a).
+//   k-quants:         8 lane accumulators; per block, lane i's integer sums: s_i = Σ_u sc_{2u + i/4}
+//                     · Σ of the products of weights 32u + 4i .. 32u + 4i + 3 (u: the 32-weight
+//                     sub-blocks; the lanes of AVX2's madd summed over the sub-blocks) and
+//                     m_i = mc_{2i} · Σ_{g=2i} q8 + mc_{2i+1} · Σ_{g=2i+1} q8; Q6_K
+//                     a_i = fma(d · dx, float(s_i − m_i), a_i) (subtracted exactly first), Q4_K/Q5_K
+//                     a_i = fma(d · dx, float(s_i), a_i), then a_i = fma(−(dmin · dx), float(m_i), a_i);
+//                     y = the same sum of the 8 lanes as the 32-weight blocks (no o).
 // So the AVX2 kernels (kernels_avx2.h, int8_dot_rows) give the scalar reference's bits exactly.
 //
 // Error against the exact f32 path: only the activation's rounding to 8 bits, |x − dx · q8| <= dx / 2

@@ -252,37 +252,54 @@ struct w_q6_k {
     }
 };
 
-// One weight row times T activation rows (ldq bytes apart), all nb super-blocks; writes
-// y[t · ldy]. pf: the next row (prefetched a block ahead of where this one is), or null.
-template <class W, int T>
-void k_tile(const uint8_t * w, int64_t nb, const uint8_t * xq, size_t ldq, float * y, int64_t ldy, const uint8_t * pf) {
-    float a[T];
-    for (int t = 0; t < T; ++t) a[t] = 0.0f;
-    k_unpacked k;
+// R weight rows (rb bytes apart) times T activation rows (ldq bytes apart), all nb super-blocks;
+// writes y[t · ldy + r]. Per block and (row, activation row) the 8 int32 lanes of the products
+// (lane i: bytes 4i .. 4i + 3 of each sub-block, times their group's scale) and of the mins go into
+// 8 f32 lane accumulators, reduced once at the end (q8_dot.h's order). pf: the next rows to
+// prefetch (R · bytes per block, in address order), or null.
+template <class W, int R, int T>
+void k_tile(const uint8_t * w, size_t rb, int64_t nb, const uint8_t * xq, size_t ldq, float * y, int64_t ldy,
+            const uint8_t * pf) {
+    __m256 a[R][T];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) a[r][t] = _mm256_setzero_ps();
+    }
     for (int64_t ib = 0; ib < nb; ++ib) {
         if (pf != nullptr) {
-            for (size_t off = 0; off < W::bytes; off += 64) prefetch(pf + off);
-            pf += W::bytes;
+            for (size_t off = 0; off < R * W::bytes; off += 64) prefetch(pf + off);
+            pf += R * W::bytes;
         }
-        W::unpack(w + size_t(ib) * W::bytes, k);
-        for (int t = 0; t < T; ++t) {
-            const auto * xb = reinterpret_cast<const act_q8k *>(xq + size_t(t) * ldq) + ib;
-            __m256i s = _mm256_setzero_si256();
 #pragma GCC unroll 8
-            for (int u = 0; u < 8; ++u) {
-                const __m256i p16 = _mm256_maddubs_epi16(k.q[u], load32(xb->q + 32 * u));
-                s = _mm256_add_epi32(s, _mm256_madd_epi16(p16, k.sc[u]));
-            }
-            const __m256i m = _mm256_madd_epi16(k.mc, load32(xb->bsum));  // Σ mc · Σ q8, in pairs of groups
-            if constexpr (W::fold) {
-                a[t] = __builtin_fmaf(k.d * xb->d, float(hsum_i32(_mm256_sub_epi32(s, m))), a[t]);
-            } else {
-                a[t] = __builtin_fmaf(k.d * xb->d, float(hsum_i32(s)), a[t]);
-                a[t] = __builtin_fmaf(-(k.dm * xb->d), float(hsum_i32(m)), a[t]);
+        for (int r = 0; r < R; ++r) {
+            k_unpacked k;
+            W::unpack(w + size_t(r) * rb + size_t(ib) * W::bytes, k);
+#pragma GCC unroll 8
+            for (int t = 0; t < T; ++t) {
+                const auto * xb = reinterpret_cast<const act_q8k *>(xq + size_t(t) * ldq) + ib;
+                __m256i s = _mm256_setzero_si256();
+#pragma GCC unroll 8
+                for (int u = 0; u < 8; ++u) {
+                    const __m256i p16 = _mm256_maddubs_epi16(k.q[u], load32(xb->q + 32 * u));
+                    s = _mm256_add_epi32(s, _mm256_madd_epi16(p16, k.sc[u]));
+                }
+                const __m256i m = _mm256_madd_epi16(k.mc, load32(xb->bsum));  // Σ mc · Σ q8, in pairs of groups
+                const __m256 dd = _mm256_set1_ps(k.d * xb->d);
+                if constexpr (W::fold) {
+                    a[r][t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(_mm256_sub_epi32(s, m)), a[r][t]);
+                } else {
+                    a[r][t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(s), a[r][t]);
+                    a[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(-(k.dm * xb->d)), _mm256_cvtepi32_ps(m), a[r][t]);
+                }
             }
         }
     }
-    for (int t = 0; t < T; ++t) y[t * ldy] = a[t];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) y[t * ldy + r] = hsum(a[r][t]);
+    }
 }
 
 // Activation rows per tile: each weight block is unpacked once per tile.
@@ -331,17 +348,24 @@ template <class W>
 void k_rows(const uint8_t * w, size_t rb, int64_t n_cols, const uint8_t * xq, size_t ldq, int64_t n_tok, float * y,
             int64_t ldy, int64_t n_rows) {
     const int64_t nb = n_cols / 256;
-    for (int64_t r = 0; r < n_rows; ++r) {
+    int64_t r = 0;
+    if (n_tok == 1) {
+        for (; r + 4 <= n_rows; r += 4) {
+            const uint8_t * g = w + size_t(r) * rb;
+            k_tile<W, 4, 1>(g, rb, nb, xq, ldq, y + r, ldy, r + 12 <= n_rows ? g + 8 * rb : g);
+        }
+    }
+    for (; r < n_rows; ++r) {
         const uint8_t * row = w + size_t(r) * rb;
         const uint8_t * pf = r + 4 < n_rows ? row + 4 * rb : row;
         int64_t t = 0;
         for (; t + k_t_tile <= n_tok; t += k_t_tile)
-            k_tile<W, k_t_tile>(row, nb, xq + size_t(t) * ldq, ldq, y + t * ldy + r, ldy, t == 0 ? pf : nullptr);
+            k_tile<W, 1, k_t_tile>(row, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy + r, ldy, t == 0 ? pf : nullptr);
         const uint8_t * p = t == 0 ? pf : nullptr;
         switch (n_tok - t) {
-            case 3: k_tile<W, 3>(row, nb, xq + size_t(t) * ldq, ldq, y + t * ldy + r, ldy, p); break;
-            case 2: k_tile<W, 2>(row, nb, xq + size_t(t) * ldq, ldq, y + t * ldy + r, ldy, p); break;
-            case 1: k_tile<W, 1>(row, nb, xq + size_t(t) * ldq, ldq, y + t * ldy + r, ldy, p); break;
+            case 3: k_tile<W, 1, 3>(row, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy + r, ldy, p); break;
+            case 2: k_tile<W, 1, 2>(row, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy + r, ldy, p); break;
+            case 1: k_tile<W, 1, 1>(row, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy + r, ldy, p); break;
             default: break;
         }
     }
