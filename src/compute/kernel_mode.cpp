@@ -1,8 +1,8 @@
 #include "compute/kernel_mode.h"
 
-#include "core/error.h"
-
 #include <atomic>
+
+#include "core/error.h"
 
 namespace hill {
 
@@ -30,6 +30,11 @@ std::atomic<matmul_mode> & matmul_mode_ref() {
 
 bool cpu_has_avx2() {
     static const bool has = detect_avx2();
+    return has;
+}
+
+bool cpu_has_avx_vnni() {
+    static const bool has = cpu_has_avx2() && __builtin_cpu_supports("avxvnni");
     return has;
 }
 

@@ -95,3 +95,12 @@ void attention_group_accumulate(const float * q, int n_q, ggml_type kv_type, con
 void exp_nonpositive_row(const float * x, float * y, int64_t n);
 
 }  // namespace hill::avx2
+
+namespace hill::avx_vnni {
+
+// avx2::int8_dot_rows built with AVX-VNNI (q8_dot_vnni.cpp): the same bits; call it only when
+// cpu_has_avx_vnni() (kernel_mode.h) and int8_vnni_get() (q8_dot.h).
+void int8_dot_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const uint8_t * xq, size_t ldq,
+                   int64_t n_tok, float * y, int64_t ldy, int64_t n_rows);
+
+}  // namespace hill::avx_vnni

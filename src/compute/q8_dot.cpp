@@ -1,14 +1,15 @@
 #include "compute/q8_dot.h"
-#include "compute/block_fields.h"
 
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+
+#include "compute/block_fields.h"
 #include "compute/kernel_mode.h"
 #include "compute/kernels_avx2.h"
 #include "core/error.h"
 #include "core/fp16.h"
-
-#include <algorithm>
-#include <cmath>
-#include <cstring>
 
 namespace hill {
 
@@ -61,7 +62,8 @@ void unpack_legacy(ggml_type type, const uint8_t * b, legacy_block & o) {
             if (q5_1) o.offset = true, o.m = f16_at(b + offsetof(block_q5_1, m));
             return;
         }
-        default: break;
+        default:
+            break;
     }
     HILL_ASSERT(false && "unpack_legacy: not a 32-weight int8 type");
 }
@@ -119,7 +121,8 @@ void unpack_k(ggml_type type, const uint8_t * b, k_block & o) {
             }
             return;
         }
-        default: break;
+        default:
+            break;
     }
     HILL_ASSERT(false && "unpack_k: not a k-quant with an int8 product");
 }
@@ -184,7 +187,21 @@ float row_k(ggml_type type, const uint8_t * w, int64_t nb, const act_q8k * xa) {
     return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
 
+std::atomic<bool> & vnni_ref() {
+    static std::atomic<bool> on{cpu_has_avx_vnni()};
+    return on;
+}
+
 }  // namespace
+
+bool int8_vnni_get() {
+    return vnni_ref().load(std::memory_order_relaxed);
+}
+
+void int8_vnni_set(bool on) {
+    HILL_ASSERT(!on || cpu_has_avx_vnni());
+    vnni_ref().store(on, std::memory_order_relaxed);
+}
 
 bool int8_dot_supported(ggml_type type) {
     switch (type) {
@@ -196,8 +213,10 @@ bool int8_dot_supported(ggml_type type) {
         case ggml_type::iq4_nl:
         case ggml_type::q4_k:
         case ggml_type::q5_k:
-        case ggml_type::q6_k: return true;
-        default: return false;
+        case ggml_type::q6_k:
+            return true;
+        default:
+            return false;
     }
 }
 

@@ -80,4 +80,11 @@ void quantize_activation_row(ggml_type type, const float * x, int64_t n, void * 
 void int8_dot_rows_scalar(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const uint8_t * xq,
                           size_t ldq, int64_t n_tok, float * y, int64_t ldy, int64_t n_rows);
 
+// Whether the AVX2 kernel mode's int8 products use the AVX-VNNI build of the kernels
+// (kernels_avx2.h: the same bits, fewer instructions). Default: when the CPU has AVX-VNNI
+// (cpu_has_avx_vnni); set(true) asserts that it does. Tests switch it off to check the plain AVX2
+// kernels too.
+bool int8_vnni_get();
+void int8_vnni_set(bool on);
+
 }  // namespace hill

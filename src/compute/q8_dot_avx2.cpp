@@ -2,6 +2,10 @@
 // -mavx2 -mfma -mf16c under the rules of kernels_avx2.h (no inline functions shared with other
 // files: this file has its own helpers). Scalar reference: q8_dot.cpp, int8_dot_rows_scalar, whose
 // bits these kernels give exactly (the order of the f32 operations is q8_dot.h's).
+// Compiled twice: as itself (namespace hill::avx2) and, through q8_dot_vnni.cpp, with -mavxvnni
+// (HILL_Q8_NS = avx_vnni), where the byte and int16 products add their lanes with AVX-VNNI's
+// vpdpbusd / vpdpwssd instead of maddubs + madd + add: the same exact integer sums, fewer
+// instructions.
 //
 // The products of bytes: _mm256_maddubs_epi16 multiplies unsigned bytes by signed bytes and adds
 // adjacent pairs into int16 lanes; _mm256_madd_epi16 then adds adjacent int16 pairs (times a
@@ -9,14 +13,18 @@
 // go in as |w| with the activation's sign flipped where w < 0 (_mm256_sign_epi8): the same
 // products. No int16 sum saturates: a pair is at most 2 · 128 · 127 = 32512 (signed weights,
 // activations in [-127, 127]) or 2 · 63 · 127 (unsigned weights, at most 6 bits).
-#include "compute/kernels_avx2.h"
-#include "compute/q8_dot.h"
-
 #include <immintrin.h>
 
 #include <cstring>
 
-namespace hill::avx2 {
+#include "compute/kernels_avx2.h"
+#include "compute/q8_dot.h"
+
+#ifndef HILL_Q8_NS
+#define HILL_Q8_NS avx2
+#endif
+
+namespace hill::HILL_Q8_NS {
 
 namespace {
 
@@ -60,9 +68,9 @@ inline __m256i nibbles(const uint8_t * qs) {
 inline __m256i fifth_bits(const uint8_t * p) {
     uint32_t qh;
     std::memcpy(&qh, p, 4);
-    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(int(qh)),
-                                               _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
-                                                                  0x0202020202020202, 0x0303030303030303));
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(int(qh)),
+        _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
     const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201));
     const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
     return _mm256_and_si256(set, _mm256_set1_epi8(16));
@@ -95,7 +103,8 @@ struct w_q5_0 {
     static constexpr size_t bytes = sizeof(block_q5_0);
     static constexpr bool is_signed = true, offset = false;
     static __m256i q(const uint8_t * b) {
-        const __m256i u = _mm256_or_si256(nibbles(b + offsetof(block_q5_0, qs)), fifth_bits(b + offsetof(block_q5_0, qh)));
+        const __m256i u =
+            _mm256_or_si256(nibbles(b + offsetof(block_q5_0, qs)), fifth_bits(b + offsetof(block_q5_0, qh)));
         return _mm256_sub_epi8(u, _mm256_set1_epi8(16));
     }
 };
@@ -112,18 +121,37 @@ struct w_iq4_nl {
     static constexpr size_t bytes = sizeof(block_iq4_nl);
     static constexpr bool is_signed = true, offset = false;
     static __m256i q(const uint8_t * b) {
-        const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(kvalues_iq4nl)));
+        const __m256i table =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(kvalues_iq4nl)));
         return _mm256_shuffle_epi8(table, nibbles(b + offsetof(block_iq4_nl, qs)));
     }
 };
+
+// Unsigned bytes u times signed bytes s, the 4 products of each int32 lane added (exact: no int16
+// sum saturates, see the top), into acc.
+inline __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
+#if defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+
+// acc + the int16 pairs of p times those of f, added per int32 lane (exact).
+inline __m256i dot_i16(__m256i acc, __m256i p, __m256i f) {
+#if defined(__AVXVNNI__)
+    return _mm256_dpwssd_avx_epi32(acc, p, f);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, f));
+#endif
+}
 
 // The 8 int32 lane sums of the block's products (lane i: weights 4i .. 4i + 3).
 template <class W>
 inline __m256i block_lanes(__m256i q, const int8_t * x) {
     const __m256i xv = load32(x);
-    const __m256i p16 = W::is_signed ? _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(xv, q))
-                                     : _mm256_maddubs_epi16(q, xv);
-    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+    return W::is_signed ? dot_u8s8(_mm256_setzero_si256(), _mm256_sign_epi8(q, q), _mm256_sign_epi8(xv, q))
+                        : dot_u8s8(_mm256_setzero_si256(), q, xv);
 }
 
 // R weight rows (rb bytes apart) times T activation rows (ldq bytes apart), all nb blocks; writes
@@ -143,18 +171,23 @@ void legacy_tile(const uint8_t * w, size_t rb, int64_t nb, const uint8_t * xq, s
             for (size_t off = 0; off < R * W::bytes; off += 64) prefetch(pf + off);
             pf += R * W::bytes;
         }
+        // d · dx as a product of two broadcasts: the scalar product's bits in every lane.
+        __m256 dx[T];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t)
+            dx[t] = _mm256_broadcast_ss(&(reinterpret_cast<const act_q8 *>(xq + size_t(t) * ldq) + ib)->d);
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
             const uint8_t * b = w + size_t(r) * rb + size_t(ib) * W::bytes;
             const __m256i q = W::q(b);
-            const float d = f16_at(b);
+            const __m256 d = _mm256_set1_ps(f16_at(b));
             float m = 0.0f;
             if constexpr (W::offset) m = f16_at(b + 2);
 #pragma GCC unroll 8
             for (int t = 0; t < T; ++t) {
                 const auto * xb = reinterpret_cast<const act_q8 *>(xq + size_t(t) * ldq) + ib;
                 const __m256i s = block_lanes<W>(q, xb->q);
-                a[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb->d), _mm256_cvtepi32_ps(s), a[r][t]);
+                a[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx[t]), _mm256_cvtepi32_ps(s), a[r][t]);
                 if constexpr (W::offset) o[r][t] = __builtin_fmaf(m * xb->d, float(xb->sum), o[r][t]);
             }
         }
@@ -195,8 +228,10 @@ struct w_q45_k {
         const uint32_t sc_hi = (w[2] & 0x0f0f0f0f) | ((w[0] >> 6) & 0x03030303) << 4;
         const uint32_t mn_hi = ((w[2] >> 4) & 0x0f0f0f0f) | ((w[1] >> 6) & 0x03030303) << 4;
         // sc16: the 8 scales as int16 in both 128-bit halves; sub-block u's factor is lane u in all 16.
-        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(sc_hi), int(sc_lo))));
-        for (int u = 0; u < 8; ++u) k.sc[u] = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(short(0x0101 * 2 * u + 0x0100)));
+        const __m256i sc16 =
+            _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(sc_hi), int(sc_lo))));
+        for (int u = 0; u < 8; ++u)
+            k.sc[u] = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(short(0x0101 * 2 * u + 0x0100)));
         // mc: min u in int16 lanes 2u and 2u + 1.
         const __m128i mn16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(mn_hi), int(mn_lo)));
         k.mc = _mm256_set_m128i(_mm_unpackhi_epi16(mn16, mn16), _mm_unpacklo_epi16(mn16, mn16));
@@ -281,16 +316,17 @@ void k_tile(const uint8_t * w, size_t rb, int64_t nb, const uint8_t * xq, size_t
                 __m256i s = _mm256_setzero_si256();
 #pragma GCC unroll 8
                 for (int u = 0; u < 8; ++u) {
-                    const __m256i p16 = _mm256_maddubs_epi16(k.q[u], load32(xb->q + 32 * u));
-                    s = _mm256_add_epi32(s, _mm256_madd_epi16(p16, k.sc[u]));
+                    s = dot_i16(s, _mm256_maddubs_epi16(k.q[u], load32(xb->q + 32 * u)), k.sc[u]);
                 }
                 const __m256i m = _mm256_madd_epi16(k.mc, load32(xb->bsum));  // Σ mc · Σ q8, in pairs of groups
-                const __m256 dd = _mm256_set1_ps(k.d * xb->d);
+                // d · dx (and −(dm · dx) = (−dm) · dx) as products of broadcasts: the scalar bits.
+                const __m256 dx = _mm256_broadcast_ss(&xb->d);
+                const __m256 dd = _mm256_mul_ps(_mm256_set1_ps(k.d), dx);
                 if constexpr (W::fold) {
                     a[r][t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(_mm256_sub_epi32(s, m)), a[r][t]);
                 } else {
                     a[r][t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(s), a[r][t]);
-                    a[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(-(k.dm * xb->d)), _mm256_cvtepi32_ps(m), a[r][t]);
+                    a[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(-k.dm), dx), _mm256_cvtepi32_ps(m), a[r][t]);
                 }
             }
         }
@@ -304,7 +340,9 @@ void k_tile(const uint8_t * w, size_t rb, int64_t nb, const uint8_t * xq, size_t
 
 // Activation rows per tile: each weight block is unpacked once per tile.
 constexpr int legacy_t_tile = 4;
+constexpr int legacy_r_tile = 2;  // weight rows per tile with several activation rows
 constexpr int k_t_tile = 4;
+constexpr int k_r_tile = 2;
 
 template <class W, int R>
 void legacy_tiles(const uint8_t * w, size_t rb, int64_t nb, const uint8_t * xq, size_t ldq, int64_t n_tok, float * y,
@@ -314,10 +352,17 @@ void legacy_tiles(const uint8_t * w, size_t rb, int64_t nb, const uint8_t * xq, 
         legacy_tile<W, R, legacy_t_tile>(w, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy, ldy, t == 0 ? pf : nullptr);
     const uint8_t * p = t == 0 ? pf : nullptr;
     switch (n_tok - t) {
-        case 3: legacy_tile<W, R, 3>(w, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy, ldy, p); break;
-        case 2: legacy_tile<W, R, 2>(w, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy, ldy, p); break;
-        case 1: legacy_tile<W, R, 1>(w, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy, ldy, p); break;
-        default: break;
+        case 3:
+            legacy_tile<W, R, 3>(w, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy, ldy, p);
+            break;
+        case 2:
+            legacy_tile<W, R, 2>(w, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy, ldy, p);
+            break;
+        case 1:
+            legacy_tile<W, R, 1>(w, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy, ldy, p);
+            break;
+        default:
+            break;
     }
 }
 
@@ -338,9 +383,36 @@ void legacy_rows(const uint8_t * w, size_t rb, int64_t n_cols, const uint8_t * x
             legacy_tile<W, 4, 1>(g, rb, nb, xq, ldq, y + r, ldy, r + 12 <= n_rows ? g + 8 * rb : g);
         }
     }
+    for (; r + legacy_r_tile <= n_rows; r += legacy_r_tile) {
+        const uint8_t * g = w + size_t(r) * rb;
+        legacy_tiles<W, legacy_r_tile>(g, rb, nb, xq, ldq, n_tok, y + r, ldy,
+                                       r + 2 * legacy_r_tile <= n_rows ? g + legacy_r_tile * rb : g);
+    }
     for (; r < n_rows; ++r) {
         const uint8_t * row = w + size_t(r) * rb;
         legacy_tiles<W, 1>(row, rb, nb, xq, ldq, n_tok, y + r, ldy, r + 1 < n_rows ? row + rb : row);
+    }
+}
+
+template <class W, int R>
+void k_tiles(const uint8_t * w, size_t rb, int64_t nb, const uint8_t * xq, size_t ldq, int64_t n_tok, float * y,
+             int64_t ldy, const uint8_t * pf) {
+    int64_t t = 0;
+    for (; t + k_t_tile <= n_tok; t += k_t_tile)
+        k_tile<W, R, k_t_tile>(w, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy, ldy, t == 0 ? pf : nullptr);
+    const uint8_t * p = t == 0 ? pf : nullptr;
+    switch (n_tok - t) {
+        case 3:
+            k_tile<W, R, 3>(w, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy, ldy, p);
+            break;
+        case 2:
+            k_tile<W, R, 2>(w, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy, ldy, p);
+            break;
+        case 1:
+            k_tile<W, R, 1>(w, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy, ldy, p);
+            break;
+        default:
+            break;
     }
 }
 
@@ -355,19 +427,13 @@ void k_rows(const uint8_t * w, size_t rb, int64_t n_cols, const uint8_t * xq, si
             k_tile<W, 4, 1>(g, rb, nb, xq, ldq, y + r, ldy, r + 12 <= n_rows ? g + 8 * rb : g);
         }
     }
+    for (; r + k_r_tile <= n_rows; r += k_r_tile) {
+        const uint8_t * g = w + size_t(r) * rb;
+        k_tiles<W, k_r_tile>(g, rb, nb, xq, ldq, n_tok, y + r, ldy, r + 2 * k_r_tile <= n_rows ? g + k_r_tile * rb : g);
+    }
     for (; r < n_rows; ++r) {
         const uint8_t * row = w + size_t(r) * rb;
-        const uint8_t * pf = r + 4 < n_rows ? row + 4 * rb : row;
-        int64_t t = 0;
-        for (; t + k_t_tile <= n_tok; t += k_t_tile)
-            k_tile<W, 1, k_t_tile>(row, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy + r, ldy, t == 0 ? pf : nullptr);
-        const uint8_t * p = t == 0 ? pf : nullptr;
-        switch (n_tok - t) {
-            case 3: k_tile<W, 1, 3>(row, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy + r, ldy, p); break;
-            case 2: k_tile<W, 1, 2>(row, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy + r, ldy, p); break;
-            case 1: k_tile<W, 1, 1>(row, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy + r, ldy, p); break;
-            default: break;
-        }
+        k_tiles<W, 1>(row, rb, nb, xq, ldq, n_tok, y + r, ldy, r + 1 < n_rows ? row + rb : row);
     }
 }
 
@@ -424,18 +490,37 @@ void quantize_activation_row(bool k_blocks, const float * x, int64_t n, void * d
 void int8_dot_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const uint8_t * xq, size_t ldq,
                    int64_t n_tok, float * y, int64_t ldy, int64_t n_rows) {
     switch (type) {
-        case ggml_type::q8_0: legacy_rows<w_q8_0>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows); return;
-        case ggml_type::q4_0: legacy_rows<w_q4_0>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows); return;
-        case ggml_type::q4_1: legacy_rows<w_q4_1>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows); return;
-        case ggml_type::q5_0: legacy_rows<w_q5_0>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows); return;
-        case ggml_type::q5_1: legacy_rows<w_q5_1>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows); return;
-        case ggml_type::iq4_nl: legacy_rows<w_iq4_nl>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows); return;
-        case ggml_type::q4_k: k_rows<w_q45_k<false>>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows); return;
-        case ggml_type::q5_k: k_rows<w_q45_k<true>>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows); return;
-        case ggml_type::q6_k: k_rows<w_q6_k>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows); return;
-        default: break;
+        case ggml_type::q8_0:
+            legacy_rows<w_q8_0>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows);
+            return;
+        case ggml_type::q4_0:
+            legacy_rows<w_q4_0>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows);
+            return;
+        case ggml_type::q4_1:
+            legacy_rows<w_q4_1>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows);
+            return;
+        case ggml_type::q5_0:
+            legacy_rows<w_q5_0>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows);
+            return;
+        case ggml_type::q5_1:
+            legacy_rows<w_q5_1>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows);
+            return;
+        case ggml_type::iq4_nl:
+            legacy_rows<w_iq4_nl>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows);
+            return;
+        case ggml_type::q4_k:
+            k_rows<w_q45_k<false>>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows);
+            return;
+        case ggml_type::q5_k:
+            k_rows<w_q45_k<true>>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows);
+            return;
+        case ggml_type::q6_k:
+            k_rows<w_q6_k>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows);
+            return;
+        default:
+            break;
     }
     __builtin_trap();  // the caller checked int8_dot_supported
 }
 
-}  // namespace hill::avx2
+}  // namespace hill::HILL_Q8_NS
