@@ -1,8 +1,8 @@
 #include "compute/kernel_mode.h"
 
-#include <atomic>
-
 #include "core/error.h"
+
+#include <atomic>
 
 namespace hill {
 

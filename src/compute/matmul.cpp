@@ -1,4 +1,11 @@
 #include "compute/matmul.h"
+#include "compute/block_fields.h"
+
+#include "compute/kernel_mode.h"
+#include "compute/kernels_avx2.h"
+#include "compute/q8_dot.h"
+#include "core/error.h"
+#include "core/fp16.h"
 
 #include <cblas.h>
 
@@ -8,13 +15,6 @@
 #include <cstring>
 #include <mutex>
 #include <vector>
-
-#include "compute/block_fields.h"
-#include "compute/kernel_mode.h"
-#include "compute/kernels_avx2.h"
-#include "compute/q8_dot.h"
-#include "core/error.h"
-#include "core/fp16.h"
 
 namespace hill {
 
@@ -154,8 +154,7 @@ void decode_block(ggml_type type, const uint8_t * b, float * y) {
             }
             return;
         }
-        default:
-            break;
+        default: break;
     }
     HILL_ASSERT(false && "decode_block: not a block type of its own");
 }
@@ -177,12 +176,9 @@ f16_bits f16_at_least(float v) {
 f16_bits f16_at_most(float v) {
     f16_bits h = fp32_to_fp16(v);
     if (fp16_to_fp32(h) > v) {
-        if (h == 0)
-            h = 0x8001;  // the negative f16 nearest zero
-        else if (h & 0x8000)
-            ++h;
-        else
-            --h;
+        if (h == 0) h = 0x8001;  // the negative f16 nearest zero
+        else if (h & 0x8000) ++h;
+        else --h;
     }
     return h;
 }
@@ -393,8 +389,7 @@ const uint8_t * quantize_activations(const weight_view & w, const float * x, int
     thread_local std::vector<uint8_t> buf;
     const size_t ldq = int8_act_row_bytes(w.type, w.n_cols);
     if (buf.size() < ldq * size_t(n_tok)) buf.resize(ldq * size_t(n_tok));
-    for (int64_t t = 0; t < n_tok; ++t)
-        quantize_activation_row(w.type, x + t * w.n_cols, w.n_cols, buf.data() + t * ldq);
+    for (int64_t t = 0; t < n_tok; ++t) quantize_activation_row(w.type, x + t * w.n_cols, w.n_cols, buf.data() + t * ldq);
     return buf.data();
 }
 
@@ -412,10 +407,10 @@ void int8_rows(const weight_view & w, const uint8_t * xq, int64_t n_tok, float *
     // L2 while every weight row of the range passes over it (each (t, r) is computed alone: the
     // chunks change no bit).
     const int64_t chunk = std::max<int64_t>(4, int64_t(128 << 10) / int64_t(ldq) / 4 * 4);
+    const auto rows = int8_vnni_get() ? avx_vnni::int8_dot_rows : avx2::int8_dot_rows;
     for (int64_t t0 = 0; t0 < n_tok; t0 += chunk) {
-        const auto rows = int8_vnni_get() ? avx_vnni::int8_dot_rows : avx2::int8_dot_rows;
-        rows(w.type, base, rb, w.n_cols, xq + size_t(t0) * ldq, ldq, std::min(chunk, n_tok - t0),
-             y + t0 * w.n_rows + r0, w.n_rows, r1 - r0);
+        rows(w.type, base, rb, w.n_cols, xq + size_t(t0) * ldq, ldq, std::min(chunk, n_tok - t0), y + t0 * w.n_rows + r0,
+             w.n_rows, r1 - r0);
     }
 }
 
@@ -746,8 +741,7 @@ void quantize_row(ggml_type type, const float * src, void * dst, int64_t n) {
                 std::memcpy(p + ib * sizeof(blk), &blk, sizeof(blk));
             }
             return;
-        default:
-            break;
+        default: break;
     }
     HILL_ASSERT(false && "quantize_row: no quantizer for this type (quantize_supported)");
 }
@@ -757,10 +751,8 @@ bool quantize_supported(ggml_type type) {
         case ggml_type::q2_k:
         case ggml_type::q3_k:
         case ggml_type::iq4_nl:
-        case ggml_type::iq4_xs:
-            return false;
-        default:
-            return true;
+        case ggml_type::iq4_xs: return false;
+        default: return true;
     }
 }
 

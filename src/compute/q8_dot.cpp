@@ -1,15 +1,15 @@
 #include "compute/q8_dot.h"
+#include "compute/block_fields.h"
+
+#include "compute/kernel_mode.h"
+#include "compute/kernels_avx2.h"
+#include "core/error.h"
+#include "core/fp16.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
-
-#include "compute/block_fields.h"
-#include "compute/kernel_mode.h"
-#include "compute/kernels_avx2.h"
-#include "core/error.h"
-#include "core/fp16.h"
 
 namespace hill {
 
@@ -62,8 +62,7 @@ void unpack_legacy(ggml_type type, const uint8_t * b, legacy_block & o) {
             if (q5_1) o.offset = true, o.m = f16_at(b + offsetof(block_q5_1, m));
             return;
         }
-        default:
-            break;
+        default: break;
     }
     HILL_ASSERT(false && "unpack_legacy: not a 32-weight int8 type");
 }
@@ -121,8 +120,7 @@ void unpack_k(ggml_type type, const uint8_t * b, k_block & o) {
             }
             return;
         }
-        default:
-            break;
+        default: break;
     }
     HILL_ASSERT(false && "unpack_k: not a k-quant with an int8 product");
 }
@@ -213,10 +211,8 @@ bool int8_dot_supported(ggml_type type) {
         case ggml_type::iq4_nl:
         case ggml_type::q4_k:
         case ggml_type::q5_k:
-        case ggml_type::q6_k:
-            return true;
-        default:
-            return false;
+        case ggml_type::q6_k: return true;
+        default: return false;
     }
 }
 
