@@ -278,10 +278,13 @@ TEST(int8_dot, avx2_bitwise_scalar_and_within_bounds) {
     }
 }
 
-// matmul.h's batch invariance in the int8 mode: each row of a batch (gemv_batch, gemm at any n_tok,
-// gemv_batch_rows on a sub-range) bit for bit what gemv gives it alone, for 1 and 3 threads, in
-// both kernel modes (and both AVX2 builds). The second shape: a prefill-sized gemm (150 rows, over
-// gemm_batch_max_tok) whose activation rows span several of the kernels' token chunks.
+// matmul.h's batch invariance in the int8 mode: each row of a batch (gemv_batch, gemm up to
+// gemm_batch_max_tok, gemv_batch_rows on a sub-range) bit for bit what gemv gives it alone, for 1
+// and 3 threads, in both kernel modes (and both AVX2 builds). The second shape: a prefill-sized
+// product (150 rows, over gemm_batch_max_tok) whose activation rows span several of the kernels'
+// token chunks; its gemm is the same too, except through the AVX-VNNI prefill kernel
+// (int8_gemm_supported types), which gives int8_gemm_rows_scalar's bits, within f32 rounding of
+// gemv's.
 TEST(int8_dot, batch_invariant) {
     const uint32_t seed = fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
@@ -315,7 +318,29 @@ TEST(int8_dot, batch_invariant) {
                 gemm(w.view(), x.data(), n_tok, viagemm.data(), p3);
                 expect_bitwise_equal(batch, alone, what + " gemv_batch");
                 expect_bitwise_equal(batch3, alone, what + " gemv_batch 3 threads");
-                expect_bitwise_equal(viagemm, alone, what + " gemm");
+                if (n_tok > gemm_batch_max_tok && m == kernel_mode::avx2 && vnni && int8_gemm_supported(t)) {
+                    // The prefill path: int8_gemm_rows_scalar's bits on the same quantized rows.
+                    const size_t ldq = int8_act_row_bytes(t, n_cols);
+                    std::vector<uint8_t> xq(ldq * sz(n_tok));
+                    for (int64_t tk = 0; tk < n_tok; ++tk)
+                        quantize_activation_row(t, x.data() + tk * n_cols, n_cols, xq.data() + sz(tk) * ldq);
+                    std::vector<float> want(alone.size());
+                    int8_gemm_rows_scalar(t, w.bytes.data(), w.view().row_bytes(), n_cols, xq.data(), ldq, n_tok,
+                                          want.data(), n_rows, n_rows);
+                    expect_bitwise_equal(viagemm, want, what + " gemm (prefill kernel)");
+                    // and within f32 rounding (1e-5 of Σ |w · x|) of the decode order's result
+                    for (int64_t tk = 0; tk < n_tok; ++tk) {
+                        for (int64_t r = 0; r < n_rows; ++r) {
+                            double mag = 0.0;
+                            for (int64_t j = 0; j < n_cols; ++j)
+                                mag += std::fabs(double(w.deq[sz(r * n_cols + j)]) * x[sz(tk * n_cols + j)]);
+                            EXPECT_NEAR(want[sz(tk * n_rows + r)], alone[sz(tk * n_rows + r)], 1e-5 * mag + 1e-6)
+                                << what << " token " << tk << " row " << r;
+                        }
+                    }
+                } else {
+                    expect_bitwise_equal(viagemm, alone, what + " gemm");
+                }
                 std::vector<float> part(alone.size(), -1.0f);
                 gemv_batch_rows(w.view(), x.data(), n_tok, part.data(), 3, n_rows - 2);
                 for (int64_t tk = 0; tk < n_tok; ++tk) {

@@ -468,6 +468,89 @@ float quantize_run(const float * x, int n, int8_t * q, int32_t * sums) {
     return d;
 }
 
+#if defined(__AVXVNNI__)
+// ---- Prefill: 8 weight rows as the 8 int32 lanes ----
+// Per block, the 8 rows' 32 weight bytes are transposed so that vector g holds bytes 4g .. 4g + 3
+// of every row (lane r: row r); then one vpdpbusd per 4 activation bytes (broadcast) adds them
+// into all 8 rows' sums at once, and one fma per token and block scales the 8 rows (q8_dot.h,
+// int8_gemm_rows_scalar: one accumulator per (t, r)). The activations come shifted to unsigned
+// bytes (q8 + 128); −128 · Σ q of each row, added first, makes the sums exact.
+
+// v[g] lane r = 32-bit word g of q[r].
+inline void transpose8x8(const __m256i q[8], __m256i v[8]) {
+    __m256i t[8], u[8];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+        t[2 * i] = _mm256_unpacklo_epi32(q[2 * i], q[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_epi32(q[2 * i], q[2 * i + 1]);
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {  // rows 4h .. 4h + 3: u[4h + k] holds word k (low half) and k + 4
+        u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
+        u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
+        u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+        u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+        v[k] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x20);
+        v[k + 4] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x31);
+    }
+}
+
+// Rows [0, n_rows) (n_rows <= 8) times n_tok shifted activation rows; acc: f32 [n_tok, 8] scratch.
+template <class W>
+void gemm_rows8(const uint8_t * w, size_t rb, int64_t nb, int64_t n_rows, const uint8_t * xu, size_t ldq,
+                int64_t n_tok, float * y, int64_t ldy, float * acc) {
+    for (int64_t i = 0; i < 8 * n_tok; ++i) acc[i] = 0.0f;
+    const __m256i ones = _mm256_set1_epi8(1);
+    for (int64_t ib = 0; ib < nb; ++ib) {
+        __m256i q[8], v[8];
+        alignas(32) float d[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; ++r) {
+            const uint8_t * b = w + size_t(r < n_rows ? r : 0) * rb + size_t(ib) * W::bytes;
+            q[r] = r < n_rows ? W::q(b) : _mm256_setzero_si256();
+            d[r] = r < n_rows ? f16_at(b) : 0.0f;
+        }
+        transpose8x8(q, v);
+        __m256i wsum = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; ++g) wsum = _mm256_dpbusd_avx_epi32(wsum, ones, v[g]);
+        const __m256i corr = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(wsum, 7));
+        const __m256 dv = _mm256_load_ps(d);
+        const uint8_t * xb = xu + size_t(ib) * sizeof(act_q8);
+        for (int64_t t = 0; t < n_tok; ++t, xb += ldq) {
+            const auto * a = reinterpret_cast<const act_q8 *>(xb);
+            __m256i s0 = corr, s1 = _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int g = 0; g < 8; g += 2) {
+                int32_t x0, x1;
+                std::memcpy(&x0, a->q + 4 * g, 4);
+                std::memcpy(&x1, a->q + 4 * g + 4, 4);
+                s0 = _mm256_dpbusd_avx_epi32(s0, _mm256_set1_epi32(x0), v[g]);
+                s1 = _mm256_dpbusd_avx_epi32(s1, _mm256_set1_epi32(x1), v[g + 1]);
+            }
+            const __m256 sf = _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1));
+            const __m256 dd = _mm256_mul_ps(dv, _mm256_broadcast_ss(&a->d));
+            _mm256_storeu_ps(acc + 8 * t, _mm256_fmadd_ps(dd, sf, _mm256_loadu_ps(acc + 8 * t)));
+        }
+    }
+    for (int64_t t = 0; t < n_tok; ++t) {
+        for (int64_t r = 0; r < n_rows; ++r) y[t * ldy + r] = acc[8 * t + r];
+    }
+}
+
+template <class W>
+void gemm_rows(const uint8_t * w, size_t rb, int64_t n_cols, const uint8_t * xu, size_t ldq, int64_t n_tok, float * y,
+               int64_t ldy, int64_t n_rows, float * acc) {
+    for (int64_t r = 0; r < n_rows; r += 8) {
+        gemm_rows8<W>(w + size_t(r) * rb, rb, n_cols / 32, n_rows - r < 8 ? n_rows - r : 8, xu, ldq, n_tok, y + r, ldy,
+                      acc);
+    }
+}
+#endif
+
 }  // namespace
 
 void quantize_activation_row(bool k_blocks, const float * x, int64_t n, void * dst) {
@@ -522,5 +605,20 @@ void int8_dot_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t 
     }
     __builtin_trap();  // the caller checked int8_dot_supported
 }
+
+
+#if defined(__AVXVNNI__)
+void int8_gemm_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const uint8_t * xu, size_t ldq,
+                    int64_t n_tok, float * y, int64_t ldy, int64_t n_rows, float * acc) {
+    switch (type) {
+        case ggml_type::q8_0: gemm_rows<w_q8_0>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows, acc); return;
+        case ggml_type::q4_0: gemm_rows<w_q4_0>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows, acc); return;
+        case ggml_type::q5_0: gemm_rows<w_q5_0>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows, acc); return;
+        case ggml_type::iq4_nl: gemm_rows<w_iq4_nl>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows, acc); return;
+        default: break;
+    }
+    __builtin_trap();  // the caller checked int8_gemm_supported
+}
+#endif
 
 }  // namespace hill::HILL_Q8_NS
