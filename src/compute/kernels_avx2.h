@@ -104,8 +104,9 @@ void int8_dot_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t 
                    int64_t n_tok, float * y, int64_t ldy, int64_t n_rows);
 
 // The prefill product of q8_dot.h's int8_gemm_rows_scalar, bit for bit (type: int8_gemm_supported),
-// with xu: act_q8 rows whose q bytes are shifted to unsigned (q8 + 128, i.e. q8 ^ 0x80), ldq bytes
-// apart; acc: f32 [8 · n_tok] scratch. Weight rows in groups of 8, each group over all n_tok rows.
+// with xu: the activation rows, ldq bytes apart: for the 32-weight types act_q8 rows whose q bytes
+// are shifted to unsigned (q8 + 128, i.e. q8 ^ 0x80), for the k-quants act_q8k rows as they are;
+// acc: [16 · n_tok] floats of scratch. Weight rows in groups of 8, each group over all n_tok rows.
 void int8_gemm_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const uint8_t * xu, size_t ldq,
                     int64_t n_tok, float * y, int64_t ldy, int64_t n_rows, float * acc);
 

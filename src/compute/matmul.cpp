@@ -421,17 +421,20 @@ void int8_rows(const weight_view & w, const uint8_t * xq, int64_t n_tok, float *
 void int8_gemm(const weight_view & w, const float * x, int64_t n_tok, float * y, thread_pool & pool) {
     uint8_t * xu = quantize_activations(w, x, n_tok);
     const size_t ldq = int8_act_row_bytes(w.type, w.n_cols), rb = w.row_bytes();
-    for (int64_t t = 0; t < n_tok; ++t) {  // q8 + 128 as unsigned bytes (the kernel's vpdpbusd operand)
-        auto * blocks = reinterpret_cast<act_q8 *>(xu + size_t(t) * ldq);
-        for (int64_t ib = 0; ib < w.n_cols / 32; ++ib) {
-            for (int8_t & q : blocks[ib].q) q = int8_t(uint8_t(q) ^ 0x80u);
+    if (int8_act_block_size(w.type) == 32) {
+        // The signed weights: q8 + 128 as unsigned bytes (the kernel's vpdpbusd operand).
+        for (int64_t t = 0; t < n_tok; ++t) {
+            auto * blocks = reinterpret_cast<act_q8 *>(xu + size_t(t) * ldq);
+            for (int64_t ib = 0; ib < w.n_cols / 32; ++ib) {
+                for (int8_t & q : blocks[ib].q) q = int8_t(uint8_t(q) ^ 0x80u);
+            }
         }
     }
     const int64_t chunk = std::max<int64_t>(8, int64_t(128 << 10) / int64_t(ldq));
     pool.parallel_for((w.n_rows + 7) / 8, [&](int64_t g0, int64_t g1) {
         const int64_t r0 = 8 * g0, r1 = std::min(8 * g1, w.n_rows);
         thread_local std::vector<float> acc;
-        if (acc.size() < size_t(8 * chunk)) acc.resize(size_t(8 * chunk));
+        if (acc.size() < size_t(16 * chunk)) acc.resize(size_t(16 * chunk));
         for (int64_t t0 = 0; t0 < n_tok; t0 += chunk) {
             avx_vnni::int8_gemm_rows(w.type, w.row(r0), rb, w.n_cols, xu + size_t(t0) * ldq, ldq,
                                      std::min(chunk, n_tok - t0), y + t0 * w.n_rows + r0, w.n_rows, r1 - r0,

@@ -270,12 +270,42 @@ void int8_dot_rows_scalar(ggml_type type, const uint8_t * w, size_t row_bytes, i
 }
 
 bool int8_gemm_supported(ggml_type type) {
-    return type == ggml_type::q8_0 || type == ggml_type::q4_0 || type == ggml_type::q5_0 || type == ggml_type::iq4_nl;
+    return type == ggml_type::q8_0 || type == ggml_type::q4_0 || type == ggml_type::q5_0 || type == ggml_type::iq4_nl ||
+           is_k_type(type);
 }
 
 void int8_gemm_rows_scalar(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const uint8_t * xq,
                            size_t ldq, int64_t n_tok, float * y, int64_t ldy, int64_t n_rows) {
-    HILL_ASSERT(int8_gemm_supported(type) && n_cols % 32 == 0);
+    HILL_ASSERT(int8_gemm_supported(type) && n_cols % ggml_block_size(type) == 0);
+    if (is_k_type(type)) {
+        const int64_t nb = n_cols / 256;
+        k_block blk;
+        for (int64_t r = 0; r < n_rows; ++r) {
+            const uint8_t * row = w + size_t(r) * row_bytes;
+            for (int64_t t = 0; t < n_tok; ++t) {
+                const auto * xa = reinterpret_cast<const act_q8k *>(xq + size_t(t) * ldq);
+                float a = 0.0f;
+                for (int64_t ib = 0; ib < nb; ++ib) {
+                    unpack_k(type, row + size_t(ib) * ggml_block_bytes(type), blk);
+                    int32_t s = 0, sm = 0;
+                    for (int g = 0; g < 16; ++g) {
+                        int32_t sg = 0;
+                        for (int i = 16 * g; i < 16 * g + 16; ++i) sg += blk.q[i] * xa[ib].q[i];
+                        s += blk.sc[g] * sg;
+                        sm += blk.mc[g] * xa[ib].bsum[g];
+                    }
+                    if (blk.fold) {
+                        a = std::fma(blk.d * xa[ib].d, float(s - sm), a);
+                    } else {
+                        a = std::fma(blk.d * xa[ib].d, float(s), a);
+                        a = std::fma(-(blk.dm * xa[ib].d), float(sm), a);
+                    }
+                }
+                y[t * ldy + r] = a;
+            }
+        }
+        return;
+    }
     const int64_t nb = n_cols / 32;
     legacy_block blk;
     for (int64_t r = 0; r < n_rows; ++r) {

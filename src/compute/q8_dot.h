@@ -81,11 +81,14 @@ void int8_dot_rows_scalar(ggml_type type, const uint8_t * w, size_t row_bytes, i
                           size_t ldq, int64_t n_tok, float * y, int64_t ldy, int64_t n_rows);
 
 // The prefill product (matmul.h, gemm above gemm_batch_max_tok rows) of the signed 32-weight types
-// (int8_gemm_supported: Q8_0, Q4_0, Q5_0, IQ4_NL), in another order than int8_dot_rows: one f32
-// accumulator per (t, r), per block a = fma(d · dx, float(s), a), s = Σ_j q_j · q8_j over the block's
-// 32 weights (exact in int32), y = a. Same arguments as int8_dot_rows_scalar. Its AVX-VNNI kernel
-// (kernels_avx2.h, avx_vnni::int8_gemm_rows) takes 8 weight rows as the 8 lanes of a vector, so that
-// one broadcast of 4 activation bytes serves 8 rows, and gives these bits.
+// and the k-quants (int8_gemm_supported: Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_K, Q5_K, Q6_K), in another order
+// than int8_dot_rows: one f32 accumulator per (t, r); per block, 32-weight types
+// a = fma(d · dx, float(s), a) with s = Σ_j q_j · q8_j over the block's 32 weights; k-quants the
+// integer sums Σ, Σm above over the whole super-block, then Q6_K a = fma(d · dx, float(Σ − Σm), a),
+// Q4_K/Q5_K a = fma(d · dx, float(Σ), a), a = fma(−(dmin · dx), float(Σm), a); y = a. Same arguments
+// as int8_dot_rows_scalar. Its AVX-VNNI kernel (kernels_avx2.h, avx_vnni::int8_gemm_rows) takes 8
+// weight rows as the 8 lanes of a vector, so that one broadcast of 4 activation bytes serves 8 rows,
+// and gives these bits.
 bool int8_gemm_supported(ggml_type type);
 void int8_gemm_rows_scalar(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const uint8_t * xq,
                            size_t ldq, int64_t n_tok, float * y, int64_t ldy, int64_t n_rows);

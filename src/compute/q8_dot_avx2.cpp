@@ -541,12 +541,101 @@ void gemm_rows8(const uint8_t * w, size_t rb, int64_t nb, int64_t n_rows, const 
     }
 }
 
+// The k-quants the same way (activations as they are: the weights are the unsigned operand): per
+// super-block and sub-block u, the 8 rows' weight bytes transposed, per token s = Σ over the 32
+// weights into each row's lane by vpdpbusd, times the groups' scales (vpmulld) into an int32 sum S
+// per (t, row) kept in scratch; the mins M = Σ_g mc_g · Σ_g q8 by vpdpwssd on the transposed int16
+// pairs of mc against the activation's bsum pairs. scratch: [2 · 8 · n_tok] 32-bit words.
+template <class W>
+void k_gemm_rows8(const uint8_t * w, size_t rb, int64_t nb, int64_t n_rows, const uint8_t * xq, size_t ldq,
+                  int64_t n_tok, float * y, int64_t ldy, float * scratch) {
+    float * acc = scratch;
+    auto * sum = reinterpret_cast<int32_t *>(scratch + 8 * n_tok);
+    for (int64_t i = 0; i < 8 * n_tok; ++i) acc[i] = 0.0f;
+    for (int64_t ib = 0; ib < nb; ++ib) {
+        k_unpacked k[8];
+        alignas(32) float d[8], dm[8];
+        alignas(32) int16_t sc[8][8][16];  // [row][sub-block][lane]: k.sc
+        for (int r = 0; r < 8; ++r) {
+            if (r < n_rows) {
+                W::unpack(w + size_t(r) * rb + size_t(ib) * W::bytes, k[r]);
+            } else {
+                for (int u = 0; u < 8; ++u) k[r].q[u] = k[r].sc[u] = _mm256_setzero_si256();
+                k[r].mc = _mm256_setzero_si256();
+                k[r].d = k[r].dm = 0.0f;
+            }
+            d[r] = k[r].d, dm[r] = -k[r].dm;
+            for (int u = 0; u < 8; ++u) _mm256_store_si256(reinterpret_cast<__m256i *>(sc[r][u]), k[r].sc[u]);
+        }
+        for (int64_t i = 0; i < 8 * n_tok; ++i) sum[i] = 0;
+        for (int u = 0; u < 8; ++u) {
+            __m256i q[8], v[8];
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; ++r) q[r] = k[r].q[u];
+            transpose8x8(q, v);
+            // Lanes r: the scale of group 2u (weights 0..15 of the sub-block) and of 2u + 1.
+            const __m256i sc_lo = _mm256_setr_epi32(sc[0][u][0], sc[1][u][0], sc[2][u][0], sc[3][u][0], sc[4][u][0],
+                                                    sc[5][u][0], sc[6][u][0], sc[7][u][0]);
+            const __m256i sc_hi = _mm256_setr_epi32(sc[0][u][8], sc[1][u][8], sc[2][u][8], sc[3][u][8], sc[4][u][8],
+                                                    sc[5][u][8], sc[6][u][8], sc[7][u][8]);
+            const uint8_t * xb = xq + size_t(ib) * sizeof(act_q8k) + offsetof(act_q8k, q) + 32 * u;
+            for (int64_t t = 0; t < n_tok; ++t, xb += ldq) {
+                __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+#pragma GCC unroll 4
+                for (int g = 0; g < 4; ++g) {
+                    int32_t x0, x1;
+                    std::memcpy(&x0, xb + 4 * g, 4);
+                    std::memcpy(&x1, xb + 16 + 4 * g, 4);
+                    lo = _mm256_dpbusd_avx_epi32(lo, v[g], _mm256_set1_epi32(x0));
+                    hi = _mm256_dpbusd_avx_epi32(hi, v[g + 4], _mm256_set1_epi32(x1));
+                }
+                __m256i * st = reinterpret_cast<__m256i *>(sum + 8 * t);
+                const __m256i p = _mm256_add_epi32(_mm256_mullo_epi32(lo, sc_lo), _mm256_mullo_epi32(hi, sc_hi));
+                _mm256_storeu_si256(st, _mm256_add_epi32(_mm256_loadu_si256(st), p));
+            }
+        }
+        __m256i mc[8], mv[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; ++r) mc[r] = k[r].mc;
+        transpose8x8(mc, mv);  // mv[i] lane r: row r's int16 pair (mc_2i, mc_2i+1)
+        const __m256 dv = _mm256_load_ps(d), dmv = _mm256_load_ps(dm);
+        const uint8_t * xb = xq + size_t(ib) * sizeof(act_q8k);
+        for (int64_t t = 0; t < n_tok; ++t, xb += ldq) {
+            const auto * a = reinterpret_cast<const act_q8k *>(xb);
+            __m256i m = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; ++i) {
+                int32_t pair;
+                std::memcpy(&pair, a->bsum + 2 * i, 4);
+                m = _mm256_dpwssd_avx_epi32(m, mv[i], _mm256_set1_epi32(pair));
+            }
+            const __m256i s = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(sum + 8 * t));
+            const __m256 dx = _mm256_broadcast_ss(&a->d);
+            __m256 r = _mm256_loadu_ps(acc + 8 * t);
+            if constexpr (W::fold) {
+                r = _mm256_fmadd_ps(_mm256_mul_ps(dv, dx), _mm256_cvtepi32_ps(_mm256_sub_epi32(s, m)), r);
+            } else {
+                r = _mm256_fmadd_ps(_mm256_mul_ps(dv, dx), _mm256_cvtepi32_ps(s), r);
+                r = _mm256_fmadd_ps(_mm256_mul_ps(dmv, dx), _mm256_cvtepi32_ps(m), r);
+            }
+            _mm256_storeu_ps(acc + 8 * t, r);
+        }
+    }
+    for (int64_t t = 0; t < n_tok; ++t) {
+        for (int64_t r = 0; r < n_rows; ++r) y[t * ldy + r] = acc[8 * t + r];
+    }
+}
+
 template <class W>
 void gemm_rows(const uint8_t * w, size_t rb, int64_t n_cols, const uint8_t * xu, size_t ldq, int64_t n_tok, float * y,
                int64_t ldy, int64_t n_rows, float * acc) {
     for (int64_t r = 0; r < n_rows; r += 8) {
-        gemm_rows8<W>(w + size_t(r) * rb, rb, n_cols / 32, n_rows - r < 8 ? n_rows - r : 8, xu, ldq, n_tok, y + r, ldy,
-                      acc);
+        const int64_t n = n_rows - r < 8 ? n_rows - r : 8;
+        if constexpr (requires { W::fold; }) {
+            k_gemm_rows8<W>(w + size_t(r) * rb, rb, n_cols / 256, n, xu, ldq, n_tok, y + r, ldy, acc);
+        } else {
+            gemm_rows8<W>(w + size_t(r) * rb, rb, n_cols / 32, n, xu, ldq, n_tok, y + r, ldy, acc);
+        }
     }
 }
 #endif
@@ -615,6 +704,9 @@ void int8_gemm_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t
         case ggml_type::q4_0: gemm_rows<w_q4_0>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows, acc); return;
         case ggml_type::q5_0: gemm_rows<w_q5_0>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows, acc); return;
         case ggml_type::iq4_nl: gemm_rows<w_iq4_nl>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows, acc); return;
+        case ggml_type::q4_k: gemm_rows<w_q45_k<false>>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows, acc); return;
+        case ggml_type::q5_k: gemm_rows<w_q45_k<true>>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows, acc); return;
+        case ggml_type::q6_k: gemm_rows<w_q6_k>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows, acc); return;
         default: break;
     }
     __builtin_trap();  // the caller checked int8_gemm_supported
