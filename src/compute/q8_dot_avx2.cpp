@@ -82,36 +82,41 @@ inline __m256i fifth_bits(const uint8_t * p) {
 struct w_q8_0 {
     static constexpr size_t bytes = sizeof(block_q8_0);
     static constexpr bool is_signed = true, offset = false;
+    static constexpr int bias = 0;
     static __m256i q(const uint8_t * b) { return load32(b + offsetof(block_q8_0, qs)); }
 };
 
+// Q4_0 and Q5_0 also give their unsigned codes qu = q + bias: the decode and batch tiles multiply
+// those and subtract bias · Σ q8 per lane (one product per activation block, shared by the rows).
 struct w_q4_0 {
     static constexpr size_t bytes = sizeof(block_q4_0);
     static constexpr bool is_signed = true, offset = false;
-    static __m256i q(const uint8_t * b) {
-        return _mm256_sub_epi8(nibbles(b + offsetof(block_q4_0, qs)), _mm256_set1_epi8(8));
-    }
+    static constexpr int bias = 8;
+    static __m256i qu(const uint8_t * b) { return nibbles(b + offsetof(block_q4_0, qs)); }
+    static __m256i q(const uint8_t * b) { return _mm256_sub_epi8(qu(b), _mm256_set1_epi8(8)); }
 };
 
 struct w_q4_1 {
     static constexpr size_t bytes = sizeof(block_q4_1);
     static constexpr bool is_signed = false, offset = true;
+    static constexpr int bias = 0;
     static __m256i q(const uint8_t * b) { return nibbles(b + offsetof(block_q4_1, qs)); }
 };
 
 struct w_q5_0 {
     static constexpr size_t bytes = sizeof(block_q5_0);
     static constexpr bool is_signed = true, offset = false;
-    static __m256i q(const uint8_t * b) {
-        const __m256i u =
-            _mm256_or_si256(nibbles(b + offsetof(block_q5_0, qs)), fifth_bits(b + offsetof(block_q5_0, qh)));
-        return _mm256_sub_epi8(u, _mm256_set1_epi8(16));
+    static constexpr int bias = 16;
+    static __m256i qu(const uint8_t * b) {
+        return _mm256_or_si256(nibbles(b + offsetof(block_q5_0, qs)), fifth_bits(b + offsetof(block_q5_0, qh)));
     }
+    static __m256i q(const uint8_t * b) { return _mm256_sub_epi8(qu(b), _mm256_set1_epi8(16)); }
 };
 
 struct w_q5_1 {
     static constexpr size_t bytes = sizeof(block_q5_1);
     static constexpr bool is_signed = false, offset = true;
+    static constexpr int bias = 0;
     static __m256i q(const uint8_t * b) {
         return _mm256_or_si256(nibbles(b + offsetof(block_q5_1, qs)), fifth_bits(b + offsetof(block_q5_1, qh)));
     }
@@ -120,6 +125,7 @@ struct w_q5_1 {
 struct w_iq4_nl {
     static constexpr size_t bytes = sizeof(block_iq4_nl);
     static constexpr bool is_signed = true, offset = false;
+    static constexpr int bias = 0;
     static __m256i q(const uint8_t * b) {
         const __m256i table =
             _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(kvalues_iq4nl)));
@@ -173,20 +179,46 @@ void legacy_tile(const uint8_t * w, size_t rb, int64_t nb, const uint8_t * xq, s
         }
         // d · dx as a product of two broadcasts: the scalar product's bits in every lane.
         __m256 dx[T];
+        __m256i xc[T];  // bias types: −bias · Σ q8 per lane (VNNI), bias · q8 summed in int16 pairs (AVX2)
 #pragma GCC unroll 8
-        for (int t = 0; t < T; ++t)
-            dx[t] = _mm256_broadcast_ss(&(reinterpret_cast<const act_q8 *>(xq + size_t(t) * ldq) + ib)->d);
+        for (int t = 0; t < T; ++t) {
+            const auto * xb = reinterpret_cast<const act_q8 *>(xq + size_t(t) * ldq) + ib;
+            dx[t] = _mm256_broadcast_ss(&xb->d);
+            if constexpr (W::bias != 0) {
+#if defined(__AVXVNNI__)
+                xc[t] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                         dot_u8s8(_mm256_setzero_si256(), _mm256_set1_epi8(W::bias), load32(xb->q)));
+#else
+                xc[t] = _mm256_maddubs_epi16(_mm256_set1_epi8(W::bias), load32(xb->q));
+#endif
+            }
+        }
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
             const uint8_t * b = w + size_t(r) * rb + size_t(ib) * W::bytes;
-            const __m256i q = W::q(b);
+            __m256i q;
+            if constexpr (W::bias != 0) {
+                q = W::qu(b);
+            } else {
+                q = W::q(b);
+            }
             const __m256 d = _mm256_set1_ps(f16_at(b));
             float m = 0.0f;
             if constexpr (W::offset) m = f16_at(b + 2);
 #pragma GCC unroll 8
             for (int t = 0; t < T; ++t) {
                 const auto * xb = reinterpret_cast<const act_q8 *>(xq + size_t(t) * ldq) + ib;
-                const __m256i s = block_lanes<W>(q, xb->q);
+                __m256i s;
+                if constexpr (W::bias != 0) {
+#if defined(__AVXVNNI__)
+                    s = dot_u8s8(xc[t], q, load32(xb->q));
+#else
+                    s = _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(q, load32(xb->q)), xc[t]),
+                                          _mm256_set1_epi16(1));
+#endif
+                } else {
+                    s = block_lanes<W>(q, xb->q);
+                }
                 a[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx[t]), _mm256_cvtepi32_ps(s), a[r][t]);
                 if constexpr (W::offset) o[r][t] = __builtin_fmaf(m * xb->d, float(xb->sum), o[r][t]);
             }
