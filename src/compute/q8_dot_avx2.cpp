@@ -262,6 +262,7 @@ struct w_q45_k {
         // sc16: the 8 scales as int16 in both 128-bit halves; sub-block u's factor is lane u in all 16.
         const __m256i sc16 =
             _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(sc_hi), int(sc_lo))));
+#pragma GCC unroll 8
         for (int u = 0; u < 8; ++u)
             k.sc[u] = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(short(0x0101 * 2 * u + 0x0100)));
         // mc: min u in int16 lanes 2u and 2u + 1.
@@ -269,6 +270,7 @@ struct w_q45_k {
         k.mc = _mm256_set_m128i(_mm_unpackhi_epi16(mn16, mn16), _mm_unpacklo_epi16(mn16, mn16));
         const uint8_t * qs = b + (q5 ? offsetof(block_q5_k, qs) : offsetof(block_q4_k, qs));
         const __m256i m4 = _mm256_set1_epi8(15);
+#pragma GCC unroll 8
         for (int i = 0; i < 4; ++i) {
             const __m256i v = load32(qs + 32 * i);
             k.q[2 * i] = _mm256_and_si256(v, m4);
@@ -276,6 +278,7 @@ struct w_q45_k {
         }
         if constexpr (q5) {
             const __m256i qh = load32(b + offsetof(block_q5_k, qh));
+#pragma GCC unroll 8
             for (int u = 0; u < 8; ++u) {
                 const __m256i bit = _mm256_set1_epi8(char(1 << u));
                 const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit);
@@ -296,6 +299,7 @@ struct w_q6_k {
         const __m128i s16_lo = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(scales)));
         const __m128i s16_hi = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(scales + 8)));
         const __m256i half[2] = {_mm256_broadcastsi128_si256(s16_lo), _mm256_broadcastsi128_si256(s16_hi)};
+#pragma GCC unroll 8
         for (int u = 0; u < 8; ++u) {
             const int i0 = (2 * u) % 8, i1 = (2 * u + 1) % 8;
             const __m256i ctl = _mm256_set_m128i(_mm_set1_epi16(short(0x0101 * 2 * i1 + 0x0100)),
@@ -307,6 +311,7 @@ struct w_q6_k {
         const uint8_t * ql = b + offsetof(block_q6_k, ql);
         const uint8_t * qh = b + offsetof(block_q6_k, qh);
         const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3 << 4);
+#pragma GCC unroll 8
         for (int n = 0; n < 2; ++n) {
             const __m256i l0 = load32(ql + 64 * n), l1 = load32(ql + 64 * n + 32), h = load32(qh + 32 * n);
             // qh bits 2k, 2k + 1 of byte l are bits 4, 5 of weight l of sub-block 4n + k.
