@@ -26,7 +26,7 @@ using test::fresh_seed;
 using test::mode_guard;
 using test::random_floats;
 
-const ggml_type int8_types[] = {ggml_type::q8_0, ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1,
+const ggml_type int8_types[] = {ggml_type::q8_0,   ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1,
                                 ggml_type::iq4_nl, ggml_type::q4_k, ggml_type::q5_k, ggml_type::q6_k};
 
 // Restores the matmul mode a test started with.
@@ -34,6 +34,18 @@ struct matmul_mode_guard {
     matmul_mode saved = matmul_mode_get();
     ~matmul_mode_guard() { matmul_mode_set(saved); }
 };
+
+struct vnni_guard {
+    bool saved = int8_vnni_get();
+    ~vnni_guard() { int8_vnni_set(saved); }
+};
+
+// The AVX2 kernels this CPU can run: plain (vnni false), and the AVX-VNNI build where it has it.
+std::vector<bool> avx2_builds() {
+    if (!cpu_has_avx2()) return {};
+    if (!cpu_has_avx_vnni()) return {false};
+    return {false, true};
+}
 
 inline size_t sz(int64_t v) {
     return static_cast<size_t>(v);
@@ -43,11 +55,15 @@ inline size_t sz(int64_t v) {
 std::vector<std::pair<size_t, size_t>> scale_fields(ggml_type t) {
     switch (t) {
         case ggml_type::q4_1:
-        case ggml_type::q5_1: return {{0, 4}};
+        case ggml_type::q5_1:
+            return {{0, 4}};
         case ggml_type::q4_k:
-        case ggml_type::q5_k: return {{0, 16}};
-        case ggml_type::q6_k: return {{offsetof(block_q6_k, scales), 18}};
-        default: return {{0, 2}};
+        case ggml_type::q5_k:
+            return {{0, 16}};
+        case ggml_type::q6_k:
+            return {{offsetof(block_q6_k, scales), 18}};
+        default:
+            return {{0, 2}};
     }
 }
 
@@ -57,9 +73,12 @@ std::vector<size_t> f16_fields(ggml_type t) {
         case ggml_type::q4_1:
         case ggml_type::q5_1:
         case ggml_type::q4_k:
-        case ggml_type::q5_k: return {0, 2};
-        case ggml_type::q6_k: return {offsetof(block_q6_k, d)};
-        default: return {0};
+        case ggml_type::q5_k:
+            return {0, 2};
+        case ggml_type::q6_k:
+            return {offsetof(block_q6_k, d)};
+        default:
+            return {0};
     }
 }
 
@@ -98,7 +117,8 @@ weights make_weights(ggml_type type, int64_t n_rows, int64_t n_cols, std::mt1993
 }
 
 // The activation row as the int8 product sees it: dx · q8 per block, and dx per value.
-void dequantized_activation(ggml_type t, const float * x, int64_t n, std::vector<double> & xq, std::vector<double> & dx) {
+void dequantized_activation(ggml_type t, const float * x, int64_t n, std::vector<double> & xq,
+                            std::vector<double> & dx) {
     std::vector<uint8_t> q(int8_act_row_bytes(t, n));
     quantize_activation_row(t, x, n, q.data());
     xq.resize(sz(n));
@@ -199,6 +219,7 @@ TEST(int8_dot, avx2_bitwise_scalar_and_within_bounds) {
     std::mt19937 rng(seed);
     mode_guard g;
     matmul_mode_guard mg;
+    vnni_guard vg;
     thread_pool pool(1);
     for (ggml_type t : int8_types) {
         const int64_t bs = ggml_block_size(t);
@@ -213,10 +234,11 @@ TEST(int8_dot, avx2_bitwise_scalar_and_within_bounds) {
                     matmul_mode_set(matmul_mode::int8);
                     kernel_mode_set(kernel_mode::scalar);
                     gemv_batch(w.view(), x.data(), n_tok, ys.data(), pool);
-                    if (cpu_has_avx2()) {
+                    for (bool vnni : avx2_builds()) {
                         kernel_mode_set(kernel_mode::avx2);
+                        int8_vnni_set(vnni);
                         gemv_batch(w.view(), x.data(), n_tok, ya.data(), pool);
-                        expect_bitwise_equal(ya, ys, what + " avx2 vs scalar");
+                        expect_bitwise_equal(ya, ys, what + (vnni ? " avx2 (vnni)" : " avx2") + " vs scalar");
                     }
                     matmul_mode_set(matmul_mode::exact);
                     kernel_mode_set(kernel_mode::scalar);
@@ -240,12 +262,12 @@ TEST(int8_dot, avx2_bitwise_scalar_and_within_bounds) {
                             const double tol_ref = 1e-5 * mag + 1e-6;
                             const double tol_exact = step * (1 + 1e-5) + tol_ref + 1e-5 * magx;
                             if (!(std::fabs(got - ref) <= tol_ref) && ++bad <= 5) {
-                                ADD_FAILURE() << what << " token " << tk << " row " << r << ": " << got
-                                              << " vs double " << ref << " (tolerance " << tol_ref << ")";
+                                ADD_FAILURE() << what << " token " << tk << " row " << r << ": " << got << " vs double "
+                                              << ref << " (tolerance " << tol_ref << ")";
                             }
                             if (!(std::fabs(double(got) - exact) <= tol_exact) && ++bad <= 5) {
-                                ADD_FAILURE() << what << " token " << tk << " row " << r << ": " << got
-                                              << " vs exact " << exact << " (bound " << tol_exact << ")";
+                                ADD_FAILURE() << what << " token " << tk << " row " << r << ": " << got << " vs exact "
+                                              << exact << " (bound " << tol_exact << ")";
                             }
                         }
                     }
@@ -258,39 +280,75 @@ TEST(int8_dot, avx2_bitwise_scalar_and_within_bounds) {
 
 // matmul.h's batch invariance in the int8 mode: each row of a batch (gemv_batch, gemm up to
 // gemm_batch_max_tok, gemv_batch_rows on a sub-range) bit for bit what gemv gives it alone, for 1
-// and 3 threads, in both kernel modes.
+// and 3 threads, in both kernel modes (and both AVX2 builds). The second shape: a prefill-sized
+// product (150 rows, over gemm_batch_max_tok) whose activation rows span several of the kernels'
+// token chunks; its gemm is the same too, except through the AVX-VNNI prefill kernel
+// (int8_gemm_supported types), which gives int8_gemm_rows_scalar's bits, within f32 rounding of
+// gemv's.
 TEST(int8_dot, batch_invariant) {
     const uint32_t seed = fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
     mode_guard g;
     matmul_mode_guard mg;
+    vnni_guard vg;
     matmul_mode_set(matmul_mode::int8);
     thread_pool p1(1), p3(3);
-    for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
-        if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+    static_assert(gemm_batch_max_tok < 150);
+    std::vector<std::pair<kernel_mode, bool>> builds = {{kernel_mode::scalar, false}};
+    for (bool vnni : avx2_builds()) builds.emplace_back(kernel_mode::avx2, vnni);
+    for (const auto & [m, vnni] : builds) {
         kernel_mode_set(m);
+        if (m == kernel_mode::avx2) int8_vnni_set(vnni);
         for (ggml_type t : int8_types) {
-            const int64_t n_cols = ggml_block_size(t) * 3, n_rows = 45, n_tok = 11;
-            const weights w = make_weights(t, n_rows, n_cols, rng);
-            const std::vector<float> x = random_floats(rng, sz(n_tok * n_cols));
-            const std::string what = case_name(t, n_rows, n_cols, n_tok) + (m == kernel_mode::avx2 ? " avx2" : " scalar");
-            std::vector<float> alone(sz(n_tok * n_rows));
-            for (int64_t tk = 0; tk < n_tok; ++tk) gemv(w.view(), x.data() + tk * n_cols, alone.data() + tk * n_rows, p1);
-            std::vector<float> batch(alone.size()), batch3(alone.size()), viagemm(alone.size());
-            gemv_batch(w.view(), x.data(), n_tok, batch.data(), p1);
-            gemv_batch(w.view(), x.data(), n_tok, batch3.data(), p3);
-            gemm(w.view(), x.data(), n_tok, viagemm.data(), p3);
-            expect_bitwise_equal(batch, alone, what + " gemv_batch");
-            expect_bitwise_equal(batch3, alone, what + " gemv_batch 3 threads");
-            expect_bitwise_equal(viagemm, alone, what + " gemm");
-            std::vector<float> part(alone.size(), -1.0f);
-            gemv_batch_rows(w.view(), x.data(), n_tok, part.data(), 3, n_rows - 2);
-            for (int64_t tk = 0; tk < n_tok; ++tk) {
-                for (int64_t r = 0; r < n_rows; ++r) {
-                    const float want = r >= 3 && r < n_rows - 2 ? alone[sz(tk * n_rows + r)] : -1.0f;
-                    EXPECT_EQ(std::memcmp(&part[sz(tk * n_rows + r)], &want, 4), 0)
-                        << what << " gemv_batch_rows [3, n-2) token " << tk << " row " << r;
+            const int64_t bs = ggml_block_size(t);
+            for (const auto & [n_blocks, n_tok] : {std::pair<int64_t, int64_t>{3, 11}, {bs == 256 ? 5 : 29, 150}}) {
+                const int64_t n_cols = bs * n_blocks, n_rows = 45;
+                const weights w = make_weights(t, n_rows, n_cols, rng);
+                const std::vector<float> x = random_floats(rng, sz(n_tok * n_cols));
+                const std::string what = case_name(t, n_rows, n_cols, n_tok) + (m == kernel_mode::scalar ? " scalar"
+                                                                                : vnni ? " avx2 (vnni)"
+                                                                                       : " avx2");
+                std::vector<float> alone(sz(n_tok * n_rows));
+                for (int64_t tk = 0; tk < n_tok; ++tk)
+                    gemv(w.view(), x.data() + tk * n_cols, alone.data() + tk * n_rows, p1);
+                std::vector<float> batch(alone.size()), batch3(alone.size()), viagemm(alone.size());
+                gemv_batch(w.view(), x.data(), n_tok, batch.data(), p1);
+                gemv_batch(w.view(), x.data(), n_tok, batch3.data(), p3);
+                gemm(w.view(), x.data(), n_tok, viagemm.data(), p3);
+                expect_bitwise_equal(batch, alone, what + " gemv_batch");
+                expect_bitwise_equal(batch3, alone, what + " gemv_batch 3 threads");
+                if (n_tok > gemm_batch_max_tok && m == kernel_mode::avx2 && vnni && int8_gemm_supported(t)) {
+                    // The prefill path: int8_gemm_rows_scalar's bits on the same quantized rows.
+                    const size_t ldq = int8_act_row_bytes(t, n_cols);
+                    std::vector<uint8_t> xq(ldq * sz(n_tok));
+                    for (int64_t tk = 0; tk < n_tok; ++tk)
+                        quantize_activation_row(t, x.data() + tk * n_cols, n_cols, xq.data() + sz(tk) * ldq);
+                    std::vector<float> want(alone.size());
+                    int8_gemm_rows_scalar(t, w.bytes.data(), w.view().row_bytes(), n_cols, xq.data(), ldq, n_tok,
+                                          want.data(), n_rows, n_rows);
+                    expect_bitwise_equal(viagemm, want, what + " gemm (prefill kernel)");
+                    // and within f32 rounding (1e-5 of Σ |w · x|) of the decode order's result
+                    for (int64_t tk = 0; tk < n_tok; ++tk) {
+                        for (int64_t r = 0; r < n_rows; ++r) {
+                            double mag = 0.0;
+                            for (int64_t j = 0; j < n_cols; ++j)
+                                mag += std::fabs(double(w.deq[sz(r * n_cols + j)]) * x[sz(tk * n_cols + j)]);
+                            EXPECT_NEAR(want[sz(tk * n_rows + r)], alone[sz(tk * n_rows + r)], 1e-5 * mag + 1e-6)
+                                << what << " token " << tk << " row " << r;
+                        }
+                    }
+                } else {
+                    expect_bitwise_equal(viagemm, alone, what + " gemm");
+                }
+                std::vector<float> part(alone.size(), -1.0f);
+                gemv_batch_rows(w.view(), x.data(), n_tok, part.data(), 3, n_rows - 2);
+                for (int64_t tk = 0; tk < n_tok; ++tk) {
+                    for (int64_t r = 0; r < n_rows; ++r) {
+                        const float want = r >= 3 && r < n_rows - 2 ? alone[sz(tk * n_rows + r)] : -1.0f;
+                        EXPECT_EQ(std::memcmp(&part[sz(tk * n_rows + r)], &want, 4), 0)
+                            << what << " gemv_batch_rows [3, n-2) token " << tk << " row " << r;
+                    }
                 }
             }
         }

@@ -38,6 +38,11 @@ bool cpu_has_avx2() {
     return has;
 }
 
+bool cpu_has_avx_vnni() {
+    static const bool has = cpu_has_avx2() && __builtin_cpu_supports("avxvnni");
+    return has;
+}
+
 kernel_mode kernel_mode_get() {
     return mode_ref().load(std::memory_order_relaxed);
 }

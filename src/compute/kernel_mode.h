@@ -7,6 +7,7 @@ namespace hill {
 enum class kernel_mode { scalar, avx2 };
 
 bool cpu_has_avx2();                 // AVX2 + FMA + F16C, detected at run time
+bool cpu_has_avx_vnni();             // cpu_has_avx2() and AVX-VNNI (256-bit vpdpbusd), at run time
 kernel_mode kernel_mode_get();       // default: avx2 if cpu_has_avx2(), else scalar
 void kernel_mode_set(kernel_mode m); // asserts avx2 is only chosen when supported
 
@@ -18,7 +19,8 @@ void kernel_mode_set(kernel_mode m); // asserts avx2 is only chosen when support
 //          `exact` for Q4_K, ~3× for Q6_K, 1.5× for Q4_0: docs/benchmarks.md); every other type as
 //          `exact`. The default.
 //   exact: f32 activations times the weights decoded to f32: the reference (`--exact-matmul`).
-// Large prefill products (gemm_blas) are f32 in both.
+// Large prefill products (matmul.h, gemm above gemm_batch_max_tok rows) of the int8 types are int8
+// too (the prefill kernel or gemv_batch's tiles); `exact` keeps them on gemm_blas (f32).
 enum class matmul_mode { int8, exact };
 matmul_mode matmul_mode_get();
 void matmul_mode_set(matmul_mode m);

@@ -385,7 +385,7 @@ bool uses_int8(const weight_view & w) {
 
 // x f32 [n_tok, n_cols] quantized for w's int8 product: [n_tok] rows of int8_act_row_bytes, in a
 // buffer of the calling thread kept between calls (valid until its next call).
-const uint8_t * quantize_activations(const weight_view & w, const float * x, int64_t n_tok) {
+uint8_t * quantize_activations(const weight_view & w, const float * x, int64_t n_tok) {
     thread_local std::vector<uint8_t> buf;
     const size_t ldq = int8_act_row_bytes(w.type, w.n_cols);
     if (buf.size() < ldq * size_t(n_tok)) buf.resize(ldq * size_t(n_tok));
@@ -399,11 +399,48 @@ void int8_rows(const weight_view & w, const uint8_t * xq, int64_t n_tok, float *
     if (r0 == r1 || n_tok == 0) return;
     const size_t rb = w.row_bytes(), ldq = int8_act_row_bytes(w.type, w.n_cols);
     const uint8_t * base = static_cast<const uint8_t *>(w.data) + size_t(r0) * rb;
-    if (kernel_mode_get() == kernel_mode::avx2) {
-        avx2::int8_dot_rows(w.type, base, rb, w.n_cols, xq, ldq, n_tok, y + r0, w.n_rows, r1 - r0);
+    if (kernel_mode_get() != kernel_mode::avx2) {
+        int8_dot_rows_scalar(w.type, base, rb, w.n_cols, xq, ldq, n_tok, y + r0, w.n_rows, r1 - r0);
         return;
     }
-    int8_dot_rows_scalar(w.type, base, rb, w.n_cols, xq, ldq, n_tok, y + r0, w.n_rows, r1 - r0);
+    // Many activation rows (prefill): in chunks of about 128 KiB of them, so that a chunk stays in
+    // L2 while every weight row of the range passes over it (each (t, r) is computed alone: the
+    // chunks change no bit).
+    const int64_t chunk = std::max<int64_t>(4, int64_t(128 << 10) / int64_t(ldq) / 4 * 4);
+    const auto rows = int8_vnni_get() ? avx_vnni::int8_dot_rows : avx2::int8_dot_rows;
+    for (int64_t t0 = 0; t0 < n_tok; t0 += chunk) {
+        rows(w.type, base, rb, w.n_cols, xq + size_t(t0) * ldq, ldq, std::min(chunk, n_tok - t0), y + t0 * w.n_rows + r0,
+             w.n_rows, r1 - r0);
+    }
+}
+
+// The prefill product of the signed 32-weight types (q8_dot.h, int8_gemm_rows_scalar's bits) through
+// the AVX-VNNI kernel: weight rows in groups of 8 across the pool, activation rows in chunks of
+// about 128 KiB (in L2 while a thread's rows pass over them), each chunk of a group into a f32
+// [8, chunk] scratch of the thread, kept between calls.
+void int8_gemm(const weight_view & w, const float * x, int64_t n_tok, float * y, thread_pool & pool) {
+    uint8_t * xu = quantize_activations(w, x, n_tok);
+    const size_t ldq = int8_act_row_bytes(w.type, w.n_cols), rb = w.row_bytes();
+    if (int8_act_block_size(w.type) == 32) {
+        // The signed weights: q8 + 128 as unsigned bytes (the kernel's vpdpbusd operand).
+        for (int64_t t = 0; t < n_tok; ++t) {
+            auto * blocks = reinterpret_cast<act_q8 *>(xu + size_t(t) * ldq);
+            for (int64_t ib = 0; ib < w.n_cols / 32; ++ib) {
+                for (int8_t & q : blocks[ib].q) q = int8_t(uint8_t(q) ^ 0x80u);
+            }
+        }
+    }
+    const int64_t chunk = std::max<int64_t>(8, int64_t(128 << 10) / int64_t(ldq));
+    pool.parallel_for((w.n_rows + 7) / 8, [&](int64_t g0, int64_t g1) {
+        const int64_t r0 = 8 * g0, r1 = std::min(8 * g1, w.n_rows);
+        thread_local std::vector<float> acc;
+        if (acc.size() < size_t(16 * chunk)) acc.resize(size_t(16 * chunk));
+        for (int64_t t0 = 0; t0 < n_tok; t0 += chunk) {
+            avx_vnni::int8_gemm_rows(w.type, w.row(r0), rb, w.n_cols, xu + size_t(t0) * ldq, ldq,
+                                     std::min(chunk, n_tok - t0), y + t0 * w.n_rows + r0, w.n_rows, r1 - r0,
+                                     acc.data());
+        }
+    });
 }
 
 }  // namespace
@@ -462,7 +499,12 @@ void gemv(const weight_view & w, const float * x, float * y, thread_pool & pool)
 void gemm(const weight_view & w, const float * x, int64_t n_tok, float * y, thread_pool & pool) {
     check_weight(w);
     HILL_ASSERT(n_tok >= 0);
-    if (n_tok <= gemm_batch_max_tok) {
+    if (n_tok > gemm_batch_max_tok && uses_int8(w) && int8_gemm_supported(w.type) &&
+        kernel_mode_get() == kernel_mode::avx2 && int8_vnni_get()) {
+        int8_gemm(w, x, n_tok, y, pool);
+        return;
+    }
+    if (n_tok <= gemm_batch_max_tok || uses_int8(w)) {
         gemv_batch(w, x, n_tok, y, pool);
         return;
     }

@@ -62,10 +62,16 @@ void gemv_batch(const weight_view & w, const float * x, int64_t n_tok, float * y
 
 // y f32 [n_tok, n_rows] = x f32 [n_tok, n_cols] · Wᵀ, the product of prefill and decode alike.
 //   n_tok <= gemm_batch_max_tok: gemv_batch — batch-invariant, as gemv per row.
-//   n_tok >  gemm_batch_max_tok: gemm_blas — faster for so many rows, but in another summation
-//            order (not bit-identical to gemv). Only prefill chunks are that large, and they are
+//   n_tok >  gemm_batch_max_tok: faster for so many rows, but in another summation order (not
+//            bit-identical to gemv). Only prefill chunks are that large, and they are
 //            single-sequence: a prompt's logits need not match token-by-token decoding bit for bit.
 //            Decode batches (at most 64 sequences; the engine's batches are 1-25) must be invariant.
+//            In the int8 matmul_mode, with the AVX2 kernels and a CPU with AVX-VNNI, the types
+//            int8_gemm_supported lists (Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_K, Q5_K, Q6_K) go through the
+//            int8 prefill kernel (q8_dot.h, int8_gemm_rows_scalar's bits: 8 weight rows per vector,
+//            2-3× less CPU than gemv_batch's tiles at 128 rows); the other int8 types through
+//            gemv_batch (int8 tiles, invariant); every other case through gemm_blas. Measured
+//            against each other with bench_gemm (docs/benchmarks.md).
 // n_tok, n_rows and n_cols must fit in int (BLAS).
 void gemm(const weight_view & w, const float * x, int64_t n_tok, float * y, thread_pool & pool);
 

@@ -7,6 +7,7 @@
 #include "core/fp16.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -156,30 +157,49 @@ float row_legacy(ggml_type type, const uint8_t * w, int64_t nb, const act_q8 * x
     return (((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]))) + o;
 }
 
+// The 8 lanes of the AVX2 kernel: lane i holds, of every 32-weight sub-block u, the products of
+// its weights 4i .. 4i + 3 (group 2u + i / 4) times the group's scale, and the mins of groups 2i
+// and 2i + 1.
 float row_k(ggml_type type, const uint8_t * w, int64_t nb, const act_q8k * xa) {
-    float a = 0.0f;
+    float a[8] = {};
     k_block blk;
     for (int64_t ib = 0; ib < nb; ++ib) {
         unpack_k(type, w + size_t(ib) * ggml_block_bytes(type), blk);
         const act_q8k & xb = xa[ib];
-        int32_t s = 0, sm = 0;
-        for (int g = 0; g < 16; ++g) {
-            int32_t sg = 0;
-            for (int i = 16 * g; i < 16 * g + 16; ++i) sg += blk.q[i] * xb.q[i];
-            s += blk.sc[g] * sg;
-            sm += blk.mc[g] * xb.bsum[g];
-        }
-        if (blk.fold) {
-            a = std::fma(blk.d * xb.d, float(s - sm), a);
-        } else {
-            a = std::fma(blk.d * xb.d, float(s), a);
-            a = std::fma(-(blk.dm * xb.d), float(sm), a);
+        for (int i = 0; i < 8; ++i) {
+            int32_t s = 0;
+            for (int u = 0; u < 8; ++u) {
+                int32_t sg = 0;
+                for (int j = 32 * u + 4 * i; j < 32 * u + 4 * i + 4; ++j) sg += blk.q[j] * xb.q[j];
+                s += blk.sc[2 * u + i / 4] * sg;
+            }
+            const int32_t sm = blk.mc[2 * i] * xb.bsum[2 * i] + blk.mc[2 * i + 1] * xb.bsum[2 * i + 1];
+            if (blk.fold) {
+                a[i] = std::fma(blk.d * xb.d, float(s - sm), a[i]);
+            } else {
+                a[i] = std::fma(blk.d * xb.d, float(s), a[i]);
+                a[i] = std::fma(-(blk.dm * xb.d), float(sm), a[i]);
+            }
         }
     }
-    return a;
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+std::atomic<bool> & vnni_ref() {
+    static std::atomic<bool> on{cpu_has_avx_vnni()};
+    return on;
 }
 
 }  // namespace
+
+bool int8_vnni_get() {
+    return vnni_ref().load(std::memory_order_relaxed);
+}
+
+void int8_vnni_set(bool on) {
+    HILL_ASSERT(!on || cpu_has_avx_vnni());
+    vnni_ref().store(on, std::memory_order_relaxed);
+}
 
 bool int8_dot_supported(ggml_type type) {
     switch (type) {
@@ -245,6 +265,61 @@ void int8_dot_rows_scalar(ggml_type type, const uint8_t * w, size_t row_bytes, i
             const uint8_t * xt = xq + size_t(t) * ldq;
             y[t * ldy + r] = is_k_type(type) ? row_k(type, row, nb, reinterpret_cast<const act_q8k *>(xt))
                                              : row_legacy(type, row, nb, reinterpret_cast<const act_q8 *>(xt));
+        }
+    }
+}
+
+bool int8_gemm_supported(ggml_type type) {
+    return type == ggml_type::q8_0 || type == ggml_type::q4_0 || type == ggml_type::q5_0 || type == ggml_type::iq4_nl ||
+           is_k_type(type);
+}
+
+void int8_gemm_rows_scalar(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const uint8_t * xq,
+                           size_t ldq, int64_t n_tok, float * y, int64_t ldy, int64_t n_rows) {
+    HILL_ASSERT(int8_gemm_supported(type) && n_cols % ggml_block_size(type) == 0);
+    if (is_k_type(type)) {
+        const int64_t nb = n_cols / 256;
+        k_block blk;
+        for (int64_t r = 0; r < n_rows; ++r) {
+            const uint8_t * row = w + size_t(r) * row_bytes;
+            for (int64_t t = 0; t < n_tok; ++t) {
+                const auto * xa = reinterpret_cast<const act_q8k *>(xq + size_t(t) * ldq);
+                float a = 0.0f;
+                for (int64_t ib = 0; ib < nb; ++ib) {
+                    unpack_k(type, row + size_t(ib) * ggml_block_bytes(type), blk);
+                    int32_t s = 0, sm = 0;
+                    for (int g = 0; g < 16; ++g) {
+                        int32_t sg = 0;
+                        for (int i = 16 * g; i < 16 * g + 16; ++i) sg += blk.q[i] * xa[ib].q[i];
+                        s += blk.sc[g] * sg;
+                        sm += blk.mc[g] * xa[ib].bsum[g];
+                    }
+                    if (blk.fold) {
+                        a = std::fma(blk.d * xa[ib].d, float(s - sm), a);
+                    } else {
+                        a = std::fma(blk.d * xa[ib].d, float(s), a);
+                        a = std::fma(-(blk.dm * xa[ib].d), float(sm), a);
+                    }
+                }
+                y[t * ldy + r] = a;
+            }
+        }
+        return;
+    }
+    const int64_t nb = n_cols / 32;
+    legacy_block blk;
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const uint8_t * row = w + size_t(r) * row_bytes;
+        for (int64_t t = 0; t < n_tok; ++t) {
+            const auto * xa = reinterpret_cast<const act_q8 *>(xq + size_t(t) * ldq);
+            float a = 0.0f;
+            for (int64_t ib = 0; ib < nb; ++ib) {
+                unpack_legacy(type, row + size_t(ib) * ggml_block_bytes(type), blk);
+                int32_t s = 0;
+                for (int j = 0; j < 32; ++j) s += blk.q[j] * xa[ib].q[j];
+                a = std::fma(blk.d * xa[ib].d, float(s), a);
+            }
+            y[t * ldy + r] = a;
         }
     }
 }

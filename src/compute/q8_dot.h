@@ -22,9 +22,13 @@
 //                     integer sum over the block's weights 4i .. 4i + 3 (the lanes of AVX2's
 //                     madd); the offset types also o = fma(m · dx, float(Σ q8), o) per block;
 //                     y = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)) + o.
-//   k-quants:         one accumulator; per block Q6_K a = fma(d · dx, float(Σ − Σm), a) (the two
-//                     integer sums subtracted exactly first), Q4_K/Q5_K a = fma(d · dx, float(Σ), a),
-//                     then a = fma(−(dmin · dx), float(Σm), a).
+//   k-quants:         8 lane accumulators; per block, lane i's integer sums: s_i = Σ_u sc_{2u + i/4}
+//                     · Σ of the products of weights 32u + 4i .. 32u + 4i + 3 (u: the 32-weight
+//                     sub-blocks; the lanes of AVX2's madd summed over the sub-blocks) and
+//                     m_i = mc_{2i} · Σ_{g=2i} q8 + mc_{2i+1} · Σ_{g=2i+1} q8; Q6_K
+//                     a_i = fma(d · dx, float(s_i − m_i), a_i) (subtracted exactly first), Q4_K/Q5_K
+//                     a_i = fma(d · dx, float(s_i), a_i), then a_i = fma(−(dmin · dx), float(m_i), a_i);
+//                     y = the same sum of the 8 lanes as the 32-weight blocks (no o).
 // So the AVX2 kernels (kernels_avx2.h, int8_dot_rows) give the scalar reference's bits exactly.
 //
 // Error against the exact f32 path: only the activation's rounding to 8 bits, |x − dx · q8| <= dx / 2
@@ -75,5 +79,25 @@ void quantize_activation_row(ggml_type type, const float * x, int64_t n, void * 
 // values). The arithmetic described above, per (t, r) independent of n_tok and of the other rows.
 void int8_dot_rows_scalar(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const uint8_t * xq,
                           size_t ldq, int64_t n_tok, float * y, int64_t ldy, int64_t n_rows);
+
+// The prefill product (matmul.h, gemm above gemm_batch_max_tok rows) of the signed 32-weight types
+// and the k-quants (int8_gemm_supported: Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_K, Q5_K, Q6_K), in another order
+// than int8_dot_rows: one f32 accumulator per (t, r); per block, 32-weight types
+// a = fma(d · dx, float(s), a) with s = Σ_j q_j · q8_j over the block's 32 weights; k-quants the
+// integer sums Σ, Σm above over the whole super-block, then Q6_K a = fma(d · dx, float(Σ − Σm), a),
+// Q4_K/Q5_K a = fma(d · dx, float(Σ), a), a = fma(−(dmin · dx), float(Σm), a); y = a. Same arguments
+// as int8_dot_rows_scalar. Its AVX-VNNI kernel (kernels_avx2.h, avx_vnni::int8_gemm_rows) takes 8
+// weight rows as the 8 lanes of a vector, so that one broadcast of 4 activation bytes serves 8 rows,
+// and gives these bits.
+bool int8_gemm_supported(ggml_type type);
+void int8_gemm_rows_scalar(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const uint8_t * xq,
+                           size_t ldq, int64_t n_tok, float * y, int64_t ldy, int64_t n_rows);
+
+// Whether the AVX2 kernel mode's int8 products use the AVX-VNNI build of the kernels
+// (kernels_avx2.h: the same bits, fewer instructions). Default: when the CPU has AVX-VNNI
+// (cpu_has_avx_vnni); set(true) asserts that it does. Tests switch it off to check the plain AVX2
+// kernels too.
+bool int8_vnni_get();
+void int8_vnni_set(bool on);
 
 }  // namespace hill

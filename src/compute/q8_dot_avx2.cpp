@@ -2,6 +2,10 @@
 // -mavx2 -mfma -mf16c under the rules of kernels_avx2.h (no inline functions shared with other
 // files: this file has its own helpers). Scalar reference: q8_dot.cpp, int8_dot_rows_scalar, whose
 // bits these kernels give exactly (the order of the f32 operations is q8_dot.h's).
+// Compiled twice: as itself (namespace hill::avx2) and, through q8_dot_vnni.cpp, with -mavxvnni
+// (HILL_Q8_NS = avx_vnni), where the byte and int16 products add their lanes with AVX-VNNI's
+// vpdpbusd / vpdpwssd instead of maddubs + madd + add: the same exact integer sums, fewer
+// instructions.
 //
 // The products of bytes: _mm256_maddubs_epi16 multiplies unsigned bytes by signed bytes and adds
 // adjacent pairs into int16 lanes; _mm256_madd_epi16 then adds adjacent int16 pairs (times a
@@ -9,14 +13,18 @@
 // go in as |w| with the activation's sign flipped where w < 0 (_mm256_sign_epi8): the same
 // products. No int16 sum saturates: a pair is at most 2 · 128 · 127 = 32512 (signed weights,
 // activations in [-127, 127]) or 2 · 63 · 127 (unsigned weights, at most 6 bits).
-#include "compute/kernels_avx2.h"
-#include "compute/q8_dot.h"
-
 #include <immintrin.h>
 
 #include <cstring>
 
-namespace hill::avx2 {
+#include "compute/kernels_avx2.h"
+#include "compute/q8_dot.h"
+
+#ifndef HILL_Q8_NS
+#define HILL_Q8_NS avx2
+#endif
+
+namespace hill::HILL_Q8_NS {
 
 namespace {
 
@@ -60,9 +68,9 @@ inline __m256i nibbles(const uint8_t * qs) {
 inline __m256i fifth_bits(const uint8_t * p) {
     uint32_t qh;
     std::memcpy(&qh, p, 4);
-    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(int(qh)),
-                                               _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
-                                                                  0x0202020202020202, 0x0303030303030303));
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(int(qh)),
+        _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
     const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201));
     const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
     return _mm256_and_si256(set, _mm256_set1_epi8(16));
@@ -74,35 +82,41 @@ inline __m256i fifth_bits(const uint8_t * p) {
 struct w_q8_0 {
     static constexpr size_t bytes = sizeof(block_q8_0);
     static constexpr bool is_signed = true, offset = false;
+    static constexpr int bias = 0;
     static __m256i q(const uint8_t * b) { return load32(b + offsetof(block_q8_0, qs)); }
 };
 
+// Q4_0 and Q5_0 also give their unsigned codes qu = q + bias: the decode and batch tiles multiply
+// those and subtract bias · Σ q8 per lane (one product per activation block, shared by the rows).
 struct w_q4_0 {
     static constexpr size_t bytes = sizeof(block_q4_0);
     static constexpr bool is_signed = true, offset = false;
-    static __m256i q(const uint8_t * b) {
-        return _mm256_sub_epi8(nibbles(b + offsetof(block_q4_0, qs)), _mm256_set1_epi8(8));
-    }
+    static constexpr int bias = 8;
+    static __m256i qu(const uint8_t * b) { return nibbles(b + offsetof(block_q4_0, qs)); }
+    static __m256i q(const uint8_t * b) { return _mm256_sub_epi8(qu(b), _mm256_set1_epi8(8)); }
 };
 
 struct w_q4_1 {
     static constexpr size_t bytes = sizeof(block_q4_1);
     static constexpr bool is_signed = false, offset = true;
+    static constexpr int bias = 0;
     static __m256i q(const uint8_t * b) { return nibbles(b + offsetof(block_q4_1, qs)); }
 };
 
 struct w_q5_0 {
     static constexpr size_t bytes = sizeof(block_q5_0);
     static constexpr bool is_signed = true, offset = false;
-    static __m256i q(const uint8_t * b) {
-        const __m256i u = _mm256_or_si256(nibbles(b + offsetof(block_q5_0, qs)), fifth_bits(b + offsetof(block_q5_0, qh)));
-        return _mm256_sub_epi8(u, _mm256_set1_epi8(16));
+    static constexpr int bias = 16;
+    static __m256i qu(const uint8_t * b) {
+        return _mm256_or_si256(nibbles(b + offsetof(block_q5_0, qs)), fifth_bits(b + offsetof(block_q5_0, qh)));
     }
+    static __m256i q(const uint8_t * b) { return _mm256_sub_epi8(qu(b), _mm256_set1_epi8(16)); }
 };
 
 struct w_q5_1 {
     static constexpr size_t bytes = sizeof(block_q5_1);
     static constexpr bool is_signed = false, offset = true;
+    static constexpr int bias = 0;
     static __m256i q(const uint8_t * b) {
         return _mm256_or_si256(nibbles(b + offsetof(block_q5_1, qs)), fifth_bits(b + offsetof(block_q5_1, qh)));
     }
@@ -111,19 +125,39 @@ struct w_q5_1 {
 struct w_iq4_nl {
     static constexpr size_t bytes = sizeof(block_iq4_nl);
     static constexpr bool is_signed = true, offset = false;
+    static constexpr int bias = 0;
     static __m256i q(const uint8_t * b) {
-        const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(kvalues_iq4nl)));
+        const __m256i table =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(kvalues_iq4nl)));
         return _mm256_shuffle_epi8(table, nibbles(b + offsetof(block_iq4_nl, qs)));
     }
 };
+
+// Unsigned bytes u times signed bytes s, the 4 products of each int32 lane added (exact: no int16
+// sum saturates, see the top), into acc.
+inline __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
+#if defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+
+// acc + the int16 pairs of p times those of f, added per int32 lane (exact).
+inline __m256i dot_i16(__m256i acc, __m256i p, __m256i f) {
+#if defined(__AVXVNNI__)
+    return _mm256_dpwssd_avx_epi32(acc, p, f);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, f));
+#endif
+}
 
 // The 8 int32 lane sums of the block's products (lane i: weights 4i .. 4i + 3).
 template <class W>
 inline __m256i block_lanes(__m256i q, const int8_t * x) {
     const __m256i xv = load32(x);
-    const __m256i p16 = W::is_signed ? _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(xv, q))
-                                     : _mm256_maddubs_epi16(q, xv);
-    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+    return W::is_signed ? dot_u8s8(_mm256_setzero_si256(), _mm256_sign_epi8(q, q), _mm256_sign_epi8(xv, q))
+                        : dot_u8s8(_mm256_setzero_si256(), q, xv);
 }
 
 // R weight rows (rb bytes apart) times T activation rows (ldq bytes apart), all nb blocks; writes
@@ -143,18 +177,49 @@ void legacy_tile(const uint8_t * w, size_t rb, int64_t nb, const uint8_t * xq, s
             for (size_t off = 0; off < R * W::bytes; off += 64) prefetch(pf + off);
             pf += R * W::bytes;
         }
+        // d · dx as a product of two broadcasts: the scalar product's bits in every lane.
+        __m256 dx[T];
+        __m256i xc[T];  // bias types: −bias · Σ q8 per lane (VNNI), bias · q8 summed in int16 pairs (AVX2)
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+            const auto * xb = reinterpret_cast<const act_q8 *>(xq + size_t(t) * ldq) + ib;
+            dx[t] = _mm256_broadcast_ss(&xb->d);
+            if constexpr (W::bias != 0) {
+#if defined(__AVXVNNI__)
+                xc[t] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                         dot_u8s8(_mm256_setzero_si256(), _mm256_set1_epi8(W::bias), load32(xb->q)));
+#else
+                xc[t] = _mm256_maddubs_epi16(_mm256_set1_epi8(W::bias), load32(xb->q));
+#endif
+            }
+        }
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
             const uint8_t * b = w + size_t(r) * rb + size_t(ib) * W::bytes;
-            const __m256i q = W::q(b);
-            const float d = f16_at(b);
+            __m256i q;
+            if constexpr (W::bias != 0) {
+                q = W::qu(b);
+            } else {
+                q = W::q(b);
+            }
+            const __m256 d = _mm256_set1_ps(f16_at(b));
             float m = 0.0f;
             if constexpr (W::offset) m = f16_at(b + 2);
 #pragma GCC unroll 8
             for (int t = 0; t < T; ++t) {
                 const auto * xb = reinterpret_cast<const act_q8 *>(xq + size_t(t) * ldq) + ib;
-                const __m256i s = block_lanes<W>(q, xb->q);
-                a[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb->d), _mm256_cvtepi32_ps(s), a[r][t]);
+                __m256i s;
+                if constexpr (W::bias != 0) {
+#if defined(__AVXVNNI__)
+                    s = dot_u8s8(xc[t], q, load32(xb->q));
+#else
+                    s = _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(q, load32(xb->q)), xc[t]),
+                                          _mm256_set1_epi16(1));
+#endif
+                } else {
+                    s = block_lanes<W>(q, xb->q);
+                }
+                a[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx[t]), _mm256_cvtepi32_ps(s), a[r][t]);
                 if constexpr (W::offset) o[r][t] = __builtin_fmaf(m * xb->d, float(xb->sum), o[r][t]);
             }
         }
@@ -195,13 +260,17 @@ struct w_q45_k {
         const uint32_t sc_hi = (w[2] & 0x0f0f0f0f) | ((w[0] >> 6) & 0x03030303) << 4;
         const uint32_t mn_hi = ((w[2] >> 4) & 0x0f0f0f0f) | ((w[1] >> 6) & 0x03030303) << 4;
         // sc16: the 8 scales as int16 in both 128-bit halves; sub-block u's factor is lane u in all 16.
-        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(sc_hi), int(sc_lo))));
-        for (int u = 0; u < 8; ++u) k.sc[u] = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(short(0x0101 * 2 * u + 0x0100)));
+        const __m256i sc16 =
+            _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(sc_hi), int(sc_lo))));
+#pragma GCC unroll 8
+        for (int u = 0; u < 8; ++u)
+            k.sc[u] = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(short(0x0101 * 2 * u + 0x0100)));
         // mc: min u in int16 lanes 2u and 2u + 1.
         const __m128i mn16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(mn_hi), int(mn_lo)));
         k.mc = _mm256_set_m128i(_mm_unpackhi_epi16(mn16, mn16), _mm_unpacklo_epi16(mn16, mn16));
         const uint8_t * qs = b + (q5 ? offsetof(block_q5_k, qs) : offsetof(block_q4_k, qs));
         const __m256i m4 = _mm256_set1_epi8(15);
+#pragma GCC unroll 8
         for (int i = 0; i < 4; ++i) {
             const __m256i v = load32(qs + 32 * i);
             k.q[2 * i] = _mm256_and_si256(v, m4);
@@ -209,6 +278,7 @@ struct w_q45_k {
         }
         if constexpr (q5) {
             const __m256i qh = load32(b + offsetof(block_q5_k, qh));
+#pragma GCC unroll 8
             for (int u = 0; u < 8; ++u) {
                 const __m256i bit = _mm256_set1_epi8(char(1 << u));
                 const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit);
@@ -229,6 +299,7 @@ struct w_q6_k {
         const __m128i s16_lo = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(scales)));
         const __m128i s16_hi = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(scales + 8)));
         const __m256i half[2] = {_mm256_broadcastsi128_si256(s16_lo), _mm256_broadcastsi128_si256(s16_hi)};
+#pragma GCC unroll 8
         for (int u = 0; u < 8; ++u) {
             const int i0 = (2 * u) % 8, i1 = (2 * u + 1) % 8;
             const __m256i ctl = _mm256_set_m128i(_mm_set1_epi16(short(0x0101 * 2 * i1 + 0x0100)),
@@ -240,6 +311,7 @@ struct w_q6_k {
         const uint8_t * ql = b + offsetof(block_q6_k, ql);
         const uint8_t * qh = b + offsetof(block_q6_k, qh);
         const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3 << 4);
+#pragma GCC unroll 8
         for (int n = 0; n < 2; ++n) {
             const __m256i l0 = load32(ql + 64 * n), l1 = load32(ql + 64 * n + 32), h = load32(qh + 32 * n);
             // qh bits 2k, 2k + 1 of byte l are bits 4, 5 of weight l of sub-block 4n + k.
@@ -252,42 +324,62 @@ struct w_q6_k {
     }
 };
 
-// One weight row times T activation rows (ldq bytes apart), all nb super-blocks; writes
-// y[t · ldy]. pf: the next row (prefetched a block ahead of where this one is), or null.
-template <class W, int T>
-void k_tile(const uint8_t * w, int64_t nb, const uint8_t * xq, size_t ldq, float * y, int64_t ldy, const uint8_t * pf) {
-    float a[T];
-    for (int t = 0; t < T; ++t) a[t] = 0.0f;
-    k_unpacked k;
+// R weight rows (rb bytes apart) times T activation rows (ldq bytes apart), all nb super-blocks;
+// writes y[t · ldy + r]. Per block and (row, activation row) the 8 int32 lanes of the products
+// (lane i: bytes 4i .. 4i + 3 of each sub-block, times their group's scale) and of the mins go into
+// 8 f32 lane accumulators, reduced once at the end (q8_dot.h's order). pf: the next rows to
+// prefetch (R · bytes per block, in address order), or null.
+template <class W, int R, int T>
+void k_tile(const uint8_t * w, size_t rb, int64_t nb, const uint8_t * xq, size_t ldq, float * y, int64_t ldy,
+            const uint8_t * pf) {
+    __m256 a[R][T];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) a[r][t] = _mm256_setzero_ps();
+    }
     for (int64_t ib = 0; ib < nb; ++ib) {
         if (pf != nullptr) {
-            for (size_t off = 0; off < W::bytes; off += 64) prefetch(pf + off);
-            pf += W::bytes;
+            for (size_t off = 0; off < R * W::bytes; off += 64) prefetch(pf + off);
+            pf += R * W::bytes;
         }
-        W::unpack(w + size_t(ib) * W::bytes, k);
-        for (int t = 0; t < T; ++t) {
-            const auto * xb = reinterpret_cast<const act_q8k *>(xq + size_t(t) * ldq) + ib;
-            __m256i s = _mm256_setzero_si256();
 #pragma GCC unroll 8
-            for (int u = 0; u < 8; ++u) {
-                const __m256i p16 = _mm256_maddubs_epi16(k.q[u], load32(xb->q + 32 * u));
-                s = _mm256_add_epi32(s, _mm256_madd_epi16(p16, k.sc[u]));
-            }
-            const __m256i m = _mm256_madd_epi16(k.mc, load32(xb->bsum));  // Σ mc · Σ q8, in pairs of groups
-            if constexpr (W::fold) {
-                a[t] = __builtin_fmaf(k.d * xb->d, float(hsum_i32(_mm256_sub_epi32(s, m))), a[t]);
-            } else {
-                a[t] = __builtin_fmaf(k.d * xb->d, float(hsum_i32(s)), a[t]);
-                a[t] = __builtin_fmaf(-(k.dm * xb->d), float(hsum_i32(m)), a[t]);
+        for (int r = 0; r < R; ++r) {
+            k_unpacked k;
+            W::unpack(w + size_t(r) * rb + size_t(ib) * W::bytes, k);
+#pragma GCC unroll 8
+            for (int t = 0; t < T; ++t) {
+                const auto * xb = reinterpret_cast<const act_q8k *>(xq + size_t(t) * ldq) + ib;
+                __m256i s = _mm256_setzero_si256();
+#pragma GCC unroll 8
+                for (int u = 0; u < 8; ++u) {
+                    s = dot_i16(s, _mm256_maddubs_epi16(k.q[u], load32(xb->q + 32 * u)), k.sc[u]);
+                }
+                const __m256i m = _mm256_madd_epi16(k.mc, load32(xb->bsum));  // Σ mc · Σ q8, in pairs of groups
+                // d · dx (and −(dm · dx) = (−dm) · dx) as products of broadcasts: the scalar bits.
+                const __m256 dx = _mm256_broadcast_ss(&xb->d);
+                const __m256 dd = _mm256_mul_ps(_mm256_set1_ps(k.d), dx);
+                if constexpr (W::fold) {
+                    a[r][t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(_mm256_sub_epi32(s, m)), a[r][t]);
+                } else {
+                    a[r][t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(s), a[r][t]);
+                    a[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(-k.dm), dx), _mm256_cvtepi32_ps(m), a[r][t]);
+                }
             }
         }
     }
-    for (int t = 0; t < T; ++t) y[t * ldy] = a[t];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) y[t * ldy + r] = hsum(a[r][t]);
+    }
 }
 
 // Activation rows per tile: each weight block is unpacked once per tile.
 constexpr int legacy_t_tile = 4;
+constexpr int legacy_r_tile = 2;  // weight rows per tile with several activation rows
 constexpr int k_t_tile = 4;
+constexpr int k_r_tile = 2;
 
 template <class W, int R>
 void legacy_tiles(const uint8_t * w, size_t rb, int64_t nb, const uint8_t * xq, size_t ldq, int64_t n_tok, float * y,
@@ -297,10 +389,17 @@ void legacy_tiles(const uint8_t * w, size_t rb, int64_t nb, const uint8_t * xq, 
         legacy_tile<W, R, legacy_t_tile>(w, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy, ldy, t == 0 ? pf : nullptr);
     const uint8_t * p = t == 0 ? pf : nullptr;
     switch (n_tok - t) {
-        case 3: legacy_tile<W, R, 3>(w, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy, ldy, p); break;
-        case 2: legacy_tile<W, R, 2>(w, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy, ldy, p); break;
-        case 1: legacy_tile<W, R, 1>(w, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy, ldy, p); break;
-        default: break;
+        case 3:
+            legacy_tile<W, R, 3>(w, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy, ldy, p);
+            break;
+        case 2:
+            legacy_tile<W, R, 2>(w, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy, ldy, p);
+            break;
+        case 1:
+            legacy_tile<W, R, 1>(w, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy, ldy, p);
+            break;
+        default:
+            break;
     }
 }
 
@@ -321,9 +420,36 @@ void legacy_rows(const uint8_t * w, size_t rb, int64_t n_cols, const uint8_t * x
             legacy_tile<W, 4, 1>(g, rb, nb, xq, ldq, y + r, ldy, r + 12 <= n_rows ? g + 8 * rb : g);
         }
     }
+    for (; r + legacy_r_tile <= n_rows; r += legacy_r_tile) {
+        const uint8_t * g = w + size_t(r) * rb;
+        legacy_tiles<W, legacy_r_tile>(g, rb, nb, xq, ldq, n_tok, y + r, ldy,
+                                       r + 2 * legacy_r_tile <= n_rows ? g + legacy_r_tile * rb : g);
+    }
     for (; r < n_rows; ++r) {
         const uint8_t * row = w + size_t(r) * rb;
         legacy_tiles<W, 1>(row, rb, nb, xq, ldq, n_tok, y + r, ldy, r + 1 < n_rows ? row + rb : row);
+    }
+}
+
+template <class W, int R>
+void k_tiles(const uint8_t * w, size_t rb, int64_t nb, const uint8_t * xq, size_t ldq, int64_t n_tok, float * y,
+             int64_t ldy, const uint8_t * pf) {
+    int64_t t = 0;
+    for (; t + k_t_tile <= n_tok; t += k_t_tile)
+        k_tile<W, R, k_t_tile>(w, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy, ldy, t == 0 ? pf : nullptr);
+    const uint8_t * p = t == 0 ? pf : nullptr;
+    switch (n_tok - t) {
+        case 3:
+            k_tile<W, R, 3>(w, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy, ldy, p);
+            break;
+        case 2:
+            k_tile<W, R, 2>(w, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy, ldy, p);
+            break;
+        case 1:
+            k_tile<W, R, 1>(w, rb, nb, xq + size_t(t) * ldq, ldq, y + t * ldy, ldy, p);
+            break;
+        default:
+            break;
     }
 }
 
@@ -331,19 +457,20 @@ template <class W>
 void k_rows(const uint8_t * w, size_t rb, int64_t n_cols, const uint8_t * xq, size_t ldq, int64_t n_tok, float * y,
             int64_t ldy, int64_t n_rows) {
     const int64_t nb = n_cols / 256;
-    for (int64_t r = 0; r < n_rows; ++r) {
-        const uint8_t * row = w + size_t(r) * rb;
-        const uint8_t * pf = r + 4 < n_rows ? row + 4 * rb : row;
-        int64_t t = 0;
-        for (; t + k_t_tile <= n_tok; t += k_t_tile)
-            k_tile<W, k_t_tile>(row, nb, xq + size_t(t) * ldq, ldq, y + t * ldy + r, ldy, t == 0 ? pf : nullptr);
-        const uint8_t * p = t == 0 ? pf : nullptr;
-        switch (n_tok - t) {
-            case 3: k_tile<W, 3>(row, nb, xq + size_t(t) * ldq, ldq, y + t * ldy + r, ldy, p); break;
-            case 2: k_tile<W, 2>(row, nb, xq + size_t(t) * ldq, ldq, y + t * ldy + r, ldy, p); break;
-            case 1: k_tile<W, 1>(row, nb, xq + size_t(t) * ldq, ldq, y + t * ldy + r, ldy, p); break;
-            default: break;
+    int64_t r = 0;
+    if (n_tok == 1) {
+        for (; r + 4 <= n_rows; r += 4) {
+            const uint8_t * g = w + size_t(r) * rb;
+            k_tile<W, 4, 1>(g, rb, nb, xq, ldq, y + r, ldy, r + 12 <= n_rows ? g + 8 * rb : g);
         }
+    }
+    for (; r + k_r_tile <= n_rows; r += k_r_tile) {
+        const uint8_t * g = w + size_t(r) * rb;
+        k_tiles<W, k_r_tile>(g, rb, nb, xq, ldq, n_tok, y + r, ldy, r + 2 * k_r_tile <= n_rows ? g + k_r_tile * rb : g);
+    }
+    for (; r < n_rows; ++r) {
+        const uint8_t * row = w + size_t(r) * rb;
+        k_tiles<W, 1>(row, rb, nb, xq, ldq, n_tok, y + r, ldy, r + 1 < n_rows ? row + rb : row);
     }
 }
 
@@ -378,6 +505,178 @@ float quantize_run(const float * x, int n, int8_t * q, int32_t * sums) {
     return d;
 }
 
+#if defined(__AVXVNNI__)
+// ---- Prefill: 8 weight rows as the 8 int32 lanes ----
+// Per block, the 8 rows' 32 weight bytes are transposed so that vector g holds bytes 4g .. 4g + 3
+// of every row (lane r: row r); then one vpdpbusd per 4 activation bytes (broadcast) adds them
+// into all 8 rows' sums at once, and one fma per token and block scales the 8 rows (q8_dot.h,
+// int8_gemm_rows_scalar: one accumulator per (t, r)). The activations come shifted to unsigned
+// bytes (q8 + 128); −128 · Σ q of each row, added first, makes the sums exact.
+
+// v[g] lane r = 32-bit word g of q[r].
+inline void transpose8x8(const __m256i q[8], __m256i v[8]) {
+    __m256i t[8], u[8];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+        t[2 * i] = _mm256_unpacklo_epi32(q[2 * i], q[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_epi32(q[2 * i], q[2 * i + 1]);
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {  // rows 4h .. 4h + 3: u[4h + k] holds word k (low half) and k + 4
+        u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
+        u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
+        u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+        u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+        v[k] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x20);
+        v[k + 4] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x31);
+    }
+}
+
+// Rows [0, n_rows) (n_rows <= 8) times n_tok shifted activation rows; acc: f32 [n_tok, 8] scratch.
+template <class W>
+void gemm_rows8(const uint8_t * w, size_t rb, int64_t nb, int64_t n_rows, const uint8_t * xu, size_t ldq,
+                int64_t n_tok, float * y, int64_t ldy, float * acc) {
+    for (int64_t i = 0; i < 8 * n_tok; ++i) acc[i] = 0.0f;
+    const __m256i ones = _mm256_set1_epi8(1);
+    for (int64_t ib = 0; ib < nb; ++ib) {
+        __m256i q[8], v[8];
+        alignas(32) float d[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; ++r) {
+            const uint8_t * b = w + size_t(r < n_rows ? r : 0) * rb + size_t(ib) * W::bytes;
+            q[r] = r < n_rows ? W::q(b) : _mm256_setzero_si256();
+            d[r] = r < n_rows ? f16_at(b) : 0.0f;
+        }
+        transpose8x8(q, v);
+        __m256i wsum = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; ++g) wsum = _mm256_dpbusd_avx_epi32(wsum, ones, v[g]);
+        const __m256i corr = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(wsum, 7));
+        const __m256 dv = _mm256_load_ps(d);
+        const uint8_t * xb = xu + size_t(ib) * sizeof(act_q8);
+        for (int64_t t = 0; t < n_tok; ++t, xb += ldq) {
+            const auto * a = reinterpret_cast<const act_q8 *>(xb);
+            __m256i s0 = corr, s1 = _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int g = 0; g < 8; g += 2) {
+                int32_t x0, x1;
+                std::memcpy(&x0, a->q + 4 * g, 4);
+                std::memcpy(&x1, a->q + 4 * g + 4, 4);
+                s0 = _mm256_dpbusd_avx_epi32(s0, _mm256_set1_epi32(x0), v[g]);
+                s1 = _mm256_dpbusd_avx_epi32(s1, _mm256_set1_epi32(x1), v[g + 1]);
+            }
+            const __m256 sf = _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1));
+            const __m256 dd = _mm256_mul_ps(dv, _mm256_broadcast_ss(&a->d));
+            _mm256_storeu_ps(acc + 8 * t, _mm256_fmadd_ps(dd, sf, _mm256_loadu_ps(acc + 8 * t)));
+        }
+    }
+    for (int64_t t = 0; t < n_tok; ++t) {
+        for (int64_t r = 0; r < n_rows; ++r) y[t * ldy + r] = acc[8 * t + r];
+    }
+}
+
+// The k-quants the same way (activations as they are: the weights are the unsigned operand): per
+// super-block and sub-block u, the 8 rows' weight bytes transposed, per token s = Σ over the 32
+// weights into each row's lane by vpdpbusd, times the groups' scales (vpmulld) into an int32 sum S
+// per (t, row) kept in scratch; the mins M = Σ_g mc_g · Σ_g q8 by vpdpwssd on the transposed int16
+// pairs of mc against the activation's bsum pairs. scratch: [2 · 8 · n_tok] 32-bit words.
+template <class W>
+void k_gemm_rows8(const uint8_t * w, size_t rb, int64_t nb, int64_t n_rows, const uint8_t * xq, size_t ldq,
+                  int64_t n_tok, float * y, int64_t ldy, float * scratch) {
+    float * acc = scratch;
+    auto * sum = reinterpret_cast<int32_t *>(scratch + 8 * n_tok);
+    for (int64_t i = 0; i < 8 * n_tok; ++i) acc[i] = 0.0f;
+    for (int64_t ib = 0; ib < nb; ++ib) {
+        k_unpacked k[8];
+        alignas(32) float d[8], dm[8];
+        alignas(32) int16_t sc[8][8][16];  // [row][sub-block][lane]: k.sc
+        for (int r = 0; r < 8; ++r) {
+            if (r < n_rows) {
+                W::unpack(w + size_t(r) * rb + size_t(ib) * W::bytes, k[r]);
+            } else {
+                for (int u = 0; u < 8; ++u) k[r].q[u] = k[r].sc[u] = _mm256_setzero_si256();
+                k[r].mc = _mm256_setzero_si256();
+                k[r].d = k[r].dm = 0.0f;
+            }
+            d[r] = k[r].d, dm[r] = -k[r].dm;
+            for (int u = 0; u < 8; ++u) _mm256_store_si256(reinterpret_cast<__m256i *>(sc[r][u]), k[r].sc[u]);
+        }
+        for (int64_t i = 0; i < 8 * n_tok; ++i) sum[i] = 0;
+        for (int u = 0; u < 8; ++u) {
+            __m256i q[8], v[8];
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; ++r) q[r] = k[r].q[u];
+            transpose8x8(q, v);
+            // Lanes r: the scale of group 2u (weights 0..15 of the sub-block) and of 2u + 1.
+            const __m256i sc_lo = _mm256_setr_epi32(sc[0][u][0], sc[1][u][0], sc[2][u][0], sc[3][u][0], sc[4][u][0],
+                                                    sc[5][u][0], sc[6][u][0], sc[7][u][0]);
+            const __m256i sc_hi = _mm256_setr_epi32(sc[0][u][8], sc[1][u][8], sc[2][u][8], sc[3][u][8], sc[4][u][8],
+                                                    sc[5][u][8], sc[6][u][8], sc[7][u][8]);
+            const uint8_t * xb = xq + size_t(ib) * sizeof(act_q8k) + offsetof(act_q8k, q) + 32 * u;
+            for (int64_t t = 0; t < n_tok; ++t, xb += ldq) {
+                __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+#pragma GCC unroll 4
+                for (int g = 0; g < 4; ++g) {
+                    int32_t x0, x1;
+                    std::memcpy(&x0, xb + 4 * g, 4);
+                    std::memcpy(&x1, xb + 16 + 4 * g, 4);
+                    lo = _mm256_dpbusd_avx_epi32(lo, v[g], _mm256_set1_epi32(x0));
+                    hi = _mm256_dpbusd_avx_epi32(hi, v[g + 4], _mm256_set1_epi32(x1));
+                }
+                __m256i * st = reinterpret_cast<__m256i *>(sum + 8 * t);
+                const __m256i p = _mm256_add_epi32(_mm256_mullo_epi32(lo, sc_lo), _mm256_mullo_epi32(hi, sc_hi));
+                _mm256_storeu_si256(st, _mm256_add_epi32(_mm256_loadu_si256(st), p));
+            }
+        }
+        __m256i mc[8], mv[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; ++r) mc[r] = k[r].mc;
+        transpose8x8(mc, mv);  // mv[i] lane r: row r's int16 pair (mc_2i, mc_2i+1)
+        const __m256 dv = _mm256_load_ps(d), dmv = _mm256_load_ps(dm);
+        const uint8_t * xb = xq + size_t(ib) * sizeof(act_q8k);
+        for (int64_t t = 0; t < n_tok; ++t, xb += ldq) {
+            const auto * a = reinterpret_cast<const act_q8k *>(xb);
+            __m256i m = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; ++i) {
+                int32_t pair;
+                std::memcpy(&pair, a->bsum + 2 * i, 4);
+                m = _mm256_dpwssd_avx_epi32(m, mv[i], _mm256_set1_epi32(pair));
+            }
+            const __m256i s = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(sum + 8 * t));
+            const __m256 dx = _mm256_broadcast_ss(&a->d);
+            __m256 r = _mm256_loadu_ps(acc + 8 * t);
+            if constexpr (W::fold) {
+                r = _mm256_fmadd_ps(_mm256_mul_ps(dv, dx), _mm256_cvtepi32_ps(_mm256_sub_epi32(s, m)), r);
+            } else {
+                r = _mm256_fmadd_ps(_mm256_mul_ps(dv, dx), _mm256_cvtepi32_ps(s), r);
+                r = _mm256_fmadd_ps(_mm256_mul_ps(dmv, dx), _mm256_cvtepi32_ps(m), r);
+            }
+            _mm256_storeu_ps(acc + 8 * t, r);
+        }
+    }
+    for (int64_t t = 0; t < n_tok; ++t) {
+        for (int64_t r = 0; r < n_rows; ++r) y[t * ldy + r] = acc[8 * t + r];
+    }
+}
+
+template <class W>
+void gemm_rows(const uint8_t * w, size_t rb, int64_t n_cols, const uint8_t * xu, size_t ldq, int64_t n_tok, float * y,
+               int64_t ldy, int64_t n_rows, float * acc) {
+    for (int64_t r = 0; r < n_rows; r += 8) {
+        const int64_t n = n_rows - r < 8 ? n_rows - r : 8;
+        if constexpr (requires { W::fold; }) {
+            k_gemm_rows8<W>(w + size_t(r) * rb, rb, n_cols / 256, n, xu, ldq, n_tok, y + r, ldy, acc);
+        } else {
+            gemm_rows8<W>(w + size_t(r) * rb, rb, n_cols / 32, n, xu, ldq, n_tok, y + r, ldy, acc);
+        }
+    }
+}
+#endif
+
 }  // namespace
 
 void quantize_activation_row(bool k_blocks, const float * x, int64_t n, void * dst) {
@@ -400,18 +699,55 @@ void quantize_activation_row(bool k_blocks, const float * x, int64_t n, void * d
 void int8_dot_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const uint8_t * xq, size_t ldq,
                    int64_t n_tok, float * y, int64_t ldy, int64_t n_rows) {
     switch (type) {
-        case ggml_type::q8_0: legacy_rows<w_q8_0>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows); return;
-        case ggml_type::q4_0: legacy_rows<w_q4_0>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows); return;
-        case ggml_type::q4_1: legacy_rows<w_q4_1>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows); return;
-        case ggml_type::q5_0: legacy_rows<w_q5_0>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows); return;
-        case ggml_type::q5_1: legacy_rows<w_q5_1>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows); return;
-        case ggml_type::iq4_nl: legacy_rows<w_iq4_nl>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows); return;
-        case ggml_type::q4_k: k_rows<w_q45_k<false>>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows); return;
-        case ggml_type::q5_k: k_rows<w_q45_k<true>>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows); return;
-        case ggml_type::q6_k: k_rows<w_q6_k>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows); return;
-        default: break;
+        case ggml_type::q8_0:
+            legacy_rows<w_q8_0>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows);
+            return;
+        case ggml_type::q4_0:
+            legacy_rows<w_q4_0>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows);
+            return;
+        case ggml_type::q4_1:
+            legacy_rows<w_q4_1>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows);
+            return;
+        case ggml_type::q5_0:
+            legacy_rows<w_q5_0>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows);
+            return;
+        case ggml_type::q5_1:
+            legacy_rows<w_q5_1>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows);
+            return;
+        case ggml_type::iq4_nl:
+            legacy_rows<w_iq4_nl>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows);
+            return;
+        case ggml_type::q4_k:
+            k_rows<w_q45_k<false>>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows);
+            return;
+        case ggml_type::q5_k:
+            k_rows<w_q45_k<true>>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows);
+            return;
+        case ggml_type::q6_k:
+            k_rows<w_q6_k>(w, row_bytes, n_cols, xq, ldq, n_tok, y, ldy, n_rows);
+            return;
+        default:
+            break;
     }
     __builtin_trap();  // the caller checked int8_dot_supported
 }
 
-}  // namespace hill::avx2
+
+#if defined(__AVXVNNI__)
+void int8_gemm_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const uint8_t * xu, size_t ldq,
+                    int64_t n_tok, float * y, int64_t ldy, int64_t n_rows, float * acc) {
+    switch (type) {
+        case ggml_type::q8_0: gemm_rows<w_q8_0>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows, acc); return;
+        case ggml_type::q4_0: gemm_rows<w_q4_0>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows, acc); return;
+        case ggml_type::q5_0: gemm_rows<w_q5_0>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows, acc); return;
+        case ggml_type::iq4_nl: gemm_rows<w_iq4_nl>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows, acc); return;
+        case ggml_type::q4_k: gemm_rows<w_q45_k<false>>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows, acc); return;
+        case ggml_type::q5_k: gemm_rows<w_q45_k<true>>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows, acc); return;
+        case ggml_type::q6_k: gemm_rows<w_q6_k>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows, acc); return;
+        default: break;
+    }
+    __builtin_trap();  // the caller checked int8_gemm_supported
+}
+#endif
+
+}  // namespace hill::HILL_Q8_NS

@@ -5,9 +5,13 @@ hill_add_library(hill_compute
   compute/ops.cpp
   compute/q8_dot.cpp
   compute/q8_dot_avx2.cpp
+  compute/q8_dot_vnni.cpp
   compute/kernels_avx2.cpp
 )
 # Only these files are compiled for AVX2/FMA/F16C; they run only when cpu_has_avx2() says so.
 set_source_files_properties(compute/kernels_avx2.cpp compute/q8_dot_avx2.cpp PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
+# q8_dot_avx2.cpp again with AVX-VNNI (q8_dot_vnni.cpp includes it); it runs only when
+# cpu_has_avx_vnni() says so.
+set_source_files_properties(compute/q8_dot_vnni.cpp PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-mavxvnni")
 target_include_directories(hill_compute PRIVATE ${CBLAS_INCLUDE_DIR})
 target_link_libraries(hill_compute PUBLIC hill_core PRIVATE ${BLAS_LIBRARIES})
