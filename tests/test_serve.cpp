@@ -499,7 +499,7 @@ TEST_F(serve_test, a_full_queue_answers_503_and_sigterm_finishes_the_running_str
     EXPECT_GE(usage.at("completion_tokens"), 1) << usage;
     EXPECT_FALSE(json::parse(ev[ev.size() - 3]).at("choices")[0].at("finish_reason").is_null());
     EXPECT_TRUE(std::filesystem::is_empty(kv)) << "the cold-pool files are removed";
-    EXPECT_NE(s.err().find("stopping; 1 requests to finish"), std::string::npos) << s.err();
+    EXPECT_NE(s.err().find("stopping; 1 request to finish"), std::string::npos) << s.err();
 }
 
 // --- the on-disk prompt cache (--cache-dir) ---------------------------------------------------------

@@ -360,7 +360,8 @@ struct server::impl {
                     std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(p.shutdown_wait_s * 1000));
                 std::lock_guard lk(mu);
                 accepting = false;
-                log_info("serve: stopping; {} requests to finish (at most {:.0f} s)", in_flight, p.shutdown_wait_s);
+                log_info("serve: stopping; {} request{} to finish (at most {:.0f} s)", in_flight, in_flight == 1 ? "" : "s",
+                         p.shutdown_wait_s);
             }
             if (stopping) {
                 bool inbox_empty = false;
