@@ -704,9 +704,12 @@ TEST_F(cli, sigterm_stops_cleanly_and_removes_the_cold_pool) {
     const std::string kv = dir->file("kv-int");
     const std::string cmd = std::string(HILL_CLI_PATH) + " generate -m " + model() +
                             " -p hi -n 1000000 -c 30000 --temp 0 --kv-host-budget 8K --kv-dir " + kv;
-    // Start it, stop it after half a second (SIGTERM: SIGINT is ignored by background jobs of a
-    // non-interactive shell), report its exit code.
-    const std::string sh = "bash -c '" + cmd + " >/dev/null 2>&1 & p=$!; sleep 0.5; kill -TERM $p; wait $p; echo rc=$?'";
+    // Start it, stop it once its cold pool has a file (the run is under way: a fixed delay lost the
+    // race on a loaded machine, the signal arriving before the handler; at most 60 s), with SIGTERM
+    // (SIGINT is ignored by background jobs of a non-interactive shell); report its exit code.
+    const std::string sh = "bash -c '" + cmd + " >/dev/null 2>&1 & p=$!; for i in $(seq 600); do " +
+                           "[ -n \"$(ls -A " + kv + " 2>/dev/null)\" ] && break; sleep 0.1; done; " +
+                           "kill -TERM $p; wait $p; echo rc=$?'";
     FILE * p = ::popen(sh.c_str(), "r");
     char buf[256] = {0};
     const size_t n = std::fread(buf, 1, sizeof(buf) - 1, p);
