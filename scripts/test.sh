@@ -11,7 +11,7 @@
 #      pool, KV cells, and logs, the scorers and the scoring copy, policies, the storage device
 #      emulator, batches of sequences, KV faults);
 #   4. libFuzzer: the GGUF and safetensors readers, the server's request parsing and raw HTTP requests into
-#      the server, $HILL_FUZZ_SECONDS seconds each (default 20), from their seed corpora.
+#      the server, $HILL_FUZZ_SECONDS seconds each (default 20), two at a time, from their seed corpora.
 # Extra arguments go to the Release ctest run (e.g. -R golden).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,19 +62,29 @@ cmake --build --preset fuzz -j "$jobs" --target fuzz_gguf fuzz_safetensors fuzz_
 corpus=$(mktemp -d)
 trap 'rm -rf "$corpus"' EXIT
 fuzz_seconds="${HILL_FUZZ_SECONDS:-20}"
-mkdir "$corpus"/gguf "$corpus"/safetensors "$corpus"/api_request "$corpus"/http
-cp tests/fuzz/corpus/gguf/* "$corpus"/gguf/
-build/fuzz/tests/fuzz_gguf -max_total_time="$fuzz_seconds" -print_final_stats=1 "$corpus"/gguf 2>&1 | tail -n 12
-echo "fuzz_gguf: no crash in $fuzz_seconds s"
-cp tests/fuzz/corpus/safetensors/* "$corpus"/safetensors/
-build/fuzz/tests/fuzz_safetensors -max_total_time="$fuzz_seconds" -print_final_stats=1 \
-  -dict=tests/fuzz/safetensors.dict "$corpus"/safetensors 2>&1 | tail -n 12
-echo "fuzz_safetensors: no crash in $fuzz_seconds s"
-cp tests/fuzz/corpus/api_request/* "$corpus"/api_request/
-build/fuzz/tests/fuzz_api_request -max_total_time="$fuzz_seconds" -print_final_stats=1 "$corpus"/api_request 2>&1 | tail -n 12
-echo "fuzz_api_request: no crash in $fuzz_seconds s"
-cp tests/fuzz/corpus/http/* "$corpus"/http/
-build/fuzz/tests/fuzz_http -max_total_time="$fuzz_seconds" -print_final_stats=1 -dict=tests/fuzz/http.dict \
-  "$corpus"/http 2>&1 | tail -n 12
-echo "fuzz_http: no crash in $fuzz_seconds s"
+# fuzz TARGET [ARGS...]: TARGET from a copy of its seed corpus, its stats in $corpus/TARGET.log.
+fuzz() {
+  local target=$1 name=${1#fuzz_}
+  shift
+  mkdir "$corpus/$name"
+  cp tests/fuzz/corpus/"$name"/* "$corpus/$name/"
+  if build/fuzz/tests/"$target" -max_total_time="$fuzz_seconds" -print_final_stats=1 "$@" "$corpus/$name" \
+      > "$corpus/$target.log" 2>&1; then
+    tail -n 12 "$corpus/$target.log"
+    echo "$target: no crash in $fuzz_seconds s"
+  else
+    cat "$corpus/$target.log"
+    echo "$target FAILED"
+    return 1
+  fi
+}
+# Two at a time (each fuzzer is one thread); a finding stops the script.
+fuzz_pids=()
+fuzz fuzz_gguf & fuzz_pids+=($!)
+fuzz fuzz_safetensors -dict=tests/fuzz/safetensors.dict & fuzz_pids+=($!)
+for pid in "${fuzz_pids[@]}"; do wait "$pid"; done
+fuzz_pids=()
+fuzz fuzz_api_request & fuzz_pids+=($!)
+fuzz fuzz_http -dict=tests/fuzz/http.dict & fuzz_pids+=($!)
+for pid in "${fuzz_pids[@]}"; do wait "$pid"; done
 stage "done"

@@ -98,8 +98,7 @@ TEST(hls_kernel, scores_equal_the_host_scorer_bit_for_bit) {
                 for (const score_aggregate agg :
                      {score_aggregate::sum, score_aggregate::max, score_aggregate::softmax}) {
                     for (const select_granularity g : {select_granularity::layer, select_granularity::kv_head}) {
-                        for (const kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
-                            if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+                        for (const kernel_mode m : test::kernel_modes_tested()) {
                             kernel_mode_set(m);
                             SCOPED_TRACE(testing::Message() << "heads " << sc.n_head << "/" << sc.n_head_kv << " d "
                                                             << sc.head_dim << " " << ggml_type_name(type) << " "

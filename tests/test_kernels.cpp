@@ -281,8 +281,7 @@ TEST(matmul, gemv_same_result_for_1_2_3_threads) {
     std::mt19937 rng(seed);
     mode_guard g;
     thread_pool p1(1), p2(2), p3(3);
-    for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
-        if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+    for (kernel_mode m : test::kernel_modes_tested()) {
         kernel_mode_set(m);
         for (ggml_type t : all_types) {
             const int64_t n_cols = cols_of(t, 33, 32 * 7);
@@ -313,8 +312,7 @@ TEST(matmul, gemm_blas_matches_gemv_per_token) {
     // 301 rows of 224 or 257 columns: a 256-row tile and a partial one; 600 rows of 4128 columns:
     // two 240-row tiles and a partial one.
     const shape shapes[] = {{301, 257, 32 * 7, {1, 4, 17, 65}}, {600, 4128, 4128, {17}}};
-    for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
-        if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+    for (kernel_mode m : test::kernel_modes_tested()) {
         kernel_mode_set(m);
         for (const shape & sh : shapes) {
             for (ggml_type t : all_types) {
@@ -372,8 +370,7 @@ TEST(matmul, gemv_batch_rows_bitwise_equal_gemv_alone) {
     const std::vector<int64_t> all_ns = {1, 2, 3, 5, 8, 13, 25, 64};
     const shape shapes[] = {{1, 1, 32, all_ns},       {3, 7, 32, all_ns},          {5, 16, 64, all_ns},
                             {37, 33, 32 * 7, all_ns}, {301, 257, 32 * 33, all_ns}, {21, 4135, 32 * 129, {1, 2, 8, 64}}};
-    for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
-        if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+    for (kernel_mode m : test::kernel_modes_tested()) {
         kernel_mode_set(m);
         for (const shape & sh : shapes) {
             for (ggml_type t : all_types) {
@@ -442,8 +439,7 @@ TEST(matmul, gemv_batch_row_independent_of_its_neighbours) {
     mode_guard g;
     thread_pool pool(2);
     const float inf = std::numeric_limits<float>::infinity();
-    for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
-        if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+    for (kernel_mode m : test::kernel_modes_tested()) {
         kernel_mode_set(m);
         for (ggml_type t : all_types) {
             const int64_t n_rows = 45, n_cols = cols_of(t, 300, 32 * 9);
@@ -819,8 +815,7 @@ TEST(quantize, decoded_types_known_block) {
         ASSERT_EQ(k.bytes.size(), ggml_block_bytes(k.type)) << ggml_type_name(k.type);
         const int64_t n = ggml_block_size(k.type);
         ASSERT_EQ(int64_t(k.want.size()), n);
-        for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
-            if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+        for (kernel_mode m : test::kernel_modes_tested()) {
             kernel_mode_set(m);
             const std::string what = std::string(ggml_type_name(k.type)) + (m == kernel_mode::avx2 ? " avx2" : " scalar");
             std::vector<float> y(sz(n));
@@ -947,8 +942,7 @@ TEST(quantize, k_quants_error_within_half_step) {
 // Every finite f16 (resp. bf16) value survives quantize -> dequantize bit for bit, in both modes.
 TEST(quantize, f16_bf16_exact_round_trip) {
     mode_guard g;
-    for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
-        if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+    for (kernel_mode m : test::kernel_modes_tested()) {
         kernel_mode_set(m);
         for (ggml_type t : {ggml_type::f16, ggml_type::bf16}) {
             std::vector<float> x;
@@ -1016,8 +1010,7 @@ TEST(ops, rmsnorm_matches_double) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
     mode_guard g;
-    for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
-        if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+    for (kernel_mode m : test::kernel_modes_tested()) {
         kernel_mode_set(m);
         for (int64_t n : {1, 7, 33, 257, 4096}) {
             const std::vector<float> x = random_floats(rng, sz(n), -3.0f, 3.0f);
@@ -1278,8 +1271,7 @@ TEST(attention, decode_matches_double_gqa_and_threads) {
     mode_guard g;
     thread_pool p1(1), p2(2), p3(3);
     const attention_shape s{8, 2, 64, 0.125f};
-    for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
-        if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+    for (kernel_mode m : test::kernel_modes_tested()) {
         kernel_mode_set(m);
         for (ggml_type t : {ggml_type::f32, ggml_type::f16}) {
             const int64_t n_kv = 77;
@@ -1314,8 +1306,7 @@ TEST(attention, prefill_equals_decode_per_token) {
     for (const attention_shape s :
          {attention_shape{8, 2, 32, 1.0f / std::sqrt(32.0f)}, attention_shape{12, 2, 64, 0.125f}}) {
         const int64_t qs = int64_t(s.n_head) * s.head_dim;
-        for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
-            if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+        for (kernel_mode m : test::kernel_modes_tested()) {
             kernel_mode_set(m);
             for (ggml_type t : {ggml_type::f32, ggml_type::f16}) {
                 for (int64_t p0 : {0, 5, 40, 1100}) {       // 1100: keys in several blocks of 512
@@ -1354,8 +1345,7 @@ TEST(attention, decode_accumulate_by_kv_head_equals_per_head) {
     std::mt19937 rng(seed);
     mode_guard g;
     thread_pool p1(1), p2(2), p3(3);
-    for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
-        if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+    for (kernel_mode m : test::kernel_modes_tested()) {
         kernel_mode_set(m);
         for (const attention_shape s :
              {attention_shape{8, 8, 32, 0.17f}, attention_shape{8, 2, 32, 0.17f}, attention_shape{5, 1, 64, 0.125f},

@@ -20,6 +20,7 @@
 #include "policy/policies.h"
 #include "score/attention_totals.h"
 #include "score/selector.h"
+#include "kernel_test_util.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -469,8 +470,7 @@ TEST(h2o, attention_logits_equal_double_dots_in_both_kernel_modes) {
     for (auto & r : rows) r = int32_t(std::uniform_int_distribution<int64_t>(0, n - 1)(rng));
     thread_pool pool(2);
     const kernel_mode saved = kernel_mode_get();
-    for (const kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
-        if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+    for (const kernel_mode m : test::kernel_modes_tested()) {
         kernel_mode_set(m);
         std::vector<float> out(size_t(s.n_head) * 24, -1.0f);
         attention_logits(s, q.data(), kv_view{ggml_type::f16, k.data(), k.data(), 20, 64}, rows.data(), out.data(), 24, pool);

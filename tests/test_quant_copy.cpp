@@ -365,8 +365,7 @@ TEST_P(score_copy_w, extreme_values_sum_exactly) {
             p.granularity = select_granularity::kv_head;
             quant_copy copy(s, p, bits, 1, 1, 3, 1);
             copy.write(0, 0, 0, 3, ggml_type::f32, keys.data(), hd);
-            for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
-                if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+            for (kernel_mode m : test::kernel_modes_tested()) {
                 kernel_mode_set(m);
                 // c = 2, k̃ = 1, s_k = 1/L; q' = ±0.5, s_q = 0.5/127: per head 127 · L · head_dim · s_q · s_k,
                 // in f32 as the copy computes it, four heads summed: ≈ ±2 · head_dim.
@@ -636,8 +635,7 @@ TEST_P(score_copy_w, score_row_equals_the_written_row) {
             const key_rows k = random_keys(t, n + 1, s, rng);
             const std::vector<float> q = random_floats(rng, sz(s.n_head * s.head_dim));
             for (const score_params & p : all_params()) {
-                for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
-                    if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+                for (kernel_mode m : test::kernel_modes_tested()) {
                     kernel_mode_set(m);
                     const std::string what = case_name(s, p, t) + (m == kernel_mode::avx2 ? ", avx2" : ", scalar");
                     quant_copy copy(s, p, bits, 1, 1, n + 1, 2);

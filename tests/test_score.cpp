@@ -824,8 +824,7 @@ TEST(host_scorer, softmax_aggregate_matches_double_reference) {
                                                   std::fabs(std::log2(w)) * 0x1p-22;
                         }
                     }
-                    for (kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
-                        if (m == kernel_mode::avx2 && !cpu_has_avx2()) continue;
+                    for (kernel_mode m : test::kernel_modes_tested()) {
                         kernel_mode_set(m);
                         host_scorer sc(s, p, pool.n_threads());
                         sc.prepare_query(q.data(), b.data());

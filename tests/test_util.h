@@ -50,6 +50,15 @@ inline std::vector<float> random_floats(std::mt19937 & rng, size_t n, float lo =
 
 inline uint32_t fresh_seed() { return std::random_device{}(); }
 
+// True in the TSan build (HILL_TSAN_BUILD, tests/CMakeLists.txt), where the longest grids run a part:
+// there a test's worth is in its threads' interleavings, not in the grid's breadth, and TSan's 5-15x
+// slowdown would cost CI minutes; the ASan build, which runs the unit tests, runs every grid whole.
+#if defined(HILL_TSAN_BUILD)
+inline constexpr bool tsan_build = true;
+#else
+inline constexpr bool tsan_build = false;
+#endif
+
 // The message of the hill::error that f throws, which must be exit_code::bad_input; "" (and a
 // failure) when it throws none.
 inline std::string error_of(const std::function<void()> & f) {
