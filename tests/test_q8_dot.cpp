@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compute/kernel_mode.h"
@@ -35,16 +36,20 @@ struct matmul_mode_guard {
     ~matmul_mode_guard() { matmul_mode_set(saved); }
 };
 
-struct vnni_guard {
-    bool saved = int8_vnni_get();
-    ~vnni_guard() { int8_vnni_set(saved); }
+struct isa_guard {
+    int8_isa saved = int8_isa_get();
+    ~isa_guard() { int8_isa_set(saved); }
 };
 
-// The AVX2 kernels this CPU can run: plain (vnni false), and the AVX-VNNI build where it has it.
-std::vector<bool> avx2_builds() {
-    if (!cpu_has_avx2()) return {};
-    if (!cpu_has_avx_vnni()) return {false};
-    return {false, true};
+// The builds of the AVX2 kernels this CPU can run (plain AVX2, AVX-VNNI, AVX-512), each with the
+// name a failure gives.
+std::vector<std::pair<int8_isa, std::string>> avx2_builds() {
+    std::vector<std::pair<int8_isa, std::string>> builds;
+    if (!cpu_has_avx2()) return builds;
+    builds.emplace_back(int8_isa::avx2, " avx2");
+    if (int8_isa_supported(int8_isa::avx_vnni)) builds.emplace_back(int8_isa::avx_vnni, " avx2 (avx-vnni)");
+    if (int8_isa_supported(int8_isa::avx512_vnni)) builds.emplace_back(int8_isa::avx512_vnni, " avx2 (avx512-vnni)");
+    return builds;
 }
 
 inline size_t sz(int64_t v) {
@@ -219,7 +224,7 @@ TEST(int8_dot, avx2_bitwise_scalar_and_within_bounds) {
     std::mt19937 rng(seed);
     mode_guard g;
     matmul_mode_guard mg;
-    vnni_guard vg;
+    isa_guard ig;
     thread_pool pool(1);
     for (ggml_type t : int8_types) {
         const int64_t bs = ggml_block_size(t);
@@ -234,11 +239,11 @@ TEST(int8_dot, avx2_bitwise_scalar_and_within_bounds) {
                     matmul_mode_set(matmul_mode::int8);
                     kernel_mode_set(kernel_mode::scalar);
                     gemv_batch(w.view(), x.data(), n_tok, ys.data(), pool);
-                    for (bool vnni : avx2_builds()) {
+                    for (const auto & [isa, name] : avx2_builds()) {
                         kernel_mode_set(kernel_mode::avx2);
-                        int8_vnni_set(vnni);
+                        int8_isa_set(isa);
                         gemv_batch(w.view(), x.data(), n_tok, ya.data(), pool);
-                        expect_bitwise_equal(ya, ys, what + (vnni ? " avx2 (vnni)" : " avx2") + " vs scalar");
+                        expect_bitwise_equal(ya, ys, what + name + " vs scalar");
                     }
                     matmul_mode_set(matmul_mode::exact);
                     kernel_mode_set(kernel_mode::scalar);
@@ -280,9 +285,9 @@ TEST(int8_dot, avx2_bitwise_scalar_and_within_bounds) {
 
 // matmul.h's batch invariance in the int8 mode: each row of a batch (gemv_batch, gemm up to
 // gemm_batch_max_tok, gemv_batch_rows on a sub-range) bit for bit what gemv gives it alone, for 1
-// and 3 threads, in both kernel modes (and both AVX2 builds). The second shape: a prefill-sized
+// and 3 threads, in both kernel modes (and every AVX2 build). The second shape: a prefill-sized
 // product (150 rows, over gemm_batch_max_tok) whose activation rows span several of the kernels'
-// token chunks; its gemm is the same too, except through the AVX-VNNI prefill kernel
+// token chunks; its gemm is the same too, except through a VNNI build's prefill kernel
 // (int8_gemm_supported types), which gives int8_gemm_rows_scalar's bits, within f32 rounding of
 // gemv's.
 TEST(int8_dot, batch_invariant) {
@@ -291,24 +296,23 @@ TEST(int8_dot, batch_invariant) {
     std::mt19937 rng(seed);
     mode_guard g;
     matmul_mode_guard mg;
-    vnni_guard vg;
+    isa_guard ig;
     matmul_mode_set(matmul_mode::int8);
     thread_pool p1(1), p3(3);
     static_assert(gemm_batch_max_tok < 150);
-    std::vector<std::pair<kernel_mode, bool>> builds = {{kernel_mode::scalar, false}};
-    for (bool vnni : avx2_builds()) builds.emplace_back(kernel_mode::avx2, vnni);
-    for (const auto & [m, vnni] : builds) {
+    std::vector<std::tuple<kernel_mode, int8_isa, std::string>> builds = {
+        {kernel_mode::scalar, int8_isa::avx2, " scalar"}};
+    for (const auto & [isa, name] : avx2_builds()) builds.emplace_back(kernel_mode::avx2, isa, name);
+    for (const auto & [m, isa, name] : builds) {
         kernel_mode_set(m);
-        if (m == kernel_mode::avx2) int8_vnni_set(vnni);
+        if (m == kernel_mode::avx2) int8_isa_set(isa);
         for (ggml_type t : int8_types) {
             const int64_t bs = ggml_block_size(t);
             for (const auto & [n_blocks, n_tok] : {std::pair<int64_t, int64_t>{3, 11}, {bs == 256 ? 5 : 29, 150}}) {
                 const int64_t n_cols = bs * n_blocks, n_rows = 45;
                 const weights w = make_weights(t, n_rows, n_cols, rng);
                 const std::vector<float> x = random_floats(rng, sz(n_tok * n_cols));
-                const std::string what = case_name(t, n_rows, n_cols, n_tok) + (m == kernel_mode::scalar ? " scalar"
-                                                                                : vnni ? " avx2 (vnni)"
-                                                                                       : " avx2");
+                const std::string what = case_name(t, n_rows, n_cols, n_tok) + name;
                 std::vector<float> alone(sz(n_tok * n_rows));
                 for (int64_t tk = 0; tk < n_tok; ++tk)
                     gemv(w.view(), x.data() + tk * n_cols, alone.data() + tk * n_rows, p1);
@@ -318,7 +322,8 @@ TEST(int8_dot, batch_invariant) {
                 gemm(w.view(), x.data(), n_tok, viagemm.data(), p3);
                 expect_bitwise_equal(batch, alone, what + " gemv_batch");
                 expect_bitwise_equal(batch3, alone, what + " gemv_batch 3 threads");
-                if (n_tok > gemm_batch_max_tok && m == kernel_mode::avx2 && vnni && int8_gemm_supported(t)) {
+                if (n_tok > gemm_batch_max_tok && m == kernel_mode::avx2 && isa != int8_isa::avx2 &&
+                    int8_gemm_supported(t)) {
                     // The prefill path: int8_gemm_rows_scalar's bits on the same quantized rows.
                     const size_t ldq = int8_act_row_bytes(t, n_cols);
                     std::vector<uint8_t> xq(ldq * sz(n_tok));
@@ -351,6 +356,42 @@ TEST(int8_dot, batch_invariant) {
                     }
                 }
             }
+        }
+    }
+}
+
+// The prefill kernels over more weight rows than one pass of prepared rows holds (about 128 KiB:
+// 112 rows of 29 blocks in either VNNI build) and, for the k-quants, more activation rows than one
+// chunk (89 of 5 super-blocks): int8_gemm_rows_scalar's bits, the last group of rows partial.
+TEST(int8_dot, prefill_kernel_passes_and_chunks) {
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    mode_guard g;
+    matmul_mode_guard mg;
+    isa_guard ig;
+    matmul_mode_set(matmul_mode::int8);
+    thread_pool pool(1);
+    const int64_t n_rows = 130, n_tok = 100;
+    static_assert(gemm_batch_max_tok < n_tok);
+    for (const auto & [isa, name] : avx2_builds()) {
+        if (isa == int8_isa::avx2) continue;  // no prefill kernel: gemv_batch's tiles
+        kernel_mode_set(kernel_mode::avx2);
+        int8_isa_set(isa);
+        for (ggml_type t : int8_types) {
+            if (!int8_gemm_supported(t)) continue;
+            const int64_t n_cols = ggml_block_size(t) == 256 ? 5 * 256 : 29 * 32;
+            const weights w = make_weights(t, n_rows, n_cols, rng);
+            const std::vector<float> x = random_floats(rng, sz(n_tok * n_cols));
+            const size_t ldq = int8_act_row_bytes(t, n_cols);
+            std::vector<uint8_t> xq(ldq * sz(n_tok));
+            for (int64_t tk = 0; tk < n_tok; ++tk)
+                quantize_activation_row(t, x.data() + tk * n_cols, n_cols, xq.data() + sz(tk) * ldq);
+            std::vector<float> want(sz(n_tok * n_rows)), got(want.size());
+            int8_gemm_rows_scalar(t, w.bytes.data(), w.view().row_bytes(), n_cols, xq.data(), ldq, n_tok, want.data(),
+                                  n_rows, n_rows);
+            gemm(w.view(), x.data(), n_tok, got.data(), pool);
+            expect_bitwise_equal(got, want, case_name(t, n_rows, n_cols, n_tok) + name + " gemm (prefill kernel)");
         }
     }
 }

@@ -26,6 +26,12 @@ bool detect_avx_vnni() {
     return cpu_has_avx2() && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 && (eax & (1u << 4)) != 0;
 }
 
+// AVX-512 F, BW, VL and VNNI; the compiler's detection also checks that the OS saves the ZMM state.
+bool detect_avx512_vnni() {
+    return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+}
+
 // Relaxed: the mode is chosen before kernels run (or between them, in tests); each kernel call reads
 // it once and uses one implementation throughout.
 std::atomic<kernel_mode> & mode_ref() {
@@ -47,6 +53,11 @@ bool cpu_has_avx2() {
 
 bool cpu_has_avx_vnni() {
     static const bool has = detect_avx_vnni();
+    return has;
+}
+
+bool cpu_has_avx512_vnni() {
+    static const bool has = detect_avx512_vnni();
     return has;
 }
 

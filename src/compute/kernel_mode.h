@@ -8,6 +8,7 @@ enum class kernel_mode { scalar, avx2 };
 
 bool cpu_has_avx2();                 // AVX2 + FMA + F16C, detected at run time
 bool cpu_has_avx_vnni();             // cpu_has_avx2() and AVX-VNNI (256-bit vpdpbusd), at run time
+bool cpu_has_avx512_vnni();          // cpu_has_avx2() and AVX-512 F, BW, VL and VNNI, at run time
 kernel_mode kernel_mode_get();       // default: avx2 if cpu_has_avx2(), else scalar
 void kernel_mode_set(kernel_mode m); // asserts avx2 is only chosen when supported
 

@@ -99,15 +99,29 @@ void exp_nonpositive_row(const float * x, float * y, int64_t n);
 namespace hill::avx_vnni {
 
 // avx2::int8_dot_rows built with AVX-VNNI (q8_dot_vnni.cpp): the same bits; call it only when
-// cpu_has_avx_vnni() (kernel_mode.h) and int8_vnni_get() (q8_dot.h).
+// cpu_has_avx_vnni() (kernel_mode.h).
 void int8_dot_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const uint8_t * xq, size_t ldq,
                    int64_t n_tok, float * y, int64_t ldy, int64_t n_rows);
 
 // The prefill product of q8_dot.h's int8_gemm_rows_scalar, bit for bit (type: int8_gemm_supported),
 // with xu: the activation rows, ldq bytes apart: for the 32-weight types act_q8 rows whose q bytes
 // are shifted to unsigned (q8 + 128, i.e. q8 ^ 0x80), for the k-quants act_q8k rows as they are;
-// acc: [16 · n_tok] floats of scratch. Weight rows in groups of 8, each group over all n_tok rows.
+// y[t · ldy + r] for r in [0, n_rows), t in [0, n_tok). Weight rows in groups of 8 (the lanes of a
+// vector); its scratch is the calling thread's, kept between calls (about 128 KiB, more for
+// activation rows beyond 128 KiB for the k-quants).
 void int8_gemm_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const uint8_t * xu, size_t ldq,
-                    int64_t n_tok, float * y, int64_t ldy, int64_t n_rows, float * acc);
+                    int64_t n_tok, float * y, int64_t ldy, int64_t n_rows);
 
 }  // namespace hill::avx_vnni
+
+namespace hill::avx512_vnni {
+
+// The avx_vnni kernels built with AVX-512 (q8_dot_avx512.cpp): the same bits; int8_gemm_rows takes
+// 16 weight rows per vector for the 32-weight types. Call them only when cpu_has_avx512_vnni()
+// (kernel_mode.h).
+void int8_dot_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const uint8_t * xq, size_t ldq,
+                   int64_t n_tok, float * y, int64_t ldy, int64_t n_rows);
+void int8_gemm_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const uint8_t * xu, size_t ldq,
+                    int64_t n_tok, float * y, int64_t ldy, int64_t n_rows);
+
+}  // namespace hill::avx512_vnni

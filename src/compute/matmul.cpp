@@ -407,17 +407,17 @@ void int8_rows(const weight_view & w, const uint8_t * xq, int64_t n_tok, float *
     // L2 while every weight row of the range passes over it (each (t, r) is computed alone: the
     // chunks change no bit).
     const int64_t chunk = std::max<int64_t>(4, int64_t(128 << 10) / int64_t(ldq) / 4 * 4);
-    const auto rows = int8_vnni_get() ? avx_vnni::int8_dot_rows : avx2::int8_dot_rows;
+    const auto rows = int8_isa_get() == int8_isa::avx512_vnni ? avx512_vnni::int8_dot_rows
+                      : int8_isa_get() == int8_isa::avx_vnni  ? avx_vnni::int8_dot_rows
+                                                              : avx2::int8_dot_rows;
     for (int64_t t0 = 0; t0 < n_tok; t0 += chunk) {
         rows(w.type, base, rb, w.n_cols, xq + size_t(t0) * ldq, ldq, std::min(chunk, n_tok - t0), y + t0 * w.n_rows + r0,
              w.n_rows, r1 - r0);
     }
 }
 
-// The prefill product of the signed 32-weight types (q8_dot.h, int8_gemm_rows_scalar's bits) through
-// the AVX-VNNI kernel: weight rows in groups of 8 across the pool, activation rows in chunks of
-// about 128 KiB (in L2 while a thread's rows pass over them), each chunk of a group into a f32
-// [8, chunk] scratch of the thread, kept between calls.
+// The prefill product (q8_dot.h, int8_gemm_rows_scalar's bits) through a VNNI build's kernel: each
+// activation row quantized once, on this thread; weight rows in groups of 8 across the pool.
 void int8_gemm(const weight_view & w, const float * x, int64_t n_tok, float * y, thread_pool & pool) {
     uint8_t * xu = quantize_activations(w, x, n_tok);
     const size_t ldq = int8_act_row_bytes(w.type, w.n_cols), rb = w.row_bytes();
@@ -430,16 +430,11 @@ void int8_gemm(const weight_view & w, const float * x, int64_t n_tok, float * y,
             }
         }
     }
-    const int64_t chunk = std::max<int64_t>(8, int64_t(128 << 10) / int64_t(ldq));
+    const auto gemm_rows =
+        int8_isa_get() == int8_isa::avx512_vnni ? avx512_vnni::int8_gemm_rows : avx_vnni::int8_gemm_rows;
     pool.parallel_for((w.n_rows + 7) / 8, [&](int64_t g0, int64_t g1) {
         const int64_t r0 = 8 * g0, r1 = std::min(8 * g1, w.n_rows);
-        thread_local std::vector<float> acc;
-        if (acc.size() < size_t(16 * chunk)) acc.resize(size_t(16 * chunk));
-        for (int64_t t0 = 0; t0 < n_tok; t0 += chunk) {
-            avx_vnni::int8_gemm_rows(w.type, w.row(r0), rb, w.n_cols, xu + size_t(t0) * ldq, ldq,
-                                     std::min(chunk, n_tok - t0), y + t0 * w.n_rows + r0, w.n_rows, r1 - r0,
-                                     acc.data());
-        }
+        gemm_rows(w.type, w.row(r0), rb, w.n_cols, xu, ldq, n_tok, y + r0, w.n_rows, r1 - r0);
     });
 }
 
@@ -500,7 +495,7 @@ void gemm(const weight_view & w, const float * x, int64_t n_tok, float * y, thre
     check_weight(w);
     HILL_ASSERT(n_tok >= 0);
     if (n_tok > gemm_batch_max_tok && uses_int8(w) && int8_gemm_supported(w.type) &&
-        kernel_mode_get() == kernel_mode::avx2 && int8_vnni_get()) {
+        kernel_mode_get() == kernel_mode::avx2 && int8_isa_get() != int8_isa::avx2) {
         int8_gemm(w, x, n_tok, y, pool);
         return;
     }

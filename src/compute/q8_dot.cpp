@@ -185,20 +185,31 @@ float row_k(ggml_type type, const uint8_t * w, int64_t nb, const act_q8k * xa) {
     return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
 
-std::atomic<bool> & vnni_ref() {
-    static std::atomic<bool> on{cpu_has_avx_vnni()};
-    return on;
+std::atomic<int8_isa> & isa_ref() {
+    static std::atomic<int8_isa> isa{cpu_has_avx512_vnni() ? int8_isa::avx512_vnni
+                                     : cpu_has_avx_vnni()   ? int8_isa::avx_vnni
+                                                            : int8_isa::avx2};
+    return isa;
 }
 
 }  // namespace
 
-bool int8_vnni_get() {
-    return vnni_ref().load(std::memory_order_relaxed);
+bool int8_isa_supported(int8_isa isa) {
+    switch (isa) {
+        case int8_isa::avx2: return cpu_has_avx2();
+        case int8_isa::avx_vnni: return cpu_has_avx_vnni();
+        case int8_isa::avx512_vnni: return cpu_has_avx512_vnni();
+    }
+    return false;
 }
 
-void int8_vnni_set(bool on) {
-    HILL_ASSERT(!on || cpu_has_avx_vnni());
-    vnni_ref().store(on, std::memory_order_relaxed);
+int8_isa int8_isa_get() {
+    return isa_ref().load(std::memory_order_relaxed);
+}
+
+void int8_isa_set(int8_isa isa) {
+    HILL_ASSERT(isa == int8_isa::avx2 || int8_isa_supported(isa));
+    isa_ref().store(isa, std::memory_order_relaxed);
 }
 
 bool int8_dot_supported(ggml_type type) {

@@ -86,18 +86,22 @@ void int8_dot_rows_scalar(ggml_type type, const uint8_t * w, size_t row_bytes, i
 // a = fma(d · dx, float(s), a) with s = Σ_j q_j · q8_j over the block's 32 weights; k-quants the
 // integer sums Σ, Σm above over the whole super-block, then Q6_K a = fma(d · dx, float(Σ − Σm), a),
 // Q4_K/Q5_K a = fma(d · dx, float(Σ), a), a = fma(−(dmin · dx), float(Σm), a); y = a. Same arguments
-// as int8_dot_rows_scalar. Its AVX-VNNI kernel (kernels_avx2.h, avx_vnni::int8_gemm_rows) takes 8
-// weight rows as the 8 lanes of a vector, so that one broadcast of 4 activation bytes serves 8 rows,
-// and gives these bits.
+// as int8_dot_rows_scalar. Its VNNI kernels (kernels_avx2.h, int8_gemm_rows) take 8 weight rows
+// (AVX-VNNI) or 16 (AVX-512, the 32-weight types) as the lanes of a vector, so that one broadcast of
+// 4 activation bytes serves them all, and give these bits.
 bool int8_gemm_supported(ggml_type type);
 void int8_gemm_rows_scalar(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const uint8_t * xq,
                            size_t ldq, int64_t n_tok, float * y, int64_t ldy, int64_t n_rows);
 
-// Whether the AVX2 kernel mode's int8 products use the AVX-VNNI build of the kernels
-// (kernels_avx2.h: the same bits, fewer instructions). Default: when the CPU has AVX-VNNI
-// (cpu_has_avx_vnni); set(true) asserts that it does. Tests switch it off to check the plain AVX2
-// kernels too.
-bool int8_vnni_get();
-void int8_vnni_set(bool on);
+// Which build of the kernels the AVX2 kernel mode's int8 products run (kernels_avx2.h; all give
+// the same bits): plain AVX2 (maddubs + madd), AVX-VNNI (256-bit vpdpbusd / vpdpwssd, and the
+// prefill kernel), or AVX-512 (the same 256-bit instructions in their EVEX form, and the prefill
+// kernel at 16 rows per vector for the 32-weight types). Default: the last this CPU has
+// (int8_isa_supported: cpu_has_avx_vnni, cpu_has_avx512_vnni); set() asserts that the CPU has it.
+// Tests switch between them to check each.
+enum class int8_isa { avx2, avx_vnni, avx512_vnni };
+bool int8_isa_supported(int8_isa isa);
+int8_isa int8_isa_get();
+void int8_isa_set(int8_isa isa);
 
 }  // namespace hill

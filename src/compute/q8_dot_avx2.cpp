@@ -15,7 +15,9 @@
 // activations in [-127, 127]) or 2 · 63 · 127 (unsigned weights, at most 6 bits).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "compute/kernels_avx2.h"
 #include "compute/q8_dot.h"
@@ -27,6 +29,18 @@
 namespace hill::HILL_Q8_NS {
 
 namespace {
+
+// The 256-bit vpdpbusd / vpdpwssd: AVX-VNNI's VEX form, or in the AVX-512 build (AVX512-VNNI and
+// VL, which a CPU may have without AVX-VNNI) the EVEX form of the same instructions.
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define HILL_Q8_VNNI 1
+inline __m256i vnni_dpbusd(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
+inline __m256i vnni_dpwssd(__m256i acc, __m256i p, __m256i f) { return _mm256_dpwssd_epi32(acc, p, f); }
+#elif defined(__AVXVNNI__)
+#define HILL_Q8_VNNI 1
+inline __m256i vnni_dpbusd(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_avx_epi32(acc, u, s); }
+inline __m256i vnni_dpwssd(__m256i acc, __m256i p, __m256i f) { return _mm256_dpwssd_avx_epi32(acc, p, f); }
+#endif
 
 inline void prefetch(const uint8_t * p) {
     _mm_prefetch(reinterpret_cast<const char *>(p), _MM_HINT_T0);
@@ -136,8 +150,8 @@ struct w_iq4_nl {
 // Unsigned bytes u times signed bytes s, the 4 products of each int32 lane added (exact: no int16
 // sum saturates, see the top), into acc.
 inline __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
-#if defined(__AVXVNNI__)
-    return _mm256_dpbusd_avx_epi32(acc, u, s);
+#if defined(HILL_Q8_VNNI)
+    return vnni_dpbusd(acc, u, s);
 #else
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 #endif
@@ -145,8 +159,8 @@ inline __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
 
 // acc + the int16 pairs of p times those of f, added per int32 lane (exact).
 inline __m256i dot_i16(__m256i acc, __m256i p, __m256i f) {
-#if defined(__AVXVNNI__)
-    return _mm256_dpwssd_avx_epi32(acc, p, f);
+#if defined(HILL_Q8_VNNI)
+    return vnni_dpwssd(acc, p, f);
 #else
     return _mm256_add_epi32(acc, _mm256_madd_epi16(p, f));
 #endif
@@ -185,7 +199,7 @@ void legacy_tile(const uint8_t * w, size_t rb, int64_t nb, const uint8_t * xq, s
             const auto * xb = reinterpret_cast<const act_q8 *>(xq + size_t(t) * ldq) + ib;
             dx[t] = _mm256_broadcast_ss(&xb->d);
             if constexpr (W::bias != 0) {
-#if defined(__AVXVNNI__)
+#if defined(HILL_Q8_VNNI)
                 xc[t] = _mm256_sub_epi32(_mm256_setzero_si256(),
                                          dot_u8s8(_mm256_setzero_si256(), _mm256_set1_epi8(W::bias), load32(xb->q)));
 #else
@@ -210,7 +224,7 @@ void legacy_tile(const uint8_t * w, size_t rb, int64_t nb, const uint8_t * xq, s
                 const auto * xb = reinterpret_cast<const act_q8 *>(xq + size_t(t) * ldq) + ib;
                 __m256i s;
                 if constexpr (W::bias != 0) {
-#if defined(__AVXVNNI__)
+#if defined(HILL_Q8_VNNI)
                     s = dot_u8s8(xc[t], q, load32(xb->q));
 #else
                     s = _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(q, load32(xb->q)), xc[t]),
@@ -505,7 +519,7 @@ float quantize_run(const float * x, int n, int8_t * q, int32_t * sums) {
     return d;
 }
 
-#if defined(__AVXVNNI__)
+#if defined(HILL_Q8_VNNI)
 // ---- Prefill: 8 weight rows as the 8 int32 lanes ----
 // Per block, the 8 rows' 32 weight bytes are transposed so that vector g holds bytes 4g .. 4g + 3
 // of every row (lane r: row r); then one vpdpbusd per 4 activation bytes (broadcast) adds them
@@ -535,14 +549,20 @@ inline void transpose8x8(const __m256i q[8], __m256i v[8]) {
     }
 }
 
-// Rows [0, n_rows) (n_rows <= 8) times n_tok shifted activation rows; acc: f32 [n_tok, 8] scratch.
+// One block of 8 weight rows, prepared once for every activation row: v[g] lane r = bytes
+// 4g .. 4g + 3 of row r's 32 weights, corr lane r = −128 · Σ q of row r, d lane r = row r's scale
+// (rows beyond the matrix: zeros).
+struct gemm_block8 {
+    __m256i v[8];
+    __m256i corr;
+    __m256 d;
+};
+
 template <class W>
-void gemm_rows8(const uint8_t * w, size_t rb, int64_t nb, int64_t n_rows, const uint8_t * xu, size_t ldq,
-                int64_t n_tok, float * y, int64_t ldy, float * acc) {
-    for (int64_t i = 0; i < 8 * n_tok; ++i) acc[i] = 0.0f;
+void gemm_prepare8(const uint8_t * w, size_t rb, int64_t nb, int64_t n_rows, gemm_block8 * out) {
     const __m256i ones = _mm256_set1_epi8(1);
     for (int64_t ib = 0; ib < nb; ++ib) {
-        __m256i q[8], v[8];
+        __m256i q[8];
         alignas(32) float d[8];
 #pragma GCC unroll 8
         for (int r = 0; r < 8; ++r) {
@@ -550,33 +570,213 @@ void gemm_rows8(const uint8_t * w, size_t rb, int64_t nb, int64_t n_rows, const 
             q[r] = r < n_rows ? W::q(b) : _mm256_setzero_si256();
             d[r] = r < n_rows ? f16_at(b) : 0.0f;
         }
-        transpose8x8(q, v);
+        gemm_block8 & o = out[ib];
+        transpose8x8(q, o.v);
         __m256i wsum = _mm256_setzero_si256();
 #pragma GCC unroll 8
-        for (int g = 0; g < 8; ++g) wsum = _mm256_dpbusd_avx_epi32(wsum, ones, v[g]);
-        const __m256i corr = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(wsum, 7));
-        const __m256 dv = _mm256_load_ps(d);
-        const uint8_t * xb = xu + size_t(ib) * sizeof(act_q8);
-        for (int64_t t = 0; t < n_tok; ++t, xb += ldq) {
-            const auto * a = reinterpret_cast<const act_q8 *>(xb);
-            __m256i s0 = corr, s1 = _mm256_setzero_si256();
-#pragma GCC unroll 4
-            for (int g = 0; g < 8; g += 2) {
-                int32_t x0, x1;
-                std::memcpy(&x0, a->q + 4 * g, 4);
-                std::memcpy(&x1, a->q + 4 * g + 4, 4);
-                s0 = _mm256_dpbusd_avx_epi32(s0, _mm256_set1_epi32(x0), v[g]);
-                s1 = _mm256_dpbusd_avx_epi32(s1, _mm256_set1_epi32(x1), v[g + 1]);
-            }
-            const __m256 sf = _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1));
-            const __m256 dd = _mm256_mul_ps(dv, _mm256_broadcast_ss(&a->d));
-            _mm256_storeu_ps(acc + 8 * t, _mm256_fmadd_ps(dd, sf, _mm256_loadu_ps(acc + 8 * t)));
-        }
-    }
-    for (int64_t t = 0; t < n_tok; ++t) {
-        for (int64_t r = 0; r < n_rows; ++r) y[t * ldy + r] = acc[8 * t + r];
+        for (int g = 0; g < 8; ++g) wsum = vnni_dpbusd(wsum, ones, o.v[g]);
+        o.corr = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(wsum, 7));
+        o.d = _mm256_load_ps(d);
     }
 }
+
+// T shifted activation rows (ldq bytes apart) times one prepared group of 8 rows over nb blocks:
+// y[t · ldy + r] for r < n_rows. The T rows' accumulators stay in registers across the blocks.
+template <int T>
+void gemm_tile8(const gemm_block8 * p, int64_t nb, const uint8_t * xu, size_t ldq, float * y, int64_t ldy,
+                int64_t n_rows) {
+    __m256 acc[T];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ++ib, xu += sizeof(act_q8)) {
+        const gemm_block8 & b = p[ib];
+        __m256i s[T];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) s[t] = b.corr;
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; ++g) {
+            const __m256i wv = b.v[g];
+#pragma GCC unroll 8
+            for (int t = 0; t < T; ++t) {
+                int32_t x;
+                std::memcpy(&x, xu + size_t(t) * ldq + offsetof(act_q8, q) + 4 * g, 4);
+                s[t] = vnni_dpbusd(s[t], _mm256_set1_epi32(x), wv);
+            }
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+            const __m256 dx = _mm256_broadcast_ss(reinterpret_cast<const float *>(xu + size_t(t) * ldq));
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(b.d, dx), _mm256_cvtepi32_ps(s[t]), acc[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+        if (n_rows == 8) {
+            _mm256_storeu_ps(y + t * ldy, acc[t]);
+        } else {
+            alignas(32) float a[8];
+            _mm256_store_ps(a, acc[t]);
+            for (int64_t r = 0; r < n_rows; ++r) y[t * ldy + r] = a[r];
+        }
+    }
+}
+
+// Tokens per register tile of gemm_tile8 (its T accumulators, T sums, a weight vector and the
+// broadcasts fill the 16 ymm registers), and the prepared blocks per pass: about 128 KiB, in L2
+// while every activation row passes over them.
+constexpr int gemm_t_tile = 4;
+constexpr size_t gemm_prepared_bytes = size_t(128) << 10;
+
+// Rows [0, n_rows) times n_tok shifted activation rows: groups of 8 rows prepared a pass at a
+// time, then each tile of activation rows over every prepared group (the tile's rows in L1 while
+// the groups pass).
+template <class W>
+void legacy_gemm_rows(const uint8_t * w, size_t rb, int64_t nb, int64_t n_rows, const uint8_t * xu, size_t ldq,
+                      int64_t n_tok, float * y, int64_t ldy) {
+    thread_local std::vector<gemm_block8> prepared;
+    const int64_t n_groups = (n_rows + 7) / 8;
+    const int64_t per_pass =
+        std::clamp<int64_t>(int64_t(gemm_prepared_bytes / (sizeof(gemm_block8) * size_t(nb))), 1, n_groups);
+    if (prepared.size() < size_t(per_pass * nb)) prepared.resize(size_t(per_pass * nb));
+    for (int64_t g0 = 0; g0 < n_groups; g0 += per_pass) {
+        const int64_t g1 = std::min(g0 + per_pass, n_groups);
+        for (int64_t g = g0; g < g1; ++g) {
+            gemm_prepare8<W>(w + size_t(8 * g) * rb, rb, nb, std::min<int64_t>(8, n_rows - 8 * g),
+                             prepared.data() + (g - g0) * nb);
+        }
+        for (int64_t t = 0; t < n_tok; t += gemm_t_tile) {
+            const int64_t nt = std::min<int64_t>(gemm_t_tile, n_tok - t);
+            for (int64_t g = g0; g < g1; ++g) {
+                const gemm_block8 * p = prepared.data() + (g - g0) * nb;
+                const uint8_t * x = xu + size_t(t) * ldq;
+                float * yt = y + t * ldy + 8 * g;
+                const int64_t nr = std::min<int64_t>(8, n_rows - 8 * g);
+                switch (nt) {
+                    case 4: gemm_tile8<4>(p, nb, x, ldq, yt, ldy, nr); break;
+                    case 3: gemm_tile8<3>(p, nb, x, ldq, yt, ldy, nr); break;
+                    case 2: gemm_tile8<2>(p, nb, x, ldq, yt, ldy, nr); break;
+                    default: gemm_tile8<1>(p, nb, x, ldq, yt, ldy, nr); break;
+                }
+            }
+        }
+    }
+}
+
+#if defined(__AVX512VNNI__)
+// GCC 12's AVX-512 intrinsics pass a self-initialized "undefined" vector as the unused merge operand
+// (_mm512_undefined_epi32), which -Wmaybe-uninitialized reports wherever they are inlined.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// The AVX-512 build: 16 weight rows as the 16 int32 lanes of a zmm vector (two transposed groups
+// of 8 side by side), each broadcast of 4 activation bytes serving 16 rows; otherwise as above.
+struct gemm_block16 {
+    __m512i v[8];
+    __m512i corr;
+    __m512 d;
+};
+
+template <class W>
+void gemm_prepare16(const uint8_t * w, size_t rb, int64_t nb, int64_t n_rows, gemm_block16 * out) {
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (int64_t ib = 0; ib < nb; ++ib) {
+        __m256i q[16], lo[8], hi[8];
+        alignas(64) float d[16];
+#pragma GCC unroll 16
+        for (int r = 0; r < 16; ++r) {
+            const uint8_t * b = w + size_t(r < n_rows ? r : 0) * rb + size_t(ib) * W::bytes;
+            q[r] = r < n_rows ? W::q(b) : _mm256_setzero_si256();
+            d[r] = r < n_rows ? f16_at(b) : 0.0f;
+        }
+        transpose8x8(q, lo);
+        transpose8x8(q + 8, hi);
+        gemm_block16 & o = out[ib];
+        __m512i wsum = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; ++g) {
+            o.v[g] = _mm512_inserti64x4(_mm512_castsi256_si512(lo[g]), hi[g], 1);
+            wsum = _mm512_dpbusd_epi32(wsum, ones, o.v[g]);
+        }
+        o.corr = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(wsum, 7));
+        o.d = _mm512_load_ps(d);
+    }
+}
+
+template <int T>
+void gemm_tile16(const gemm_block16 * p, int64_t nb, const uint8_t * xu, size_t ldq, float * y, int64_t ldy,
+                 int64_t n_rows) {
+    __m512 acc[T];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ++ib, xu += sizeof(act_q8)) {
+        const gemm_block16 & b = p[ib];
+        __m512i s[T];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) s[t] = b.corr;
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; ++g) {
+            const __m512i wv = b.v[g];
+#pragma GCC unroll 8
+            for (int t = 0; t < T; ++t) {
+                int32_t x;
+                std::memcpy(&x, xu + size_t(t) * ldq + offsetof(act_q8, q) + 4 * g, 4);
+                s[t] = _mm512_dpbusd_epi32(s[t], _mm512_set1_epi32(x), wv);
+            }
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+            float dx;
+            std::memcpy(&dx, xu + size_t(t) * ldq, 4);
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(b.d, _mm512_set1_ps(dx)), _mm512_cvtepi32_ps(s[t]), acc[t]);
+        }
+    }
+    const __mmask16 keep = __mmask16((1u << n_rows) - 1u);
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + t * ldy, keep, acc[t]);
+}
+
+constexpr int gemm16_t_tile = 8;
+
+template <class W>
+void legacy_gemm_rows16(const uint8_t * w, size_t rb, int64_t nb, int64_t n_rows, const uint8_t * xu, size_t ldq,
+                        int64_t n_tok, float * y, int64_t ldy) {
+    thread_local std::vector<gemm_block16> prepared;
+    const int64_t n_groups = (n_rows + 15) / 16;
+    const int64_t per_pass =
+        std::clamp<int64_t>(int64_t(gemm_prepared_bytes / (sizeof(gemm_block16) * size_t(nb))), 1, n_groups);
+    if (prepared.size() < size_t(per_pass * nb)) prepared.resize(size_t(per_pass * nb));
+    for (int64_t g0 = 0; g0 < n_groups; g0 += per_pass) {
+        const int64_t g1 = std::min(g0 + per_pass, n_groups);
+        for (int64_t g = g0; g < g1; ++g) {
+            gemm_prepare16<W>(w + size_t(16 * g) * rb, rb, nb, std::min<int64_t>(16, n_rows - 16 * g),
+                              prepared.data() + (g - g0) * nb);
+        }
+        for (int64_t t = 0; t < n_tok; t += gemm16_t_tile) {
+            const int64_t nt = std::min<int64_t>(gemm16_t_tile, n_tok - t);
+            for (int64_t g = g0; g < g1; ++g) {
+                const gemm_block16 * p = prepared.data() + (g - g0) * nb;
+                const uint8_t * x = xu + size_t(t) * ldq;
+                float * yt = y + t * ldy + 16 * g;
+                const int64_t nr = std::min<int64_t>(16, n_rows - 16 * g);
+                switch (nt) {
+                    case 8: gemm_tile16<8>(p, nb, x, ldq, yt, ldy, nr); break;
+                    case 7: gemm_tile16<7>(p, nb, x, ldq, yt, ldy, nr); break;
+                    case 6: gemm_tile16<6>(p, nb, x, ldq, yt, ldy, nr); break;
+                    case 5: gemm_tile16<5>(p, nb, x, ldq, yt, ldy, nr); break;
+                    case 4: gemm_tile16<4>(p, nb, x, ldq, yt, ldy, nr); break;
+                    case 3: gemm_tile16<3>(p, nb, x, ldq, yt, ldy, nr); break;
+                    case 2: gemm_tile16<2>(p, nb, x, ldq, yt, ldy, nr); break;
+                    default: gemm_tile16<1>(p, nb, x, ldq, yt, ldy, nr); break;
+                }
+            }
+        }
+    }
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
 
 // The k-quants the same way (activations as they are: the weights are the unsigned operand): per
 // super-block and sub-block u, the 8 rows' weight bytes transposed, per token s = Σ over the 32
@@ -623,8 +823,8 @@ void k_gemm_rows8(const uint8_t * w, size_t rb, int64_t nb, int64_t n_rows, cons
                     int32_t x0, x1;
                     std::memcpy(&x0, xb + 4 * g, 4);
                     std::memcpy(&x1, xb + 16 + 4 * g, 4);
-                    lo = _mm256_dpbusd_avx_epi32(lo, v[g], _mm256_set1_epi32(x0));
-                    hi = _mm256_dpbusd_avx_epi32(hi, v[g + 4], _mm256_set1_epi32(x1));
+                    lo = vnni_dpbusd(lo, v[g], _mm256_set1_epi32(x0));
+                    hi = vnni_dpbusd(hi, v[g + 4], _mm256_set1_epi32(x1));
                 }
                 __m256i * st = reinterpret_cast<__m256i *>(sum + 8 * t);
                 const __m256i p = _mm256_add_epi32(_mm256_mullo_epi32(lo, sc_lo), _mm256_mullo_epi32(hi, sc_hi));
@@ -644,7 +844,7 @@ void k_gemm_rows8(const uint8_t * w, size_t rb, int64_t nb, int64_t n_rows, cons
             for (int i = 0; i < 8; ++i) {
                 int32_t pair;
                 std::memcpy(&pair, a->bsum + 2 * i, 4);
-                m = _mm256_dpwssd_avx_epi32(m, mv[i], _mm256_set1_epi32(pair));
+                m = vnni_dpwssd(m, mv[i], _mm256_set1_epi32(pair));
             }
             const __m256i s = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(sum + 8 * t));
             const __m256 dx = _mm256_broadcast_ss(&a->d);
@@ -665,14 +865,26 @@ void k_gemm_rows8(const uint8_t * w, size_t rb, int64_t nb, int64_t n_rows, cons
 
 template <class W>
 void gemm_rows(const uint8_t * w, size_t rb, int64_t n_cols, const uint8_t * xu, size_t ldq, int64_t n_tok, float * y,
-               int64_t ldy, int64_t n_rows, float * acc) {
-    for (int64_t r = 0; r < n_rows; r += 8) {
-        const int64_t n = n_rows - r < 8 ? n_rows - r : 8;
-        if constexpr (requires { W::fold; }) {
-            k_gemm_rows8<W>(w + size_t(r) * rb, rb, n_cols / 256, n, xu, ldq, n_tok, y + r, ldy, acc);
-        } else {
-            gemm_rows8<W>(w + size_t(r) * rb, rb, n_cols / 32, n, xu, ldq, n_tok, y + r, ldy, acc);
+               int64_t ldy, int64_t n_rows) {
+    if constexpr (requires { W::fold; }) {
+        // Activation rows in chunks of about 128 KiB, in L2 while the groups of rows pass over them;
+        // each chunk of a group into a [2 · 8, chunk] scratch.
+        const int64_t chunk = std::max<int64_t>(8, int64_t(128 << 10) / int64_t(ldq));
+        thread_local std::vector<float> scratch;
+        if (scratch.size() < size_t(16 * chunk)) scratch.resize(size_t(16 * chunk));
+        for (int64_t t0 = 0; t0 < n_tok; t0 += chunk) {
+            for (int64_t r = 0; r < n_rows; r += 8) {
+                k_gemm_rows8<W>(w + size_t(r) * rb, rb, n_cols / 256, std::min<int64_t>(8, n_rows - r),
+                                xu + size_t(t0) * ldq, ldq, std::min(chunk, n_tok - t0), y + t0 * ldy + r, ldy,
+                                scratch.data());
+            }
         }
+    } else {
+#if defined(__AVX512VNNI__)
+        legacy_gemm_rows16<W>(w, rb, n_cols / 32, n_rows, xu, ldq, n_tok, y, ldy);
+#else
+        legacy_gemm_rows<W>(w, rb, n_cols / 32, n_rows, xu, ldq, n_tok, y, ldy);
+#endif
     }
 }
 #endif
@@ -733,17 +945,17 @@ void int8_dot_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t 
 }
 
 
-#if defined(__AVXVNNI__)
+#if defined(HILL_Q8_VNNI)
 void int8_gemm_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const uint8_t * xu, size_t ldq,
-                    int64_t n_tok, float * y, int64_t ldy, int64_t n_rows, float * acc) {
+                    int64_t n_tok, float * y, int64_t ldy, int64_t n_rows) {
     switch (type) {
-        case ggml_type::q8_0: gemm_rows<w_q8_0>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows, acc); return;
-        case ggml_type::q4_0: gemm_rows<w_q4_0>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows, acc); return;
-        case ggml_type::q5_0: gemm_rows<w_q5_0>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows, acc); return;
-        case ggml_type::iq4_nl: gemm_rows<w_iq4_nl>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows, acc); return;
-        case ggml_type::q4_k: gemm_rows<w_q45_k<false>>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows, acc); return;
-        case ggml_type::q5_k: gemm_rows<w_q45_k<true>>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows, acc); return;
-        case ggml_type::q6_k: gemm_rows<w_q6_k>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows, acc); return;
+        case ggml_type::q8_0: gemm_rows<w_q8_0>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows); return;
+        case ggml_type::q4_0: gemm_rows<w_q4_0>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows); return;
+        case ggml_type::q5_0: gemm_rows<w_q5_0>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows); return;
+        case ggml_type::iq4_nl: gemm_rows<w_iq4_nl>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows); return;
+        case ggml_type::q4_k: gemm_rows<w_q45_k<false>>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows); return;
+        case ggml_type::q5_k: gemm_rows<w_q45_k<true>>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows); return;
+        case ggml_type::q6_k: gemm_rows<w_q6_k>(w, row_bytes, n_cols, xu, ldq, n_tok, y, ldy, n_rows); return;
         default: break;
     }
     __builtin_trap();  // the caller checked int8_gemm_supported
