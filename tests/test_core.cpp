@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sys/stat.h>
@@ -238,6 +239,34 @@ TEST(mapped_file, missing_and_directory_are_usage_errors) {
         } catch (const error & e) {
             EXPECT_EQ(e.code(), exit_code::usage);
             EXPECT_NE(std::string(e.what()).find(p), std::string::npos);
+        }
+    }
+}
+
+// Both ways of holding a file give its bytes: a file of an odd size beyond one huge page (the
+// `read` path's pread loop and its last partial page), an empty file (no bytes, no memory), and a
+// holder that moves; the usage errors are the same for both.
+TEST(mapped_file, map_and_read_give_the_same_bytes) {
+    test::temp_dir dir;
+    std::vector<char> bytes((size_t(3) << 20) + 4099);
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = char((i * 2654435761u) >> 13);
+    std::ofstream(dir.file("w.bin"), std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+    std::ofstream(dir.file("empty.bin"), std::ios::binary).flush();
+    for (file_access access : {file_access::map, file_access::read}) {
+        mapped_file m(dir.file("w.bin"), access);
+        ASSERT_EQ(m.size(), bytes.size());
+        EXPECT_EQ(std::memcmp(m.data(), bytes.data(), bytes.size()), 0);
+        const mapped_file moved(std::move(m));
+        EXPECT_EQ(moved.size(), bytes.size());
+        EXPECT_EQ(moved.data()[bytes.size() - 1], uint8_t(bytes.back()));
+        const mapped_file empty(dir.file("empty.bin"), access);
+        EXPECT_EQ(empty.size(), 0u);
+        EXPECT_EQ(empty.data(), nullptr);
+        try {
+            mapped_file d(dir.path.string(), access);
+            FAIL();
+        } catch (const error & e) {
+            EXPECT_EQ(e.code(), exit_code::usage);
         }
     }
 }

@@ -2,10 +2,11 @@
 // -mavx2 -mfma -mf16c under the rules of kernels_avx2.h (no inline functions shared with other
 // files: this file has its own helpers). Scalar reference: q8_dot.cpp, int8_dot_rows_scalar, whose
 // bits these kernels give exactly (the order of the f32 operations is q8_dot.h's).
-// Compiled twice: as itself (namespace hill::avx2) and, through q8_dot_vnni.cpp, with -mavxvnni
+// Compiled three times: as itself (namespace hill::avx2); through q8_dot_vnni.cpp with -mavxvnni
 // (HILL_Q8_NS = avx_vnni), where the byte and int16 products add their lanes with AVX-VNNI's
 // vpdpbusd / vpdpwssd instead of maddubs + madd + add: the same exact integer sums, fewer
-// instructions.
+// instructions; and through q8_dot_avx512.cpp with AVX-512 F/BW/VL/VNNI (avx512_vnni): the same
+// 256-bit instructions in their EVEX form, and a prefill kernel of 16 rows per 512-bit vector.
 //
 // The products of bytes: _mm256_maddubs_epi16 multiplies unsigned bytes by signed bytes and adds
 // adjacent pairs into int16 lanes; _mm256_madd_epi16 then adds adjacent int16 pairs (times a
@@ -863,20 +864,125 @@ void k_gemm_rows8(const uint8_t * w, size_t rb, int64_t nb, int64_t n_rows, cons
     }
 }
 
+#if defined(__AVX512VNNI__)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's AVX-512 intrinsics: see above
+#endif
+// k_gemm_rows8 with 16 rows as the 16 lanes of a 512-bit vector (the AVX-512 build). scratch:
+// [2 · 16 · n_tok] 32-bit words.
+template <class W>
+void k_gemm_rows16(const uint8_t * w, size_t rb, int64_t nb, int64_t n_rows, const uint8_t * xq, size_t ldq,
+                   int64_t n_tok, float * y, int64_t ldy, float * scratch) {
+    float * acc = scratch;
+    auto * sum = reinterpret_cast<int32_t *>(scratch + 16 * n_tok);
+    for (int64_t i = 0; i < 16 * n_tok; ++i) acc[i] = 0.0f;
+    for (int64_t ib = 0; ib < nb; ++ib) {
+        k_unpacked k[16];
+        alignas(64) float d[16], dm[16];
+        alignas(64) int32_t sc[8][2][16];  // [sub-block][group 2u, 2u + 1][row]
+        for (int r = 0; r < 16; ++r) {
+            if (r < n_rows) {
+                W::unpack(w + size_t(r) * rb + size_t(ib) * W::bytes, k[r]);
+            } else {
+                for (int u = 0; u < 8; ++u) k[r].q[u] = k[r].sc[u] = _mm256_setzero_si256();
+                k[r].mc = _mm256_setzero_si256();
+                k[r].d = k[r].dm = 0.0f;
+            }
+            d[r] = k[r].d, dm[r] = -k[r].dm;
+            for (int u = 0; u < 8; ++u) {
+                alignas(32) int16_t lanes[16];
+                _mm256_store_si256(reinterpret_cast<__m256i *>(lanes), k[r].sc[u]);
+                sc[u][0][r] = lanes[0], sc[u][1][r] = lanes[8];
+            }
+        }
+        for (int64_t i = 0; i < 16 * n_tok; ++i) sum[i] = 0;
+        for (int u = 0; u < 8; ++u) {
+            __m256i q[16], lo8[8], hi8[8];
+            __m512i v[8];
+#pragma GCC unroll 16
+            for (int r = 0; r < 16; ++r) q[r] = k[r].q[u];
+            transpose8x8(q, lo8);
+            transpose8x8(q + 8, hi8);
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; ++g) v[g] = _mm512_inserti64x4(_mm512_zextsi256_si512(lo8[g]), hi8[g], 1);
+            const __m512i sc_lo = _mm512_load_si512(sc[u][0]), sc_hi = _mm512_load_si512(sc[u][1]);
+            const uint8_t * xb = xq + size_t(ib) * sizeof(act_q8k) + offsetof(act_q8k, q) + 32 * u;
+            for (int64_t t = 0; t < n_tok; ++t, xb += ldq) {
+                __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                for (int g = 0; g < 4; ++g) {
+                    int32_t x0, x1;
+                    std::memcpy(&x0, xb + 4 * g, 4);
+                    std::memcpy(&x1, xb + 16 + 4 * g, 4);
+                    lo = _mm512_dpbusd_epi32(lo, v[g], _mm512_set1_epi32(x0));
+                    hi = _mm512_dpbusd_epi32(hi, v[g + 4], _mm512_set1_epi32(x1));
+                }
+                int32_t * st = sum + 16 * t;
+                const __m512i p = _mm512_add_epi32(_mm512_mullo_epi32(lo, sc_lo), _mm512_mullo_epi32(hi, sc_hi));
+                _mm512_storeu_si512(st, _mm512_add_epi32(_mm512_loadu_si512(st), p));
+            }
+        }
+        __m256i mc[16], mlo[8], mhi[8];
+        __m512i mv[8];
+#pragma GCC unroll 16
+        for (int r = 0; r < 16; ++r) mc[r] = k[r].mc;
+        transpose8x8(mc, mlo);
+        transpose8x8(mc + 8, mhi);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) mv[i] = _mm512_inserti64x4(_mm512_zextsi256_si512(mlo[i]), mhi[i], 1);
+        const __m512 dv = _mm512_load_ps(d), dmv = _mm512_load_ps(dm);
+        const uint8_t * xb = xq + size_t(ib) * sizeof(act_q8k);
+        for (int64_t t = 0; t < n_tok; ++t, xb += ldq) {
+            const auto * a = reinterpret_cast<const act_q8k *>(xb);
+            __m512i m = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; ++i) {
+                int32_t pair;
+                std::memcpy(&pair, a->bsum + 2 * i, 4);
+                m = _mm512_dpwssd_epi32(m, mv[i], _mm512_set1_epi32(pair));
+            }
+            const __m512i s = _mm512_loadu_si512(sum + 16 * t);
+            const __m512 dx = _mm512_set1_ps(a->d);
+            __m512 r = _mm512_loadu_ps(acc + 16 * t);
+            if constexpr (W::fold) {
+                r = _mm512_fmadd_ps(_mm512_mul_ps(dv, dx), _mm512_cvtepi32_ps(_mm512_sub_epi32(s, m)), r);
+            } else {
+                r = _mm512_fmadd_ps(_mm512_mul_ps(dv, dx), _mm512_cvtepi32_ps(s), r);
+                r = _mm512_fmadd_ps(_mm512_mul_ps(dmv, dx), _mm512_cvtepi32_ps(m), r);
+            }
+            _mm512_storeu_ps(acc + 16 * t, r);
+        }
+    }
+    for (int64_t t = 0; t < n_tok; ++t) {
+        for (int64_t r = 0; r < n_rows; ++r) y[t * ldy + r] = acc[16 * t + r];
+    }
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
+
 template <class W>
 void gemm_rows(const uint8_t * w, size_t rb, int64_t n_cols, const uint8_t * xu, size_t ldq, int64_t n_tok, float * y,
                int64_t ldy, int64_t n_rows) {
     if constexpr (requires { W::fold; }) {
-        // Activation rows in chunks of about 128 KiB, in L2 while the groups of rows pass over them;
-        // each chunk of a group into a [2 · 8, chunk] scratch.
+        // Activation rows in chunks of about 128 KiB, in L2 while the groups of G rows pass over
+        // them; each chunk of a group into a [2 · G, chunk] scratch.
+#if defined(__AVX512VNNI__)
+        constexpr int64_t G = 16;
+        const auto rows = k_gemm_rows16<W>;
+#else
+        constexpr int64_t G = 8;
+        const auto rows = k_gemm_rows8<W>;
+#endif
         const int64_t chunk = std::max<int64_t>(8, int64_t(128 << 10) / int64_t(ldq));
         thread_local std::vector<float> scratch;
-        if (scratch.size() < size_t(16 * chunk)) scratch.resize(size_t(16 * chunk));
+        if (scratch.size() < size_t(2 * G * chunk)) scratch.resize(size_t(2 * G * chunk));
         for (int64_t t0 = 0; t0 < n_tok; t0 += chunk) {
-            for (int64_t r = 0; r < n_rows; r += 8) {
-                k_gemm_rows8<W>(w + size_t(r) * rb, rb, n_cols / 256, std::min<int64_t>(8, n_rows - r),
-                                xu + size_t(t0) * ldq, ldq, std::min(chunk, n_tok - t0), y + t0 * ldy + r, ldy,
-                                scratch.data());
+            for (int64_t r = 0; r < n_rows; r += G) {
+                rows(w + size_t(r) * rb, rb, n_cols / 256, std::min<int64_t>(G, n_rows - r), xu + size_t(t0) * ldq,
+                     ldq, std::min(chunk, n_tok - t0), y + t0 * ldy + r, ldy, scratch.data());
             }
         }
     } else {

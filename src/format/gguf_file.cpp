@@ -208,10 +208,10 @@ std::string_view gguf_value_type_name(gguf_value_type t) {
     return "unknown";
 }
 
-std::unique_ptr<gguf_file> gguf_file::open(const std::string & path) {
+std::unique_ptr<gguf_file> gguf_file::open(const std::string & path, file_access access) {
     std::unique_ptr<gguf_file> f(new gguf_file());
     f->name_ = path;
-    f->map_.emplace(path);
+    f->map_.emplace(path, access);
     f->parse_all(f->map_->data(), f->map_->size());
     return f;
 }

@@ -64,16 +64,17 @@ struct gguf_tensor_info {
     int64_t ne[4] = {1, 1, 1, 1};  // ne[0] is the innermost (contiguous) dimension
     uint64_t offset = 0;           // bytes from the start of the data section
     size_t size_bytes = 0;
-    const uint8_t * data = nullptr;  // into the mapping
+    const uint8_t * data = nullptr;  // into the file's bytes (mapped_file)
 
     int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
 };
 
 class gguf_file {
 public:
-    // Opens and validates `path`. Errors: see the file comment; a missing file or a directory is
-    // exit_code::usage (from mapped_file).
-    static std::unique_ptr<gguf_file> open(const std::string & path);
+    // Opens and validates `path`, its bytes held as `access` says (core/mapped_file.h: mapped, or
+    // read into huge pages, as the model loader does for the weights). Errors: see the file
+    // comment; a missing file or a directory is exit_code::usage (from mapped_file).
+    static std::unique_ptr<gguf_file> open(const std::string & path, file_access access = file_access::map);
 
     // Parses a buffer the caller keeps alive (fuzzing, tests). `name` is used in messages.
     static std::unique_ptr<gguf_file> parse(const uint8_t * data, size_t size, const std::string & name);

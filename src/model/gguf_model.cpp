@@ -36,7 +36,8 @@ private:
 }  // namespace
 
 std::unique_ptr<model> model_loader::load_gguf(const std::string & path) {
-    auto gguf = gguf_file::open(path);
+    // The weights are read into huge pages: decode streams them once per token (core/mapped_file.h).
+    auto gguf = gguf_file::open(path, file_access::read);
     const gguf_file & f = *gguf;
     const std::string arch = f.get_string("general.architecture").value_or("");
     if (arch.empty()) fail_input("'{}': metadata key 'general.architecture' is missing", path);
