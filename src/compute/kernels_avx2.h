@@ -107,8 +107,8 @@ void int8_dot_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t 
 // with xu: the activation rows, ldq bytes apart: for the 32-weight types act_q8 rows whose q bytes
 // are shifted to unsigned (q8 + 128, i.e. q8 ^ 0x80), for the k-quants act_q8k rows as they are;
 // y[t · ldy + r] for r in [0, n_rows), t in [0, n_tok). Weight rows in groups of 8 (the lanes of a
-// vector); its scratch is the calling thread's, kept between calls (about 128 KiB, more for
-// activation rows beyond 128 KiB for the k-quants).
+// vector). Its scratch is the calling thread's, kept between calls: ~128 KiB of prepared weight
+// blocks (32-weight types), or 2 · 8 words per activation row of a ~128 KiB chunk (k-quants).
 void int8_gemm_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const uint8_t * xu, size_t ldq,
                     int64_t n_tok, float * y, int64_t ldy, int64_t n_rows);
 
@@ -117,8 +117,7 @@ void int8_gemm_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t
 namespace hill::avx512_vnni {
 
 // The avx_vnni kernels built with AVX-512 (q8_dot_avx512.cpp): the same bits; int8_gemm_rows takes
-// 16 weight rows per vector for the 32-weight types. Call them only when cpu_has_avx512_vnni()
-// (kernel_mode.h).
+// 16 weight rows per 512-bit vector. Call them only when cpu_has_avx512_vnni() (kernel_mode.h).
 void int8_dot_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const uint8_t * xq, size_t ldq,
                    int64_t n_tok, float * y, int64_t ldy, int64_t n_rows);
 void int8_gemm_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const uint8_t * xu, size_t ldq,

@@ -87,7 +87,7 @@ void int8_dot_rows_scalar(ggml_type type, const uint8_t * w, size_t row_bytes, i
 // integer sums Σ, Σm above over the whole super-block, then Q6_K a = fma(d · dx, float(Σ − Σm), a),
 // Q4_K/Q5_K a = fma(d · dx, float(Σ), a), a = fma(−(dmin · dx), float(Σm), a); y = a. Same arguments
 // as int8_dot_rows_scalar. Its VNNI kernels (kernels_avx2.h, int8_gemm_rows) take 8 weight rows
-// (AVX-VNNI) or 16 (AVX-512, the 32-weight types) as the lanes of a vector, so that one broadcast of
+// (AVX-VNNI) or 16 (AVX-512) as the lanes of a vector, so that one broadcast of
 // 4 activation bytes serves them all, and give these bits.
 bool int8_gemm_supported(ggml_type type);
 void int8_gemm_rows_scalar(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const uint8_t * xq,
@@ -96,7 +96,7 @@ void int8_gemm_rows_scalar(ggml_type type, const uint8_t * w, size_t row_bytes, 
 // Which build of the kernels the AVX2 kernel mode's int8 products run (kernels_avx2.h; all give
 // the same bits): plain AVX2 (maddubs + madd), AVX-VNNI (256-bit vpdpbusd / vpdpwssd, and the
 // prefill kernel), or AVX-512 (the same 256-bit instructions in their EVEX form, and the prefill
-// kernel at 16 rows per vector for the 32-weight types). Default: the last this CPU has
+// kernel at 16 rows per vector). Default: the last this CPU has
 // (int8_isa_supported: cpu_has_avx_vnni, cpu_has_avx512_vnni); set() asserts that the CPU has it.
 // Tests switch between them to check each.
 enum class int8_isa { avx2, avx_vnni, avx512_vnni };
