@@ -1,6 +1,6 @@
 // Cold-pool read throughput (DESIGN.md §3 step 4: gathers of selected cold KV), against fio.
 //
-//   bench_cold_pool [--dir /var/tmp] [--page-bytes 4096,16384] [--qd 32] [--pool-mb 1024]
+//   bench_cold_pool [--dir /var/tmp] [--page-bytes 4096,16384] [--qd 128] [--pool-mb 1024]
 //                   [--read-mb 256] [--batch 1024] [--reps 5] [--coalesce-kb 1024] [--sync] [--json FILE]
 //
 // For each page size it fills a cold pool of --pool-mb in --dir (io_uring, O_DIRECT) through a cold_writer,
@@ -54,7 +54,7 @@ int main(int argc, char ** argv) {
     CLI::App app{"HillInfer cold-pool read throughput (gathers and scans) against fio"};
     std::string dir = "/var/tmp", json_path;
     std::vector<uint64_t> page_sizes{4096, 16384};
-    uint32_t qd = 32, batch = 1024, reps = 5;
+    uint32_t qd = 128, batch = 1024, reps = 5;
     uint64_t pool_mb = 1024, read_mb = 256;
     uint64_t coalesce_kb = 1024;
     bool force_sync = false;
