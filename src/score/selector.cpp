@@ -2,25 +2,26 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <limits>
+#include <utility>
 
 #include "core/error.h"
 #include "core/fp16.h"
 
 namespace hill {
 
-// The score mapped to an unsigned integer of the same order (high 32 bits), then the index reversed
-// (low 32 bits, so that of two equal scores the lower index is greater). Floats map by their bit
-// pattern: a negative one flips all bits (larger magnitude = smaller), a positive one sets the sign bit
-// (above every negative). -0 becomes +0 first, and NaN maps to 0, below -inf (0x007fffff).
+// Floats map by their bit pattern: a negative one flips all bits (larger magnitude = smaller), a
+// positive one sets the sign bit (above every negative). -0 becomes +0 first, and NaN maps to 0, below
+// -inf (0x007fffff).
+uint32_t select_rank_order(float x) {
+    if (std::isnan(x)) return 0;
+    const uint32_t u = f32_to_bits(x == 0.0f ? 0.0f : x);
+    return (u & 0x80000000u) != 0 ? ~u : u | 0x80000000u;
+}
+
+// The index reversed in the low 32 bits: of two equal scores the lower index is greater.
 uint64_t select_rank_key(float x, int64_t i) {
-    uint32_t ord = 0;
-    if (!std::isnan(x)) {
-        const uint32_t u = f32_to_bits(x == 0.0f ? 0.0f : x);
-        ord = (u & 0x80000000u) != 0 ? ~u : u | 0x80000000u;
-    }
-    return uint64_t(ord) << 32 | (uint32_t(0xffffffffu) - uint32_t(i));
+    return uint64_t(select_rank_order(x)) << 32 | (uint32_t(0xffffffffu) - uint32_t(i));
 }
 
 select_middle middle_of(int64_t n, int64_t n_sinks, int64_t n_window) {
@@ -35,7 +36,8 @@ int64_t n_top_for(double alpha, int64_t n) {
 
 token_selector::token_selector(int64_t n_max) {
     HILL_ASSERT(n_max >= 0);
-    keys_.reserve(size_t(n_max));
+    orders_.reserve(size_t(n_max));
+    counts_.reserve(size_t(1) << 11);
 }
 
 void token_selector::select(const float * scores, int64_t n, int64_t n_top, int64_t n_sinks, int64_t n_window,
@@ -50,16 +52,30 @@ void token_selector::select(const float * scores, int64_t n, int64_t n_top, int6
         for (int64_t i = s_end; i < w_begin; ++i) out.push_back(int32_t(i));
     } else if (n_top > 0) {
         HILL_ASSERT(scores != nullptr);
-        keys_.resize(size_t(n_mid));
-        for (int64_t i = s_end; i < w_begin; ++i) keys_[size_t(i - s_end)] = select_rank_key(scores[i], i);
-        // The n_top-th best key: the middle tokens ranked at least as high are exactly the n_top best
-        // (keys are distinct), taken in index order by one more pass over the scores (nth_element
-        // has permuted keys_).
-        const auto nth = keys_.begin() + (n_top - 1);
-        std::nth_element(keys_.begin(), nth, keys_.end(), std::greater<>());
-        const uint64_t threshold = *nth;
+        // Radix selection on the order of the scores (select_rank_order), 11 + 11 + 10 bits from the top:
+        // each pass counts the orders that match the digits fixed so far by their next digit, and fixes
+        // the digit whose bucket holds the n_top-th best. That leaves the n_top-th best order T and how
+        // many of the n_top take an order equal to T (`ties`, the rest rank above it); one pass in index
+        // order then takes every order above T and the first `ties` equal to it (equal scores: lower
+        // index first).
+        orders_.resize(size_t(n_mid));
+        for (int64_t i = s_end; i < w_begin; ++i) orders_[size_t(i - s_end)] = select_rank_order(scores[i]);
+        uint32_t prefix = 0, mask = 0;
+        int64_t ties = n_top;
+        for (const auto & [shift, bits] : {std::pair{21, 11}, std::pair{10, 11}, std::pair{0, 10}}) {
+            const uint32_t digit_mask = (1u << bits) - 1u;
+            counts_.assign(size_t(1) << bits, 0);
+            for (const uint32_t o : orders_) {
+                if ((o & mask) == prefix) ++counts_[(o >> shift) & digit_mask];
+            }
+            uint32_t d = digit_mask;
+            for (; d > 0 && counts_[d] < ties; --d) ties -= counts_[d];
+            prefix |= d << shift;
+            mask |= digit_mask << shift;
+        }
         for (int64_t i = s_end; i < w_begin; ++i) {
-            if (select_rank_key(scores[i], i) >= threshold) out.push_back(int32_t(i));
+            const uint32_t o = orders_[size_t(i - s_end)];
+            if (o > prefix || (o == prefix && ties-- > 0)) out.push_back(int32_t(i));
         }
     }
     for (int64_t i = w_begin; i < n; ++i) out.push_back(int32_t(i));

@@ -5,8 +5,8 @@
 //
 // Order of the scores: higher first; equal scores: lower token index first (so all-equal scores select
 // the lowest indices); NaN ranks below every number, -inf included, and NaNs among themselves by index;
-// -0 equals +0. Complexity O(N): std::nth_element on (score, index) keys of a total order, then one pass
-// in index order; no sort.
+// -0 equals +0. Complexity O(N): a radix selection of the n_top-th best score (three counting passes
+// over the scores' order as 32-bit integers), then one pass in index order; no sort.
 #pragma once
 
 #include <cmath>
@@ -28,7 +28,11 @@ inline f16_bits score_to_f16(float x) {
 }
 inline float round_score_f16(float x) { return fp16_to_fp32(score_to_f16(x)); }
 
-// The rank of token i with score x as one integer, higher = better, all distinct (the order above).
+// The score x as an unsigned integer of the same order (the order above, without the index): higher =
+// better; -0 maps as +0, NaN to 0.
+uint32_t select_rank_order(float x);
+// The rank of token i with score x as one integer, higher = better, all distinct (the order above):
+// select_rank_order(x) in the high 32 bits, the index reversed in the low 32.
 uint64_t select_rank_key(float x, int64_t i);
 
 // The middle of n tokens, between the sinks and the recent window: [s_end, w_begin).
@@ -61,7 +65,8 @@ public:
                 std::vector<int32_t> & out);
 
 private:
-    std::vector<uint64_t> keys_;  // u64 [n_mid]: rank keys of the middle tokens (see selector.cpp)
+    std::vector<uint32_t> orders_;  // u32 [n_mid]: select_rank_order of the middle tokens' scores
+    std::vector<int64_t> counts_;   // [2^11]: one radix pass's counts (selector.cpp)
 };
 
 }  // namespace hill
