@@ -24,6 +24,8 @@ namespace hill {
 namespace {
 
 using test::fresh_seed;
+using test::avx2_builds;
+using test::isa_guard;
 using test::mode_guard;
 using test::random_floats;
 
@@ -35,22 +37,6 @@ struct matmul_mode_guard {
     matmul_mode saved = matmul_mode_get();
     ~matmul_mode_guard() { matmul_mode_set(saved); }
 };
-
-struct isa_guard {
-    int8_isa saved = int8_isa_get();
-    ~isa_guard() { int8_isa_set(saved); }
-};
-
-// The builds of the AVX2 kernels this CPU can run (plain AVX2, AVX-VNNI, AVX-512), each with the
-// name a failure gives.
-std::vector<std::pair<int8_isa, std::string>> avx2_builds() {
-    std::vector<std::pair<int8_isa, std::string>> builds;
-    if (!cpu_has_avx2()) return builds;
-    builds.emplace_back(int8_isa::avx2, " avx2");
-    if (int8_isa_supported(int8_isa::avx_vnni)) builds.emplace_back(int8_isa::avx_vnni, " avx2 (avx-vnni)");
-    if (int8_isa_supported(int8_isa::avx512_vnni)) builds.emplace_back(int8_isa::avx512_vnni, " avx2 (avx512-vnni)");
-    return builds;
-}
 
 inline size_t sz(int64_t v) {
     return static_cast<size_t>(v);

@@ -24,6 +24,8 @@
 namespace hill {
 namespace {
 
+using test::avx2_builds;
+using test::isa_guard;
 using test::mode_guard;
 using test::random_floats;
 
@@ -285,12 +287,14 @@ TEST_P(score_copy_w, zero_keys_give_unit_channel_scales_and_zero_scores) {
     EXPECT_EQ(copy_scores(copy, 0, 0, q, 4, pool), std::vector<float>(4, 0.0f));
 }
 
-// Test 1: the AVX2 kernel and the scalar reference give the scores the header documents, bit for bit,
-// for every head layout, head_dim, key type, granularity and aggregate, on 1 and 3 threads.
+// Test 1: the AVX2 kernels (every build the CPU runs: plain AVX2, AVX-VNNI, AVX-512 VNNI) and the
+// scalar reference give the scores the header documents, bit for bit, for every head layout,
+// head_dim, key type, granularity and aggregate, on 1 and 3 threads.
 TEST_P(score_copy_w, avx2_and_scalar_match_the_documented_scores_bit_for_bit) {
     const int bits = GetParam();
     HILL_FRESH_RNG(rng);
     mode_guard mg;
+    isa_guard ig;
     thread_pool p1(1), p3(3);
     for (attention_shape s : head_layouts) {
         for (int hd : head_dims) {
@@ -314,11 +318,13 @@ TEST_P(score_copy_w, avx2_and_scalar_match_the_documented_scores_bit_for_bit) {
                     EXPECT_TRUE(same_bits(copy_scores(copy, 1, 1, q, n, p1, b.data()), want)) << what << ", scalar";
                     EXPECT_TRUE(same_bits(copy_scores(copy, 1, 1, q, n, p3, b.data()), want))
                         << what << ", scalar, 3 threads";
-                    if (!cpu_has_avx2()) continue;
-                    kernel_mode_set(kernel_mode::avx2);
-                    EXPECT_TRUE(same_bits(copy_scores(copy, 1, 1, q, n, p1, b.data()), want)) << what << ", avx2";
-                    EXPECT_TRUE(same_bits(copy_scores(copy, 1, 1, q, n, p3, b.data()), want))
-                        << what << ", avx2, 3 threads";
+                    for (const auto & [isa, name] : avx2_builds()) {
+                        kernel_mode_set(kernel_mode::avx2);
+                        int8_isa_set(isa);
+                        EXPECT_TRUE(same_bits(copy_scores(copy, 1, 1, q, n, p1, b.data()), want)) << what << "," << name;
+                        EXPECT_TRUE(same_bits(copy_scores(copy, 1, 1, q, n, p3, b.data()), want))
+                            << what << "," << name << ", 3 threads";
+                    }
                 }
             }
         }

@@ -22,6 +22,7 @@
 
 #include "compute/kernels_avx2.h"
 #include "compute/q8_dot.h"
+#include "compute/vnni.h"
 
 #ifndef HILL_Q8_NS
 #define HILL_Q8_NS avx2
@@ -30,18 +31,6 @@
 namespace hill::HILL_Q8_NS {
 
 namespace {
-
-// The 256-bit vpdpbusd / vpdpwssd: AVX-VNNI's VEX form, or in the AVX-512 build (AVX512-VNNI and
-// VL, which a CPU may have without AVX-VNNI) the EVEX form of the same instructions.
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-#define HILL_Q8_VNNI 1
-inline __m256i vnni_dpbusd(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
-inline __m256i vnni_dpwssd(__m256i acc, __m256i p, __m256i f) { return _mm256_dpwssd_epi32(acc, p, f); }
-#elif defined(__AVXVNNI__)
-#define HILL_Q8_VNNI 1
-inline __m256i vnni_dpbusd(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_avx_epi32(acc, u, s); }
-inline __m256i vnni_dpwssd(__m256i acc, __m256i p, __m256i f) { return _mm256_dpwssd_avx_epi32(acc, p, f); }
-#endif
 
 inline void prefetch(const uint8_t * p) {
     _mm_prefetch(reinterpret_cast<const char *>(p), _MM_HINT_T0);
@@ -151,7 +140,7 @@ struct w_iq4_nl {
 // Unsigned bytes u times signed bytes s, the 4 products of each int32 lane added (exact: no int16
 // sum saturates, see the top), into acc.
 inline __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
-#if defined(HILL_Q8_VNNI)
+#if defined(HILL_VNNI)
     return vnni_dpbusd(acc, u, s);
 #else
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
@@ -160,7 +149,7 @@ inline __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
 
 // acc + the int16 pairs of p times those of f, added per int32 lane (exact).
 inline __m256i dot_i16(__m256i acc, __m256i p, __m256i f) {
-#if defined(HILL_Q8_VNNI)
+#if defined(HILL_VNNI)
     return vnni_dpwssd(acc, p, f);
 #else
     return _mm256_add_epi32(acc, _mm256_madd_epi16(p, f));
@@ -200,7 +189,7 @@ void legacy_tile(const uint8_t * w, size_t rb, int64_t nb, const uint8_t * xq, s
             const auto * xb = reinterpret_cast<const act_q8 *>(xq + size_t(t) * ldq) + ib;
             dx[t] = _mm256_broadcast_ss(&xb->d);
             if constexpr (W::bias != 0) {
-#if defined(HILL_Q8_VNNI)
+#if defined(HILL_VNNI)
                 xc[t] = _mm256_sub_epi32(_mm256_setzero_si256(),
                                          dot_u8s8(_mm256_setzero_si256(), _mm256_set1_epi8(W::bias), load32(xb->q)));
 #else
@@ -225,7 +214,7 @@ void legacy_tile(const uint8_t * w, size_t rb, int64_t nb, const uint8_t * xq, s
                 const auto * xb = reinterpret_cast<const act_q8 *>(xq + size_t(t) * ldq) + ib;
                 __m256i s;
                 if constexpr (W::bias != 0) {
-#if defined(HILL_Q8_VNNI)
+#if defined(HILL_VNNI)
                     s = dot_u8s8(xc[t], q, load32(xb->q));
 #else
                     s = _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(q, load32(xb->q)), xc[t]),
@@ -520,7 +509,7 @@ float quantize_run(const float * x, int n, int8_t * q, int32_t * sums) {
     return d;
 }
 
-#if defined(HILL_Q8_VNNI)
+#if defined(HILL_VNNI)
 // ---- Prefill: 8 weight rows as the 8 int32 lanes ----
 // Per block, the 8 rows' 32 weight bytes are transposed so that vector g holds bytes 4g .. 4g + 3
 // of every row (lane r: row r); then one vpdpbusd per 4 activation bytes (broadcast) adds them
@@ -1051,7 +1040,7 @@ void int8_dot_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t 
 }
 
 
-#if defined(HILL_Q8_VNNI)
+#if defined(HILL_VNNI)
 void int8_gemm_rows(ggml_type type, const uint8_t * w, size_t row_bytes, int64_t n_cols, const uint8_t * xu, size_t ldq,
                     int64_t n_tok, float * y, int64_t ldy, int64_t n_rows) {
     switch (type) {

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "compute/kernel_mode.h"
+#include "compute/q8_dot.h"
 #include "core/error.h"
 #include "core/fp16.h"
 #include "score/host_scorer.h"
@@ -282,17 +283,27 @@ void quant_copy::prepare_query(int seq, int il, const float * q, const float * h
 }
 
 quant_copy::dots_fn quant_copy::kernel() const {
-    const bool avx2 = kernel_mode_get() == kernel_mode::avx2;
-    if (bits_ == 2) return avx2 ? score_avx2::dots_u2_i8 : dots_packed_scalar<crumb>;
-    return avx2 ? score_avx2::dots_u4_i8 : dots_packed_scalar<nibble>;
+    if (kernel_mode_get() != kernel_mode::avx2) return bits_ == 2 ? dots_packed_scalar<crumb> : dots_packed_scalar<nibble>;
+    switch (int8_isa_get()) {
+        case int8_isa::avx512_vnni: return bits_ == 2 ? score_avx512::dots_u2_i8 : score_avx512::dots_u4_i8;
+        case int8_isa::avx_vnni: return bits_ == 2 ? score_vnni::dots_u2_i8 : score_vnni::dots_u4_i8;
+        case int8_isa::avx2: break;
+    }
+    return bits_ == 2 ? score_avx2::dots_u2_i8 : score_avx2::dots_u4_i8;
 }
 
-// The scalar reference of score_avx2::softmax_weights (same contract).
-static void softmax_weights_scalar(const int32_t * dots, int stride, int32_t mul, int32_t offset, float q_scale,
-                                   const float * s_k, int s_stride, float c, float b, int n, float * w) {
+// The scalar reference of score_avx2::softmax_group (same contract).
+static void softmax_group_scalar(const int32_t * dots, int group, int32_t mul, const int32_t * offset,
+                                 const float * q_scale, const float * s_k, int s_stride, float c, const float * b, int n,
+                                 float * acc) {
     for (int t = 0; t < n; ++t) {
-        const float dot = float(mul * dots[t * stride] - offset) * q_scale * s_k[t * s_stride];
-        w[t] = softmax_weight(dot, c, b);
+        float sum = 0.0f;
+        for (int h = 0; h < group; ++h) {
+            const float dot = float(mul * dots[t * group + h] - offset[h]) * q_scale[h] * s_k[t * s_stride];
+            const float w = softmax_weight(dot, c, b != nullptr ? b[h] : 0.0f);
+            sum = h == 0 ? w : sum + w;
+        }
+        acc[t] = sum;
     }
 }
 
@@ -305,8 +316,8 @@ void quant_copy::score_tokens(dots_fn dots_of, const uint8_t * keys, const float
     const uint8_t * k[score_block];
     float token_score[score_block];
     const bool softmax = agg == score_aggregate::softmax;
-    const auto weights = kernel_mode_get() == kernel_mode::avx2 ? score_avx2::softmax_weights : softmax_weights_scalar;
-    float w[score_block], acc[score_block];
+    const auto weights = kernel_mode_get() == kernel_mode::avx2 ? score_avx2::softmax_group : softmax_group_scalar;
+    float acc[score_block];
     for (int g = 0; g < n_kv; ++g) {
         const size_t h0 = size_t(g) * size_t(group);  // first query head of KV head g
         for (int t = 0; t < nb; ++t) k[t] = keys + size_t(t) * row_bytes_ + size_t(g) * head_bytes_;
@@ -316,13 +327,9 @@ void quant_copy::score_tokens(dots_fn dots_of, const uint8_t * keys, const float
         }
         dots_of(q_i8_.data() + h0 * size_t(hd), group, k, nb, hd, dots);
         if (softmax) {
-            // Head by head over the block's tokens (vectorized), summed in head order as below.
-            for (int h = 0; h < group; ++h) {
-                const size_t hq = h0 + size_t(h);
-                weights(dots + h, group, mul, q_offset_[hq], q_scale_[hq], scales + g, n_kv, log2_scale_,
-                        head_mass_.empty() ? 0.0f : head_mass_[hq], nb, w);
-                for (int t = 0; t < nb; ++t) acc[t] = h == 0 ? w[t] : acc[t] + w[t];
-            }
+            // All query heads of KV head g over the block's tokens (vectorized), summed in head order as below.
+            weights(dots, group, mul, q_offset_.data() + h0, q_scale_.data() + h0, scales + g, n_kv, log2_scale_,
+                    head_mass_.empty() ? nullptr : head_mass_.data() + h0, nb, acc);
             for (int t = 0; t < nb; ++t) {
                 if (!per_layer) {
                     out[int64_t(g) * stride + t] = group_score(agg, acc[t]);

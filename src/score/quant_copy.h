@@ -59,9 +59,10 @@
 // Which width: docs/storage.md "The scoring copy" gives attention recall and perplexity at both; the
 // context's default (context_params::score_copy_bits) is chosen there.
 //
-// Kernels: AVX2 (score_avx2.cpp, dots_u4_i8 and dots_u2_i8) or the scalar reference, per kernel_mode_get() at each
-// call; both give the same int32 sums and share the f32 scaling and aggregation, so scores are
-// bit-identical in both modes. Writing is scalar (the same in both modes). Throughput:
+// Kernels: AVX2 (score_packed.cpp, dots_u4_i8 and dots_u2_i8, in the build int8_isa_get() names: plain
+// AVX2, AVX-VNNI or AVX-512 VNNI) or the scalar reference, per kernel_mode_get() at each call; all give
+// the same int32 sums and share the f32 scaling and aggregation, so scores are bit-identical in every
+// mode and build. Writing is scalar (the same in both modes). Throughput:
 // bench/bench_score.cpp (row "copy").
 //
 // Threads: score() splits tokens over the pool. The other methods run on the caller's thread. write()
@@ -189,7 +190,8 @@ private:
     // without prefetch, 2.7 to 3.8 with.
     static constexpr int score_block = 16;
 
-    // dots_u4_i8 or dots_u2_i8 of score_avx2.h (per bits) or its scalar reference, per kernel_mode_get().
+    // dots_u4_i8 or dots_u2_i8 of score_avx2.h (per bits) in int8_isa_get()'s build, or its scalar
+    // reference, per kernel_mode_get().
     using dots_fn = void (*)(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out);
     dots_fn kernel() const;
 

@@ -1,6 +1,7 @@
 // AVX2/FMA/F16C kernels of the host scorer; see score_avx2.h for the rules of this file. Scalar
 // references: host_scorer.cpp.
 #include "score/score_avx2.h"
+#include "score/score_simd.h"
 
 #include <immintrin.h>
 
@@ -9,54 +10,6 @@
 namespace hill::score_avx2 {
 
 namespace {
-
-// Σ of the 8 lanes, pairwise: ((v0 + v1) + (v2 + v3)) + ((v4 + v5) + (v6 + v7)), the order of hsum4
-// too, so that a sum does not depend on whether it was reduced alone or with three others (which
-// depends on the token's place in its block).
-inline float hsum(__m256 v) {
-    const __m256 h = _mm256_hadd_ps(v, v);
-    const __m256 hh = _mm256_hadd_ps(h, h);
-    return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(hh), _mm256_extractf128_ps(hh, 1)));
-}
-
-// The lane sums of a, b, c, d, each as hsum computes it.
-inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
-    const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
-    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-}
-
-inline int32_t hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));  // + the other 64-bit half
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));  // + the neighbouring 32-bit lane
-    return _mm_cvtsi128_si32(s);
-}
-
-inline __m128i hsum4_i32(__m256i a, __m256i b, __m256i c, __m256i d) {
-    const __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
-    return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-}
-
-// s[r] = the lane sum of a[r], four at a time.
-template <int N>
-inline void reduce(const __m256 (&a)[N], float * s) {
-    int r = 0;
-#pragma GCC unroll 2
-    for (; r + 4 <= N; r += 4) _mm_storeu_ps(s + r, hsum4(a[r], a[r + 1], a[r + 2], a[r + 3]));
-#pragma GCC unroll 4
-    for (; r < N; ++r) s[r] = hsum(a[r]);
-}
-
-template <int N>
-inline void reduce(const __m256i (&a)[N], int32_t * s) {
-    int r = 0;
-#pragma GCC unroll 2
-    for (; r + 4 <= N; r += 4) {
-        _mm_storeu_si128(reinterpret_cast<__m128i *>(s + r), hsum4_i32(a[r], a[r + 1], a[r + 2], a[r + 3]));
-    }
-#pragma GCC unroll 4
-    for (; r < N; ++r) s[r] = hsum_i32(a[r]);
-}
 
 // Key elements i.. of a row as f32: 8 at a time, and one for the tails.
 struct load_f32 {
@@ -160,111 +113,6 @@ struct tile {
     }
 };
 
-// Query heads [0, TH) of q against all n_k keys: tiles of 8 / TH keys, then single keys.
-template <class Tile, int TH, class Q, class Out>
-void dots_heads(const Q * q, int n_q, const uint8_t * const * k, int n_k, int n, Out * out) {
-    constexpr int TK = 8 / TH;
-    int t = 0;
-    for (; t + TK <= n_k; t += TK) Tile::template run<TK, TH>(q, n_q, k + t, n, out + t * n_q);
-    for (; t < n_k; ++t) Tile::template run<1, TH>(q, n_q, k + t, n, out + t * n_q);
-}
-
-// Head tiles of 4, then 2, then 1: a key is widened once per head tile, so once for GQA groups of 4.
-template <class Tile, class Q, class Out>
-void dots_block(const Q * q, int n_q, const uint8_t * const * k, int n_k, int n, Out * out) {
-    int h = 0;
-    for (; h + 4 <= n_q; h += 4) dots_heads<Tile, 4>(q + h * n, n_q, k, n_k, n, out + h);
-    if (h + 2 <= n_q) {
-        dots_heads<Tile, 2>(q + h * n, n_q, k, n_k, n, out + h);
-        h += 2;
-    }
-    if (h < n_q) dots_heads<Tile, 1>(q + h * n, n_q, k, n_k, n, out + h);
-}
-
-// Nibble i of a packed int4 head vector of n elements (quant_copy.h): in its block of b elements
-// (32, the last one n mod 32), byte j holds elements j (low nibble) and j + b/2 (high nibble).
-inline int32_t nibble(const uint8_t * row, int n, int i) {
-    const int b0 = i / 32 * 32, half = (n - b0 < 32 ? n - b0 : 32) / 2, j = i - b0;
-    const uint8_t byte = row[b0 / 2 + (j < half ? j : j - half)];
-    return j < half ? byte & 0x0f : byte >> 4;
-}
-
-// The 32 elements of block i (a multiple of 32) of a packed int4 key, in query order: the block's 16
-// bytes loaded into both 128-bit lanes and the upper lane shifted right by 4, so that after the mask
-// the low lane holds elements 0..15 and the high lane 16..31.
-struct unpack_u4 {
-    static __m256i block(const uint8_t * key, int i) {
-        const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(key + i / 2)));
-        return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0f));
-    }
-    static int32_t elem(const uint8_t * row, int n, int i) { return nibble(row, n, i); }
-};
-
-// Element i of a packed int2 head vector of n elements (quant_copy.h): in its block of b elements (32,
-// the last one n mod 32), byte j holds elements j + m · b/4 in bits 2m, 2m + 1 (m = 0..3).
-inline int32_t crumb(const uint8_t * row, int n, int i) {
-    const int b0 = i / 32 * 32, quarter = (n - b0 < 32 ? n - b0 : 32) / 4, j = i - b0;
-    return (row[b0 / 4 + j % quarter] >> (2 * (j / quarter))) & 3;
-}
-
-// The same for a packed int2 key: the block's 8 bytes broadcast to the four 64-bit lanes and lane m
-// shifted right by 2m, so that after the mask byte j of lane m holds element j + 8m.
-struct unpack_u2 {
-    static __m256i block(const uint8_t * key, int i) {
-        int64_t bytes;
-        std::memcpy(&bytes, key + i / 4, 8);
-        return _mm256_and_si256(_mm256_srlv_epi64(_mm256_set1_epi64x(bytes), _mm256_setr_epi64x(0, 2, 4, 6)),
-                                _mm256_set1_epi8(0x03));
-    }
-    static int32_t elem(const uint8_t * row, int n, int i) { return crumb(row, n, i); }
-};
-
-// A tile of TK packed keys (int4: dots_u4_i8, int2: dots_u2_i8, unpacked by U) × TH int8 query heads.
-// maddubs takes the key as unsigned (the stored field: k̂ + 8 in [1, 15], or u in [0, 3]) and the query
-// as signed: each pair sum is at most 2 · 15 · 127 = 3810, so 8 blocks add up in int16 (30480 < 32767)
-// before madd with ones widens them to int32 — one widening per 8 blocks instead of one per block.
-// TK · TH = 8 int16 accumulators, the key and the constants fit the 16 registers; the query vectors
-// are read from L1 as memory operands. The tail (n mod 32 elements) is scalar.
-template <class U>
-struct tile_packed {
-    template <int TK, int TH>
-    static void run(const int8_t * q, int n_q, const uint8_t * const * k, int n, int32_t * out) {
-        const int n_full = n / 32 * 32;
-        const __m256i ones = _mm256_set1_epi16(1);
-        __m256i acc[TK * TH];
-#pragma GCC unroll 8
-        for (auto & a : acc) a = _mm256_setzero_si256();
-        for (int i0 = 0; i0 < n_full; i0 += 256) {
-            const int i1 = i0 + 256 < n_full ? i0 + 256 : n_full;
-            __m256i a16[TK * TH];
-#pragma GCC unroll 8
-            for (auto & a : a16) a = _mm256_setzero_si256();
-            for (int i = i0; i < i1; i += 32) {
-#pragma GCC unroll 8
-                for (int t = 0; t < TK; ++t) {
-                    const __m256i kv = U::block(k[t], i);
-#pragma GCC unroll 8
-                    for (int h = 0; h < TH; ++h) {
-                        const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(q + h * n + i));
-                        a16[t * TH + h] = _mm256_add_epi16(a16[t * TH + h], _mm256_maddubs_epi16(kv, qv));
-                    }
-                }
-            }
-#pragma GCC unroll 8
-            for (int r = 0; r < TK * TH; ++r) acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(a16[r], ones));
-        }
-        int32_t s[TK * TH];
-        reduce(acc, s);
-        for (int t = 0; t < TK; ++t) {
-            for (int h = 0; h < TH; ++h) {
-                int32_t v = s[t * TH + h];
-                for (int j = n_full; j < n; ++j) v += int32_t(q[h * n + j]) * U::elem(k[t], n, j);
-                out[t * n_q + h] = v;
-            }
-        }
-    }
-};
-
 // The maximum of the sign-cleared f32 bit patterns (f16 elements widened exactly) as integers: for
 // IEEE floats of one sign that order is the numeric one, with inf above every finite value and NaN
 // above inf, so the result is exact and does not depend on the order of the elements (a float max
@@ -330,14 +178,6 @@ void dots_i8(const float * q, int n_q, const uint8_t * const * k, int n_k, int n
 
 void dots_i8_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out) {
     dots_block<tile<math_i8>>(q, n_q, k, n_k, n, out);
-}
-
-void dots_u4_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out) {
-    dots_block<tile_packed<unpack_u4>>(q, n_q, k, n_k, n, out);
-}
-
-void dots_u2_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out) {
-    dots_block<tile_packed<unpack_u2>>(q, n_q, k, n_k, n, out);
 }
 
 float amax_f32(const uint8_t * x, int n) {

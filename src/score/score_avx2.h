@@ -1,6 +1,6 @@
 // AVX2/FMA/F16C kernels of the host scorer and the scoring copy (private to src/score). Defined in
-// score_avx2.cpp, the only file of src/score compiled with -mavx2 -mfma -mf16c; call them only when
-// kernel_mode_get() == kernel_mode::avx2. Each has a scalar reference in host_scorer.cpp (dots_u4_i8,
+// score_avx2.cpp and score_packed.cpp (and softmax_avx2.cpp), compiled for AVX2 (score/sources.cmake);
+// call them only when kernel_mode_get() == kernel_mode::avx2. Each has a scalar reference in host_scorer.cpp (dots_u4_i8,
 // dots_u2_i8: in quant_copy.cpp) that tests compare it with.
 //
 // Same rule as compute/kernels_avx2.h: score_avx2.cpp calls no inline or template function that other
@@ -34,18 +34,22 @@ void dots_i8_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, i
 //   out[t · n_q + h] = Σ_i q[h · n + i] · nibble_i(k[t])      (out: [n_k, n_q])
 // exact in int32: the dot with k̂ + 8, from which the caller subtracts 8 · Σ_i q[h · n + i]. Asserted
 // nowhere: n <= score_max_head_dim keeps the sums far inside int32.
+// Defined in score_packed.cpp, here (AVX2) and in score_vnni / score_avx512 below.
 void dots_u4_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out);
 // The same with int2 keys (n a multiple of 4), packed as quant_copy.h describes (blocks of 32, the last
 // one n mod 32; 2-bit fields u in [0, 3] for the levels 2u − 3): the dot with u, from which the caller
 // gets the one with 2u − 3 as 2 · dot − 3 · Σ_i q[h · n + i].
 void dots_u2_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out);
 
-// The softmax aggregate's weights of n <= 16 tokens for one query head (score/head_softmax.h): w[t] =
-// softmax_weight(float(mul · dots[t · stride] − offset) · q_scale · s_k[t · s_stride], c, b), the same
-// bits as that scalar expression (defined in softmax_avx2.cpp, built without FMA contraction; the
-// scalar reference is quant_copy.cpp's).
-void softmax_weights(const int32_t * dots, int stride, int32_t mul, int32_t offset, float q_scale, const float * s_k,
-                     int s_stride, float c, float b, int n, float * w);
+// The softmax aggregate's weights of one KV head's `group` query heads, summed in head order, for n
+// tokens (score/head_softmax.h): acc[t] = Σ_h w(t, h) with
+//   w(t, h) = softmax_weight(float(mul · dots[t · group + h] − offset[h]) · q_scale[h] · s_k[t · s_stride],
+//                            c, b ? b[h] : 0),
+// the sum w(t, 0) + w(t, 1) + … left to right: the same bits as those scalar expressions (defined in
+// softmax_avx2.cpp, built without FMA contraction; the scalar reference is quant_copy.cpp's).
+// dots int32 [n, group]; offset, q_scale (and b) [group]; acc [n].
+void softmax_group(const int32_t * dots, int group, int32_t mul, const int32_t * offset, const float * q_scale,
+                   const float * s_k, int s_stride, float c, const float * b, int n, float * acc);
 
 // max_i |x[i]| over x[n] (f32 or f16 bits): +inf if some element is infinite and none NaN, NaN if
 // some element is NaN, else the exact maximum.
@@ -58,3 +62,16 @@ void quantize_f32(const uint8_t * x, int n, float inv, int8_t * out);
 void quantize_f16(const uint8_t * x, int n, float inv, int8_t * out);
 
 }  // namespace hill::score_avx2
+
+// The same two kernels built with VNNI (score_packed.cpp; the same bits): AVX-VNNI — call only when
+// int8_isa_supported(int8_isa::avx_vnni) (compute/q8_dot.h) —, and AVX-512 F/BW/VL/VNNI — only when
+// int8_isa_supported(int8_isa::avx512_vnni).
+namespace hill::score_vnni {
+void dots_u4_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out);
+void dots_u2_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out);
+}  // namespace hill::score_vnni
+
+namespace hill::score_avx512 {
+void dots_u4_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out);
+void dots_u2_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out);
+}  // namespace hill::score_avx512

@@ -7,13 +7,21 @@ hill_add_library(hill_score
   score/key_sketch.cpp
   score/page_bounds.cpp
   score/score_avx2.cpp
+  score/score_packed.cpp
+  score/score_packed_avx512.cpp
+  score/score_packed_vnni.cpp
   score/score_config.cpp
   score/quant_copy.cpp
   score/softmax_avx2.cpp
   score/selector.cpp
 )
-# Only this file is compiled for AVX2/FMA/F16C; it runs only when cpu_has_avx2() says so.
-set_source_files_properties(score/score_avx2.cpp PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
+# These files are compiled for AVX2/FMA/F16C; they run only when cpu_has_avx2() says so.
+set_source_files_properties(score/score_avx2.cpp score/score_packed.cpp PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
+# score_packed.cpp again with AVX-VNNI and with AVX-512 VNNI (they include it); each runs only when
+# int8_isa_supported() says so.
+set_source_files_properties(score/score_packed_vnni.cpp PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-mavxvnni")
+set_source_files_properties(score/score_packed_avx512.cpp PROPERTIES COMPILE_OPTIONS
+                            "-mavx2;-mfma;-mf16c;-mavx512f;-mavx512bw;-mavx512vl;-mavx512vnni")
 # The softmax weights must equal the scalar code's bits: AVX2 without FMA, no contraction.
 set_source_files_properties(score/softmax_avx2.cpp PROPERTIES COMPILE_OPTIONS "-mavx2;-ffp-contract=off")
 target_link_libraries(hill_score PUBLIC hill_compute hill_core)
