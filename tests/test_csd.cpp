@@ -608,7 +608,8 @@ TEST(csd_device, a_read_pass_over_a_prefetch_returns_the_same_rows_and_reads_onl
     EXPECT_EQ(plain->counters().prefetch_hits, hits.size());
 
     // A hint whose reads fail (every read off this thread fails: the prefetch thread's): the read pass
-    // reads every token itself.
+    // reads every token itself — the misses before it waits for the hint (as always: those reads
+    // overlap the prefetch's), the hinted ones once the hint has failed.
     const std::thread::id self = std::this_thread::get_id();
     fail_off_thread = [self] { return std::this_thread::get_id() != self; };
     const uint64_t bytes0 = plain->counters().internal_read_bytes;
@@ -616,8 +617,40 @@ TEST(csd_device, a_read_pass_over_a_prefetch_returns_the_same_rows_and_reads_onl
     EXPECT_EQ(read_pass(*plain, f, f.pass(want)), want);
     plain->end_step();
     EXPECT_EQ(plain->counters().prefetch_hits, hits.size()) << "nothing was taken from the failed prefetch";
-    EXPECT_EQ(plain->counters().internal_read_bytes - bytes0, uint64_t(f.n_groups_of(want)) * group_bytes);
+    ASSERT_LE(want.size(), size_t(8 << 20) / f.layout.token_layer_bytes()) << "one chunk: its misses are read early";
+    EXPECT_EQ(plain->counters().internal_read_bytes - bytes0,
+              uint64_t(f.n_groups_of(misses) + f.n_groups_of(hits)) * group_bytes);
     fail_off_thread = nullptr;
+}
+
+// The same over a pass of several 8 MiB chunks (the first chunk's misses are read before the pass
+// waits for the hint, the others chunk by chunk): the right rows in order, with the hint and with a
+// hint whose reads fail.
+TEST(csd_device, a_read_pass_of_several_chunks_over_a_prefetch_returns_the_same_rows) {
+    HILL_FRESH_RNG(rng);
+    cold_log_fixture f(40000, rng_seed);
+    ASSERT_GT(f.n, 2 * int64_t(size_t(8 << 20) / f.layout.token_layer_bytes())) << "three chunks or more";
+    bool fail_prefetch = false;
+    const std::thread::id self = std::this_thread::get_id();
+    thread_pool pool(2);
+    csd::storage_params pp;
+    pp.io_faults = [&](const io_issue &, int64_t r) {
+        return fail_prefetch && std::this_thread::get_id() != self ? int64_t(-EIO) : r;
+    };
+    auto plain = csd::make_device(pp, f.pool.get(), f.layout, f.shape, pool);
+    std::vector<int32_t> want, hint;
+    for (const int32_t t : f.disk_positions()) {
+        const bool w = rng() % 2 == 0, h = w ? rng() % 5 != 0 : rng() % 10 == 0;
+        if (w) want.push_back(t);
+        if (h) hint.push_back(t);
+    }
+    for (const bool fail : {false, true}) {
+        fail_prefetch = fail;
+        plain->prefetch(f.pass(hint));
+        EXPECT_EQ(read_pass(*plain, f, f.pass(want)), want) << (fail ? "failed hint" : "hint");
+        plain->end_step();
+    }
+    EXPECT_EQ(plain->counters().tokens_read, 2 * want.size());
 }
 
 TEST(csd_device, emulator_needs_integer_keys_and_an_int8_query) {

@@ -104,19 +104,63 @@ void plain_ssd::read_begin(const device_pass & pass) {
     reading_ = true;
     ++counters_.n_read_passes;
     job_key_ = key_of(pass);
+    first_misses_read_ = false;
+    if (prefetch_ != nullptr) {
+        if (const std::span<const int32_t> planned = prefetch_->planned(job_key_); !planned.empty()) {
+            // While the job runs, read the first chunk's tokens it lacks: both queues busy at once.
+            groups_.assign(pass.groups.begin(), pass.groups.end());
+            read_pos_.assign(pass.positions.begin(), pass.positions.end());
+            read_misses(0, std::min(read_pos_.size(), size_t(chunk_rows_)), planned);
+            first_misses_read_ = true;
+        }
+    }
     const int64_t t0 = time_us();
     job_ = prefetch_ != nullptr ? prefetch_->wait(job_key_) : nullptr;
     counters_.t_read_us += uint64_t(time_us() - t0);
-    if (job_ == nullptr) {
-        if (prefetch_ != nullptr) prefetch_->release(job_key_);  // a failed job: its tokens are read now
-        gather_->begin(pass.groups, pass.positions, true);
+    if (job_ == nullptr && prefetch_ != nullptr) prefetch_->release(job_key_);
+    if (job_ == nullptr && !first_misses_read_) {
+        gather_->begin(pass.groups, pass.positions, true);  // no job: every token is read now
         return;
     }
-    groups_.assign(pass.groups.begin(), pass.groups.end());
-    read_pos_.assign(pass.positions.begin(), pass.positions.end());
+    // Over the job, or over a failed job whose first-chunk misses were read above: the rest is read
+    // chunk by chunk (merged_next).
+    merged_ = true;
+    early_.assign(misses_.begin(), misses_.end());
+    if (!first_misses_read_) {
+        groups_.assign(pass.groups.begin(), pass.groups.end());
+        read_pos_.assign(pass.positions.begin(), pass.positions.end());
+    }
     read_i_ = 0;
     job_j_ = 0;
-    charge(job_->bytes_read, counters_.link_kv_bytes);
+    if (job_ != nullptr) charge(job_->bytes_read, counters_.link_kv_bytes);
+}
+
+void plain_ssd::read_misses(size_t begin, size_t end, std::span<const int32_t> have) {
+    const size_t rb = layout_.row_bytes();
+    misses_.clear();
+    miss_row_.clear();
+    size_t j = size_t(std::lower_bound(have.begin(), have.end(), begin < end ? read_pos_[begin] : 0) - have.begin());
+    for (size_t i = begin; i < end; ++i) {
+        const int32_t t = read_pos_[i];
+        while (j < have.size() && have[j] < t) ++j;
+        if (j == have.size() || have[j] != t) {
+            misses_.push_back(t);
+            miss_row_.push_back(int32_t(i - begin));
+        }
+    }
+    if (misses_.empty()) return;
+    gather_->begin(groups_, misses_, true);
+    kv_batch b;
+    size_t m = 0;
+    while (next_batch(b, counters_.link_kv_bytes)) {
+        for (int64_t r = 0; r < b.view.n_kv; ++r, ++m) {
+            const size_t src = size_t(b.rows != nullptr ? b.rows[r] : r) * rb;
+            const size_t dst = size_t(miss_row_[m]) * rb;
+            std::memcpy(merge_k_.data() + dst, static_cast<const uint8_t *>(b.view.k) + src, rb);
+            std::memcpy(merge_v_.data() + dst, static_cast<const uint8_t *>(b.view.v) + src, rb);
+        }
+    }
+    HILL_ASSERT(m == misses_.size());
 }
 
 bool plain_ssd::merged_next(kv_batch & out) {
@@ -126,38 +170,24 @@ bool plain_ssd::merged_next(kv_batch & out) {
     }
     const size_t rb = layout_.row_bytes();
     const size_t begin = read_i_, end = std::min(read_pos_.size(), begin + size_t(chunk_rows_));
-    const std::vector<int32_t> & have = job_->positions;
-    const auto * jk = static_cast<const uint8_t *>(job_->view.k);
-    const auto * jv = static_cast<const uint8_t *>(job_->view.v);
-    misses_.clear();
-    miss_row_.clear();
+    const std::span<const int32_t> have = job_ != nullptr ? std::span<const int32_t>(job_->positions) : std::span<const int32_t>{};
+    if (begin != 0 || !first_misses_read_) {
+        read_misses(begin, end, have);
+    } else if (job_ == nullptr) {
+        read_misses(begin, end, early_);  // a failed job: the first chunk's tokens not read early
+    }
     uint64_t hits = 0;
-    for (size_t i = begin; i < end; ++i) {
+    for (size_t i = begin; job_ != nullptr && i < end; ++i) {
+        const auto * jk = static_cast<const uint8_t *>(job_->view.k);
+        const auto * jv = static_cast<const uint8_t *>(job_->view.v);
         const int32_t t = read_pos_[i];
         while (job_j_ < have.size() && have[job_j_] < t) ++job_j_;
-        const size_t row = i - begin;
         if (job_j_ < have.size() && have[job_j_] == t) {
+            const size_t row = i - begin;
             std::memcpy(merge_k_.data() + row * rb, jk + job_j_ * rb, rb);
             std::memcpy(merge_v_.data() + row * rb, jv + job_j_ * rb, rb);
             ++hits;
-        } else {
-            misses_.push_back(t);
-            miss_row_.push_back(int32_t(row));
         }
-    }
-    if (!misses_.empty()) {
-        gather_->begin(groups_, misses_, true);
-        kv_batch b;
-        size_t m = 0;
-        while (next_batch(b, counters_.link_kv_bytes)) {
-            for (int64_t j = 0; j < b.view.n_kv; ++j, ++m) {
-                const size_t src = size_t(b.rows != nullptr ? b.rows[j] : j) * rb;
-                const size_t dst = size_t(miss_row_[m]) * rb;
-                std::memcpy(merge_k_.data() + dst, static_cast<const uint8_t *>(b.view.k) + src, rb);
-                std::memcpy(merge_v_.data() + dst, static_cast<const uint8_t *>(b.view.v) + src, rb);
-            }
-        }
-        HILL_ASSERT(m == misses_.size());
     }
     read_i_ = end;
     counters_.prefetch_hits += hits;
@@ -169,7 +199,7 @@ bool plain_ssd::merged_next(kv_batch & out) {
 
 bool plain_ssd::read_next(kv_batch & out) {
     HILL_ASSERT(reading_);
-    const bool more = job_ != nullptr ? merged_next(out) : next_batch(out, counters_.link_kv_bytes);
+    const bool more = merged_ ? merged_next(out) : next_batch(out, counters_.link_kv_bytes);
     if (!more) {
         reading_ = false;
         return false;
@@ -197,8 +227,10 @@ void plain_ssd::cancel() {
 }
 
 void plain_ssd::forget_pass() {
-    if (job_ != nullptr) prefetch_->release(job_key_);
+    if (reading_ && prefetch_ != nullptr) prefetch_->release(job_key_);  // taken, failed or not waited for yet
     job_ = nullptr;
+    merged_ = false;
+    first_misses_read_ = false;
     scorer_ = nullptr;
     reading_ = false;
 }

@@ -43,8 +43,12 @@ private:
     void charge(uint64_t bytes, uint64_t & link_bytes);
     // Ends the pass in flight (releasing its prefetch job): the device is idle.
     void forget_pass();
-    // A read pass over a prefetch: the next chunk, hits copied from the job, misses read.
+    // A read pass over a prefetch: the next chunk, hits copied from the job, misses read (the first
+    // chunk's were read by read_begin while the job ran).
     bool merged_next(kv_batch & out);
+    // Reads the tokens of read_pos_[begin, end) that `have` (ascending) lacks into the merge buffers,
+    // each at its row i − begin.
+    void read_misses(size_t begin, size_t end, std::span<const int32_t> have);
     static uint64_t key_of(const device_pass & p) { return uint64_t(uint32_t(p.seq)) << 32 | uint32_t(p.il); }
 
     storage_params params_;
@@ -57,12 +61,16 @@ private:
     int il_ = 0;
     host_scorer * scorer_ = nullptr;       // a scoring pass is in flight
     bool reading_ = false;                 // a read pass is in flight
-    // A read pass over a prefetch job (job_ != nullptr): its positions, the next one, the job's next row.
+    // A read pass over a prefetch job (job_; nullptr when it failed after the first chunk's misses were
+    // read): its positions, the next one, the job's next row.
     const prefetched * job_ = nullptr;
     uint64_t job_key_ = 0;
     std::vector<std::pair<uint32_t, uint32_t>> groups_;
     std::vector<int32_t> read_pos_, misses_, miss_row_;
     size_t read_i_ = 0, job_j_ = 0;
+    bool merged_ = false;                  // the pass runs through merged_next
+    bool first_misses_read_ = false;       // the first chunk's misses are in the merge buffers
+    std::vector<int32_t> early_;           // those misses (read before the job was waited for)
     int64_t chunk_rows_ = 1;
     aligned_buffer merge_k_, merge_v_;     // layout type [chunk_rows, n_embd_kv]
     kv_layout layout_;

@@ -74,6 +74,12 @@ int64_t cold_prefetch::start(uint64_t key, std::span<const std::pair<uint32_t, u
     return n;
 }
 
+std::span<const int32_t> cold_prefetch::planned(uint64_t key) {
+    std::lock_guard lock(m_);
+    const slot * s = find(key);
+    return s != nullptr ? std::span<const int32_t>(s->result.positions) : std::span<const int32_t>{};
+}
+
 const prefetched * cold_prefetch::wait(uint64_t key) {
     std::unique_lock lock(m_);
     slot * s = find(key);
