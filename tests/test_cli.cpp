@@ -1003,6 +1003,17 @@ TEST_F(cli, bench_step_measures_every_configuration_and_writes_json_and_a_plot) 
     ASSERT_TRUE(std::filesystem::exists(png));
     EXPECT_GT(std::filesystem::file_size(png), 1000u);
     EXPECT_EQ(test::read_whole_file(png).substr(1, 3), "PNG");
+
+    // Without an all-in-RAM `full` in the grid, that ratio prints as "-" (null in the JSON), not "nan".
+    const test::cli_result c = test::run_cli(
+        "bench step --ctx 1024 --layers 1 --heads 4 --kv-heads 2 --head-dim 64 --cold 0.5 --policies full,hillinfer "
+        "--storage plain --steps 1 --warmup 0 -t 1 --kv-dir " + d.file("kv") + " --json " + json);
+    ASSERT_EQ(c.code, 0) << c.out;
+    EXPECT_EQ(c.out.find("nan"), std::string::npos) << c.out;
+    const nlohmann::json cj = nlohmann::json::parse(test::read_whole_file(json));
+    ASSERT_EQ(cj["ratios"].size(), 1u) << cj["ratios"];
+    EXPECT_TRUE(cj["ratios"][0]["ratio_to_full_in_ram"].is_null());
+    EXPECT_GT(cj["ratios"][0]["speedup_over_full"].get<double>(), 0.0);
 }
 
 TEST_F(cli, bench_step_refuses_bad_grids_before_measuring) {

@@ -486,7 +486,11 @@ int run_step(step_opts & o) {
         }
         const double speedup = f != nullptr ? f->step_ms / r.step_ms : NAN;
         const double vs_ram = fr != nullptr ? r.step_ms / fr->step_ms : NAN;
-        fmt::print("{:>7} {:38} {:>25.2f}x {:>25.2f}x\n", r.config.ctx, label(r.config), speedup, vs_ram);
+        // A ratio without its `full` configuration in the grid prints as "-" (null in the JSON).
+        const auto ratio = [](const step_result * base, double v) {
+            return base != nullptr ? fmt::format("{:.2f}x", v) : std::string("-");
+        };
+        fmt::print("{:>7} {:38} {:>26} {:>26}\n", r.config.ctx, label(r.config), ratio(f, speedup), ratio(fr, vs_ram));
         nlohmann::json j = {{"ctx", r.config.ctx}, {"cold", r.config.cold}, {"policy", r.config.policy},
                             {"storage", r.config.storage}, {"profile", r.config.profile},
                             {"score_copy", r.config.score_copy}};
