@@ -92,6 +92,7 @@ nlohmann::json policy_json(const context & ctx) {
         {"placement", std::string(name(pol.placement()))},
         {"steps", st.n_steps},
         {"failed_steps", st.n_failed},
+        {"hints_gated", st.hints_gated},
         {"attended_share", ratio(double(t.attended), double(t.context))},
         {"attended_hot_share", ratio(double(t.hot), double(t.attended))},
         {"attended_cold_share", t.cold_share()},
@@ -240,6 +241,10 @@ std::string storage_summary(const context & ctx) {
                                       : "the previous step's selection",
                            100.0 * double(c.prefetch_hits) / double(std::max<uint64_t>(c.tokens_read, 1)),
                            100.0 * (1.0 - double(c.prefetch_hits) / double(c.tokens_prefetched)));
+    }
+    if (const uint64_t gated = ctx.decode_stats().hints_gated; gated > 0) {
+        out += fmt::format("  pipeline: {} layer hints not sent: fewer than half of their layer's hinted tokens were "
+                           "selected (sched/hint_gate.h)\n", gated);
     }
     if (c.n_cancelled + c.n_errors > 0) out += fmt::format("  {} passes cancelled, {} failed\n", c.n_cancelled, c.n_errors);
     return out;

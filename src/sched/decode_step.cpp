@@ -36,7 +36,8 @@ decode_step::decode_step(const model & m, arch_forward & forward, kv_cells & cel
                          cold_logs * logs, cold_reader * reader, scoring_copy * copy, csd::device & device,
                          device_tier & dev, thread_pool & pool)
     : model_(m), forward_(forward), cells_(cells), hot_(hot), logs_(logs), reader_(reader), copy_(copy), device_(device),
-      dev_(dev), pool_(pool), layout_(hot.layout()), n_seq_max_(cells.n_seq()), prep_(std::make_unique<prepared>()),
+      dev_(dev), pool_(pool), layout_(hot.layout()), n_seq_max_(cells.n_seq()),
+      hints_(cells.n_seq(), cells.n_layer()), prep_(std::make_unique<prepared>()),
       gather_(hot) {
     const hparams & hp = m.hp();
     shape_ = hp.attn_shape();
@@ -90,6 +91,7 @@ void decode_step::set_policy(const policy & pol, csd::storage_kind storage) {
     sets_.assign(size_t(pol.n_group()), {});
     for (auto & s : sets_) s.reserve(size_t(cells_.n_ctx()));
     speculative_ = pol.uses_scores() && pol.scores_from() == copy_kind::sketch;
+    hints_ = hint_gate(n_seq_max_, cells_.n_layer());  // another policy selects otherwise
     HILL_ASSERT(!speculative_ || copy_ != nullptr);
     if (speculative_) {
         q_spec_.resize(q_.size());
@@ -156,12 +158,14 @@ void decode_step::run(std::span<const int> seqs, std::span<const int32_t> tokens
         stats_.t_forward_us += uint64_t(time_us() - t0);
     } catch (...) {
         device_.end_step();
+        hints_.discard_step();
         discard(prep);
         ++stats_.n_failed;
         span.arg("failed", 1);
         throw;
     }
     device_.end_step();
+    hints_.end_step();
     apply(prep);
 }
 
@@ -179,7 +183,13 @@ void decode_step::prefetch_layer(int il) {
         table_.clear();
         table_.add(cells_, &log, seq, il, std::span<const int32_t>(&*begin, size_t(end - begin)), false);
         const std::span<const int32_t> disk = table_.disk_pos_of(0);
-        if (!disk.empty()) device_.prefetch(csd::device_pass{il, seq, log.page_tokens, log.groups, disk});
+        if (disk.empty()) continue;
+        hints_.named(seq, il, disk);
+        if (hints_.open(il)) {
+            device_.prefetch(csd::device_pass{il, seq, log.page_tokens, log.groups, disk});
+        } else {
+            ++stats_.hints_gated;
+        }
     }
 }
 
@@ -511,6 +521,7 @@ void decode_step::gather_and_attend(int il, int b, prepared & prep) {
                std::span<const int32_t>(att.data(), att.size() - (own ? 1 : 0)), false);
     if (own) table_.add_hot(int32_t(n - 1), L.slot[size_t(b)]);
     const std::span<const int32_t> disk = table_.disk_pos_of(0);
+    hints_.wanted(seq, il, disk);
 
     // The selected tokens in position order, window by window (kv/ordered_gather.h): the hot ones in
     // place, the others copied as the storage device delivers them.

@@ -29,7 +29,8 @@
 // The pipeline (HillInfer paper §4.3): as layer il starts, the storage device is hinted with the
 // previous step's selection of layer il + 1 (and, in the first layer, of layer 0) of every sequence
 // (csd::device::prefetch): the plain SSD reads those tokens' K and V in the background while the host
-// computes, and step 4 reads only what the hint missed. The hint never changes a result.
+// computes, and step 4 reads only what the hint missed. The hint never changes a result. A layer whose
+// hints were mostly not selected is not hinted (sched/hint_gate.h; counted in step_stats::hints_gated).
 //
 // Speculation (a policy scoring from the key sketch, copy_kind::sketch: InfiniGen, policy/infinigen.cpp):
 // as layer il starts, the query of layer il + 1 is computed from the residual stream entering layer il
@@ -66,6 +67,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "policy/policy.h"
+#include "sched/hint_gate.h"
 #include "score/attention_recall.h"
 #include "score/host_scorer.h"
 #include "score/scoring_copy.h"
@@ -106,6 +108,8 @@ struct step_stats {
     uint64_t promotions = 0;        // cold → hot moves
     uint64_t evictions = 0;         // hot → cold moves (no write: the cold copy exists)
     uint64_t pingpong = 0;          // moves that undid a move of the same token within 8 steps
+    uint64_t hints_gated = 0;       // prefetch hints (sequence, layer) not sent: the layer's hints were mostly
+                                    // not selected (sched/hint_gate.h)
     uint64_t promoted_bytes = 0;    // K and V bytes copied into the hot pool by promotions
     // Per sequence id [n_seq], summed over layers and steps: context tokens and tokens attended (as
     // layers' n_context and n_attended); a server reports one request's attended share from their changes.
@@ -170,6 +174,7 @@ private:
     attention_shape shape_;
     kv_layout layout_;
     int n_seq_max_;
+    hint_gate hints_;                              // which layers' prefetch hints pay
     uint32_t step_ = 0;
     step_stats stats_;
 

@@ -3,6 +3,7 @@
 hill_add_library(hill_sched
   sched/calibration.cpp
   sched/decode_step.cpp
+  sched/hint_gate.cpp
   sched/planner.cpp
 )
 target_link_libraries(hill_sched PUBLIC hill_policy hill_csd hill_model hill_score hill_kv hill_compute hill_format hill_core)

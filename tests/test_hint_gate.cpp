@@ -1,0 +1,124 @@
+// The pipeline's hint gate (sched/hint_gate.h): each layer's hint precision as a moving average, the
+// gate shutting below 1/2 and opening again when the hints recover; and in the decode step: gated hints
+// change no result, and a model whose selection jumps from step to step stops being hinted.
+#include "engine/context.h"
+#include "engine/session.h"
+#include "model/model.h"
+#include "model/synthetic_model.h"
+#include "sched/hint_gate.h"
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+namespace hill {
+namespace {
+
+std::vector<int32_t> iota_from(int32_t first, int n) {
+    std::vector<int32_t> v(size_t(n), 0);
+    std::iota(v.begin(), v.end(), first);
+    return v;
+}
+
+TEST(hint_gate, opens_shuts_and_reopens_with_the_measured_precision) {
+    hint_gate g(2, 3);
+    for (int il = 0; il < 3; ++il) {
+        EXPECT_TRUE(g.open(il));
+        EXPECT_EQ(g.precision(il), 1.0f);
+    }
+    const std::vector<int32_t> hint = iota_from(0, 100);  // 0..99
+    // Layer 0: 20 of 100 hinted tokens wanted (with 30 others); layer 1: 80 of 100; layer 2: no hint.
+    const auto step = [&](float p0, float p1) {
+        for (int seq = 0; seq < 2; ++seq) {
+            g.named(seq, 0, hint);
+            g.named(seq, 1, hint);
+            std::vector<int32_t> w0 = iota_from(int32_t(100 - 100 * p0), int(100 * p0));
+            for (int32_t t = 200; t < 230; ++t) w0.push_back(t);
+            g.wanted(seq, 0, w0);
+            g.wanted(seq, 1, iota_from(0, int(100 * p1)));
+            g.wanted(seq, 2, hint);  // nothing named: counts nothing
+        }
+        g.end_step();
+    };
+    step(0.2f, 0.8f);
+    EXPECT_FLOAT_EQ(g.precision(0), 0.6f);  // 1 + (0.2 − 1) / 2
+    EXPECT_FLOAT_EQ(g.precision(1), 0.9f);
+    EXPECT_EQ(g.precision(2), 1.0f);
+    EXPECT_TRUE(g.open(0));
+    step(0.2f, 0.8f);
+    EXPECT_FLOAT_EQ(g.precision(0), 0.4f);
+    EXPECT_FALSE(g.open(0));
+    EXPECT_TRUE(g.open(1));
+    EXPECT_TRUE(g.open(2));
+    // Shut, the layer is still measured: precise hints open it again.
+    step(1.0f, 0.8f);
+    EXPECT_FLOAT_EQ(g.precision(0), 0.7f);
+    EXPECT_TRUE(g.open(0));
+}
+
+TEST(hint_gate, a_failed_step_and_a_second_pass_count_nothing) {
+    hint_gate g(1, 1);
+    const std::vector<int32_t> hint = iota_from(10, 10), none = iota_from(100, 10);
+    g.named(0, 0, hint);
+    g.wanted(0, 0, none);
+    g.discard_step();  // the step failed: its 0% is forgotten
+    EXPECT_EQ(g.precision(0), 1.0f);
+    g.named(0, 0, hint);
+    g.wanted(0, 0, hint);  // 100%
+    g.wanted(0, 0, none);  // a second pass of the step: the hint was taken
+    g.end_step();
+    EXPECT_EQ(g.precision(0), 1.0f);
+    g.end_step();  // a step without hints leaves the precision
+    EXPECT_EQ(g.precision(0), 1.0f);
+}
+
+class hint_gate_decode : public ::testing::Test {
+protected:
+    void SetUp() override {
+        write_random_model(dir.file("m.gguf"), random_model_params{.n_vocab = 300, .n_embd = 64, .n_ff = 96,
+                                                                   .n_layer = 3, .n_head = 8, .n_head_kv = 2,
+                                                                   .n_ctx = 512, .seed = 4});
+        m = model::load(dir.file("m.gguf"));
+        for (int i = 0; i < 200; ++i) prompt.push_back(1 + (i * 37) % 299);
+    }
+    std::unique_ptr<session> make(bool prefetch, double alpha = 0.2) {
+        context_params cp{.n_ctx = 300, .kv_type = ggml_type::f16, .n_batch = 64,
+                          .policy = policy_params{.name = "hillinfer", .alpha = alpha, .n_sinks = 4, .n_window = 8}};
+        cp.storage.prefetch = prefetch;
+        cp.kv_host_budget = context::host_budget_for(*m, cp, 50);
+        cp.kv_dir = dir.file("kv" + std::to_string(n_dirs++));
+        return std::make_unique<session>(*m, cp, pool);
+    }
+    test::temp_dir dir;
+    std::unique_ptr<model> m;
+    std::vector<int32_t> prompt;
+    thread_pool pool{2};
+    int n_dirs = 0;
+};
+
+// A random model's selection jumps from step to step (its hints are right about as often as α): its
+// layers' hints are gated, and the logits are those of a run without any prefetch. Selecting everything
+// (α 1), every hinted token is wanted again: nothing is gated and every prefetched token is used.
+TEST_F(hint_gate_decode, a_jumping_selection_is_not_hinted_and_a_stable_one_is) {
+    auto hinted = make(true), unhinted = make(false), stable = make(true, 1.0);
+    for (session * s : {hinted.get(), unhinted.get(), stable.get()}) s->eval(prompt);
+    for (int step = 0; step < 16; ++step) {
+        const int32_t tok = 1 + (step * 29) % 299;
+        for (session * s : {hinted.get(), unhinted.get(), stable.get()}) s->eval(std::span<const int32_t>(&tok, 1));
+        for (int32_t i = 0; i < 300; ++i) ASSERT_EQ(hinted->logits()[i], unhinted->logits()[i]) << "step " << step;
+    }
+    const csd::device_counters c = hinted->ctx().storage().counters();
+    EXPECT_GT(hinted->ctx().decode_stats().hints_gated, 0u);
+    EXPECT_LT(double(c.prefetch_hits), 0.5 * double(c.tokens_prefetched))
+        << "prefetched " << c.tokens_prefetched << ", used " << c.prefetch_hits;
+    EXPECT_EQ(unhinted->ctx().storage().counters().tokens_prefetched, 0u);
+    const csd::device_counters cs = stable->ctx().storage().counters();
+    EXPECT_EQ(stable->ctx().decode_stats().hints_gated, 0u);
+    EXPECT_GT(cs.tokens_prefetched, 0u);
+    EXPECT_EQ(cs.prefetch_hits, cs.tokens_prefetched);
+}
+
+}  // namespace
+}  // namespace hill
