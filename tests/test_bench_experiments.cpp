@@ -28,10 +28,10 @@ protected:
     test::temp_dir dir;
 
     // Runs `bench NAME --quick` with --json and --plot; checks the files and returns the JSON.
-    nlohmann::json run(const std::string & name) {
+    nlohmann::json run(const std::string & name, const std::string & more = "") {
         const std::string json = dir.file(name + ".json"), png = dir.file(name + ".png");
         const test::cli_result r = test::run_cli("bench " + name + " --quick -t 2 --kv-dir " + dir.file("kv") +
-                                                 " --json " + json + " --plot " + png);
+                                                 " --json " + json + " --plot " + png + more);
         EXPECT_EQ(r.code, 0) << r.out;
         EXPECT_TRUE(fs::exists(png) && fs::file_size(png) > 0) << png;
         // The plot's data and script beside the JSON, and the PNG a PNG.
@@ -96,6 +96,19 @@ TEST_F(bench_experiments, batch_reports_latency_and_throughput_per_batch_size) {
     ASSERT_EQ(prefill.size(), 3u);
     EXPECT_LT(prefill[1], prefill[2]);
     EXPECT_LT(prefill[2], prefill[4]);
+}
+
+// --same-prompt: one prefill per length, charged to every sequence of a batch.
+TEST_F(bench_experiments, the_same_prompt_is_prefilled_once_and_charged_per_sequence) {
+    const nlohmann::json j = run("batch", " --same-prompt --policies full,hillinfer");
+    EXPECT_TRUE(j["same_prompt"].get<bool>());
+    ASSERT_EQ(j["results"].size(), 3 * 2u);
+    std::map<int, double> prefill;
+    for (const nlohmann::json & r : j["results"]) prefill[int(num(r, "batch"))] = num(r, "prefill_s");
+    ASSERT_EQ(prefill.size(), 3u);
+    EXPECT_GT(prefill[1], 0);
+    EXPECT_DOUBLE_EQ(prefill[2], 2 * prefill[1]);
+    EXPECT_DOUBLE_EQ(prefill[4], 4 * prefill[1]);
 }
 
 TEST_F(bench_experiments, beta_sweeps_the_ratio_and_marks_the_planners) {

@@ -217,6 +217,9 @@ bench_cmd add_e2e(CLI::App & bench, const std::string & name) {
     sub->add_option("--profile", p.profile, "emulator device profile: none, smartssd, FILE.json")->capture_default_str();
     sub->add_option("--text-dir", p.text_dir, "books (*.txt) to take the prompts from (default: $HILLINFER_DATA/text/"
                     "gutenberg when it exists, else generated text)");
+    sub->add_flag("--same-prompt", p.same_prompt,
+                  "every sequence of a batch gets the same prompt: one dense prefill per length, charged to every "
+                  "sequence (for lengths where prefilling each prompt would take hours)");
     o->first.add(*sub);
     return {sub, [o, name, batch]() -> int {
         experiment_opts & e = o->first;

@@ -141,7 +141,8 @@ experiment_report run_e2e(const std::string & name, const e2e_params & p, thread
     const size_t row_bytes = size_t(hp.n_embd_kv()) * 2;  // f16
 
     // The prompts' tokens: slices of the books, one per sequence of the largest batch, and the token after each.
-    const int64_t need = int64_t(batch_max) * (ctx_max + 1);
+    const int n_prompts = p.same_prompt ? 1 : batch_max;  // prompts prefilled per length
+    const int64_t need = int64_t(n_prompts) * (ctx_max + 1);
     std::vector<int32_t> ids = m->tokenizer().encode(read_books(p.text_dir, size_t(need) * 2), false);
     if (ids.empty()) fail_input("the text gave no tokens");
     for (size_t i = 0; int64_t(ids.size()) < need; ++i) {  // cycled
@@ -154,10 +155,10 @@ experiment_report run_e2e(const std::string & name, const e2e_params & p, thread
     std::vector<float> logits;
     for (const int64_t n : p.ctxs) {
         // Prefill every sequence's prompt once, densely in RAM, and keep its KV: f16 [n, n_embd_kv] per layer.
-        std::vector<std::vector<std::vector<uint8_t>>> k(static_cast<size_t>(batch_max)),
-            v(static_cast<size_t>(batch_max));
-        std::vector<double> prefill_s(static_cast<size_t>(batch_max));
-        for (int i = 0; i < batch_max; ++i) {
+        std::vector<std::vector<std::vector<uint8_t>>> k(static_cast<size_t>(n_prompts)),
+            v(static_cast<size_t>(n_prompts));
+        std::vector<double> prefill_s(static_cast<size_t>(n_prompts));
+        for (int i = 0; i < n_prompts; ++i) {
             context_params cp;
             cp.n_ctx = int32_t(n);
             cp.policy.name = "full";
@@ -174,16 +175,16 @@ experiment_report run_e2e(const std::string & name, const e2e_params & p, thread
             }
         }
         log(
-            fmt::format("ctx {}: prefill of {} prompts, {:.2f} s each on average (dense, in RAM; reused by every "
-                        "configuration)",
-                        n, batch_max, [&] {
+            fmt::format("ctx {}: prefill of {} prompt{}, {:.2f} s each on average (dense, in RAM; reused by every "
+                        "configuration{})",
+                        n, n_prompts, n_prompts == 1 ? "" : "s", [&] {
                             double s = 0;
                             for (const double x : prefill_s) s += x;
-                            return s / double(batch_max);
-                        }()));
+                            return s / double(n_prompts);
+                        }(), p.same_prompt ? "; every sequence of a batch has this prompt and is charged its prefill" : ""));
         for (const int batch : p.batches) {
             double batch_prefill_s = 0;
-            for (int i = 0; i < batch; ++i) batch_prefill_s += prefill_s[size_t(i)];
+            for (int i = 0; i < batch; ++i) batch_prefill_s += prefill_s[size_t(i % n_prompts)];
             for (const double cold : p.colds) {
                 const std::vector<std::string> ram = {"ram"};
                 for (const std::string & storage : cold > 0.0 ? p.storages : ram) {
@@ -213,14 +214,15 @@ experiment_report run_e2e(const std::string & name, const e2e_params & p, thread
                         std::vector<int> seqs(static_cast<size_t>(batch));
                         std::vector<int32_t> toks(static_cast<size_t>(batch));
                         for (int i = 0; i < batch; ++i) {
+                            const size_t j = size_t(i % n_prompts);  // the sequence's prompt
                             std::vector<const void *> kp, vp;
                             for (int il = 0; il < hp.n_layer; ++il) {
-                                kp.push_back(k[size_t(i)][size_t(il)].data());
-                                vp.push_back(v[size_t(i)][size_t(il)].data());
+                                kp.push_back(k[j][size_t(il)].data());
+                                vp.push_back(v[j][size_t(il)].data());
                             }
                             c.import_kv(i, n, kp, vp);
                             seqs[size_t(i)] = i;
-                            toks[size_t(i)] = ids[size_t(int64_t(i) * (n + 1) + n)];  // the text's next token
+                            toks[size_t(i)] = ids[size_t(int64_t(j) * (n + 1) + n)];  // the text's next token
                         }
                         logits.resize(size_t(batch) * size_t(hp.n_vocab));
                         const int64_t t0 = time_us();
@@ -298,7 +300,11 @@ experiment_report run_e2e(const std::string & name, const e2e_params & p, thread
                 {"gen", p.n_gen},
                 {"profile", p.profile},
                 {"text", p.text_dir.empty() ? "generated" : p.text_dir},
-                {"prefill_note", "each prompt prefilled once, densely in RAM; its KV imported by every configuration"},
+                {"prefill_note",
+                 p.same_prompt ? "one prompt per length, prefilled once, densely in RAM, its KV imported for every sequence "
+                                 "of every configuration; prefill_s counts its time once per sequence"
+                               : "each prompt prefilled once, densely in RAM; its KV imported by every configuration"},
+                {"same_prompt", p.same_prompt},
                 {"results", results},
                 {"speedups", speedups}};
     const bool by_batch = name == "batch";

@@ -102,6 +102,11 @@ struct e2e_params {
     std::string text_dir;  // *.txt books, read in name order and cycled; empty: generated text
     std::string kv_dir;
     std::function<calibration(const csd::device_profile &)> calibrate;
+    // Every sequence of a batch gets the first sequence's prompt: one prefill per prompt length, counted
+    // once per sequence in prefill_s (what distinct prompts would cost, minus the attention's dependence on
+    // the text, which a random model does not have); for lengths whose dense prefill of every prompt would
+    // take hours on the machine.
+    bool same_prompt = false;
 };
 // For each prompt length, each sequence of the largest batch gets its own slice of the books (tokens
 // [i·ctx, (i+1)·ctx) of their concatenation), prefilled once, densely and in RAM, with its time measured
