@@ -1,6 +1,7 @@
 // The CLI as a user runs it: exit codes and messages for bad input, and the main paths.
 #include "model/synthetic_model.h"
 #include "cli_test_util.h"
+#include "core/error.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -1026,6 +1027,25 @@ TEST_F(cli, bench_step_refuses_bad_grids_before_measuring) {
     }
     const test::cli_result r = test::run_cli("bench");
     EXPECT_EQ(r.code, 2) << r.out;
+}
+
+// An unusable --kv-dir is refused before any calibration or prefill, naming the directory and the fault.
+TEST_F(cli, bench_refuses_an_unusable_kv_dir_before_measuring) {
+    const struct {
+        const char * cmd;
+        const char * want;
+    } cases[] = {
+        {"bench step --layers 1 --kv-dir /proc", "the kv directory '/proc' is on a file system without storage"},
+        {"bench step --layers 1 --kv-dir /proc/hillinfer-kv", "cannot create the kv directory '/proc/hillinfer-kv'"},
+        {"bench latency --quick --kv-dir /proc", "the kv directory '/proc' is on a file system without storage"},
+        {"bench ablation --quick --kv-dir /sys", "the kv directory '/sys' is on a file system without storage"},
+    };
+    for (const auto & c : cases) {
+        const test::cli_result r = test::run_cli(c.cmd);
+        EXPECT_EQ(r.code, int(exit_code::bad_input)) << c.cmd << "\n" << r.out;
+        EXPECT_NE(r.out.find(c.want), std::string::npos) << c.cmd << "\n" << r.out;
+        EXPECT_EQ(r.out.find("calibrat"), std::string::npos) << c.cmd << "\n" << r.out;
+    }
 }
 
 TEST_F(cli, calibrate_caches_four_rates_and_bench_step_sweeps_beta_beside_the_planner) {

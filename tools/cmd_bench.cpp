@@ -5,6 +5,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/sys_info.h"
+#include "kv/cold_pool.h"
 #include "experiments/experiments.h"
 #include "experiments/plot.h"
 #include "experiments/step_bench.h"
@@ -68,6 +69,7 @@ struct experiment_opts {
             if (!path.empty()) atomic_file{path};
         }
         if (kv_dir.empty()) kv_dir = cache_dir() + "/kv";
+        (void)prepare_kv_dir(kv_dir);  // before any calibration or prefill
     }
     std::function<calibration(const csd::device_profile &)> calibrate() const {
         const std::string cache = calibration_path(), dir = kv_dir;
@@ -412,6 +414,7 @@ void write_step_plot(const std::string & path, const std::vector<step_result> & 
 int run_step(step_opts & o) {
     const int n_threads = o.threads.resolve();
     if (o.p.kv_dir.empty()) o.p.kv_dir = cache_dir() + "/kv";
+    (void)prepare_kv_dir(o.p.kv_dir);  // before the calibration
     if (!o.plot_path.empty()) require_gnuplot();  // before minutes of measuring
     check(o.p);
     // The planner's rates per device profile: the calibration cache's entry for the kv-dir, or the defaults.

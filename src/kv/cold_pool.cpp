@@ -90,6 +90,26 @@ size_t cold_pool::remove_stale_files(const std::string & dir) {
     return n_removed;
 }
 
+uint64_t prepare_kv_dir(const std::string & dir) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) fail_input("cannot create the kv directory '{}': {}", dir, ec.message());
+    if (!std::filesystem::is_directory(dir, ec)) fail_input("the kv directory '{}' is not a directory", dir);
+    if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+        fail_input("the kv directory '{}' is not writable: {}", dir, std::strerror(errno));
+    }
+    struct statvfs vfs {};
+    if (::statvfs(dir.c_str(), &vfs) != 0) {
+        fail_input("cannot query the free space of the kv directory '{}': {}", dir, std::strerror(errno));
+    }
+    if (vfs.f_blocks == 0) {
+        fail_input("the kv directory '{}' is on a file system without storage (a virtual one, such as /proc or /sys): "
+                   "choose a directory on a disk with --kv-dir",
+                   dir);
+    }
+    return uint64_t(vfs.f_bavail) * uint64_t(vfs.f_frsize);
+}
+
 cold_pool::cold_pool(const cold_pool_params & params)
     : kv_dir_(params.kv_dir), page_bytes_(params.page_bytes), n_pages_(params.n_pages) {
     if (page_bytes_ == 0 || page_bytes_ % page_align != 0) {
@@ -100,24 +120,11 @@ cold_pool::cold_pool(const cold_pool_params & params)
     if (kv_dir_.empty()) fail_usage("cold pool: no kv directory given");
     pages_per_file_ = uint32_t(std::clamp<uint64_t>(params.max_file_bytes / page_bytes_, 1, n_pages_));
 
-    // The directory: created if missing, must be a writable directory.
-    std::error_code ec;
-    std::filesystem::create_directories(kv_dir_, ec);
-    if (ec) fail_input("cannot create the kv directory '{}': {}", kv_dir_, ec.message());
-    if (!std::filesystem::is_directory(kv_dir_, ec)) fail_input("the kv directory '{}' is not a directory", kv_dir_);
-    if (::access(kv_dir_.c_str(), W_OK | X_OK) != 0) {
-        fail_input("the kv directory '{}' is not writable: {}", kv_dir_, std::strerror(errno));
-    }
-
+    const uint64_t free_bytes = prepare_kv_dir(kv_dir_);
     remove_stale_files(kv_dir_);
 
     // Free space, before preallocating anything.
     const uint64_t needed = uint64_t(n_pages_) * page_bytes_;
-    struct statvfs vfs {};
-    if (::statvfs(kv_dir_.c_str(), &vfs) != 0) {
-        fail_input("cannot query the free space of the kv directory '{}': {}", kv_dir_, std::strerror(errno));
-    }
-    const uint64_t free_bytes = uint64_t(vfs.f_bavail) * uint64_t(vfs.f_frsize);
     if (needed > free_bytes) {
         fail_input(
             "the cold pool needs {} bytes ({} pages of {} bytes) in '{}' but only {} bytes are free there: "

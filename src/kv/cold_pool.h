@@ -86,14 +86,20 @@ struct page_write {
 // XXH3-64 of n bytes: the page checksum the writer computes and the readers check.
 uint64_t page_checksum(const void * data, size_t n);
 
+// Makes dir usable as a kv directory: creates it if missing and checks that it is a writable directory on
+// a file system with storage (a virtual one such as /proc or /sys has none). Returns its free bytes
+// (statvfs). Errors (hill::error, bad_input): naming the directory and what is wrong with it. The
+// commands call it before long work (a benchmark's calibration), and the cold pool at construction.
+uint64_t prepare_kv_dir(const std::string & dir);
+
 class cold_pool {
 public:
     static constexpr uint32_t no_page = 0xffffffffu;
 
-    // Creates kv_dir if missing, removes stale files of dead processes there, checks free space
-    // (statvfs) and preallocates the files (posix_fallocate).
+    // Prepares kv_dir (prepare_kv_dir), removes stale files of dead processes there, checks free space
+    // and preallocates the files (posix_fallocate).
     // Errors (hill::error): page_bytes not a positive multiple of 4096 or n_pages == 0 (usage);
-    // kv_dir impossible to create or not writable, naming it and the reason; not enough free
+    // kv_dir unusable (prepare_kv_dir); not enough free
     // space, giving the bytes needed and free and the directory; preallocation failure (ENOSPC
     // included), after removing the files already made (bad_input).
     explicit cold_pool(const cold_pool_params & params);
