@@ -109,10 +109,11 @@ void quick_workload(workload_params & w) {
     w.head_dim = 64;
 }
 
-// The shared data folder: $HILLINFER_DATA, else empty.
+// The shared data folder: $HILLINFER_DATA, else ../shared/data when it is a folder, else empty.
 std::string data_dir_default() {
-    const char * env = std::getenv("HILLINFER_DATA");
-    return env != nullptr ? std::string(env) : std::string();
+    if (const char * env = std::getenv("HILLINFER_DATA"); env != nullptr) return env;
+    std::error_code ec;
+    return std::filesystem::is_directory("../shared/data", ec) ? std::string("../shared/data") : std::string();
 }
 
 void add_workload_options(CLI::App & sub, workload_params & w) {
@@ -217,8 +218,9 @@ bench_cmd add_e2e(CLI::App & bench, const std::string & name) {
     sub->add_option("--storage", p.storages, "storage devices of the cold pool: plain, emulator (comma-separated)")
         ->delimiter(',')->capture_default_str();
     sub->add_option("--profile", p.profile, "emulator device profile: none, smartssd, FILE.json")->capture_default_str();
-    sub->add_option("--text-dir", p.text_dir, "books (*.txt) to take the prompts from (default: $HILLINFER_DATA/text/"
-                    "gutenberg when it exists, else generated text)");
+    sub->add_option("--text-dir", p.text_dir,
+                    "books (*.txt) to take the prompts from (default: DATA/text/gutenberg, DATA = $HILLINFER_DATA or "
+                    "../shared/data, when it exists, else generated text)");
     sub->add_flag("--same-prompt", p.same_prompt,
                   "every sequence of a batch gets the same prompt: one dense prefill per length, charged to every "
                   "sequence (for lengths where prefilling each prompt would take hours)");
@@ -254,7 +256,8 @@ bench_cmd add_accuracy(CLI::App & bench) {
     std::get<2>(*o) = data_dir_default();
     CLI::App * sub = bench.add_subcommand("accuracy", "Perplexity, passkey retrieval and RTE / PIQA accuracy of every "
                                           "policy at each alpha against full");
-    sub->add_option("--data", std::get<2>(*o), "the shared data folder: models/, text/, eval/ (default: $HILLINFER_DATA)");
+    sub->add_option("--data", std::get<2>(*o),
+                    "the shared data folder: models/, text/, eval/ (default: $HILLINFER_DATA, else ../shared/data)");
     sub->add_option("-m,--model", p.model_path, "trained model (default: DATA/models/gguf/stories260K.gguf)");
     sub->add_option("--tokenizer", p.tokenizer_path, "the model's tokenizer (llama2.c checkpoints)");
     sub->add_option("--book", p.book_path, "perplexity text (default: DATA/text/gutenberg/pg1184_count_of_monte_cristo.txt)");
