@@ -24,6 +24,7 @@ target_compile_definitions(test_cli_batch PRIVATE HILL_CLI_PATH="$<TARGET_FILE:h
 add_dependencies(test_cli_batch hillinfer_cli)
 hill_add_test(test_step_bench unit LIBS hill_experiments SOURCES test_step_bench.cpp)
 hill_add_test(test_hint_gate unit LIBS hill_engine SOURCES test_hint_gate.cpp)
+hill_add_test(test_device_cache unit LIBS hill_engine SOURCES test_device_cache.cpp)
 hill_add_test(test_planner unit LIBS hill_experiments nlohmann_json::nlohmann_json SOURCES test_planner.cpp)
 hill_add_test(test_bench_experiments unit LIBS hill_experiments nlohmann_json::nlohmann_json SOURCES test_bench_experiments.cpp)
 target_compile_definitions(test_bench_experiments PRIVATE HILL_CLI_PATH="$<TARGET_FILE:hillinfer_cli>")

@@ -891,6 +891,7 @@ TEST(csd_session, decoding_under_the_emulator_equals_the_plain_ssd) {
             context_params sp{.n_ctx = 1024, .kv_host_budget = budget, .kv_dir = dir.file("kv"), .policy = pp,
                               .score_copy_bits = 0};
             sp.storage.kind = e == 0 ? csd::storage_kind::plain : csd::storage_kind::emulator;
+            sp.device_cache_share = 0.0;  // the same tiers on both devices (the emulator has no device cache)
             sp.storage.block_tokens = 50;
             session s(*m, sp, pool);
             s.eval(prompt);

@@ -32,6 +32,7 @@ TEST(csd_data, emulator_equals_host_scoring_on_a_real_models_keys) {
         context_params sp{.n_ctx = 512, .kv_host_budget = budget, .kv_dir = dir.file("kv"), .policy = pp,
                           .score_copy_bits = 0};
         sp.storage.kind = e == 0 ? csd::storage_kind::plain : csd::storage_kind::emulator;
+        sp.device_cache_share = 0.0;  // the same tiers on both devices (the emulator has no device cache)
         sp.planner.beta = 1e9;  // the emulator's hot pool takes the whole budget, as the plain SSD's: the same placement
         session s(*m, sp, pool);
         ids[e] = {m->tokenizer().vocab().bos};

@@ -310,20 +310,22 @@ std::string label(const step_config & c) {
     if (c.storage == "emulator") s += " " + c.profile;
     if (c.score_copy != "-") s += " " + c.score_copy;
     if (c.beta != "-") s += " beta " + c.beta;
+    if (c.device_cache >= 0.0 && c.device_cache != context_params{}.device_cache_share) s += fmt::format(" cache {:g}", c.device_cache);
     return s;
 }
 
 nlohmann::json to_json(const step_result & r) {
     const step_config & c = r.config;
     return {{"ctx", c.ctx}, {"cold", c.cold}, {"policy", c.policy}, {"storage", c.storage}, {"profile", c.profile},
-            {"score_copy", c.score_copy}, {"host_budget_bytes", r.host_budget}, {"scoring_copy_bytes", r.copy_bytes},
-            {"hot_slots_per_layer", r.hot_slots}, {"step_ms", r.step_ms}, {"step_ms_min", r.step_ms_min},
+            {"score_copy", c.score_copy}, {"device_cache", number_or_null(c.device_cache >= 0.0 ? c.device_cache : NAN)},
+            {"host_budget_bytes", r.host_budget}, {"scoring_copy_bytes", r.copy_bytes},
+            {"hot_slots_per_layer", r.hot_slots}, {"device_cache_rows", r.cache_rows}, {"step_ms", r.step_ms}, {"step_ms_min", r.step_ms_min},
             {"step_ms_max", r.step_ms_max}, {"forward_ms", r.forward_ms}, {"score_host_ms", r.score_host_ms},
             {"score_device_ms", r.score_device_ms}, {"select_ms", r.select_ms}, {"attend_ms", r.attend_ms},
-            {"write_ms", r.write_ms}, {"hot_bytes", r.hot_bytes}, {"open_bytes", r.open_bytes},
+            {"write_ms", r.write_ms}, {"hot_bytes", r.hot_bytes}, {"cached_bytes", r.cached_bytes}, {"open_bytes", r.open_bytes},
             {"disk_kv_bytes", r.disk_kv_bytes}, {"flash_read_bytes", r.flash_read_bytes},
             {"link_bytes", r.link_bytes}, {"host_read_bytes", r.host_read_bytes}, {"hot_share", r.hot_share},
-            {"open_share", r.open_share}, {"disk_share", r.disk_share},
+            {"cache_share", r.cache_share}, {"cache_fills", r.cache_fills}, {"open_share", r.open_share}, {"disk_share", r.disk_share},
             {"attended_per_layer", r.attended_per_layer}, {"promotions", r.promotions},
             {"prefetch_hit_share", r.prefetch_hit_share}, {"prefetch_waste_share", r.prefetch_waste_share}, {"beta_config", c.beta},
             {"beta", number_or_null(r.beta)}, {"beta_planned", number_or_null(r.beta_planned)},
@@ -449,15 +451,16 @@ int run_step(step_opts & o) {
                "{:.3f} (target {}), head agreement {} ({}-token sample; query correlation {:.4f}, logit scale {:.2f})\n",
                cal.overlap, wp.target_overlap, cal.mass, wp.target_mass, wp.agreement, cal.sample_tokens, cal.rho,
                cal.logit_scale);
-    fmt::print("\n{:>7} {:38} {:>20} {:>44} {:>10} {:>10} {:>10} {:>17}\n", "ctx", "configuration", "step ms (min-max)",
-               "forward / score / device / select / attend ms", "hot/step", "SSD/step", "link/step",
-               "hot/open/disk %");
+    fmt::print("\n{:>7} {:38} {:>20} {:>44} {:>10} {:>10} {:>10} {:>23}\n", "ctx", "configuration", "step ms (min-max)",
+               "forward / score / device / select / attend ms", "RAM/step", "SSD/step", "link/step",
+               "hot/cache/open/disk %");
     const std::vector<step_result> rs = run_step_bench(o.p, w, pool, [](const step_result & r) {
         fmt::print("{:>7} {:38} {:>8.1f} ({:.1f}-{:.1f}) {:>8.1f} / {:.1f} / {:.1f} / {:.1f} / {:.1f} {:>10} {:>10} {:>10} "
-                   "{:>5.1f}/{:.1f}/{:.1f}\n", r.config.ctx, label(r.config), r.step_ms, r.step_ms_min, r.step_ms_max,
+                   "{:>5.1f}/{:.1f}/{:.1f}/{:.1f}\n", r.config.ctx, label(r.config), r.step_ms, r.step_ms_min, r.step_ms_max,
                    r.forward_ms, r.score_host_ms, r.score_device_ms, r.select_ms, r.attend_ms,
-                   format_bytes(uint64_t(r.hot_bytes)), format_bytes(uint64_t(r.disk_kv_bytes + r.host_read_bytes)),
-                   format_bytes(uint64_t(r.link_bytes)), 100 * r.hot_share, 100 * r.open_share, 100 * r.disk_share);
+                   format_bytes(uint64_t(r.hot_bytes + r.cached_bytes)),
+                   format_bytes(uint64_t(r.disk_kv_bytes + r.host_read_bytes)), format_bytes(uint64_t(r.link_bytes)),
+                   100 * r.hot_share, 100 * r.cache_share, 100 * r.open_share, 100 * r.disk_share);
         if (std::isfinite(r.beta)) {
             fmt::print("{:>7} {:38} planner: beta {:.3f}{} (planned {:.3f}, Eq. 4 {:.3f}; selected {:.1f}% of hot, {:.1f}% "
                        "of cold tokens); T_cpu {:.2f} ms predicted / {:.2f} measured, T_csd {:.2f} / {:.2f}; {} re-plans\n",
@@ -472,7 +475,7 @@ int run_step(step_opts & o) {
         for (const step_result & r : rs) {
             const step_config & d = r.config;
             if (d.ctx == c.ctx && d.cold == c.cold && d.policy == c.policy && d.storage == c.storage && d.profile == c.profile &&
-                d.score_copy == c.score_copy) {
+                d.score_copy == c.score_copy && d.device_cache == c.device_cache) {
                 return &r;
             }
         }
@@ -482,7 +485,7 @@ int run_step(step_opts & o) {
     bool header = false;
     for (const step_result & r : rs) {
         if (r.config.policy == "full") continue;
-        step_config same = r.config, ram{r.config.ctx, 0.0, "full", "ram", "none", "-"};
+        step_config same = r.config, ram{r.config.ctx, 0.0, "full", "ram", "none", "-", "-", -1.0};
         same.policy = "full";
         same.score_copy = "-";
         const step_result * f = find(same);
@@ -502,7 +505,8 @@ int run_step(step_opts & o) {
         fmt::print("{:>7} {:38} {:>26} {:>26}\n", r.config.ctx, label(r.config), ratio(f, speedup), ratio(fr, vs_ram));
         nlohmann::json j = {{"ctx", r.config.ctx}, {"cold", r.config.cold}, {"policy", r.config.policy},
                             {"storage", r.config.storage}, {"profile", r.config.profile},
-                            {"score_copy", r.config.score_copy}};
+                            {"score_copy", r.config.score_copy},
+                            {"device_cache", number_or_null(r.config.device_cache >= 0.0 ? r.config.device_cache : NAN)}};
         j["speedup_over_full"] = f != nullptr ? nlohmann::json(speedup) : nlohmann::json(nullptr);
         j["ratio_to_full_in_ram"] = fr != nullptr ? nlohmann::json(vs_ram) : nlohmann::json(nullptr);
         ratios.push_back(std::move(j));
@@ -559,6 +563,9 @@ command_fn add_bench(CLI::App & app) {
                      "budget holds) or planner (the planner's choice, DESIGN.md section 4) (comma-separated)")
         ->delimiter(',')->capture_default_str();
     step->add_flag("--no-prefetch", p.no_prefetch, "plain storage: without the pipeline's prefetch (for comparisons)");
+    step->add_option("--device-cache", p.device_caches, "plain storage: shares of the hot slots that the device tier's "
+                     "cache of recently selected KV takes, in [0, 1); 0: none (comma-separated)")
+        ->delimiter(',')->capture_default_str();
     step->add_option("--steps", p.n_steps, "measured decode steps per configuration")->capture_default_str();
     step->add_option("--warmup", p.n_warmup, "decode steps before the measured ones (the hot pool settles)")
         ->capture_default_str();

@@ -142,6 +142,9 @@ void kv_opts::add(CLI::App & app) {
         ->check(CLI::IsMember({"int4", "int2", "off"}))->capture_default_str();
     app.add_flag("--no-prefetch", no_prefetch, "plain storage: do not read the previous step's selection ahead while the "
                  "host computes (the pipeline; for comparisons)");
+    app.add_option("--device-cache", device_cache, "plain storage: share of the hot slots (in [0, 1)) given to a cache of "
+                   "the cold tokens the last steps read, instead of the hot pool; 0: none")
+        ->check(CLI::Range(0.0, 0.999))->capture_default_str();
 }
 
 csd::storage_kind kv_opts::storage_kind() const {
@@ -162,6 +165,7 @@ context_params kv_opts::context(int32_t n_ctx, const policy_params & p, int32_t 
     sp.storage.block_tokens = score_block;
     sp.storage.prefetch = !no_prefetch;
     sp.score_copy_bits = parse_score_copy(score_copy);
+    sp.device_cache_share = device_cache;
     sp.storage.stop_requested = interrupted;  // Ctrl-C abandons a device pass in progress
     if (sp.storage.kind == csd::storage_kind::emulator) {  // the planner balances host and device scoring
         sp.planner.cal = calibration_for(calibration_path(), sp.kv_dir, sp.storage.kind, sp.storage.profile);

@@ -59,6 +59,7 @@ struct kv_opts {
     int32_t score_block = 1024;        // --score-block: tokens per score block
     std::string score_copy = "int2";   // --score-copy int4|int2|off (context_params::score_copy_bits)
     bool no_prefetch = false;          // --no-prefetch (csd::storage_params::prefetch)
+    double device_cache = context_params{}.device_cache_share;  // --device-cache: share of the hot slots
     CLI::Option * budget_opt = nullptr;
     CLI::Option * dir_opt = nullptr;
     void add(CLI::App & app);

@@ -101,6 +101,20 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
                    "window and the new token of each sequence stay hot; {} per token)", format_bytes(budget), hot_slots,
                    copy, int64_t(p.n_seq) * per_seq_min, seqs, pp.n_sinks, pp.n_window, format_bytes(per_slot));
     }
+    // The device tier's cache takes its share of each cold layer's slots, leaving the hot pool its minimum.
+    std::vector<int64_t> pool_slots = layer_slots, cache_rows(caps.size(), 0);
+    if (p.device_cache_share < 0.0 || p.device_cache_share >= 1.0) {
+        fail_usage("the device cache's share of the hot slots must be in [0, 1), got {}", p.device_cache_share);
+    }
+    if (cold && p.storage.kind == csd::storage_kind::plain) {
+        for (size_t il = 0; il < caps.size(); ++il) {
+            if (layer_slots[il] >= caps[il]) continue;  // everything of the layer is hot
+            const int64_t keep = std::min(int64_t(p.n_seq) * per_seq_min, caps[il]);
+            cache_rows[il] = std::clamp<int64_t>(int64_t(p.device_cache_share * double(layer_slots[il])), 0,
+                                                 layer_slots[il] - keep);
+            pool_slots[il] = layer_slots[il] - cache_rows[il];
+        }
+    }
     if (policy_->scores_from() == copy_kind::attention) {
         copy_ = std::make_unique<attention_totals>(p.n_seq, hp.n_layer, p.n_ctx);
     } else if (policy_->scores_from() == copy_kind::page_bounds || policy_->scores_from() == copy_kind::chunk_bounds) {
@@ -128,8 +142,10 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
     }
     std::vector<int32_t> window(size_t(hp.n_layer));  // sliding layers keep only their window (kv/kv_cells.h)
     for (int il = 0; il < hp.n_layer; ++il) window[size_t(il)] = std::min(hp.window(il), p.n_ctx);
-    cells_ = std::make_unique<kv_cells>(kv_cells_params{hp.n_layer, p.n_seq, p.n_ctx, hot_slots, window, layer_slots});
-    hot_min_ = std::min<int64_t>(hot_slots, int64_t(p.n_seq) * per_seq_min);
+    const int64_t pool_max = *std::max_element(pool_slots.begin(), pool_slots.end());
+    cells_ = std::make_unique<kv_cells>(kv_cells_params{hp.n_layer, p.n_seq, p.n_ctx, pool_max, window, pool_slots});
+    hot_min_ = std::min<int64_t>(pool_max, int64_t(p.n_seq) * per_seq_min);
+    dcache_ = hill::device_cache(p.n_seq, p.n_ctx, pool_slots, cache_rows);
     if (cold && p.storage.kind == csd::storage_kind::emulator) {
         planner_params planned = p.planner;
         if (planned.cal.f_c_bps <= 0.0) planned.cal = default_calibration(p.storage.profile);
@@ -164,7 +180,7 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
     device_ = make_cpu_device_tier(pool, std::max<int64_t>(std::min(p.n_segment, p.n_ctx), p.n_seq), hp.n_embd_q(),
                                    hp.n_head);
     step_ = std::make_unique<decode_step>(m, *forward_, *cells_, *hot_, logs_.get(), reader_.get(), copy_.get(),
-                                          *storage_, *device_, pool);
+                                          dcache_.empty() ? nullptr : &dcache_, *storage_, *device_, pool);
     set_policy(p.policy);
 }
 
@@ -744,6 +760,13 @@ void context::truncate(int seq, int64_t n) {
     }
     if (logs_ != nullptr) logs_->truncate(seq, n, *reader_);  // may read, may fail: first
     cells_->truncate(seq, n);
+    dcache_.forget(seq, n);
+}
+
+int64_t context::device_cache_rows() const {
+    int64_t n = 0;
+    for (int il = 0; il < cells_->n_layer(); ++il) n += dcache_.n_rows(il);
+    return n;
 }
 
 void context::release(int seq) {

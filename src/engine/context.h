@@ -40,6 +40,7 @@
 #include "kv/cold_reader.h"
 #include "kv/cold_logs.h"
 #include "kv/cold_writer.h"
+#include "kv/device_cache.h"
 #include "kv/device_tier.h"
 #include "kv/hot_arena.h"
 #include "kv/kv_cells.h"
@@ -85,6 +86,11 @@ struct context_params {
     // the host scores every token, and the hot pool, a cache, takes the whole budget (β is M0-bound). Rates
     // of 0 in planner.cal (not calibrated): default_calibration(storage.profile).
     planner_params planner;
+    // Over a plain SSD, the share of each cold layer's hot slots that the device tier's cache of recently
+    // selected KV takes (kv/device_cache.h): the cold tokens a step read, kept for the next steps; the
+    // hot pool keeps the rest. 0: no cache, the default — measured on a trained model, the slots do more
+    // in the hot pool (docs/kv.md "The device-tier cache").
+    double device_cache_share = 0.0;
     io_fault_hook io_faults;            // tests: injected cold-pool I/O results of the host's reads and writes
     int32_t n_seq = 1;                  // sequences at once (>= 1)
     // Keep every prefill's importance per (sequence, layer, token) for export_importance (f32, 4 bytes per
@@ -203,6 +209,9 @@ public:
     // Hot slots per layer the host budget holds (M0; a sliding-window layer: at most layer_slot_caps);
     // cells().hot_capacity() is what the planner lets the pool use.
     int64_t hot_slots_max() const { return cells_->hot_slots(); }
+    // The device tier's cache of recently selected KV (kv/device_cache.h), and its rows, all layers (0: none).
+    const hill::device_cache & device_cache() const { return dcache_; }
+    int64_t device_cache_rows() const;
     const kv_io_stats & io_stats() const;
     // Tokens of every sequence (seq < 0) or of one, all layers, without a hot copy: read from the cold tier
     // (not counting the dropped ones).
@@ -262,6 +271,7 @@ private:
     std::unique_ptr<arch_forward> forward_;
     std::unique_ptr<kv_cells> cells_;
     std::unique_ptr<hot_arena> hot_;
+    hill::device_cache dcache_;  // rows of hot_ after the cells' slots of each layer
     std::unique_ptr<cold_pool> cold_;
     std::unique_ptr<cold_writer> writer_;
     std::unique_ptr<cold_logs> logs_;

@@ -41,6 +41,7 @@ attended_totals totals(const step_stats & s) {
         t.context += L.n_context;
         t.attended += L.n_attended;
         t.hot += L.n_attended_hot;
+        t.cached += L.n_attended_cached;
         t.open += L.n_attended_open;
         t.disk += L.n_attended_disk;
         t.recall += L.recall_sum;
@@ -56,10 +57,13 @@ std::string policy_summary(const context & ctx) {
     const attended_totals t = totals(st);
     std::string out = fmt::format("policy: {}", describe(ctx));
     if (t.steps == 0) return out + "\n";
-    out += fmt::format("; attended {:.1f}% of the cached tokens: {:.1f}% hot, {:.1f}% from the cold tier ({:.1f}% its "
+    const std::string cached = ctx.device_cache_rows() > 0
+                                   ? fmt::format("{:.1f}% from the device cache, ", 100.0 * ratio(double(t.cached), double(t.attended)))
+                                   : std::string();
+    out += fmt::format("; attended {:.1f}% of the cached tokens: {:.1f}% hot, {}{:.1f}% from the cold tier ({:.1f}% its "
                        "open tails in RAM, {:.1f}% SSD); time: forward {:.2f} s, ",
                        100.0 * ratio(double(t.attended), double(t.context)), 100.0 * ratio(double(t.hot), double(t.attended)),
-                       100.0 * t.cold_share(), 100.0 * ratio(double(t.open), double(t.attended)),
+                       cached, 100.0 * t.cold_share(), 100.0 * ratio(double(t.open), double(t.attended)),
                        100.0 * ratio(double(t.disk), double(t.attended)), double(st.t_forward_us) / 1e6);
     if (pol.uses_scores()) {
         out += fmt::format("score {:.2f} s on the host + {:.2f} s for the storage device's scores, ",
@@ -95,6 +99,9 @@ nlohmann::json policy_json(const context & ctx) {
         {"hints_gated", st.hints_gated},
         {"attended_share", ratio(double(t.attended), double(t.context))},
         {"attended_hot_share", ratio(double(t.hot), double(t.attended))},
+        {"attended_cached_share", ratio(double(t.cached), double(t.attended))},
+        {"device_cache_rows", ctx.device_cache_rows()},
+        {"device_cache_fills", st.cache_fills},
         {"attended_cold_share", t.cold_share()},
         {"attended_open_share", ratio(double(t.open), double(t.attended))},
         {"attended_disk_share", ratio(double(t.disk), double(t.attended))},

@@ -362,15 +362,17 @@ step_result measure(context & ctx, const step_config & cfg, int n_warmup, int n_
     r.select_ms = double(b.st.t_select_us - a.st.t_select_us) * per_ms;
     r.attend_ms = double(b.st.t_attend_us - a.st.t_attend_us) * per_ms;
     r.write_ms = double(b.st.t_write_us - a.st.t_write_us) * per_ms;
-    uint64_t att = 0, hot = 0, open = 0, disk = 0;
+    uint64_t att = 0, hot = 0, cached = 0, open = 0, disk = 0;
     for (size_t il = 0; il < b.st.layers.size(); ++il) {
         att += b.st.layers[il].n_attended - a.st.layers[il].n_attended;
         hot += b.st.layers[il].n_attended_hot - a.st.layers[il].n_attended_hot;
+        cached += b.st.layers[il].n_attended_cached - a.st.layers[il].n_attended_cached;
         open += b.st.layers[il].n_attended_open - a.st.layers[il].n_attended_open;
         disk += b.st.layers[il].n_attended_disk - a.st.layers[il].n_attended_disk;
     }
     const double tlb = double(ctx.layout().token_layer_bytes());
     r.hot_bytes = double(hot) * tlb * per;
+    r.cached_bytes = double(cached) * tlb * per;
     r.open_bytes = double(open) * tlb * per;
     r.disk_kv_bytes = double(b.dev.link_kv_bytes - a.dev.link_kv_bytes) * per;
     r.flash_read_bytes = double(b.dev.internal_read_bytes - a.dev.internal_read_bytes) * per;
@@ -378,6 +380,8 @@ step_result measure(context & ctx, const step_config & cfg, int n_warmup, int n_
     r.host_read_bytes = double(b.host_read - a.host_read) * per;
     const double attd = double(std::max<uint64_t>(att, 1));
     r.hot_share = double(hot) / attd;
+    r.cache_share = double(cached) / attd;
+    r.cache_fills = double(b.st.cache_fills - a.st.cache_fills) * per;
     r.open_share = double(open) / attd;
     r.disk_share = double(disk) / attd;
     r.attended_per_layer = double(att) * per / double(b.st.layers.size());
@@ -389,6 +393,7 @@ step_result measure(context & ctx, const step_config & cfg, int n_warmup, int n_
     r.host_budget = ctx.params().kv_host_budget;
     r.copy_bytes = context::scoring_copy_bytes(ctx.model(), ctx.params());
     r.hot_slots = ctx.cells().hot_capacity();
+    r.cache_rows = ctx.device_cache_rows();
     if (const planner * pl = ctx.planner(); pl != nullptr) {
         const path_times pr = pl->predicted(), me = pl->measured();
         r.beta = pl->beta_applied();
@@ -440,6 +445,10 @@ void check(const step_bench_params & p) {
     for (const std::string & s : p.storages) (void)csd::parse_storage(s);
     for (const std::string & s : p.profiles) (void)csd::load_device_profile(s);
     for (const std::string & s : p.score_copies) (void)parse_score_copy(s);
+    if (p.device_caches.empty()) fail_usage("bench step: --device-cache needs at least one share");
+    for (const double d : p.device_caches) {
+        if (!(d >= 0.0 && d < 1.0)) fail_usage("--device-cache shares must be in [0, 1), got {}", d);
+    }
     if (!p.placement.empty()) (void)parse_placement(p.placement);
     for (const std::string & s : p.policies) (void)make_policy(policy_params{.name = s}, p.workload.n_head_kv);
     if (p.n_steps < 1) fail_usage("--steps must be at least 1, got {}", p.n_steps);
@@ -500,9 +509,12 @@ std::vector<step_result> run_step_bench(const step_bench_params & p, const synth
                     for (size_t pi = 0; pi < (emulator ? profiles.size() : 1); ++pi) {
                         for (const std::string & beta : emulator && scores ? p.betas : none) variants.emplace_back(pi, beta);
                     }
+                    const std::vector<double> no_cache = {-1.0};
+                    const bool plain = cold > 0.0 && !emulator;
                     for (const auto & [pi, beta] : variants) {
                         for (const std::string & copy : copies && !emulator ? p.score_copies : none) {
-                            step_config cfg{n, cold, pol, storage, emulator ? profiles[pi].name : "none", copy, beta};
+                        for (const double dc : plain ? p.device_caches : no_cache) {
+                            step_config cfg{n, cold, pol, storage, emulator ? profiles[pi].name : "none", copy, beta, dc};
                             // Tracing: the configuration's index in the printed order, its context and cold share.
                             trace_scope span("bench configuration", "bench",
                                              {{"index", int64_t(out.size())}, {"ctx", n},
@@ -527,6 +539,7 @@ std::vector<step_result> run_step_bench(const step_bench_params & p, const synth
                                 cp.storage.prefetch = !p.no_prefetch;
                             }
                             if (copy != "-") cp.score_copy_bits = parse_score_copy(copy);
+                            if (dc >= 0.0) cp.device_cache_share = dc;
                             cp.forward = [&w](const model & mm, thread_pool &, int64_t) {
                                 return w.make_forward(mm.hp().n_vocab);
                             };
@@ -535,6 +548,7 @@ std::vector<step_result> run_step_bench(const step_bench_params & p, const synth
                             step_result r = measure(ctx, cfg, p.n_warmup, p.n_steps);
                             if (on_result) on_result(r);
                             out.push_back(std::move(r));
+                        }
                         }
                     }
                 }

@@ -19,6 +19,7 @@
 
 #include "core/thread_pool.h"
 #include "csd/device_profile.h"
+#include "engine/context.h"
 #include "model/forward.h"
 #include "sched/calibration.h"
 
@@ -109,6 +110,7 @@ struct step_config {
     std::string profile;      // device profile of the emulator (none, smartssd, ...)
     std::string score_copy;   // the scoring copy of a scoring policy off the emulator: int4, int2 or off; "-": none applies
     std::string beta;         // emulator: the hot/cold capacity ratio, a number or "planner" (the planner's); "-": none applies
+    double device_cache = -1; // plain SSD: the device cache's share of the hot slots (context_params); -1: none applies
 };
 
 struct step_result {
@@ -119,14 +121,18 @@ struct step_result {
     // Bytes per step: KV attended from the hot pool, from the open tails in RAM, read from the SSD;
     // the storage device's flash reads and link bytes; the host's own reads.
     double hot_bytes = 0, open_bytes = 0, disk_kv_bytes = 0, flash_read_bytes = 0, link_bytes = 0, host_read_bytes = 0;
-    // Shares of the attended tokens by tier; attended tokens per layer and step; promotions per step.
-    double hot_share = 0, open_share = 0, disk_share = 0, attended_per_layer = 0, promotions = 0;
+    double cached_bytes = 0;  // KV attended from the device tier's cache (kv/device_cache.h)
+    // Shares of the attended tokens by tier (the device cache's cold tokens apart); attended tokens per
+    // layer and step; promotions and device cache fills per step.
+    double hot_share = 0, cache_share = 0, open_share = 0, disk_share = 0, attended_per_layer = 0, promotions = 0;
+    double cache_fills = 0;
     // The pipeline's prefetch (csd/device.h): of the tokens read from the SSD, the share found read
     // ahead; of the tokens read ahead, the share no read pass asked for (bytes read in vain).
     double prefetch_hit_share = 0, prefetch_waste_share = 0;
     uint64_t host_budget = 0;  // --kv-host-budget the configuration ran with (0: all in RAM)
     uint64_t copy_bytes = 0;   // of the budget, the scoring copy's (context::scoring_copy_bytes)
     int64_t hot_slots = 0;     // hot-pool slots per layer (kv_cells::hot_capacity)
+    int64_t cache_rows = 0;    // the device cache's rows, all layers
     // The planner (emulator only; sched/planner.h), at the end of the run: β applied (hot / cold tokens), the
     // planned (or fixed) β, Eq. 4's β at α, whether the host budget bound it, the measured selected shares of
     // the hot and cold tokens, and T_cpu / T_csd per step, predicted and measured (mean over the steps since
@@ -146,6 +152,7 @@ struct step_bench_params {
     std::vector<std::string> profiles = {"none", "smartssd"};
     std::vector<std::string> score_copies = {"int2"};  // context_params::score_copy_bits by name (parse_score_copy)
     bool no_prefetch = false;                          // csd::storage_params::prefetch off
+    std::vector<double> device_caches = {context_params{}.device_cache_share};  // plain SSD: the device cache's shares
     std::string placement;                             // fifo or hkm for every policy; empty: each policy's own
     // Emulator: hot/cold capacity ratios β to run (numbers > 0; planner_params::beta), or "planner": the planner's.
     std::vector<std::string> betas = {"planner"};

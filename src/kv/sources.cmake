@@ -10,6 +10,7 @@ hill_add_library(hill_kv
   kv/cold_prefetch.cpp
   kv/cold_reader.cpp
   kv/cold_writer.cpp
+  kv/device_cache.cpp
   kv/device_tier.cpp
   kv/hot_arena.cpp
   kv/io_queue.cpp

@@ -111,7 +111,9 @@ void place_hkm(const policy & pol, const place_input & in, placement_plan & plan
     for (size_t i = 0; i < n_cand; ++i) {
         if (free > in.n_reserve) {
             --free;  // a spare free slot
-        } else if (next_victim < n_settled && v[next_victim].hits < cand[i].hits) {
+        } else if (next_victim < n_settled && v[next_victim].hits < cand[i].hits &&
+                   n_sorted - next_victim > size_t(std::max<int64_t>(0, in.n_reserve - free))) {
+            // (an exchange leaves the victims the next step's appends need)
             plan.evict.emplace_back(v[next_victim].seq, v[next_victim].pos);
             ++next_victim;
         } else {

@@ -33,9 +33,10 @@ struct decode_step::prepared {
 };
 
 decode_step::decode_step(const model & m, arch_forward & forward, kv_cells & cells, hot_arena & hot,
-                         cold_logs * logs, cold_reader * reader, scoring_copy * copy, csd::device & device,
-                         device_tier & dev, thread_pool & pool)
-    : model_(m), forward_(forward), cells_(cells), hot_(hot), logs_(logs), reader_(reader), copy_(copy), device_(device),
+                         cold_logs * logs, cold_reader * reader, scoring_copy * copy, device_cache * cache,
+                         csd::device & device, device_tier & dev, thread_pool & pool)
+    : model_(m), forward_(forward), cells_(cells), hot_(hot), logs_(logs), reader_(reader), copy_(copy), cache_(cache),
+      device_(device),
       dev_(dev), pool_(pool), layout_(hot.layout()), n_seq_max_(cells.n_seq()),
       hints_(cells.n_seq(), cells.n_layer()), prep_(std::make_unique<prepared>()),
       gather_(hot) {
@@ -138,6 +139,7 @@ void decode_step::run(std::span<const int> seqs, std::span<const int32_t> tokens
     n_reserve_ = cells_.n_appending(after);
     prepared & prep = *prep_;
     prep.pending = true;
+    if (cache_ != nullptr) cache_->begin_step(step_);
     trace_scope span("decode step", "decode", {{"step", int64_t(step_)}, {"batch", nb}});
     try {
         int64_t t0 = time_us();
@@ -181,7 +183,7 @@ void decode_step::prefetch_layer(int il) {
         if (begin == end) continue;
         const cold_log_view log = logs_->log(seq, il);
         table_.clear();
-        table_.add(cells_, &log, seq, il, std::span<const int32_t>(&*begin, size_t(end - begin)), false);
+        table_.add(cells_, &log, seq, il, std::span<const int32_t>(&*begin, size_t(end - begin)), false, cache_);
         const std::span<const int32_t> disk = table_.disk_pos_of(0);
         if (disk.empty()) continue;
         hints_.named(seq, il, disk);
@@ -235,7 +237,7 @@ void decode_step::speculate(int il) {
         if (spec_union_.empty()) continue;
         const cold_log_view log = logs_->log(seq, il);
         table_.clear();
-        table_.add(cells_, &log, seq, il, spec_union_, false);
+        table_.add(cells_, &log, seq, il, spec_union_, false, cache_);
         const std::span<const int32_t> disk = table_.disk_pos_of(0);
         if (!disk.empty()) device_.prefetch(csd::device_pass{il, seq, log.page_tokens, log.groups, disk});
     }
@@ -354,7 +356,7 @@ void decode_step::score_sequence(int il, int b, prepared & prep) {
         const float * head_mass = sink_window_mass(il, b, prep);
         const cold_log_view log = logs_ != nullptr ? logs_->log(seq, il) : cold_log_view{};
         table_.clear();
-        table_.add(cells_, logs_ != nullptr ? &log : nullptr, seq, il, {}, true);
+        table_.add(cells_, logs_ != nullptr ? &log : nullptr, seq, il, {}, true, cache_);
         table_.add_hot(int32_t(n - 1), L.slot[size_t(b)]);
         const std::span<const int32_t> disk = table_.disk_pos_of(0);
         int64_t t0 = time_us();
@@ -440,7 +442,7 @@ const float * decode_step::sink_window_mass(int il, int b, const prepared & prep
     const cold_log_view log = logs_ != nullptr ? logs_->log(seq, il) : cold_log_view{};
     table_.clear();
     table_.add(cells_, logs_ != nullptr ? &log : nullptr, seq, il,
-               std::span<const int32_t>(sw_pos_.data(), sw_pos_.size() - 1), false);
+               std::span<const int32_t>(sw_pos_.data(), sw_pos_.size() - 1), false, cache_);
     table_.add_hot(int32_t(n - 1), prep.layers[size_t(il)].slot[size_t(b)]);
     // Their keys in position order wherever they live — hot, in an open tail, or (after a truncation
     // moved the window back over evicted tokens) on disk — so that the sums, and so the scores, do not
@@ -477,6 +479,7 @@ void decode_step::gather_and_attend(int il, int b, prepared & prep) {
     prepared::layer_prep & L = prep.layers[size_t(il)];
     const std::vector<int32_t> & att = L.attended[size_t(b)];
     const size_t rb = layout_.row_bytes();
+    const bool caching = cache_ != nullptr && cache_->n_rows(il) > 0;
     const int64_t t0 = time_us();
     trace_scope span("attend", "attend", {{"layer", il}, {"seq", seq}, {"tokens", int64_t(att.size())}});
     // This sequence's promotions: (position, index in the plan), ascending.
@@ -501,15 +504,26 @@ void decode_step::gather_and_attend(int il, int b, prepared & prep) {
             dev_.attend(part, rows_g_.data(), no_causal_mask, g);
         }
     };
-    // Promoted tokens' rows, copied from the window into the step's promotion rows (to their slots at apply).
-    const auto promote_rows = [&](const kv_batch & w) {
-        if (prep.promo.empty()) return;
+    // Promoted tokens' rows, copied from the window into the step's promotion rows (to their slots at
+    // apply); the other tokens read from disk, into the device cache's rows.
+    const auto keep_rows = [&](const kv_batch & w) {
+        if (prep.promo.empty() && fill_pos_.empty()) return;
         for (int64_t j = 0; j < w.view.n_kv; ++j) {
-            const auto it = std::lower_bound(prep.promo.begin(), prep.promo.end(), std::make_pair(w.positions[j], uint32_t(0)));
-            if (it == prep.promo.end() || it->first != w.positions[j]) continue;
-            const size_t row = size_t(il) * size_t(prep.max_promotions) + it->second;
-            std::memcpy(prep.promo_k.data() + row * rb, static_cast<const uint8_t *>(w.view.k) + size_t(w.rows[j]) * rb, rb);
-            std::memcpy(prep.promo_v.data() + row * rb, static_cast<const uint8_t *>(w.view.v) + size_t(w.rows[j]) * rb, rb);
+            const int32_t t = w.positions[j];
+            const auto * k = static_cast<const uint8_t *>(w.view.k) + size_t(w.rows[j]) * rb;
+            const auto * v = static_cast<const uint8_t *>(w.view.v) + size_t(w.rows[j]) * rb;
+            const auto it = std::lower_bound(prep.promo.begin(), prep.promo.end(), std::make_pair(t, uint32_t(0)));
+            if (it != prep.promo.end() && it->first == t) {
+                const size_t row = size_t(il) * size_t(prep.max_promotions) + it->second;
+                std::memcpy(prep.promo_k.data() + row * rb, k, rb);
+                std::memcpy(prep.promo_v.data() + row * rb, v, rb);
+            } else if (std::binary_search(fill_pos_.begin(), fill_pos_.end(), t)) {
+                const uint32_t slot = cache_->fill(seq, il, t);
+                if (slot == device_cache::no_slot) continue;
+                std::memcpy(hot_.k(il, slot), k, rb);
+                std::memcpy(hot_.v(il, slot), v, rb);
+                ++stats_.cache_fills;
+            }
         }
     };
 
@@ -518,10 +532,33 @@ void decode_step::gather_and_attend(int il, int b, prepared & prep) {
     // The step's own token is the last position; it is not in the cells yet.
     const bool own = !att.empty() && att.back() == n - 1;
     table_.add(cells_, logs_ != nullptr ? &log : nullptr, seq, il,
-               std::span<const int32_t>(att.data(), att.size() - (own ? 1 : 0)), false);
+               std::span<const int32_t>(att.data(), att.size() - (own ? 1 : 0)), false, cache_);
     if (own) table_.add_hot(int32_t(n - 1), L.slot[size_t(b)]);
     const std::span<const int32_t> disk = table_.disk_pos_of(0);
     hints_.wanted(seq, il, disk);
+    // The device cache: its hits are kept through this step's fills; the disk tokens not promoted fill
+    // the rows it has left, the most selected of them first, in place of its least selected tokens.
+    fill_pos_.clear();
+    if (caching) {
+        if (table_.n_cached > 0) {
+            for (const int32_t slot : table_.hot_slot_of(0)) {
+                if (cache_->holds(il, uint32_t(slot))) cache_->use(il, uint32_t(slot));
+            }
+        }
+        for (const int32_t t : disk) {
+            const auto it = std::lower_bound(prep.promo.begin(), prep.promo.end(), std::make_pair(t, uint32_t(0)));
+            if (it == prep.promo.end() || it->first != t) fill_pos_.push_back(t);
+        }
+        const auto hits = [this, il](int s, int32_t t) { return uint32_t(cells_.hits(s, il, t)); };
+        const auto m = size_t(cache_->prepare_fills(il, int64_t(fill_pos_.size()), hits));
+        if (m < fill_pos_.size()) {
+            std::partial_sort(fill_pos_.begin(), fill_pos_.begin() + ptrdiff_t(m), fill_pos_.end(), [&](int32_t a, int32_t b) {
+                return hits(seq, a) != hits(seq, b) ? hits(seq, a) > hits(seq, b) : a > b;
+            });
+            fill_pos_.resize(m);
+            std::sort(fill_pos_.begin(), fill_pos_.end());
+        }
+    }
 
     // The selected tokens in position order, window by window (kv/ordered_gather.h): the hot ones in
     // place, the others copied as the storage device delivers them.
@@ -537,7 +574,7 @@ void decode_step::gather_and_attend(int il, int b, prepared & prep) {
     kv_batch w;
     while (gather_.next(w)) {
         attend(w);
-        promote_rows(w);
+        keep_rows(w);
         if (learn) {
             attention_logits(shape_, q_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim),
                              kv_view{w.view.type, w.view.k, w.view.k, w.view.n_kv, w.view.row_stride}, w.rows,
@@ -563,7 +600,8 @@ void decode_step::gather_and_attend(int il, int b, prepared & prep) {
     ++S.n_steps;
     S.n_context += uint64_t(n);
     S.n_attended += att.size();
-    S.n_attended_hot += table_.hot_pos.size();
+    S.n_attended_hot += table_.hot_pos.size() - uint64_t(table_.n_cached);
+    S.n_attended_cached += uint64_t(table_.n_cached);
     S.n_attended_open += table_.open_pos.size();
     S.n_attended_disk += disk.size();
     stats_.seq_context[size_t(seq)] += uint64_t(n);
@@ -597,7 +635,7 @@ void decode_step::measure(int il, int b) {
     const prepared::layer_prep & L = prep_->layers[size_t(il)];
     const cold_log_view log = logs_ != nullptr ? logs_->log(seq, il) : cold_log_view{};
     kv_page_table all;
-    all.add(cells_, logs_ != nullptr ? &log : nullptr, seq, il, {}, true);
+    all.add(cells_, logs_ != nullptr ? &log : nullptr, seq, il, {}, true, cache_);
     all.add_hot(int32_t(n - 1), L.slot[size_t(b)]);
     recall_->begin(q_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim), n);
     const kv_view hot = hot_.view(il);

@@ -85,6 +85,7 @@ struct step_layer_stats {
     uint64_t n_context = 0;        // Σ tokens of the sequence
     uint64_t n_attended = 0;       // Σ tokens attended (kv_head granularity: the union of the sets)
     uint64_t n_attended_hot = 0;   // of those, read from the hot pool
+    uint64_t n_attended_cached = 0;// cold tokens read from the device tier's cache (kv/device_cache.h)
     uint64_t n_attended_open = 0;  // read from a cold log's open tail in RAM
     uint64_t n_attended_disk = 0;  // read from SSD by the storage device
     double recall_sum = 0.0;       // diag: Σ attention recall (score/attention_recall.h)
@@ -111,6 +112,7 @@ struct step_stats {
     uint64_t hints_gated = 0;       // prefetch hints (sequence, layer) not sent: the layer's hints were mostly
                                     // not selected (sched/hint_gate.h)
     uint64_t promoted_bytes = 0;    // K and V bytes copied into the hot pool by promotions
+    uint64_t cache_fills = 0;       // cold tokens read from SSD and kept in the device tier's cache
     // Per sequence id [n_seq], summed over layers and steps: context tokens and tokens attended (as
     // layers' n_context and n_attended); a server reports one request's attended share from their changes.
     std::vector<uint64_t> seq_context, seq_attended;
@@ -120,9 +122,13 @@ class decode_step {
 public:
     // The step over the cache's parts (all owned by the caller, engine/context.h). logs and reader
     // are nullptr without a cold tier; copy (the scoring copy of the keys, whose positions below each
-    // sequence's length the caller keeps written) is nullptr when the step scores the stored keys.
+    // sequence's length the caller keeps written) is nullptr when the step scores the stored keys. cache:
+    // the device tier's cache of recently selected KV (kv/device_cache.h; rows of hot, apart from the
+    // cells' slots), or nullptr: every step reads the cold tokens it selects that it holds, and fills it
+    // with those it reads.
     decode_step(const model & m, arch_forward & forward, kv_cells & cells, hot_arena & hot, cold_logs * logs,
-                cold_reader * reader, scoring_copy * copy, csd::device & device, device_tier & dev, thread_pool & pool);
+                cold_reader * reader, scoring_copy * copy, device_cache * cache, csd::device & device,
+                device_tier & dev, thread_pool & pool);
     ~decode_step();
 
     // The policy to decide with (owned by the caller; replaced between steps). Errors (usage): scoring
@@ -167,6 +173,7 @@ private:
     cold_logs * logs_;
     cold_reader * reader_;
     scoring_copy * copy_;
+    device_cache * cache_;
     csd::device & device_;
     device_tier & dev_;
     thread_pool & pool_;
@@ -198,6 +205,7 @@ private:
     std::vector<float> attn_;                      // f32 [B, n_embd_q]
     std::vector<uint8_t> rows_;                    // kv type [B, 2, n_embd_kv]: the new tokens' K and V
     kv_page_table table_;                          // one sequence's tokens (scoring), then its selection
+    std::vector<int32_t> fill_pos_;                // the disk tokens the device cache keeps (ascending)
     ordered_gather gather_;                        // the selection in position order
     std::vector<float> scores_;                    // f32 [n_group, n_ctx]: merged scores by position
     std::vector<float> seg_scores_;                // f32 [n_group, n_ctx]: one region's host scores
