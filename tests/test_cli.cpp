@@ -648,6 +648,14 @@ TEST_F(cli, kv_cache_in_the_cold_pool) {
     EXPECT_EQ(cold.code, 0) << cold.out;
     auto ids = [](const std::string & out) { return out.substr(out.find("\"ids\":["), out.find(']', out.find("\"ids\":[")) - out.find("\"ids\":[")); };
     EXPECT_EQ(ids(ram.out), ids(cold.out));
+    // Half of the hot slots as the device cache: the same tokens; the report counts its rows (here nothing
+    // is read from the SSD for it to keep: the context is one page, in the open tail).
+    const result cached = run(g + "--json --kv-host-budget 4K --device-cache 0.5 --kv-dir " + dir->file("kvc"), " 2>/dev/null");
+    ASSERT_EQ(cached.code, 0) << cached.out;
+    EXPECT_EQ(ids(ram.out), ids(cached.out));
+    EXPECT_EQ(json::parse(cached.out).at("policy").at("device_cache_rows").get<int64_t>(), 2 * 8) << cached.out;
+    EXPECT_EQ(json::parse(cold.out).at("policy").at("device_cache_rows").get<int64_t>(), 0) << cold.out;
+    EXPECT_EQ(run(g + "--kv-host-budget 4K --device-cache 1 --kv-dir " + dir->file("kvc")).code, 2);
     const json j = json::parse(cold.out);
     const json & kv = j.at("kv");
     // 16 hot tokens per layer of about 50: most tokens only in the cold tier.
@@ -968,7 +976,8 @@ TEST_F(cli, bench_step_measures_every_configuration_and_writes_json_and_a_plot) 
         EXPECT_GT(x["step_ms"].get<double>(), 0.0);
         EXPECT_LE(x["step_ms_min"].get<double>(), x["step_ms"].get<double>());
         EXPECT_GE(x["step_ms_max"].get<double>(), x["step_ms"].get<double>());
-        EXPECT_NEAR(x["hot_share"].get<double>() + x["open_share"].get<double>() + x["disk_share"].get<double>(), 1.0, 1e-9);
+        EXPECT_NEAR(x["hot_share"].get<double>() + x["cache_share"].get<double>() + x["open_share"].get<double>() +
+                    x["disk_share"].get<double>(), 1.0, 1e-9);
         const bool full = x["policy"] == "full";
         const double attended = x["attended_per_layer"].get<double>();
         // full attends every token (1024 and the new ones); hillinfer ⌈0.2·n⌉ scored plus sinks and window.
@@ -1017,10 +1026,39 @@ TEST_F(cli, bench_step_measures_every_configuration_and_writes_json_and_a_plot) 
     EXPECT_GT(cj["ratios"][0]["speedup_over_full"].get<double>(), 0.0);
 }
 
+// --device-cache as a grid dimension of the plain SSD's configurations: the cache serves a share of the
+// attended tokens only where it has rows, and each configuration is compared with full under the same share.
+TEST_F(cli, bench_step_measures_the_device_cache_beside_the_hot_pool_alone) {
+    test::temp_dir d;
+    const std::string json = d.file("step.json");
+    const test::cli_result r = test::run_cli(
+        "bench step --ctx 1024 --layers 1 --heads 4 --kv-heads 2 --head-dim 64 --cold 0.5 --policies full,hillinfer "
+        "--storage plain --device-cache 0,0.5 --steps 3 --warmup 2 -t 1 --kv-dir " + d.file("kv") + " --json " + json);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("hillinfer 50% cold plain int2 cache 0.5"), std::string::npos) << r.out;
+    const nlohmann::json j = nlohmann::json::parse(test::read_whole_file(json));
+    ASSERT_EQ(j["results"].size(), 4u) << j.dump(1);
+    for (const auto & x : j["results"]) {
+        const double share = x["device_cache"].get<double>();
+        EXPECT_TRUE(share == 0.0 || share == 0.5) << x;
+        EXPECT_EQ(x["device_cache_rows"].get<int64_t>() > 0, share > 0.0) << x;
+        EXPECT_EQ(x["cache_share"].get<double>() > 0.0, share > 0.0) << x;
+        // full uses every row at every step once the cache is full: no fill then.
+        if (share == 0.0 || x["policy"] == "hillinfer") {
+            EXPECT_EQ(x["cache_fills"].get<double>() > 0.0, share > 0.0) << x;
+        }
+        EXPECT_NEAR(x["hot_share"].get<double>() + x["cache_share"].get<double>() + x["open_share"].get<double>() +
+                    x["disk_share"].get<double>(), 1.0, 1e-9);
+    }
+    ASSERT_EQ(j["ratios"].size(), 2u) << j["ratios"];
+    for (const auto & x : j["ratios"]) EXPECT_GT(x["speedup_over_full"].get<double>(), 0.0) << x;
+}
+
 TEST_F(cli, bench_step_refuses_bad_grids_before_measuring) {
     for (const char * bad : {"--cold 1", "--cold 0,-0.5", "--ctx 100", "--policies full,nope", "--storage disk",
                              "--profile nonexistent_profile", "--steps 0", "--head-dim 63", "--heads 6 --kv-heads 4",
-                             "--score-copy int3", "--beta 0", "--beta -0.5", "--beta abc", "--beta 0.2x"}) {
+                             "--score-copy int3", "--beta 0", "--beta -0.5", "--beta abc", "--beta 0.2x",
+                             "--device-cache 1", "--device-cache -0.1", "--device-cache x"}) {
         const test::cli_result r = test::run_cli(std::string("bench step --layers 1 --kv-dir /tmp ") + bad);
         EXPECT_EQ(r.code, 2) << bad << "\n" << r.out;
         EXPECT_NE(r.out.find("error"), std::string::npos) << bad << "\n" << r.out;

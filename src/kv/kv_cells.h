@@ -9,7 +9,8 @@
 // may have a copy in the hot pool (a slot of the hot arena, kv/hot_arena.h). A token is hot when it
 // has a hot slot: it is read from DRAM; otherwise it is read from the cold tier (its open tail in
 // RAM, or a page on SSD). Without a cold tier every token is hot. The device tier of the CPU build
-// aliases host memory and holds no copies, so no cell is in it.
+// aliases host memory, so no cell is in it; its cache of recently selected KV (kv/device_cache.h)
+// keeps copies of cold tokens in arena rows apart from the cells' slots, and those tokens stay cold here.
 //
 // Hit table (HillInfer paper §4.2 "Bidirectional KV Cache Pools"; DESIGN.md §1): one u16 per cell,
 // an exponential moving average of how often attention selected the token:
