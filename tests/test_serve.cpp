@@ -178,6 +178,10 @@ TEST_F(serve_test, health_and_models) {
     EXPECT_EQ(j.at("object"), "list");
     ASSERT_EQ(j.at("data").size(), 1u);
     EXPECT_EQ(j.at("data")[0].at("id"), "chatml.gguf");
+    // The model file's modification time: written by the fixture moments ago.
+    const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    EXPECT_GT(j.at("data")[0].at("created").get<int64_t>(), now - 3600) << j.dump();
+    EXPECT_LE(j.at("data")[0].at("created").get<int64_t>(), now + 5) << j.dump();
 }
 
 TEST_F(serve_test, greedy_completion_equals_generate) {
@@ -194,6 +198,7 @@ TEST_F(serve_test, greedy_completion_equals_generate) {
     EXPECT_EQ(j.at("usage").at("completion_tokens"), ref.at("generated_tokens"));
     EXPECT_EQ(j.at("usage").at("total_tokens"), int(ref.at("prompt_tokens")) + int(ref.at("generated_tokens")));
     EXPECT_EQ(j.at("x_hillinfer").at("policy"), "full");
+    EXPECT_TRUE(j.at("x_hillinfer").at("alpha").is_null()) << "full attends every token: no alpha applies";
     EXPECT_GT(double(j.at("x_hillinfer").at("attended_share")), 0.0);
 }
 

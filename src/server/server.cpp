@@ -125,6 +125,7 @@ struct server::impl {
     server_params p;
     std::vector<int32_t> chat_stop_ids;
     std::string bos_text, eos_text;
+    int64_t model_created = 0;  // /v1/models "created": the model file's modification time, Unix seconds
     httplib::Server http;
     std::thread listener;
     std::unique_ptr<prompt_cache_dir> disk;  // --cache-dir; nullptr: none
@@ -158,6 +159,12 @@ struct server::impl {
         if (tmpl) chat_stop_ids = tmpl->end_of_turn_tokens(v);
         bos_text = v.bos >= 0 ? v.pieces[size_t(v.bos)] : std::string();
         eos_text = v.eos >= 0 ? v.pieces[size_t(v.eos)] : std::string();
+        std::error_code ec;
+        const auto written = std::filesystem::last_write_time(m.path(), ec);
+        model_created = ec ? std::chrono::duration_cast<std::chrono::seconds>(
+                                 std::chrono::system_clock::now().time_since_epoch()).count()  // gone: the server's start
+                           : std::chrono::duration_cast<std::chrono::seconds>(
+                                 std::chrono::file_clock::to_sys(written).time_since_epoch()).count();
         if (!p.cache_dir.empty()) {
             disk = std::make_unique<prompt_cache_dir>(p.cache_dir, p.cache_dir_limit_bytes);
             gen.set_prompt_cache(disk.get());
@@ -217,7 +224,7 @@ struct server::impl {
         // This request's decode steps only; null when it had none (one token or none generated).
         const json share = r.n_context > 0 ? json(double(r.n_attended) / double(r.n_context)) : json(nullptr);
         return {{"policy", std::string(ctx.policy().name())},
-                {"alpha", ctx.params().policy.alpha},
+                {"alpha", ctx.policy().uses_scores() ? json(ctx.params().policy.alpha) : json(nullptr)},
                 {"attended_share", share},
                 {"reused_tokens", r.reused_tokens},
                 {"cache_dir_tokens", r.disk_tokens},
@@ -656,7 +663,8 @@ struct server::impl {
             const json j = {
                 {"object", "list"},
                 {"data",
-                 json::array({{{"id", p.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "hillinfer"}}})}};
+                 json::array({{{"id", p.model_id}, {"object", "model"}, {"created", model_created},
+                               {"owned_by", "hillinfer"}}})}};
             res.set_content(dump(j), "application/json");
         });
         http.Get("/metrics", [this](const httplib::Request &, httplib::Response & res) {
