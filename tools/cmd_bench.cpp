@@ -133,7 +133,7 @@ bench_cmd add_beta(CLI::App & bench) {
     add_workload_options(*sub, p.workload);
     sub->add_option("--ctx", p.ctx, "context length in tokens")->capture_default_str();
     sub->add_option("--cold", p.cold, "share of the KV without a hot copy, in (0, 1)")->capture_default_str();
-    sub->add_option("--profile", p.profile, "emulator device profile: none, smartssd, FILE.json")->capture_default_str();
+    sub->add_option("--profile,--csd-profile", p.profile, "emulator device profile: none, smartssd, FILE.json")->capture_default_str();
     sub->add_option("--betas", p.betas, "hot/cold ratios to measure (comma-separated)")->delimiter(',')->capture_default_str();
     sub->add_option("--steps", p.n_steps, "measured decode steps per beta")->capture_default_str();
     sub->add_option("--warmup", p.n_warmup, "decode steps before the measured ones")->capture_default_str();
@@ -166,7 +166,7 @@ bench_cmd add_ablation(CLI::App & bench) {
     add_workload_options(*sub, p.workload);
     sub->add_option("--ctx", p.ctxs, "context lengths in tokens (comma-separated)")->delimiter(',')->capture_default_str();
     sub->add_option("--cold", p.cold, "share of the KV without a hot copy, in (0, 1)")->capture_default_str();
-    sub->add_option("--profile", p.profile, "emulator device profile: none, smartssd, FILE.json")->capture_default_str();
+    sub->add_option("--profile,--csd-profile", p.profile, "emulator device profile: none, smartssd, FILE.json")->capture_default_str();
     sub->add_option("--steps", p.n_steps, "measured decode steps per configuration")->capture_default_str();
     sub->add_option("--warmup", p.n_warmup, "decode steps before the measured ones")->capture_default_str();
     o->first.add(*sub);
@@ -217,7 +217,7 @@ bench_cmd add_e2e(CLI::App & bench, const std::string & name) {
         ->capture_default_str();
     sub->add_option("--storage", p.storages, "storage devices of the cold pool: plain, emulator (comma-separated)")
         ->delimiter(',')->capture_default_str();
-    sub->add_option("--profile", p.profile, "emulator device profile: none, smartssd, FILE.json")->capture_default_str();
+    sub->add_option("--profile,--csd-profile", p.profile, "emulator device profile: none, smartssd, FILE.json")->capture_default_str();
     sub->add_option("--text-dir", p.text_dir,
                     "books (*.txt) to take the prompts from (default: DATA/text/gutenberg, DATA = $HILLINFER_DATA or "
                     "../shared/data, when it exists, else generated text)");
@@ -555,7 +555,7 @@ command_fn add_bench(CLI::App & app) {
     step->add_option("--policies", p.policies, "policies (comma-separated)")->delimiter(',')->capture_default_str();
     step->add_option("--storage", p.storages, "storage devices of the cold pool: plain, emulator (comma-separated)")
         ->delimiter(',')->capture_default_str();
-    step->add_option("--profile", p.profiles, "emulator device profiles: none, smartssd, FILE.json (comma-separated)")
+    step->add_option("--profile,--csd-profile", p.profiles, "emulator device profiles: none, smartssd, FILE.json (comma-separated)")
         ->delimiter(',')->capture_default_str();
     step->add_option("--score-copy", p.score_copies, "scoring copies of a scoring policy off the emulator: int4, int2, "
                      "off (comma-separated)")->delimiter(',')->capture_default_str();

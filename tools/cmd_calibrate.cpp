@@ -120,7 +120,7 @@ command_fn add_calibrate(CLI::App & app) {
                     "directory's kv/)");
     cmd->add_option("--storage", o->storage, "storage device of the cold pool: emulator or plain")
         ->capture_default_str();
-    cmd->add_option("--profile", o->profile, "device profile: none, smartssd or a JSON file")->capture_default_str();
+    cmd->add_option("--profile,--csd-profile", o->profile, "device profile: none, smartssd or a JSON file")->capture_default_str();
     o->out_opt = cmd->add_option("--out", o->out,
                                  "cache file to write (default: $XDG_CACHE_HOME/hillinfer/"
                                  "calibration.json or ~/.cache/hillinfer/calibration.json); other entries are kept");
