@@ -552,8 +552,8 @@ void decode_step::gather_and_attend(int il, int b, prepared & prep) {
         const auto hits = [this, il](int s, int32_t t) { return uint32_t(cells_.hits(s, il, t)); };
         const auto m = size_t(cache_->prepare_fills(il, int64_t(fill_pos_.size()), hits));
         if (m < fill_pos_.size()) {
-            std::partial_sort(fill_pos_.begin(), fill_pos_.begin() + ptrdiff_t(m), fill_pos_.end(), [&](int32_t a, int32_t b) {
-                return hits(seq, a) != hits(seq, b) ? hits(seq, a) > hits(seq, b) : a > b;
+            std::partial_sort(fill_pos_.begin(), fill_pos_.begin() + ptrdiff_t(m), fill_pos_.end(), [&](int32_t x, int32_t y) {
+                return hits(seq, x) != hits(seq, y) ? hits(seq, x) > hits(seq, y) : x > y;
             });
             fill_pos_.resize(m);
             std::sort(fill_pos_.begin(), fill_pos_.end());
