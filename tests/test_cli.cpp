@@ -655,7 +655,15 @@ TEST_F(cli, kv_cache_in_the_cold_pool) {
     EXPECT_EQ(ids(ram.out), ids(cached.out));
     EXPECT_EQ(json::parse(cached.out).at("policy").at("device_cache_rows").get<int64_t>(), 2 * 8) << cached.out;
     EXPECT_EQ(json::parse(cold.out).at("policy").at("device_cache_rows").get<int64_t>(), 0) << cold.out;
-    EXPECT_EQ(run(g + "--kv-host-budget 4K --device-cache 1 --kv-dir " + dir->file("kvc")).code, 2);
+    for (const char * bad : {"1", "-0.1", "nan", "abc"}) {
+        const result r = run(g + "--kv-host-budget 4K --device-cache " + bad + " --kv-dir " + dir->file("kvc"));
+        EXPECT_EQ(r.code, 2) << bad << "\n" << r.out;
+        EXPECT_NE(r.out.find("--device-cache"), std::string::npos) << r.out;
+    }
+    // The emulator runs without it, and says so.
+    const result emu = run(g + "--kv-host-budget 4K --device-cache 0.5 --storage emulator --kv-dir " + dir->file("kvc"));
+    EXPECT_EQ(emu.code, 0) << emu.out;
+    EXPECT_NE(emu.out.find("plain SSD only"), std::string::npos) << emu.out;
     const json j = json::parse(cold.out);
     const json & kv = j.at("kv");
     // 16 hot tokens per layer of about 50: most tokens only in the cold tier.

@@ -144,7 +144,14 @@ void kv_opts::add(CLI::App & app) {
                  "host computes (the pipeline; for comparisons)");
     app.add_option("--device-cache", device_cache, "plain storage: share of the hot slots (in [0, 1)) given to a cache of "
                    "the cold tokens the last steps read, instead of the hot pool; 0: none")
-        ->check(CLI::Range(0.0, 0.999))->capture_default_str();
+        ->check(CLI::Validator([](std::string & text) -> std::string {
+            char * end = nullptr;
+            const double v = std::strtod(text.c_str(), &end);
+            if (text.empty() || end != text.c_str() + text.size()) return "expects a number, got '" + text + "'";
+            if (!(v >= 0.0 && v < 1.0)) return "expects a share in [0, 1), got " + text;
+            return {};
+        }, "SHARE in [0, 1)"))
+        ->capture_default_str();
 }
 
 csd::storage_kind kv_opts::storage_kind() const {

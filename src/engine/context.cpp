@@ -103,8 +103,12 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
     }
     // The device tier's cache takes its share of each cold layer's slots, leaving the hot pool its minimum.
     std::vector<int64_t> pool_slots = layer_slots, cache_rows(caps.size(), 0);
-    if (p.device_cache_share < 0.0 || p.device_cache_share >= 1.0) {
+    if (!(p.device_cache_share >= 0.0 && p.device_cache_share < 1.0)) {  // NaN too
         fail_usage("the device cache's share of the hot slots must be in [0, 1), got {}", p.device_cache_share);
+    }
+    if (cold && p.device_cache_share > 0.0 && p.storage.kind != csd::storage_kind::plain) {
+        log_warn("the device cache (--device-cache) works over the plain SSD only: the {} runs without it",
+                 csd::name(p.storage.kind));
     }
     if (cold && p.storage.kind == csd::storage_kind::plain) {
         for (size_t il = 0; il < caps.size(); ++il) {
