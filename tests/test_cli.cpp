@@ -1072,6 +1072,18 @@ TEST_F(cli, bench_step_refuses_bad_grids_before_measuring) {
         EXPECT_EQ(r.code, 2) << bad << "\n" << r.out;
         EXPECT_NE(r.out.find("error"), std::string::npos) << bad << "\n" << r.out;
     }
+    // An empty item, which CLI11's delimiter alone would drop, and an item of the wrong type name the flag.
+    for (const auto & [bad, want] : {std::pair{"--ctx 32768,,131072", "--ctx: an empty item in '32768,,131072'"},
+                                     std::pair{"--cold 0,", "--cold: an empty item in '0,'"},
+                                     std::pair{"--policies ,full", "--policies: an empty item in ',full'"},
+                                     std::pair{"--ctx 4096,8k", "--ctx: cannot read '8k' as INT"}}) {
+        const test::cli_result r = test::run_cli(std::string("bench step --layers 1 --kv-dir /tmp ") + bad);
+        EXPECT_EQ(r.code, 2) << bad << "\n" << r.out;
+        EXPECT_NE(r.out.find(want), std::string::npos) << bad << "\n" << r.out;
+    }
+    const test::cli_result e2e = test::run_cli("bench latency --quick --kv-dir /tmp --batch 1,,2");
+    EXPECT_EQ(e2e.code, 2) << e2e.out;
+    EXPECT_NE(e2e.out.find("--batch: an empty item in '1,,2'"), std::string::npos) << e2e.out;
     const test::cli_result r = test::run_cli("bench");
     EXPECT_EQ(r.code, 2) << r.out;
 }

@@ -134,7 +134,7 @@ bench_cmd add_beta(CLI::App & bench) {
     sub->add_option("--ctx", p.ctx, "context length in tokens")->capture_default_str();
     sub->add_option("--cold", p.cold, "share of the KV without a hot copy, in (0, 1)")->capture_default_str();
     sub->add_option("--profile,--csd-profile", p.profile, "emulator device profile: none, smartssd, FILE.json")->capture_default_str();
-    sub->add_option("--betas", p.betas, "hot/cold ratios to measure (comma-separated)")->delimiter(',')->capture_default_str();
+    add_list_option(*sub, "--betas", p.betas, "hot/cold ratios to measure (comma-separated)");
     sub->add_option("--steps", p.n_steps, "measured decode steps per beta")->capture_default_str();
     sub->add_option("--warmup", p.n_warmup, "decode steps before the measured ones")->capture_default_str();
     o->first.add(*sub);
@@ -164,7 +164,7 @@ bench_cmd add_ablation(CLI::App & bench) {
     CLI::App * sub = bench.add_subcommand("ablation", "Decode-step time of the prefetch-based baseline, + HKM, and + HKM "
                                           "and APP (the paper's ablation)");
     add_workload_options(*sub, p.workload);
-    sub->add_option("--ctx", p.ctxs, "context lengths in tokens (comma-separated)")->delimiter(',')->capture_default_str();
+    add_list_option(*sub, "--ctx", p.ctxs, "context lengths in tokens (comma-separated)");
     sub->add_option("--cold", p.cold, "share of the KV without a hot copy, in (0, 1)")->capture_default_str();
     sub->add_option("--profile,--csd-profile", p.profile, "emulator device profile: none, smartssd, FILE.json")->capture_default_str();
     sub->add_option("--steps", p.n_steps, "measured decode steps per configuration")->capture_default_str();
@@ -208,15 +208,13 @@ bench_cmd add_e2e(CLI::App & bench, const std::string & name) {
     sub->add_option("--shape", p.shape, "the paper model whose shape the random model takes: " + shapes)->capture_default_str();
     sub->add_option("--layers", p.n_layer, "layers of the random model (the shape's count reduced to fit)")->capture_default_str();
     sub->add_option("--weights", p.weights, "weight type of the random model's matrices")->capture_default_str();
-    sub->add_option("--ctx", p.ctxs, "prompt lengths in tokens (comma-separated)")->delimiter(',')->capture_default_str();
-    sub->add_option("--batch", p.batches, "batch sizes (comma-separated)")->delimiter(',')->capture_default_str();
+    add_list_option(*sub, "--ctx", p.ctxs, "prompt lengths in tokens (comma-separated)");
+    add_list_option(*sub, "--batch", p.batches, "batch sizes (comma-separated)");
     sub->add_option("--gen", p.n_gen, "decode steps after the prompt")->capture_default_str();
-    sub->add_option("--policies", p.policies, "policies (comma-separated; default: every registered one)")->delimiter(',');
+    add_list_option(*sub, "--policies", p.policies, "policies (comma-separated; default: every registered one)");
     sub->add_option("--alpha", p.alpha, "retention ratio")->capture_default_str();
-    sub->add_option("--cold", p.colds, "shares of the KV without a hot copy, in [0, 1) (comma-separated)")->delimiter(',')
-        ->capture_default_str();
-    sub->add_option("--storage", p.storages, "storage devices of the cold pool: plain, emulator (comma-separated)")
-        ->delimiter(',')->capture_default_str();
+    add_list_option(*sub, "--cold", p.colds, "shares of the KV without a hot copy, in [0, 1) (comma-separated)");
+    add_list_option(*sub, "--storage", p.storages, "storage devices of the cold pool: plain, emulator (comma-separated)");
     sub->add_option("--profile,--csd-profile", p.profile, "emulator device profile: none, smartssd, FILE.json")->capture_default_str();
     sub->add_option("--text-dir", p.text_dir,
                     "books (*.txt) to take the prompts from (default: DATA/text/gutenberg, DATA = $HILLINFER_DATA or "
@@ -261,14 +259,12 @@ bench_cmd add_accuracy(CLI::App & bench) {
     sub->add_option("-m,--model", p.model_path, "trained model (default: DATA/models/gguf/stories260K.gguf)");
     sub->add_option("--tokenizer", p.tokenizer_path, "the model's tokenizer (llama2.c checkpoints)");
     sub->add_option("--book", p.book_path, "perplexity text (default: DATA/text/gutenberg/pg1184_count_of_monte_cristo.txt)");
-    sub->add_option("--policies", p.policies, "policies (comma-separated; default: every registered one)")->delimiter(',');
-    sub->add_option("--alphas", p.alphas, "retention ratios (comma-separated)")->delimiter(',')->capture_default_str();
+    add_list_option(*sub, "--policies", p.policies, "policies (comma-separated; default: every registered one)");
+    add_list_option(*sub, "--alphas", p.alphas, "retention ratios (comma-separated)");
     sub->add_option("--ppl-ctx", p.ppl_ctx, "perplexity window and multiple-choice context, tokens")->capture_default_str();
     sub->add_option("--ppl-windows", p.ppl_windows, "perplexity windows")->capture_default_str();
-    sub->add_option("--passkey-ctx", p.passkey_ctxs, "passkey prompt lengths (comma-separated)")->delimiter(',')
-        ->capture_default_str();
-    sub->add_option("--passkey-depth", p.passkey_depths, "passkey depths in [0, 1] (comma-separated)")->delimiter(',')
-        ->capture_default_str();
+    add_list_option(*sub, "--passkey-ctx", p.passkey_ctxs, "passkey prompt lengths (comma-separated)");
+    add_list_option(*sub, "--passkey-depth", p.passkey_depths, "passkey depths in [0, 1] (comma-separated)");
     sub->add_option("--rte", p.n_rte, "RTE items (0: all 277)")->capture_default_str();
     sub->add_option("--piqa", p.n_piqa, "PIQA items (0: all 1838)")->capture_default_str();
     std::get<0>(*o).add(*sub);
@@ -544,28 +540,23 @@ command_fn add_bench(CLI::App & app) {
                 "calibrated to a trained model's attention statistics");
     step_bench_params & p = o->p;
     workload_params & w = p.workload;
-    step->add_option("--ctx", p.ctxs, "context lengths in tokens (comma-separated)")->delimiter(',')->capture_default_str();
+    add_list_option(*step, "--ctx", p.ctxs, "context lengths in tokens (comma-separated)");
     step->add_option("--layers", w.n_layer, "layers")->capture_default_str();
     step->add_option("--heads", w.n_head, "query heads")->capture_default_str();
     step->add_option("--kv-heads", w.n_head_kv, "KV heads")->capture_default_str();
     step->add_option("--head-dim", w.head_dim, "head dimension")->capture_default_str();
-    step->add_option("--cold", p.colds, "shares of the KV without a hot copy, in [0, 1); 0: all in RAM (comma-separated)")
-        ->delimiter(',')->capture_default_str();
+    add_list_option(*step, "--cold", p.colds, "shares of the KV without a hot copy, in [0, 1); 0: all in RAM (comma-separated)");
     step->add_option("--alpha", w.alpha, "retention ratio")->capture_default_str();
-    step->add_option("--policies", p.policies, "policies (comma-separated)")->delimiter(',')->capture_default_str();
-    step->add_option("--storage", p.storages, "storage devices of the cold pool: plain, emulator (comma-separated)")
-        ->delimiter(',')->capture_default_str();
-    step->add_option("--profile,--csd-profile", p.profiles, "emulator device profiles: none, smartssd, FILE.json (comma-separated)")
-        ->delimiter(',')->capture_default_str();
-    step->add_option("--score-copy", p.score_copies, "scoring copies of a scoring policy off the emulator: int4, int2, "
-                     "off (comma-separated)")->delimiter(',')->capture_default_str();
-    step->add_option("--beta", p.betas, "emulator: hot/cold capacity ratios beta (numbers > 0, cut to what the host "
-                     "budget holds) or planner (the planner's choice, DESIGN.md section 4) (comma-separated)")
-        ->delimiter(',')->capture_default_str();
+    add_list_option(*step, "--policies", p.policies, "policies (comma-separated)");
+    add_list_option(*step, "--storage", p.storages, "storage devices of the cold pool: plain, emulator (comma-separated)");
+    add_list_option(*step, "--profile,--csd-profile", p.profiles, "emulator device profiles: none, smartssd, FILE.json (comma-separated)");
+    add_list_option(*step, "--score-copy", p.score_copies, "scoring copies of a scoring policy off the emulator: int4, int2, "
+                     "off (comma-separated)");
+    add_list_option(*step, "--beta", p.betas, "emulator: hot/cold capacity ratios beta (numbers > 0, cut to what the host "
+                     "budget holds) or planner (the planner's choice, DESIGN.md section 4) (comma-separated)");
     step->add_flag("--no-prefetch", p.no_prefetch, "plain storage: without the pipeline's prefetch (for comparisons)");
-    step->add_option("--device-cache", p.device_caches, "plain storage: shares of the hot slots that the device tier's "
-                     "cache of recently selected KV takes, in [0, 1); 0: none (comma-separated)")
-        ->delimiter(',')->capture_default_str();
+    add_list_option(*step, "--device-cache", p.device_caches, "plain storage: shares of the hot slots that the device tier's "
+                     "cache of recently selected KV takes, in [0, 1); 0: none (comma-separated)");
     step->add_option("--steps", p.n_steps, "measured decode steps per configuration")->capture_default_str();
     step->add_option("--warmup", p.n_warmup, "decode steps before the measured ones (the hot pool settles)")
         ->capture_default_str();

@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace hill::cli {
 
@@ -137,6 +138,42 @@ bool terminate_requested();
 // "512", "64K", "1.5G", ... in bytes (fractions rounded down); usage error naming `flag` otherwise, and
 // for a size below 1 byte ("0.5").
 uint64_t parse_bytes(const std::string & text, const char * flag);
+
+// A comma-separated list option (--ctx 32768,131072; repeating the flag adds items). Every item must
+// convert to T and none may be empty: CLI11's own delimiter drops the empty items of "32768,,131072"
+// silently, this one refuses them (a usage error naming the flag). The help shows out's values, when
+// there are any, as the default.
+template <class T>
+CLI::Option * add_list_option(CLI::App & app, const std::string & names, std::vector<T> & out, const std::string & desc) {
+    std::string shown;
+    for (const T & v : out) shown += (shown.empty() ? "" : ",") + CLI::detail::to_string(v);
+    const std::string flag = names.substr(0, names.find(','));
+    CLI::Option * opt = app.add_option_function<std::vector<std::string>>(
+        names,
+        [&out, flag](const std::vector<std::string> & args) {
+            out.clear();
+            for (const std::string & arg : args) {
+                for (size_t b = 0;;) {
+                    const size_t e = arg.find(',', b);
+                    const std::string item = arg.substr(b, e == std::string::npos ? std::string::npos : e - b);
+                    if (item.empty()) {
+                        throw CLI::ValidationError(flag, "an empty item in '" + arg + "' (comma-separated values, none empty)");
+                    }
+                    T v{};
+                    if (!CLI::detail::lexical_cast(item, v)) {
+                        throw CLI::ValidationError(flag, "cannot read '" + item + "' as " + CLI::detail::type_name<T>());
+                    }
+                    out.push_back(v);
+                    if (e == std::string::npos) break;
+                    b = e + 1;
+                }
+            }
+        },
+        desc);
+    opt->type_name(CLI::detail::type_name<T>());
+    if (!out.empty()) opt->default_str("[" + shown + "]");
+    return opt;
+}
 
 // The largest seed: seeds are 64-bit (the sampler's and the generators' std::mt19937_64 / splitmix64).
 inline constexpr uint64_t seed_max = UINT64_MAX;  // 18446744073709551615
