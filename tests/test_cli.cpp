@@ -210,7 +210,7 @@ TEST_F(cli, policy_summary_and_diag) {
     EXPECT_FALSE(p.contains("alpha")) << "streaming scores nothing";
     // Everything in RAM: every attended token is hot.
     EXPECT_EQ(p.at("attended_hot_share"), 1.0);
-    for (const char * key : {"attended_cold_share", "attended_open_share", "attended_disk_share"}) {
+    for (const char * key : {"attended_cold_share", "attended_open_share", "attended_disk_share", "disk_reread_share"}) {
         EXPECT_EQ(p.at(key), 0.0) << key;
     }
 }
@@ -300,6 +300,10 @@ TEST_F(cli, demo_retrieves_the_passkey_and_says_when_not) {
     EXPECT_EQ(dj.at("policy").at("policy"), "hillinfer");
     EXPECT_EQ(dj.at("policy").at("placement"), "hkm");
     EXPECT_GT(dj.at("policy").at("attended_disk_share").get<double>(), 0.0) << j.out;
+    const double reread = dj.at("policy").at("disk_reread_share").get<double>();
+    EXPECT_TRUE(reread > 0.0 && reread <= 1.0) << j.out;  // consecutive steps select mostly the same tokens
+    EXPECT_NE(ok.out.find("SSD, "), std::string::npos) << ok.out;
+    EXPECT_NE(ok.out.find("% of it attended at the step before too)"), std::string::npos) << ok.out;
     EXPECT_EQ(dj.at("storage").at("storage"), "emulator");
     EXPECT_GT(dj.at("storage").at("tokens_scored").get<uint64_t>(), 0u) << j.out;
     EXPECT_EQ(dj.at("policy").at("steps"), dj.at("decode_steps")) << j.out;
@@ -1057,6 +1061,18 @@ TEST_F(cli, bench_step_measures_the_device_cache_beside_the_hot_pool_alone) {
         }
         EXPECT_NEAR(x["hot_share"].get<double>() + x["cache_share"].get<double>() + x["open_share"].get<double>() +
                     x["disk_share"].get<double>(), 1.0, 1e-9);
+        // Re-reads: full attends every token at every step, so each of its SSD reads was attended at the step
+        // before; hillinfer without the cache reads again tokens it attended the step before (its hot pool
+        // follows hit counts), and never more than it reads.
+        const double reread = x["reread_share"].get<double>();
+        if (x["policy"] == "full") {
+            EXPECT_EQ(reread, 1.0) << x;
+        } else {
+            EXPECT_LE(reread, 1.0) << x;
+            if (share == 0.0) {
+                EXPECT_GT(reread, 0.0) << x;
+            }
+        }
     }
     ASSERT_EQ(j["ratios"].size(), 2u) << j["ratios"];
     for (const auto & x : j["ratios"]) EXPECT_GT(x["speedup_over_full"].get<double>(), 0.0) << x;

@@ -322,6 +322,7 @@ nlohmann::json to_json(const step_result & r) {
             {"disk_kv_bytes", r.disk_kv_bytes}, {"flash_read_bytes", r.flash_read_bytes},
             {"link_bytes", r.link_bytes}, {"host_read_bytes", r.host_read_bytes}, {"hot_share", r.hot_share},
             {"cache_share", r.cache_share}, {"cache_fills", r.cache_fills}, {"open_share", r.open_share}, {"disk_share", r.disk_share},
+            {"reread_share", r.reread_share},
             {"attended_per_layer", r.attended_per_layer}, {"promotions", r.promotions},
             {"prefetch_hit_share", r.prefetch_hit_share}, {"prefetch_waste_share", r.prefetch_waste_share}, {"beta_config", c.beta},
             {"beta", number_or_null(r.beta)}, {"beta_planned", number_or_null(r.beta_planned)},

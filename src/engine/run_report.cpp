@@ -44,6 +44,7 @@ attended_totals totals(const step_stats & s) {
         t.cached += L.n_attended_cached;
         t.open += L.n_attended_open;
         t.disk += L.n_attended_disk;
+        t.disk_reread += L.n_disk_reread;
         t.recall += L.recall_sum;
         t.overlap += L.overlap_sum;
         t.n_overlap += L.n_overlap;
@@ -60,11 +61,14 @@ std::string policy_summary(const context & ctx) {
     const std::string cached = ctx.device_cache_rows() > 0
                                    ? fmt::format("{:.1f}% from the device cache, ", 100.0 * ratio(double(t.cached), double(t.attended)))
                                    : std::string();
+    const std::string reread = t.disk > 0 ? fmt::format(", {:.0f}% of it attended at the step before too",
+                                                        100.0 * ratio(double(t.disk_reread), double(t.disk)))
+                                          : std::string();
     out += fmt::format("; attended {:.1f}% of the cached tokens: {:.1f}% hot, {}{:.1f}% from the cold tier ({:.1f}% its "
-                       "open tails in RAM, {:.1f}% SSD); time: forward {:.2f} s, ",
+                       "open tails in RAM, {:.1f}% SSD{}); time: forward {:.2f} s, ",
                        100.0 * ratio(double(t.attended), double(t.context)), 100.0 * ratio(double(t.hot), double(t.attended)),
                        cached, 100.0 * t.cold_share(), 100.0 * ratio(double(t.open), double(t.attended)),
-                       100.0 * ratio(double(t.disk), double(t.attended)), double(st.t_forward_us) / 1e6);
+                       100.0 * ratio(double(t.disk), double(t.attended)), reread, double(st.t_forward_us) / 1e6);
     if (pol.uses_scores()) {
         out += fmt::format("score {:.2f} s on the host + {:.2f} s for the storage device's scores, ",
                            double(st.t_score_host_us) / 1e6, double(st.t_score_device_us) / 1e6);
@@ -105,6 +109,7 @@ nlohmann::json policy_json(const context & ctx) {
         {"attended_cold_share", t.cold_share()},
         {"attended_open_share", ratio(double(t.open), double(t.attended))},
         {"attended_disk_share", ratio(double(t.disk), double(t.attended))},
+        {"disk_reread_share", ratio(double(t.disk_reread), double(t.disk))},
         {"forward_s", double(st.t_forward_us) / 1e6},
         {"select_s", double(st.t_select_us) / 1e6},
         {"attend_s", double(st.t_attend_us) / 1e6},

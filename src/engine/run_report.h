@@ -13,7 +13,7 @@ namespace hill {
 
 // Sums over the layers of a context's decode steps.
 struct attended_totals {
-    uint64_t steps = 0, context = 0, attended = 0, hot = 0, cached = 0, open = 0, disk = 0, n_overlap = 0;
+    uint64_t steps = 0, context = 0, attended = 0, hot = 0, cached = 0, open = 0, disk = 0, disk_reread = 0, n_overlap = 0;
     double recall = 0.0, overlap = 0.0;
     // Share of the attended tokens read from the cold tier (its open tails in RAM or SSD): the
     // attended tokens without a hot copy that the device tier's cache did not hold.

@@ -362,13 +362,14 @@ step_result measure(context & ctx, const step_config & cfg, int n_warmup, int n_
     r.select_ms = double(b.st.t_select_us - a.st.t_select_us) * per_ms;
     r.attend_ms = double(b.st.t_attend_us - a.st.t_attend_us) * per_ms;
     r.write_ms = double(b.st.t_write_us - a.st.t_write_us) * per_ms;
-    uint64_t att = 0, hot = 0, cached = 0, open = 0, disk = 0;
+    uint64_t att = 0, hot = 0, cached = 0, open = 0, disk = 0, reread = 0;
     for (size_t il = 0; il < b.st.layers.size(); ++il) {
         att += b.st.layers[il].n_attended - a.st.layers[il].n_attended;
         hot += b.st.layers[il].n_attended_hot - a.st.layers[il].n_attended_hot;
         cached += b.st.layers[il].n_attended_cached - a.st.layers[il].n_attended_cached;
         open += b.st.layers[il].n_attended_open - a.st.layers[il].n_attended_open;
         disk += b.st.layers[il].n_attended_disk - a.st.layers[il].n_attended_disk;
+        reread += b.st.layers[il].n_disk_reread - a.st.layers[il].n_disk_reread;
     }
     const double tlb = double(ctx.layout().token_layer_bytes());
     r.hot_bytes = double(hot) * tlb * per;
@@ -384,6 +385,7 @@ step_result measure(context & ctx, const step_config & cfg, int n_warmup, int n_
     r.cache_fills = double(b.st.cache_fills - a.st.cache_fills) * per;
     r.open_share = double(open) / attd;
     r.disk_share = double(disk) / attd;
+    r.reread_share = disk > 0 ? double(reread) / double(disk) : 0.0;
     r.attended_per_layer = double(att) * per / double(b.st.layers.size());
     r.promotions = double(b.st.promotions - a.st.promotions) * per;
     const double read = double(b.dev.tokens_read - a.dev.tokens_read), ahead = double(b.dev.tokens_prefetched - a.dev.tokens_prefetched);

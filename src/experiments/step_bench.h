@@ -126,6 +126,8 @@ struct step_result {
     // layer and step; promotions and device cache fills per step.
     double hot_share = 0, cache_share = 0, open_share = 0, disk_share = 0, attended_per_layer = 0, promotions = 0;
     double cache_fills = 0;
+    // Of the tokens read from the SSD, the share the previous step attended too (step_layer_stats::n_disk_reread).
+    double reread_share = 0;
     // The pipeline's prefetch (csd/device.h): of the tokens read from the SSD, the share found read
     // ahead; of the tokens read ahead, the share no read pass asked for (bytes read in vain).
     double prefetch_hit_share = 0, prefetch_waste_share = 0;

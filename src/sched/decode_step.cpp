@@ -604,6 +604,11 @@ void decode_step::gather_and_attend(int il, int b, prepared & prep) {
     S.n_attended_cached += uint64_t(table_.n_cached);
     S.n_attended_open += table_.open_pos.size();
     S.n_attended_disk += disk.size();
+    // The previous step's set of this sequence (a set from the slot's previous occupant reaches past n).
+    const std::vector<int32_t> & last = last_attended_[size_t(seq) * size_t(cells_.n_layer()) + size_t(il)];
+    if (!last.empty() && last.back() < n - 1) {
+        for (const int32_t t : disk) S.n_disk_reread += std::binary_search(last.begin(), last.end(), t) ? 1u : 0u;
+    }
     stats_.seq_context[size_t(seq)] += uint64_t(n);
     stats_.seq_attended[size_t(seq)] += att.size();
 }

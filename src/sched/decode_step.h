@@ -88,6 +88,8 @@ struct step_layer_stats {
     uint64_t n_attended_cached = 0;// cold tokens read from the device tier's cache (kv/device_cache.h)
     uint64_t n_attended_open = 0;  // read from a cold log's open tail in RAM
     uint64_t n_attended_disk = 0;  // read from SSD by the storage device
+    uint64_t n_disk_reread = 0;    // of those, tokens the sequence's previous step attended too: reads a cache
+                                   // of the last step's selection would have saved (kv/device_cache.h)
     double recall_sum = 0.0;       // diag: Σ attention recall (score/attention_recall.h)
     double overlap_sum = 0.0;      // diag: Σ |S_t ∩ S_t-1| / |S_t| over steps with a previous step
     uint64_t n_overlap = 0;        // diag: steps counted in overlap_sum
