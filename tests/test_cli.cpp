@@ -1083,7 +1083,7 @@ TEST_F(cli, bench_step_refuses_bad_grids_before_measuring) {
                              "--profile nonexistent_profile", "--steps 0", "--head-dim 63", "--heads 6 --kv-heads 4",
                              "--score-copy int3", "--beta 0", "--beta -0.5", "--beta abc", "--beta 0.2x",
                              "--device-cache 1", "--device-cache -0.1", "--device-cache x",
-                             "--csd-profile nonexistent_profile"}) {
+                             "--csd-profile nonexistent_profile", "--placement lru"}) {
         const test::cli_result r = test::run_cli(std::string("bench step --layers 1 --kv-dir /tmp ") + bad);
         EXPECT_EQ(r.code, 2) << bad << "\n" << r.out;
         EXPECT_NE(r.out.find("error"), std::string::npos) << bad << "\n" << r.out;

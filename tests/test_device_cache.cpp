@@ -1,7 +1,7 @@
 // The device tier's cache of recently selected KV (kv/device_cache.h): which rows a step's fills take
 // (never one the step used, empty ones first, then the lowest keys), what forget() drops; and in the
 // decode step: the cache serves cold tokens without changing a result, also after a truncation
-// rewrites positions it held.
+// rewrites positions it held, and it catches the tokens the hot pool evicts.
 #include "engine/context.h"
 #include "engine/session.h"
 #include "kv/device_cache.h"
@@ -142,6 +142,39 @@ TEST_F(device_cache_decode, it_serves_cold_tokens_without_changing_a_result) {
         EXPECT_GT(held_from(0), 0) << "and keeps those before";
         run(40, 7);
     }
+}
+
+// The cache catches the hot pool's victims: a token placement evicts keeps its KV in a row the step did
+// not use (kv/device_cache.h; decode_step's apply), so that selecting it again reads no SSD.
+TEST_F(device_cache_decode, tokens_the_hot_pool_evicts_move_into_the_cache) {
+    auto with = make("hillinfer", 0.5);
+    with->eval(prompt);
+    const kv_cells & cells = with->ctx().cells();
+    const device_cache & dc = with->ctx().device_cache();
+    int64_t evicted = 0, caught = 0;
+    std::vector<char> was_hot, was_cached;
+    for (int step = 0; step < 16; ++step) {
+        const int64_t n = with->n_past();
+        was_hot.assign(size_t(2 * n), 0);
+        was_cached.assign(size_t(2 * n), 0);
+        for (int il = 0; il < 2; ++il) {
+            for (int64_t t = 0; t < n; ++t) {
+                was_hot[size_t(il * n + t)] = cells.is_hot(0, il, t) ? 1 : 0;
+                was_cached[size_t(il * n + t)] = dc.slot(0, il, t) != device_cache::no_slot ? 1 : 0;
+            }
+        }
+        const int32_t tok = 1 + (step * 31) % 299;
+        with->eval(std::span<const int32_t>(&tok, 1));
+        for (int il = 0; il < 2; ++il) {
+            for (int64_t t = 0; t < n; ++t) {
+                if (was_hot[size_t(il * n + t)] == 0 || was_cached[size_t(il * n + t)] != 0 || cells.is_hot(0, il, t)) continue;
+                ++evicted;
+                caught += dc.slot(0, il, t) != device_cache::no_slot ? 1 : 0;
+            }
+        }
+    }
+    EXPECT_GT(evicted, 0);
+    EXPECT_GT(caught, 0) << "of " << evicted << " evicted tokens";
 }
 
 }  // namespace

@@ -555,6 +555,7 @@ command_fn add_bench(CLI::App & app) {
                      "off (comma-separated)");
     add_list_option(*step, "--beta", p.betas, "emulator: hot/cold capacity ratios beta (numbers > 0, cut to what the host "
                      "budget holds) or planner (the planner's choice, DESIGN.md section 4) (comma-separated)");
+    step->add_option("--placement", p.placement, "fifo or hkm for every policy (default: each policy's own)");
     step->add_flag("--no-prefetch", p.no_prefetch, "plain storage: without the pipeline's prefetch (for comparisons)");
     add_list_option(*step, "--device-cache", p.device_caches, "plain storage: shares of the hot slots that the device tier's "
                      "cache of recently selected KV takes, in [0, 1); 0: none (comma-separated)");

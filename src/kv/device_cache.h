@@ -1,7 +1,8 @@
 // The device tier's cache of recently selected KV (DESIGN.md §1 "device tier", §3 step 4): rows of the
 // hot arena (kv/hot_arena.h) set apart from the hot pool, holding copies of cold tokens a decode step
 // read from the SSD, so that the next steps, which select about 90% of the same tokens, find them in
-// memory instead of reading them again. Only the misses of a step are read.
+// memory instead of reading them again. Only the misses of a step are read. The decode step also fills
+// it with the tokens its placement evicts from the hot pool (a victim cache: sched/decode_step.h).
 //
 // It is a cache, not a tier of the KV cells (kv/kv_cells.h): a cached token stays cold (its KV is in
 // the cold pool, its hit count drives placement as before) and the hot pool's promotions and demotions

@@ -687,6 +687,7 @@ void decode_step::apply(prepared & prep) {
         }
         // Evictions, then promotions into the free slots: a promoted token may take an evicted one's slot.
         HILL_ASSERT(logs_ != nullptr || L.plan.evict.empty());  // without a cold tier the hot pool holds all
+        cache_victims(il, L.plan.evict);
         for (const auto & [seq, t] : L.plan.evict) {
             if (undoes_recent_move(cells_.last_move(seq, il, t), step_, false)) ++stats_.pingpong;
             cells_.drop_hot(seq, il, t);
@@ -723,6 +724,29 @@ void decode_step::apply(prepared & prep) {
     ++stats_.n_steps;
     stats_.n_tokens += uint64_t(nb);
     prep.pending = false;
+}
+
+void decode_step::cache_victims(int il, std::span<const std::pair<int, int32_t>> evict) {
+    // The device cache as a victim cache: tokens the hot pool evicts keep their KV in the rows this step
+    // did not use, the most selected first (the plan lists victims coldest first), so that a token the
+    // hot pool drops and the next steps select again is not read from the SSD. Its slot still holds its
+    // KV: evictions and promotions come after.
+    if (cache_ == nullptr || cache_->n_rows(il) == 0 || evict.empty()) return;
+    victims_.clear();
+    for (auto it = evict.rbegin(); it != evict.rend(); ++it) {
+        if (cache_->slot(it->first, il, it->second) == device_cache::no_slot) victims_.push_back(*it);
+    }
+    const auto hits = [this, il](int s, int32_t t) { return uint32_t(cells_.hits(s, il, t)); };
+    const auto m = size_t(cache_->prepare_fills(il, int64_t(victims_.size()), hits));
+    const size_t rb = layout_.row_bytes();
+    for (size_t i = 0; i < m; ++i) {
+        const auto [seq, t] = victims_[i];
+        const uint32_t from = cells_.hot_slot(seq, il, t);
+        const uint32_t row = cache_->fill(seq, il, t);
+        std::memcpy(hot_.k(il, row), hot_.k(il, from), rb);
+        std::memcpy(hot_.v(il, row), hot_.v(il, from), rb);
+        ++stats_.cache_fills;
+    }
 }
 
 void decode_step::discard(prepared & prep) {

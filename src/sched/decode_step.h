@@ -21,7 +21,8 @@
 //   5. the rest of the block.
 // Then the logits of every row, and only then, when every read and write of every layer succeeded,
 // apply: the tokens join the KV cells, the cold logs take their rows, hit counts, promotions and
-// evictions change the cells, and a sliding-window layer drops the token its window left (kv/kv_cells.h).
+// evictions change the cells (the device cache, when there is one, keeps the evicted tokens' KV in the
+// rows the step left), and a sliding-window layer drops the token its window left (kv/kv_cells.h).
 // A step that fails (an I/O error, a device error, Ctrl-C) changes
 // nothing: reserved slots were never taken, prepared page writes are freed, the device is left idle;
 // the same step can run again once the fault is gone.
@@ -114,7 +115,7 @@ struct step_stats {
     uint64_t hints_gated = 0;       // prefetch hints (sequence, layer) not sent: the layer's hints were mostly
                                     // not selected (sched/hint_gate.h)
     uint64_t promoted_bytes = 0;    // K and V bytes copied into the hot pool by promotions
-    uint64_t cache_fills = 0;       // cold tokens read from SSD and kept in the device tier's cache
+    uint64_t cache_fills = 0;       // tokens the device tier's cache took: read from SSD, or evicted from the hot pool
     // Per sequence id [n_seq], summed over layers and steps: context tokens and tokens attended (as
     // layers' n_context and n_attended); a server reports one request's attended share from their changes.
     std::vector<uint64_t> seq_context, seq_attended;
@@ -127,7 +128,7 @@ public:
     // sequence's length the caller keeps written) is nullptr when the step scores the stored keys. cache:
     // the device tier's cache of recently selected KV (kv/device_cache.h; rows of hot, apart from the
     // cells' slots), or nullptr: every step reads the cold tokens it selects that it holds, and fills it
-    // with those it reads.
+    // with those it reads and those its placement evicts.
     decode_step(const model & m, arch_forward & forward, kv_cells & cells, hot_arena & hot, cold_logs * logs,
                 cold_reader * reader, scoring_copy * copy, device_cache * cache, csd::device & device,
                 device_tier & dev, thread_pool & pool);
@@ -164,6 +165,7 @@ private:
     void gather_and_attend(int il, int b, prepared & prep);
     void measure(int il, int b);
     void apply(prepared & prep);
+    void cache_victims(int il, std::span<const std::pair<int, int32_t>> evict);  // apply(): before layer il's evictions
     void discard(prepared & prep);
     // The attention weights of the n tokens whose logits gather_and_attend left in logits_ (h2o).
     void attention_weights(int64_t n, std::vector<float> & out);
@@ -208,6 +210,7 @@ private:
     std::vector<uint8_t> rows_;                    // kv type [B, 2, n_embd_kv]: the new tokens' K and V
     kv_page_table table_;                          // one sequence's tokens (scoring), then its selection
     std::vector<int32_t> fill_pos_;                // the disk tokens the device cache keeps (ascending)
+    std::vector<std::pair<int, int32_t>> victims_; // apply(): one layer's evicted hot tokens the device cache takes
     ordered_gather gather_;                        // the selection in position order
     std::vector<float> scores_;                    // f32 [n_group, n_ctx]: merged scores by position
     std::vector<float> seg_scores_;                // f32 [n_group, n_ctx]: one region's host scores
