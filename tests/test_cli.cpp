@@ -134,6 +134,7 @@ TEST_F(cli, bad_values_exit_2) {
                                   g + "--sinks -1", g + "--window -3", g + "--score-precision int2",
                                   g + "--select token", g + "--aggregate mean", g + "--query-precision int4",
                                   g + "--policy streaming --sinks 0 --window 0", g + "--kv-host-budget 0.5",
+                                  g + "--placement ''", g + "--placement lru",
                                   std::string("frobnicate"), "make-model bigram -o " + dir->file("b.gguf") + " --type q8_0",
                                   "make-model random -o " + dir->path.string()}) {
         const result r = run(a);
@@ -668,6 +669,12 @@ TEST_F(cli, kv_cache_in_the_cold_pool) {
     const result emu = run(g + "--kv-host-budget 4K --device-cache 0.5 --storage emulator --kv-dir " + dir->file("kvc"));
     EXPECT_EQ(emu.code, 0) << emu.out;
     EXPECT_NE(emu.out.find("plain SSD only"), std::string::npos) << emu.out;
+    // Without a cold tier (no budget) there is nothing to cache, and it says so.
+    const result ram_cache = run(g + "--device-cache 0.5");
+    EXPECT_EQ(ram_cache.code, 0) << ram_cache.out;
+    EXPECT_NE(ram_cache.out.find("every token is hot (no cold tier): it is not used"), std::string::npos) << ram_cache.out;
+    EXPECT_EQ(run(g + "--kv-host-budget 4K --device-cache 0.5 --kv-dir " + dir->file("kvc")).out.find("not used"),
+              std::string::npos);
     const json j = json::parse(cold.out);
     const json & kv = j.at("kv");
     // 16 hot tokens per layer of about 50: most tokens only in the cold tier.
@@ -1061,6 +1068,7 @@ TEST_F(cli, bench_step_measures_the_device_cache_beside_the_hot_pool_alone) {
         }
         EXPECT_NEAR(x["hot_share"].get<double>() + x["cache_share"].get<double>() + x["open_share"].get<double>() +
                     x["disk_share"].get<double>(), 1.0, 1e-9);
+        EXPECT_EQ(x["placement"], x["policy"] == "full" ? "fifo" : "hkm") << x;  // each policy's own
         // Re-reads: full attends every token at every step, so each of its SSD reads was attended at the step
         // before; hillinfer without the cache reads again tokens it attended the step before (its hot pool
         // follows hit counts), and never more than it reads.
@@ -1076,6 +1084,19 @@ TEST_F(cli, bench_step_measures_the_device_cache_beside_the_hot_pool_alone) {
     }
     ASSERT_EQ(j["ratios"].size(), 2u) << j["ratios"];
     for (const auto & x : j["ratios"]) EXPECT_GT(x["speedup_over_full"].get<double>(), 0.0) << x;
+    // --placement sets every policy's, and the label and the JSON say which ran.
+    const test::cli_result f = test::run_cli(
+        "bench step --ctx 1024 --layers 1 --heads 4 --kv-heads 2 --head-dim 64 --cold 0.5 --policies hillinfer "
+        "--storage plain --placement fifo --steps 2 --warmup 1 -t 1 --kv-dir " + d.file("kv") + " --json " + json);
+    ASSERT_EQ(f.code, 0) << f.out;
+    EXPECT_NE(f.out.find("hillinfer 50% cold plain int2 fifo"), std::string::npos) << f.out;
+    EXPECT_EQ(nlohmann::json::parse(test::read_whole_file(json))["results"][0]["placement"], "fifo");
+    // A --device-cache grid with no plain cold configuration runs without the cache, and says so.
+    const test::cli_result emu = test::run_cli(
+        "bench step --ctx 1024 --layers 1 --heads 4 --kv-heads 2 --head-dim 64 --cold 0.5 --policies hillinfer "
+        "--storage emulator --profile none --device-cache 0,0.5 --steps 1 --warmup 1 -t 1 --kv-dir " + d.file("kv"));
+    ASSERT_EQ(emu.code, 0) << emu.out;
+    EXPECT_NE(emu.out.find("this grid has none, so it runs without the cache"), std::string::npos) << emu.out;
 }
 
 TEST_F(cli, bench_step_refuses_bad_grids_before_measuring) {
@@ -1083,7 +1104,7 @@ TEST_F(cli, bench_step_refuses_bad_grids_before_measuring) {
                              "--profile nonexistent_profile", "--steps 0", "--head-dim 63", "--heads 6 --kv-heads 4",
                              "--score-copy int3", "--beta 0", "--beta -0.5", "--beta abc", "--beta 0.2x",
                              "--device-cache 1", "--device-cache -0.1", "--device-cache x",
-                             "--csd-profile nonexistent_profile", "--placement lru"}) {
+                             "--csd-profile nonexistent_profile", "--placement lru", "--placement ''"}) {
         const test::cli_result r = test::run_cli(std::string("bench step --layers 1 --kv-dir /tmp ") + bad);
         EXPECT_EQ(r.code, 2) << bad << "\n" << r.out;
         EXPECT_NE(r.out.find("error"), std::string::npos) << bad << "\n" << r.out;

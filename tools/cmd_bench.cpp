@@ -4,6 +4,7 @@
 #include "common.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "core/sys_info.h"
 #include "kv/cold_pool.h"
 #include "experiments/experiments.h"
@@ -296,6 +297,7 @@ bench_cmd add_accuracy(CLI::App & bench) {
 
 struct step_opts {
     step_bench_params p;
+    CLI::Option * placement_opt = nullptr;
     thread_opts threads;
     trace_opts trace;
     std::string json_path, plot_path;
@@ -307,6 +309,7 @@ std::string label(const step_config & c) {
     if (c.score_copy != "-") s += " " + c.score_copy;
     if (c.beta != "-") s += " beta " + c.beta;
     if (c.device_cache >= 0.0 && c.device_cache != context_params{}.device_cache_share) s += fmt::format(" cache {:g}", c.device_cache);
+    if (c.placement_set) s += " " + c.placement;
     return s;
 }
 
@@ -314,6 +317,7 @@ nlohmann::json to_json(const step_result & r) {
     const step_config & c = r.config;
     return {{"ctx", c.ctx}, {"cold", c.cold}, {"policy", c.policy}, {"storage", c.storage}, {"profile", c.profile},
             {"score_copy", c.score_copy}, {"device_cache", number_or_null(c.device_cache >= 0.0 ? c.device_cache : NAN)},
+            {"placement", c.placement},
             {"host_budget_bytes", r.host_budget}, {"scoring_copy_bytes", r.copy_bytes},
             {"hot_slots_per_layer", r.hot_slots}, {"device_cache_rows", r.cache_rows}, {"step_ms", r.step_ms}, {"step_ms_min", r.step_ms_min},
             {"step_ms_max", r.step_ms_max}, {"forward_ms", r.forward_ms}, {"score_host_ms", r.score_host_ms},
@@ -419,6 +423,14 @@ int run_step(step_opts & o) {
     (void)prepare_kv_dir(o.p.kv_dir);  // before the calibration
     if (!o.plot_path.empty()) require_gnuplot();  // before minutes of measuring
     check(o.p);
+    if (o.placement_opt->count() > 0) (void)parse_placement(o.p.placement);  // "" too (check() reads "" as none)
+    // The device cache's shares apply to the plain SSD's cold configurations: say so when the grid has none.
+    const bool any_cache = std::any_of(o.p.device_caches.begin(), o.p.device_caches.end(), [](double d) { return d > 0.0; });
+    const bool plain = std::find(o.p.storages.begin(), o.p.storages.end(), "plain") != o.p.storages.end();
+    if (any_cache && (!plain || std::none_of(o.p.colds.begin(), o.p.colds.end(), [](double c) { return c > 0.0; }))) {
+        log_warn("--device-cache applies to the plain SSD's cold configurations (--storage plain, --cold above 0); this "
+                 "grid has none, so it runs without the cache");
+    }
     // The planner's rates per device profile: the calibration cache's entry for the kv-dir, or the defaults.
     nlohmann::json calibrations = nlohmann::json::array();
     if (std::find(o.p.storages.begin(), o.p.storages.end(), "emulator") != o.p.storages.end()) {
@@ -555,7 +567,7 @@ command_fn add_bench(CLI::App & app) {
                      "off (comma-separated)");
     add_list_option(*step, "--beta", p.betas, "emulator: hot/cold capacity ratios beta (numbers > 0, cut to what the host "
                      "budget holds) or planner (the planner's choice, DESIGN.md section 4) (comma-separated)");
-    step->add_option("--placement", p.placement, "fifo or hkm for every policy (default: each policy's own)");
+    o->placement_opt = step->add_option("--placement", p.placement, "fifo or hkm for every policy (default: each policy's own)");
     step->add_flag("--no-prefetch", p.no_prefetch, "plain storage: without the pipeline's prefetch (for comparisons)");
     add_list_option(*step, "--device-cache", p.device_caches, "plain storage: shares of the hot slots that the device tier's "
                      "cache of recently selected KV takes, in [0, 1); 0: none (comma-separated)");

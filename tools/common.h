@@ -81,6 +81,7 @@ struct policy_opts {
     std::string placement;                                          // "": the policy's own
     std::string migrate_budget;                                     // "": a sixteenth of the hot pool
     CLI::Option * query_opt = nullptr;
+    CLI::Option * placement_opt = nullptr;
     void add(CLI::App & app);
     // Parses and validates (exit_code::usage on bad values). With the emulator as storage, the query
     // precision defaults to int8 for a policy the device scores for (its integer kernel needs it).

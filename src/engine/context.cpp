@@ -106,6 +106,10 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
     if (!(p.device_cache_share >= 0.0 && p.device_cache_share < 1.0)) {  // NaN too
         fail_usage("the device cache's share of the hot slots must be in [0, 1), got {}", p.device_cache_share);
     }
+    if (!cold && p.device_cache_share > 0.0) {
+        log_warn("the device cache (--device-cache) caches cold tokens, and with this budget every token is hot (no "
+                 "cold tier): it is not used");
+    }
     if (cold && p.device_cache_share > 0.0 && p.storage.kind != csd::storage_kind::plain) {
         log_warn("the device cache (--device-cache) works over the plain SSD only: the {} runs without it",
                  csd::name(p.storage.kind));

@@ -546,6 +546,8 @@ std::vector<step_result> run_step_bench(const step_bench_params & p, const synth
                                 return w.make_forward(mm.hp().n_vocab);
                             };
                             context ctx(*m, cp, pool);
+                            cfg.placement = std::string(name(ctx.policy().placement()));
+                            cfg.placement_set = !p.placement.empty();
                             ctx.import_kv(0, n, kp, vp);
                             step_result r = measure(ctx, cfg, p.n_warmup, p.n_steps);
                             if (on_result) on_result(r);

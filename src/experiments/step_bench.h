@@ -111,6 +111,8 @@ struct step_config {
     std::string score_copy;   // the scoring copy of a scoring policy off the emulator: int4, int2 or off; "-": none applies
     std::string beta;         // emulator: the hot/cold capacity ratio, a number or "planner" (the planner's); "-": none applies
     double device_cache = -1; // plain SSD: the device cache's share of the hot slots (context_params); -1: none applies
+    std::string placement;    // the placement that ran (fifo, hkm): step_bench_params::placement or the policy's own
+    bool placement_set = false;  // step_bench_params::placement chose it
 };
 
 struct step_result {
