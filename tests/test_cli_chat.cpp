@@ -157,6 +157,18 @@ TEST_F(cli_chat, long_message_refused_when_it_does_not_fit_and_the_chat_goes_on)
     EXPECT_GT(j2.at("turns")[0].at("prompt_tokens").get<int64_t>(), 1000);
 }
 
+// --ignore-eos: the reply runs to -n where it would end at EOS.
+TEST_F(cli_chat, ignore_eos_runs_the_reply_to_n) {
+    const std::string args = "-m " + model("plain") + " --chat-template llama2 --temp 0 -c 4096 -n 400";
+    const auto [j, err] = chat_json(args, "Tell me everything\n");
+    ASSERT_EQ(j.at("turns").size(), 1u);
+    EXPECT_EQ(j.at("turns")[0].at("stop"), "end_of_turn") << j;
+    const auto [k, err2] = chat_json(args + " --ignore-eos", "Tell me everything\n");
+    ASSERT_EQ(k.at("turns").size(), 1u);
+    EXPECT_EQ(k.at("turns")[0].at("stop"), "length") << k;
+    EXPECT_EQ(k.at("turns")[0].at("generated_tokens"), 400) << k;
+}
+
 TEST_F(cli_chat, full_context_ends_the_reply_with_a_message) {
     // The plain model under the llama2 template stops only at EOS: replies run into the context.
     const auto [j, err] = chat_json("-m " + model("plain") + " --chat-template llama2 --temp 0 -c 64", "Hello\n");
@@ -236,8 +248,9 @@ struct chat_process {
 };
 
 TEST_F(cli_chat, ctrl_c_stops_the_reply_and_the_chat_goes_on) {
-    // Replies that run until the context is full (the plain model stops only at EOS).
-    chat_process p("-m " + model("plain") + " --chat-template llama2 --temp 0 -c 4096 -n 3000 -t 2", *dir);
+    // Replies of 3000 tokens (--ignore-eos: the plain model's EOS, which it reaches after ~200 tokens, a few
+    // milliseconds in a release build, is never sampled), so that the signal reaches a reply in progress.
+    chat_process p("-m " + model("plain") + " --chat-template llama2 --temp 0 -c 4096 -n 3000 --ignore-eos -t 2", *dir);
     p.send("Tell me everything\n");
     ASSERT_TRUE(chat_process::wait_for(p.out, 20, 60.0)) << test::read_whole_file(p.err);
     ::kill(p.pid, SIGINT);
@@ -251,7 +264,7 @@ TEST_F(cli_chat, ctrl_c_stops_the_reply_and_the_chat_goes_on) {
 }
 
 TEST_F(cli_chat, sigterm_ends_the_chat_with_the_summary) {
-    chat_process p("-m " + model("plain") + " --chat-template llama2 --temp 0 -c 4096 -n 3000 -t 2", *dir);
+    chat_process p("-m " + model("plain") + " --chat-template llama2 --temp 0 -c 4096 -n 3000 --ignore-eos -t 2", *dir);
     p.send("Tell me everything\n");
     ASSERT_TRUE(chat_process::wait_for(p.out, 20, 60.0)) << test::read_whole_file(p.err);
     ::kill(p.pid, SIGTERM);

@@ -15,6 +15,19 @@ TEST(sampler, greedy_picks_the_first_maximum) {
     EXPECT_EQ(s.sample(l.data()), 1);
 }
 
+// --ignore-eos: a banned token is never drawn, however likely, greedy or not; ids outside the vocabulary
+// are ignored.
+TEST(sampler, banned_tokens_are_never_sampled) {
+    sampler greedy(sampler_params{.temperature = 0.0f, .banned = {1, 99, -1}}, 4);
+    std::vector<float> l = {0.0f, 9.0f, 2.0f, 1.0f};
+    EXPECT_EQ(greedy.sample(l.data()), 2);
+    sampler drawn(sampler_params{.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .seed = 5, .banned = {0}}, 3);
+    for (int i = 0; i < 200; ++i) {
+        std::vector<float> x = {5.0f, 0.0f, 0.0f};
+        EXPECT_NE(drawn.sample(x.data()), 0);
+    }
+}
+
 TEST(sampler, top_k_1_is_greedy_at_any_temperature) {
     sampler s(sampler_params{.temperature = 5.0f, .top_k = 1, .seed = 3}, 4);
     for (int i = 0; i < 50; ++i) {

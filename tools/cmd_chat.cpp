@@ -229,7 +229,9 @@ int run_chat(const chat_opts & o) {
 
     thread_pool pool(n_threads);
     session s(*m, o.kv.context(n_ctx, pol), pool);
-    sampler smp(sp, hp.n_vocab);
+    std::vector<int32_t> ends = stop_ids;
+    ends.push_back(voc.eos);
+    sampler smp(o.sampling.ban_ends(sp, ends), hp.n_vocab);
     std::vector<float> logits(size_t(hp.n_vocab));
 
     const bool tty = ::isatty(0) == 1;

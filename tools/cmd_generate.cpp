@@ -88,7 +88,7 @@ int run_generate_prompts(const generate_opts & o, const sampler_params & sp, int
                                    : tok.encode(prompts[i].first, tok.vocab().add_bos);
         if (reqs[i].prompt.empty()) fail_usage("prompt {} of '{}' is empty and the model has no BOS token", i + 1, o.prompts_file);
         reqs[i].n_predict = prompts[i].second;
-        reqs[i].sampling = sp;
+        reqs[i].sampling = o.sampling.ban_ends(sp, {tok.vocab().eos});
         reqs[i].sampling.seed = sp.seed + i;  // one stream per prompt, whatever the batch
     }
     // No more sequences than prompts (each takes its share of the hot pool and its scratch).
@@ -189,7 +189,7 @@ int run_generate(const generate_opts & o) {
 
     thread_pool pool(n_threads);
     session s(*m, o.kv.context(n_ctx, pol), pool);
-    sampler smp(sp, hp.n_vocab);
+    sampler smp(o.sampling.ban_ends(sp, {tok.vocab().eos}), hp.n_vocab);
     for (int32_t id : prompt_ids) smp.accept(id);
 
     prefill_progress progress;

@@ -277,6 +277,16 @@ void sampling_opts::add(CLI::App & app) {
     app.add_option("--repeat-last-n", sp.repeat_last_n, "how many recent tokens the penalty sees")->capture_default_str();
     app.add_option("--seed", seed, "random seed, an integer in [0, 18446744073709551615] (2^64 - 1); -1: random "
                    "(printed at the end)")->capture_default_str();
+    app.add_flag("--ignore-eos", ignore_eos, "never sample the end-of-sequence (or a chat's end-of-turn) token: "
+                 "generate until -n or the end of the context (for benchmarks)");
+}
+
+sampler_params sampling_opts::ban_ends(sampler_params sp, const std::vector<int32_t> & end_tokens) const {
+    if (!ignore_eos) return sp;
+    for (const int32_t t : end_tokens) {
+        if (t >= 0) sp.banned.push_back(t);
+    }
+    return sp;
 }
 
 sampler_params sampling_opts::resolve() const {

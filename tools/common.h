@@ -92,9 +92,12 @@ struct policy_opts {
 struct sampling_opts {
     sampler_params sp;
     std::string seed = "-1";  // parse_seed: [0, seed_max] or -1 (random)
+    bool ignore_eos = false;  // --ignore-eos
     void add(CLI::App & app);
     // The parameters with the seed resolved (-1: a random one). Errors: a bad seed or value (usage).
     sampler_params resolve() const;
+    // sp with the model's end tokens (EOS, and a chat template's end of turn) banned under --ignore-eos.
+    sampler_params ban_ends(sampler_params sp, const std::vector<int32_t> & end_tokens) const;
 };
 
 // --trace FILE.json: a Chrome trace of the run (core/trace.h; docs/architecture.md "Tracing").

@@ -32,6 +32,9 @@ void sampler::accept(int32_t token) {
 }
 
 int32_t sampler::sample(float * logits) {
+    for (const int32_t t : p_.banned) {
+        if (t >= 0 && t < n_vocab_) logits[t] = -INFINITY;
+    }
     if (p_.repeat_penalty != 1.0f) {
         // Each distinct recent token is penalised once.
         seen_.assign(recent_.begin(), recent_.end());

@@ -1,5 +1,5 @@
 // Next-token sampling from logits. Order of operations (as llama.cpp's default chain):
-// repetition penalty -> (temperature <= 0: argmax) -> top-k -> softmax(logits / temperature) ->
+// banned tokens out (--ignore-eos) -> repetition penalty -> (temperature <= 0: argmax) -> top-k -> softmax(logits / temperature) ->
 // top-p (nucleus, Holtzman et al. 2019) -> min-p (relative to the top probability) -> draw.
 // Ties in argmax go to the lowest id. The candidate buffer is allocated once.
 #pragma once
@@ -20,6 +20,8 @@ struct sampler_params {
     float repeat_penalty = 1.0f; // 1: off; > 0. Logits of recent tokens: l > 0 ? l / p : l * p
     int32_t repeat_last_n = 64;  // how many recent tokens the penalty looks at
     uint64_t seed = 0;
+    std::vector<int32_t> banned; // token ids never sampled (their logits become -inf; ids outside the vocabulary are
+                                 // ignored): the end tokens under --ignore-eos
 };
 
 // Checks ranges; throws hill::error(exit_code::usage) naming the flag for a bad value.
