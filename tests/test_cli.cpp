@@ -530,18 +530,18 @@ TEST_F(cli, storage_emulator_gives_the_same_tokens_and_reports_its_link) {
     EXPECT_NE(plain_text.out.find("B per token (the host reads whole key pages, hot tokens' rows and page padding "
                                   "included; a key row: 64 B per token)"), std::string::npos) << plain_text.out;
     // With the scoring copy (the default: INT2 keys), whose 1024 positions × 2 layers × 2 KV heads × (16 · 2 / 8
-    // + 4) bytes, and per layer 33 rows of f32 channel scales and first keys (8.2 KiB in all), the budget
+    // + 2) bytes, and per layer 33 rows of f32 channel scales and first keys (8.2 KiB in all), the budget
     // holds too: nothing is scored on the SSD.
     std::string copy_base = base;
     copy_base.replace(copy_base.find("--kv-host-budget 4K"), std::string("--kv-host-budget 4K").size(), "--kv-host-budget 64K");
     const result copy_text = run(copy_base + "--storage plain");
     EXPECT_EQ(copy_text.code, 0) << copy_text.out;
-    EXPECT_NE(copy_text.out.find("scoring: every token from the INT2 scoring copy / int8 query in DRAM (40.2 KiB, 16 B "
+    EXPECT_NE(copy_text.out.find("scoring: every token from the INT2 scoring copy / int8 query in DRAM (32.2 KiB, 12 B "
                                  "per token and layer)"), std::string::npos) << copy_text.out;
     EXPECT_EQ(copy_text.out.find("cold tokens in"), std::string::npos) << copy_text.out;
     const result too_small = run(base + "--storage plain");
     EXPECT_EQ(too_small.code, 2) << too_small.out;
-    EXPECT_NE(too_small.out.find("after the 40.2 KiB scoring copy of the keys"), std::string::npos) << too_small.out;
+    EXPECT_NE(too_small.out.find("after the 32.2 KiB scoring copy of the keys"), std::string::npos) << too_small.out;
     EXPECT_TRUE(in_order(text.out, {"selected KV: ", " cold tokens, ", " over the link; flash read "})) << text.out;
     EXPECT_NE(text.out.find("from the cold tier ("), std::string::npos) << text.out;
 
@@ -1019,10 +1019,10 @@ TEST_F(cli, bench_step_measures_every_configuration_and_writes_json_and_a_plot) 
         }
     }
     EXPECT_EQ(n_cold, 5);
-    // 1028 positions (the context, 1 + 2 steps and the next token) of 2 KV heads of 64: 2 · (32 + 4) B per
-    // token at 4 bits, 2 · (16 + 4) at 2 bits, plus 33 rows of f32 channel scales and first keys.
-    EXPECT_EQ(copy_bytes["int4"], 1028u * 72u + 33u * 128u * 4u);
-    EXPECT_EQ(copy_bytes["int2"], 1028u * 40u + 33u * 128u * 4u);
+    // 1028 positions (the context, 1 + 2 steps and the next token) of 2 KV heads of 64: 2 · (32 + 2) B per
+    // token at 4 bits, 2 · (16 + 2) at 2 bits, plus 33 rows of f32 channel scales and first keys.
+    EXPECT_EQ(copy_bytes["int4"], 1028u * 68u + 33u * 128u * 4u);
+    EXPECT_EQ(copy_bytes["int2"], 1028u * 36u + 33u * 128u * 4u);
     ASSERT_EQ(j["ratios"].size(), 5u) << j["ratios"];
     for (const auto & x : j["ratios"]) {
         EXPECT_EQ(x["policy"], "hillinfer");

@@ -142,7 +142,7 @@ std::vector<float> documented_scores(const quant_copy & copy, int seq, int il, c
         float token = 0.0f;
         for (int g = 0; g < s.n_head_kv; ++g) {
             const uint8_t * k = copy.keys(seq, il) + (t * s.n_head_kv + g) * (hd * copy.bits() / 8);
-            const float s_k = copy.key_scales(seq, il)[t * s.n_head_kv + g];
+            const float s_k = bf16_to_fp32(copy.key_scales(seq, il)[t * s.n_head_kv + g]);
             float head = 0.0f;
             for (int h = g * group; h < (g + 1) * group; ++h) {
                 int64_t dot = 0;
@@ -203,7 +203,7 @@ const int head_dims[] = {8, 40, 64, 80, 128, 288, 520};
 TEST_P(score_copy_w, bytes_per_token_layer_and_bytes) {
     const int bits = GetParam();
     const attention_shape s{32, 8, 128, 0.0f};
-    const uint64_t per_token = bits == 4 ? 8u * (64u + 4u) : 8u * (32u + 4u);  // 544 or 288
+    const uint64_t per_token = bits == 4 ? 8u * (64u + 2u) : 8u * (32u + 2u);  // 528 or 272: bf16 scales
     EXPECT_EQ(quant_copy::bytes_per_token_layer(s, bits), per_token);
     const quant_copy copy(s, score_params{}, bits, 2, 3, 1000, 2);
     // Per (sequence, layer): 1000 tokens, the channel scales and the first 32 keys in f32.
@@ -258,15 +258,15 @@ TEST_P(score_copy_w, write_stores_quantize_symmetric_of_k_over_c) {
                     const float sc = bits == 4 || inf
                                          ? quantize_symmetric(ggml_type::f32, kt.data(), hd, score_precision::int4, want.data())
                                          : quantize_int2(kt.data(), hd, want.data());
-                    const float got_sc = copy.key_scales(0, 0)[r * 2 + g];
+                    const bf16_bits got_sc = copy.key_scales(0, 0)[r * 2 + g];
                     const uint8_t * packed = copy.keys(0, 0) + (r * 2 + g) * (hd * bits / 8);
                     const std::string what = std::string(ggml_type_name(t)) + ", head_dim " + std::to_string(hd) +
                                              ", token " + std::to_string(r) + ", KV head " + std::to_string(g);
                     if (inf) {  // a NaN scale (the stored levels do not matter)
-                        EXPECT_TRUE(std::isnan(got_sc)) << what;
+                        EXPECT_TRUE(std::isnan(bf16_to_fp32(got_sc))) << what;
                         continue;
                     }
-                    EXPECT_EQ(got_sc, sc) << what;
+                    EXPECT_EQ(got_sc, fp32_to_bf16(sc)) << what << ": the scale, rounded to bfloat16";
                     for (int i = 0; i < hd; ++i)
                         ASSERT_EQ(stored_level(packed, hd, i, bits), want[sz(i)]) << what << " element " << i;
                 }
@@ -373,12 +373,14 @@ TEST_P(score_copy_w, extreme_values_sum_exactly) {
             copy.write(0, 0, 0, 3, ggml_type::f32, keys.data(), hd);
             for (kernel_mode m : test::kernel_modes_tested()) {
                 kernel_mode_set(m);
-                // c = 2, k̃ = 1, s_k = 1/L; q' = ±0.5, s_q = 0.5/127: per head 127 · L · head_dim · s_q · s_k,
-                // in f32 as the copy computes it, four heads summed: ≈ ±2 · head_dim.
+                // c = 2, k̃ = 1, s_k = 1/L, stored as bfloat16; q' = ±0.5, s_q = 0.5/127: per head 127 · L ·
+                // head_dim · s_q · s̃_k, in f32 as the copy computes it, four heads summed: ≈ ±2 · head_dim
+                // (within the 2^-9 of the bfloat16 scale).
                 const int L = bits == 4 ? 7 : 3;
-                const float head = float(127 * L * hd) * sign * (0.5f / 127.0f) * (1.0f / float(L));
+                const float s_k = bf16_to_fp32(fp32_to_bf16(1.0f / float(L)));
+                const float head = float(127 * L * hd) * sign * (0.5f / 127.0f) * s_k;
                 const float want = ((head + head) + head) + head;
-                EXPECT_NEAR(want, 2.0f * float(hd) * sign, 1e-4f * float(hd));
+                EXPECT_NEAR(want, 2.0f * float(hd) * sign, 2.0f * float(hd) * 0x1p-9f);
                 EXPECT_EQ(copy_scores(copy, 0, 0, q, 3, pool), std::vector<float>(3, want)) << "head_dim " << hd;
             }
         }
@@ -386,7 +388,8 @@ TEST_P(score_copy_w, extreme_values_sum_exactly) {
 }
 
 // Test 2: against the exact q·k (f32 inputs, double arithmetic), per head
-//   |q·k − score| <= Σ|q'| · s_k · e + s_q · c · Σ(|k̃| + s_k · e),   c = 1/2 + 1e-4, e = c (4 bits) or 1 + 1e-4 (2 bits)
+//   |q·k − score| <= Σ|q'| · s_k · e + s_q · c · Σ(|k̃| + s_k · e) + 2^-9 · Σ(|q'| + s_q · c)(|k̃| + s_k · e),
+//   c = 1/2 + 1e-4, e = c (4 bits) or 1 + 1e-4 (2 bits), the last term the stored scale's bfloat16 rounding
 // (quant_copy.h; the 1e-4 covers the f32 rounding of x · q_max / max|x| and of the scales), aggregated
 // as the scores are, plus the f32 rounding of q' = q ⊙ c, k̃ = k / c and the sums.
 TEST_P(score_copy_w, scores_within_documented_bound_of_exact) {
@@ -410,7 +413,7 @@ TEST_P(score_copy_w, scores_within_documented_bound_of_exact) {
             for (int64_t t = 0; t < n; ++t) {
                 double token = 0.0, token_bound = 0.0, token_mag = 0.0;
                 for (int g = 0; g < 2; ++g) {
-                    const float s_k = copy.key_scales(0, 0)[t * 2 + g];
+                    const float s_k = bf16_to_fp32(copy.key_scales(0, 0)[t * 2 + g]);
                     double head = 0.0, head_bound = 0.0, head_mag = 0.0;
                     for (int h = g * group; h < (g + 1) * group; ++h) {
                         double dot = 0.0, mag = 0.0, qs_abs = 0.0, kt_abs = 0.0, qs_max = 0.0;
@@ -422,7 +425,16 @@ TEST_P(score_copy_w, scores_within_documented_bound_of_exact) {
                             qs_max = std::max(qs_max, std::fabs(qi * ci));
                             kt_abs += std::fabs(ki / ci);
                         }
-                        const double b = qs_abs * s_k * e + qs_max / 127.0 * c * (kt_abs + hd * s_k * e);
+                        // The stored scale's bfloat16 rounding (≤ 2^-9 of it) scales the whole quantized dot,
+                        // whose terms are at most (|q'_i| + s_q/2)(|k̃_i| + e_k).
+                        double quantized_abs = 0.0;
+                        for (int i = 0; i < hd; ++i) {
+                            const double ci = cs[g * hd + i];
+                            quantized_abs += (std::fabs(q[sz(h * hd + i)] * ci) + qs_max / 127.0 * c) *
+                                             (std::fabs(k.at(t, g * hd + i) / ci) + s_k * e);
+                        }
+                        const double b = qs_abs * s_k * e + qs_max / 127.0 * c * (kt_abs + hd * s_k * e) +
+                                         std::ldexp(1.0, -9) * quantized_abs;
                         const bool first = h == g * group;
                         head = first ? dot : (p.aggregate == score_aggregate::sum ? head + dot : std::max(head, dot));
                         head_bound =

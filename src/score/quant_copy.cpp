@@ -84,7 +84,7 @@ quant_copy::quant_copy(const attention_shape & s, const score_params & p, int bi
     dots_stride_ = (score_block * group_ + 15) / 16 * 16;
     const size_t n_rows = size_t(n_seq) * size_t(n_layer) * size_t(n_ctx);
     keys_ = allocate<uint8_t>(n_rows * row_bytes_);
-    scales_ = allocate<float>(n_rows * size_t(s.n_head_kv));
+    scales_ = allocate<bf16_bits>(n_rows * size_t(s.n_head_kv));
     if (keys_ == nullptr || scales_ == nullptr) {
         fail_input("cannot allocate the scoring copy: {} bytes for {} sequences × {} layers × {} positions",
                    n_rows * bytes_per_token_layer(s, bits), n_seq, n_layer, n_ctx);
@@ -119,7 +119,7 @@ bool quant_copy::supports(int head_dim, int bits) {
 }
 
 uint64_t quant_copy::bytes_per_token_layer(const attention_shape & s, int bits) {
-    return uint64_t(s.n_head_kv) * (uint64_t(s.head_dim) * uint64_t(bits) / 8 + sizeof(float));
+    return uint64_t(s.n_head_kv) * (uint64_t(s.head_dim) * uint64_t(bits) / 8 + sizeof(bf16_bits));
 }
 
 uint64_t quant_copy::bytes_for(const attention_shape & s, int bits, int n_seq, int n_layer, int64_t n_ctx) {
@@ -136,7 +136,8 @@ uint64_t quant_copy::bytes() const {
     const uint64_t n_rows = uint64_t(n_seq_) * uint64_t(n_layer_) * uint64_t(n_ctx_);
     return n_rows * bytes_per_token_layer(shape_, bits_) + (channel_.size() + first_.size()) * sizeof(float) +
            q_scaled_.size() * sizeof(float) + q_i8_.size() +
-           (q_scale_.size() + q_offset_.size() + row_scales_.size()) * 4 + dots_.size() * 4 + row_keys_.size() +
+           (q_scale_.size() + q_offset_.size()) * 4 + row_scales_.size() * sizeof(bf16_bits) + dots_.size() * 4 +
+           row_keys_.size() +
            head_mass_.size() * sizeof(float);
 }
 
@@ -153,7 +154,7 @@ const uint8_t * quant_copy::keys(int seq, int il) const {
     return keys_.get() + pair_index(seq, il) * size_t(n_ctx_) * row_bytes_;
 }
 
-const float * quant_copy::key_scales(int seq, int il) const {
+const bf16_bits * quant_copy::key_scales(int seq, int il) const {
     return scales_.get() + pair_index(seq, il) * size_t(n_ctx_) * size_t(shape_.n_head_kv);
 }
 
@@ -161,7 +162,7 @@ const float * quant_copy::channel_scales(int seq, int il) const {
     return channel_.data() + pair_index(seq, il) * size_t(shape_.n_head_kv) * size_t(shape_.head_dim);
 }
 
-void quant_copy::quantize_row(ggml_type type, const void * k, const float * c, uint8_t * packed, float * scale) const {
+void quant_copy::quantize_row(ggml_type type, const void * k, const float * c, uint8_t * packed, bf16_bits * scale) const {
     const int hd = shape_.head_dim;
     const bool f16 = type == ggml_type::f16;
     for (int g = 0; g < shape_.n_head_kv; ++g) {
@@ -181,7 +182,7 @@ void quant_copy::quantize_row(ggml_type type, const void * k, const float * c, u
         }
         if (!(amax <= FLT_MAX) || amax < quantize_min_amax) {  // inf or NaN element, or (nearly) all zeros
             std::fill(out, out + head_bytes_, uint8_t(bits_ == 4 ? 0x88 : 0x00));
-            scale[g] = amax < quantize_min_amax ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+            scale[g] = fp32_to_bf16(amax < quantize_min_amax ? 0.0f : std::numeric_limits<float>::quiet_NaN());
             continue;
         }
         if (bits_ == 2) {
@@ -199,7 +200,7 @@ void quant_copy::quantize_row(ggml_type type, const void * k, const float * c, u
                                               field(b0 + j + 2 * quarter) << 4 | field(b0 + j + 3 * quarter) << 6);
                 }
             }
-            scale[g] = amax / 3.0f;
+            scale[g] = fp32_to_bf16(amax / 3.0f);
             continue;
         }
         const float inv = 7.0f / amax;
@@ -209,7 +210,7 @@ void quant_copy::quantize_row(ggml_type type, const void * k, const float * c, u
             const int half = std::min(hd - b0, 32) / 2;
             for (int j = 0; j < half; ++j) out[b0 / 2 + j] = uint8_t(level(b0 + j) | level(b0 + j + half) << 4);
         }
-        scale[g] = amax / 7.0f;
+        scale[g] = fp32_to_bf16(amax / 7.0f);
     }
 }
 
@@ -227,7 +228,7 @@ void quant_copy::write(int seq, int il, int64_t p0, int64_t n, ggml_type type, c
     auto row = [&](int64_t r) { return static_cast<const uint8_t *>(k) + size_t(r * row_stride) * elem_bytes; };
     float * c = channel_.data() + pair * size_t(width);
     uint8_t * keys = keys_.get() + pair * size_t(n_ctx_) * row_bytes_;
-    float * scales = scales_.get() + pair * size_t(n_ctx_) * size_t(n_kv);
+    bf16_bits * scales = scales_.get() + pair * size_t(n_ctx_) * size_t(n_kv);
     const int64_t n_first = std::min(p0 + n, scale_rows);
     if (p0 < scale_rows) {
         // The rows among the first scale_rows positions are kept (f32) and the channel scales are taken
@@ -294,12 +295,12 @@ quant_copy::dots_fn quant_copy::kernel() const {
 
 // The scalar reference of score_avx2::softmax_group (same contract).
 static void softmax_group_scalar(const int32_t * dots, int group, int32_t mul, const int32_t * offset,
-                                 const float * q_scale, const float * s_k, int s_stride, float c, const float * b, int n,
+                                 const float * q_scale, const float * s_k, float c, const float * b, int n,
                                  float * acc) {
     for (int t = 0; t < n; ++t) {
         float sum = 0.0f;
         for (int h = 0; h < group; ++h) {
-            const float dot = float(mul * dots[t * group + h] - offset[h]) * q_scale[h] * s_k[t * s_stride];
+            const float dot = float(mul * dots[t * group + h] - offset[h]) * q_scale[h] * s_k[t];
             const float w = softmax_weight(dot, c, b != nullptr ? b[h] : 0.0f);
             sum = h == 0 ? w : sum + w;
         }
@@ -307,7 +308,7 @@ static void softmax_group_scalar(const int32_t * dots, int group, int32_t mul, c
     }
 }
 
-void quant_copy::score_tokens(dots_fn dots_of, const uint8_t * keys, const float * scales, int nb, int n_next,
+void quant_copy::score_tokens(dots_fn dots_of, const uint8_t * keys, const bf16_bits * scales, int nb, int n_next,
                               int32_t * dots, float * out, int64_t stride) const {
     const int hd = shape_.head_dim, n_kv = shape_.n_head_kv, group = group_;
     const int32_t mul = bits_ == 4 ? 1 : 2;  // the stored field u stands for u − 8 (int4) or 2u − 3 (int2)
@@ -318,8 +319,10 @@ void quant_copy::score_tokens(dots_fn dots_of, const uint8_t * keys, const float
     const bool softmax = agg == score_aggregate::softmax;
     const auto weights = kernel_mode_get() == kernel_mode::avx2 ? score_avx2::softmax_group : softmax_group_scalar;
     float acc[score_block];
+    float s_k[score_block];  // KV head g's key scales of the block, in f32 (exact)
     for (int g = 0; g < n_kv; ++g) {
         const size_t h0 = size_t(g) * size_t(group);  // first query head of KV head g
+        for (int t = 0; t < nb; ++t) s_k[t] = bf16_to_fp32(scales[size_t(t) * size_t(n_kv) + size_t(g)]);
         for (int t = 0; t < nb; ++t) k[t] = keys + size_t(t) * row_bytes_ + size_t(g) * head_bytes_;
         for (int t = 0; t < n_next; ++t) {
             const uint8_t * next = k[0] + size_t(nb + t) * row_bytes_;
@@ -328,7 +331,7 @@ void quant_copy::score_tokens(dots_fn dots_of, const uint8_t * keys, const float
         dots_of(q_i8_.data() + h0 * size_t(hd), group, k, nb, hd, dots);
         if (softmax) {
             // All query heads of KV head g over the block's tokens (vectorized), summed in head order as below.
-            weights(dots, group, mul, q_offset_.data() + h0, q_scale_.data() + h0, scales + g, n_kv, log2_scale_,
+            weights(dots, group, mul, q_offset_.data() + h0, q_scale_.data() + h0, s_k, log2_scale_,
                     head_mass_.empty() ? nullptr : head_mass_.data() + h0, nb, acc);
             for (int t = 0; t < nb; ++t) {
                 if (!per_layer) {
@@ -341,11 +344,10 @@ void quant_copy::score_tokens(dots_fn dots_of, const uint8_t * keys, const float
         }
         for (int t = 0; t < nb; ++t) {
             const int32_t * d = dots + t * group;
-            const float s_k = scales[size_t(t) * size_t(n_kv) + size_t(g)];
             float head_score = 0.0f;
             for (int h = 0; h < group; ++h) {
                 const size_t hq = h0 + size_t(h);
-                const float dot = float(mul * d[h] - q_offset_[hq]) * q_scale_[hq] * s_k;
+                const float dot = float(mul * d[h] - q_offset_[hq]) * q_scale_[hq] * s_k[t];
                 const float v = head_term(agg, dot, log2_scale_, head_mass_.empty() ? 0.0f : head_mass_[hq]);
                 head_score = h == 0 ? v : combine_scores(agg, head_score, v);
             }
@@ -369,7 +371,7 @@ void quant_copy::score(int64_t n, float * scores, int64_t stride, thread_pool & 
     HILL_ASSERT(pool.n_threads() <= n_threads_);
     const dots_fn dots_of = kernel();
     const uint8_t * keys = keys_.get() + query_pair_ * size_t(n_ctx_) * row_bytes_;
-    const float * scales = scales_.get() + query_pair_ * size_t(n_ctx_) * size_t(shape_.n_head_kv);
+    const bf16_bits * scales = scales_.get() + query_pair_ * size_t(n_ctx_) * size_t(shape_.n_head_kv);
     const size_t n_kv = size_t(shape_.n_head_kv);
     pool.run([&](int ith, int nth) {
         int32_t * dots = dots_.data() + size_t(ith) * size_t(dots_stride_);
@@ -377,8 +379,8 @@ void quant_copy::score(int64_t n, float * scores, int64_t stride, thread_pool & 
         for (int64_t j0 = n * ith / nth; j0 < j_end; j0 += score_block) {
             const int nb = int(std::min<int64_t>(score_block, j_end - j0));
             const int n_next = int(std::clamp<int64_t>(j_end - j0 - score_block, 0, score_block));
-            const float * next_scales = scales + size_t(j0 + score_block) * n_kv;
-            for (size_t o = 0; o < size_t(n_next) * n_kv; o += 16) __builtin_prefetch(next_scales + o, 0, 3);
+            const bf16_bits * next_scales = scales + size_t(j0 + score_block) * n_kv;
+            for (size_t o = 0; o < size_t(n_next) * n_kv; o += 32) __builtin_prefetch(next_scales + o, 0, 3);
             score_tokens(dots_of, keys + size_t(j0) * row_bytes_, scales + size_t(j0) * n_kv, nb, n_next, dots,
                          scores + j0, stride);
         }

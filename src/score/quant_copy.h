@@ -28,7 +28,7 @@
 // so that q_h · k = q'_h · k̃ ≈ s_q · s_k · Σ_d q̂'_h,d · k̂_d, the sum exact in int32. A score is the raw
 // inner product, no softmax and no 1/√d (HillInfer paper, §4.4 "CSD-based Evaluation Configuration",
 // "Algorithmic Simplification": ranking needs only the order). Per head, in f32:
-//     dot_h = (float(Σ q̂'·k̂) · s_q) · s_k,
+//     dot_h = (float(Σ q̂'·k̂) · s_q) · s̃_k,   s̃_k = s_k stored as bfloat16 (layout below),
 // aggregated exactly as host_scorer does (score_params: granularity layer → one score per token over all
 // query heads, kv_head → one per KV head over its query heads; sum, max or softmax — score/head_softmax.h,
 // with c = log2(e) · s.scale and the b_h given to prepare_query —; heads in order, then KV heads in
@@ -36,16 +36,20 @@
 //
 // Error against the exact q·k, per head: |q'·k̃ − s_q s_k Σ q̂'k̂| ≤ Σ|q'| · e_k + s_q/2 · Σ|k̂| s_k,
 // e_k = s_k / 2 at 4 bits (each key element rounds to the nearest multiple of s_k) and s_k at 2 bits
-// (to the nearest odd multiple), each query element to the nearest multiple of s_q; plus f32 rounding.
+// (to the nearest odd multiple), each query element to the nearest multiple of s_q; plus
+// |s_q Σ q̂'k̂| · |s̃_k − s_k| ≤ 2^-9 of the product (the stored scale) and f32 rounding.
 // The int32 sums take the stored fields: Σ q̂'(u − 8) = Σ q̂'u − 8 Σ q̂' at 4 bits, Σ q̂'(2u − 3) =
 // 2 Σ q̂'u − 3 Σ q̂' at 2 bits.
 //
 // Layout, per (sequence, layer), allocated once for n_ctx positions (outermost first):
 //     keys    u8  [n_ctx, n_head_kv, head_dim · bits / 8]  4 bits: k̂ + 8 in [1, 15], two per byte;
 //                                                   2 bits: u in [0, 3], four per byte;
-//     scales  f32 [n_ctx, n_head_kv]                s_k (f32: 4 bytes of 68 per head vector at
-//                                                   head_dim 128; f16 would save 3% and lose the
-//                                                   exact scale of quantize_symmetric);
+//     scales  bf16 [n_ctx, n_head_kv]               s_k rounded to bfloat16 (to nearest, ties to even;
+//                                                   0 and NaN kept): its relative error <= 2^-9, far
+//                                                   below the levels' (a level is s_k wide), and f32's
+//                                                   range, so no scale overflows or flushes to 0; 2
+//                                                   bytes where f32 took 4 (at 8 KV heads of 128, 5.6%
+//                                                   of the INT2 copy, which the hot pool gets);
 //     channel f32 [n_head_kv, head_dim]             c.
 // Packing of one head vector: its elements in blocks of 32, the last block the remaining head_dim mod
 // 32 (even at 4 bits, a multiple of 4 at 2 bits); at 4 bits byte j of a block of b elements holds
@@ -53,8 +57,8 @@
 // core/ggml_type.h), so that one 16-byte load and a shift give 32 elements in query order; at 2 bits
 // byte j holds elements j + m · b/4 in bits 2m, 2m + 1 (m = 0..3): one 8-byte load broadcast to four
 // lanes, each shifted by 2m. Keys are token-major: scoring streams the copy once, in address order.
-// Bytes per token and layer: n_head_kv · (head_dim · bits / 8 + 4) (at 8 KV heads of 128, where f16 K
-// and V take 4096: 544 at 4 bits, 13% of K and V; 288 at 2 bits, 7%).
+// Bytes per token and layer: n_head_kv · (head_dim · bits / 8 + 2) (at 8 KV heads of 128, where f16 K
+// and V take 4096: 528 at 4 bits, 13% of K and V; 272 at 2 bits, 6.6%).
 //
 // Which width: docs/storage.md "The scoring copy" gives attention recall and perplexity at both; the
 // context's default (context_params::score_copy_bits) is chosen there.
@@ -78,6 +82,7 @@
 #include <vector>
 
 #include "compute/attention.h"
+#include "core/fp16.h"
 #include "core/ggml_type.h"
 #include "core/thread_pool.h"
 #include "score/score_config.h"
@@ -112,7 +117,7 @@ public:
     // (sequence, layer) at bytes_per_token_layer, plus per (sequence, layer) the channel scales and the
     // first scale_rows keys in f32 ((scale_rows + 1) · n_head_kv · head_dim · 4 bytes).
     static uint64_t bytes_for(const attention_shape & s, int bits, int n_seq, int n_layer, int64_t n_ctx);
-    // Bytes one token of one layer costs: n_head_kv · (head_dim · bits / 8 + sizeof(float)).
+    // Bytes one token of one layer costs: n_head_kv · (head_dim · bits / 8 + sizeof(bf16_bits)).
     static uint64_t bytes_per_token_layer(const attention_shape & s, int bits);
 
     // Everything allocated: n_seq · n_layer · (n_ctx · bytes_per_token_layer + channel scales), plus the
@@ -172,10 +177,10 @@ public:
     void score_row(ggml_type type, const void * k, float * scores, int64_t stride);
 
     // The stored copy of (seq, il) (layout above): keys u8 [n_ctx, n_head_kv, head_dim · bits / 8], their
-    // scales f32 [n_ctx, n_head_kv], the channel scales f32 [n_head_kv, head_dim]. For tests and for a
+    // scales bf16 [n_ctx, n_head_kv], the channel scales f32 [n_head_kv, head_dim]. For tests and for a
     // consumer that ships the copy elsewhere.
     const uint8_t * keys(int seq, int il) const;
-    const float * key_scales(int seq, int il) const;
+    const bf16_bits * key_scales(int seq, int il) const;
     const float * channel_scales(int seq, int il) const;
 
 private:
@@ -197,12 +202,12 @@ private:
 
     size_t pair_index(int seq, int il) const;
     // Quantizes the head vectors of one key row (f16 or f32 at k) under channel scales c f32 [n_head_kv,
-    // head_dim] into packed u8 [n_head_kv, head_dim · bits / 8] and scales f32 [n_head_kv].
-    void quantize_row(ggml_type type, const void * k, const float * c, uint8_t * packed, float * scale) const;
+    // head_dim] into packed u8 [n_head_kv, head_dim · bits / 8] and scales bf16 [n_head_kv].
+    void quantize_row(ggml_type type, const void * k, const float * c, uint8_t * packed, bf16_bits * scale) const;
     // out[g · stride + t] for t in [0, nb <= score_block): the scores of nb quantized tokens, packed keys
-    // u8 [nb, n_head_kv, head_dim · bits / 8] and scales f32 [nb, n_head_kv], against the prepared query; dots:
+    // u8 [nb, n_head_kv, head_dim · bits / 8] and scales bf16 [nb, n_head_kv], against the prepared query; dots:
     // int32 scratch of dots_stride_. Prefetches the keys of the n_next tokens that follow the nb.
-    void score_tokens(dots_fn dots_of, const uint8_t * keys, const float * scales, int nb, int n_next,
+    void score_tokens(dots_fn dots_of, const uint8_t * keys, const bf16_bits * scales, int nb, int n_next,
                       int32_t * dots, float * out, int64_t stride) const;
 
     attention_shape shape_;
@@ -216,7 +221,7 @@ private:
     size_t row_bytes_;                 // packed bytes of one token: n_head_kv · head_bytes_
     int dots_stride_;                  // score_block · group rounded up to 16: per-thread dots a cache line apart
     std::unique_ptr<uint8_t[]> keys_;  // u8  [n_seq, n_layer, n_ctx, n_head_kv, head_bytes_]
-    std::unique_ptr<float[]> scales_;  // f32 [n_seq, n_layer, n_ctx, n_head_kv]
+    std::unique_ptr<bf16_bits[]> scales_;  // bf16 [n_seq, n_layer, n_ctx, n_head_kv]
     std::vector<float> channel_;       // f32 [n_seq, n_layer, n_head_kv, head_dim]
     std::vector<float> first_;         // f32 [n_seq, n_layer, scale_rows, n_head_kv, head_dim]: the first keys
     bool query_ready_ = false;
@@ -227,7 +232,7 @@ private:
     std::vector<int32_t> q_offset_;  // int32 [n_head]: 8 · Σ q̂'_h (4 bits) or 3 · Σ q̂'_h (2 bits)
     std::vector<int32_t> dots_;      // int32 [n_threads, dots_stride]: a block's dots [score_block, group]
     std::vector<uint8_t> row_keys_;  // u8 [n_head_kv, head_bytes_]: score_row's quantized key
-    std::vector<float> row_scales_;  // f32 [n_head_kv]: its scales
+    std::vector<bf16_bits> row_scales_;  // bf16 [n_head_kv]: its scales
     std::vector<float> head_mass_;   // f32 [n_head]: b_h of the softmax aggregate (else empty)
     float log2_scale_ = 0.0f;        // c = log2(e) · scale (softmax aggregate)
 };

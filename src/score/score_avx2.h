@@ -43,13 +43,13 @@ void dots_u2_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, i
 
 // The softmax aggregate's weights of one KV head's `group` query heads, summed in head order, for n
 // tokens (score/head_softmax.h): acc[t] = Σ_h w(t, h) with
-//   w(t, h) = softmax_weight(float(mul · dots[t · group + h] − offset[h]) · q_scale[h] · s_k[t · s_stride],
+//   w(t, h) = softmax_weight(float(mul · dots[t · group + h] − offset[h]) · q_scale[h] · s_k[t],
 //                            c, b ? b[h] : 0),
 // the sum w(t, 0) + w(t, 1) + … left to right: the same bits as those scalar expressions (defined in
 // softmax_avx2.cpp, built without FMA contraction; the scalar reference is quant_copy.cpp's).
-// dots int32 [n, group]; offset, q_scale (and b) [group]; acc [n].
+// dots int32 [n, group]; offset, q_scale (and b) [group]; s_k, acc [n].
 void softmax_group(const int32_t * dots, int group, int32_t mul, const int32_t * offset, const float * q_scale,
-                   const float * s_k, int s_stride, float c, const float * b, int n, float * acc);
+                   const float * s_k, float c, const float * b, int n, float * acc);
 
 // max_i |x[i]| over x[n] (f32 or f16 bits): +inf if some element is infinite and none NaN, NaN if
 // some element is NaN, else the exact maximum.

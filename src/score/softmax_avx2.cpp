@@ -10,17 +10,15 @@
 namespace hill::score_avx2 {
 
 void softmax_group(const int32_t * dots, int group, int32_t mul, const int32_t * offset, const float * q_scale,
-                   const float * s_k, int s_stride, float c, const float * b, int n, float * acc) {
+                   const float * s_k, float c, const float * b, int n, float * acc) {
     const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const __m256i d_index = _mm256_mullo_epi32(lanes, _mm256_set1_epi32(group));
-    const __m256i s_index = _mm256_mullo_epi32(lanes, _mm256_set1_epi32(s_stride));
     const __m256 vc = _mm256_set1_ps(c);
     const __m256 lo = _mm256_set1_ps(-125.0f), hi = _mm256_set1_ps(100.0f), one = _mm256_set1_ps(1.0f);
     for (int t = 0; t < n; t += 8) {
         // Lanes past the last token gather nothing (their 0 is computed and not stored).
         const __m256i valid = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - t), lanes);
-        const __m256 sk =
-            _mm256_mask_i32gather_ps(_mm256_setzero_ps(), s_k + t * s_stride, s_index, _mm256_castsi256_ps(valid), 4);
+        const __m256 sk = _mm256_maskload_ps(s_k + t, valid);
         __m256 sum = _mm256_setzero_ps();
         for (int h = 0; h < group; ++h) {
             const __m256i d =
