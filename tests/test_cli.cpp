@@ -544,6 +544,14 @@ TEST_F(cli, storage_emulator_gives_the_same_tokens_and_reports_its_link) {
     EXPECT_NE(too_small.out.find("after the 32.2 KiB scoring copy of the keys"), std::string::npos) << too_small.out;
     EXPECT_TRUE(in_order(text.out, {"selected KV: ", " cold tokens, ", " over the link; flash read "})) << text.out;
     EXPECT_NE(text.out.find("from the cold tier ("), std::string::npos) << text.out;
+    // A policy that scores nothing: the planner line says so on the plain SSD too (no claim about scoring).
+    std::string full_base = base;
+    full_base.replace(full_base.find("--policy hillinfer"), std::string("--policy hillinfer").size(), "--policy full");
+    const result full_text = run(full_base + "--storage plain");
+    EXPECT_EQ(full_text.code, 0) << full_text.out;
+    EXPECT_NE(full_text.out.find("planner: policy full scores nothing, so the hot pool takes the whole host budget"),
+              std::string::npos) << full_text.out;
+    EXPECT_EQ(full_text.out.find("the host scores every token"), std::string::npos) << full_text.out;
 
     std::ofstream(dir->file("bad-profile.json")) << "{\"link_gbps\": -3}";
     const std::string h = "generate -m " + model() + " -p hi -n 2 --policy hillinfer ";
@@ -1123,6 +1131,18 @@ TEST_F(cli, bench_step_refuses_bad_grids_before_measuring) {
     EXPECT_NE(e2e.out.find("--batch: an empty item in '1,,2'"), std::string::npos) << e2e.out;
     const test::cli_result r = test::run_cli("bench");
     EXPECT_EQ(r.code, 2) << r.out;
+}
+
+// An unwritable --json or --plot file is refused before anything is measured (the results of a long grid
+// are not lost at its end).
+TEST_F(cli, bench_step_refuses_an_unwritable_output_before_measuring) {
+    for (const char * out : {"--json /proc/hillinfer-nope/r.json", "--plot /proc/hillinfer-nope/r.png"}) {
+        const test::cli_result r =
+            test::run_cli(std::string("bench step --layers 1 --ctx 4096 --cold 0 --policies full --steps 1 --kv-dir /tmp ") + out);
+        EXPECT_NE(r.code, 0) << out << "\n" << r.out;
+        EXPECT_NE(r.out.find("/proc/hillinfer-nope/r."), std::string::npos) << out << "\n" << r.out;
+        EXPECT_EQ(r.out.find("workload:"), std::string::npos) << "measured first: " << out << "\n" << r.out;
+    }
 }
 
 // An unusable --kv-dir is refused before any calibration or prefill, naming the directory and the fault.

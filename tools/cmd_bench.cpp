@@ -48,6 +48,16 @@ struct bench_cmd {
     std::function<int()> run;
 };
 
+// Before minutes of measuring: gnuplot for --plot, and that the --json and --plot files can be written
+// (a writer opened and dropped: nothing is left behind, an existing file is kept). Errors: as atomic_file's
+// and require_gnuplot's.
+void check_outputs(const std::string & json_path, const std::string & plot_path) {
+    if (!plot_path.empty()) require_gnuplot();
+    for (const std::string & path : {json_path, plot_path}) {
+        if (!path.empty()) atomic_file{path};
+    }
+}
+
 // The options every experiment takes.
 struct experiment_opts {
     std::string json_path, plot_path, kv_dir;
@@ -61,14 +71,9 @@ struct experiment_opts {
         sub.add_option("--kv-dir", kv_dir, "cold pool and scratch directory (default: the cache directory's kv/)");
         threads.add(sub);
     }
-    // Checks what can be checked before measuring: gnuplot for --plot, that the --json and --plot files
-    // can be written (a writer opened and dropped: nothing is left behind, an existing file is kept);
-    // resolves the kv-dir.
+    // Checks what can be checked before measuring (check_outputs); resolves the kv-dir.
     void prepare() {
-        if (!plot_path.empty()) require_gnuplot();
-        for (const std::string & path : {json_path, plot_path}) {
-            if (!path.empty()) atomic_file{path};
-        }
+        check_outputs(json_path, plot_path);
         if (kv_dir.empty()) kv_dir = cache_dir() + "/kv";
         (void)prepare_kv_dir(kv_dir);  // before any calibration or prefill
     }
@@ -421,7 +426,7 @@ int run_step(step_opts & o) {
     const int n_threads = o.threads.resolve();
     if (o.p.kv_dir.empty()) o.p.kv_dir = cache_dir() + "/kv";
     (void)prepare_kv_dir(o.p.kv_dir);  // before the calibration
-    if (!o.plot_path.empty()) require_gnuplot();  // before minutes of measuring
+    check_outputs(o.json_path, o.plot_path);
     check(o.p);
     if (o.placement_opt->count() > 0) (void)parse_placement(o.p.placement);  // "" too (check() reads "" as none)
     // The device cache's shares apply to the plain SSD's cold configurations: say so when the grid has none.
@@ -566,7 +571,7 @@ command_fn add_bench(CLI::App & app) {
     add_list_option(*step, "--score-copy", p.score_copies, "scoring copies of a scoring policy off the emulator: int4, int2, "
                      "off (comma-separated)");
     add_list_option(*step, "--beta", p.betas, "emulator: hot/cold capacity ratios beta (numbers > 0, cut to what the host "
-                     "budget holds) or planner (the planner's choice, DESIGN.md section 4) (comma-separated)");
+                     "budget holds) or planner (the planner's choice, docs/storage.md \"The planner\") (comma-separated)");
     o->placement_opt = step->add_option("--placement", p.placement, "fifo or hkm for every policy (default: each policy's own)");
     step->add_flag("--no-prefetch", p.no_prefetch, "plain storage: without the pipeline's prefetch (for comparisons)");
     add_list_option(*step, "--device-cache", p.device_caches, "plain storage: shares of the hot slots that the device tier's "

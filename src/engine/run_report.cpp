@@ -307,14 +307,14 @@ std::string planner_summary(const context & ctx) {
     if (ctx.cold() == nullptr) return "";
     const int64_t n = tokens_per_layer(ctx), hot_max = ctx.hot_slots_max();
     const planner * pl = ctx.planner();
+    if (!ctx.policy().uses_scores()) {
+        return fmt::format("planner: policy {} scores nothing, so the hot pool takes the whole host budget ({} slots per "
+                           "layer)\n", ctx.policy().name(), hot_max);
+    }
     if (pl == nullptr) {
         return fmt::format("planner: {} storage: the host scores every token, so the hot pool is a cache of the whole "
                            "host budget and beta is M0-bound: {} of {} tokens per layer hot, beta {:.3f}\n",
                            name(ctx.storage().kind()), std::min(hot_max, n), n, beta_of(std::min(hot_max, n), n));
-    }
-    if (!ctx.policy().uses_scores()) {
-        return fmt::format("planner: policy {} scores nothing, so the hot pool takes the whole host budget ({} slots per "
-                           "layer)\n", ctx.policy().name(), hot_max);
     }
     const path_times pr = pl->predicted(), me = pl->measured();
     const int64_t cap = ctx.cells().hot_capacity();

@@ -137,8 +137,7 @@ uint64_t quant_copy::bytes() const {
     return n_rows * bytes_per_token_layer(shape_, bits_) + (channel_.size() + first_.size()) * sizeof(float) +
            q_scaled_.size() * sizeof(float) + q_i8_.size() +
            (q_scale_.size() + q_offset_.size()) * 4 + row_scales_.size() * sizeof(bf16_bits) + dots_.size() * 4 +
-           row_keys_.size() +
-           head_mass_.size() * sizeof(float);
+           row_keys_.size() + head_mass_.size() * sizeof(float);
 }
 
 int quant_copy::n_group() const {
