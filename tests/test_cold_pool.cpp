@@ -438,7 +438,8 @@ TEST(cold_pool_dir, impossible_kv_dir_is_a_clear_error) {
 
 TEST(cold_pool_dir, unwritable_kv_dir_is_a_clear_error) {
     // Root writes into any directory: the pool is opened in a child process, as user nobody (65534)
-    // when the test runs as root.
+    // when the test runs as root. The death test's child (this test run again) forks that process, waits
+    // for it and removes its own directory before it leaves through _Exit, past the destructors.
     test::temp_dir dir;
     fs::permissions(dir.path, fs::perms::owner_all | fs::perms::others_read | fs::perms::others_exec);
     const std::string ro = dir.file("ro");
@@ -451,13 +452,22 @@ TEST(cold_pool_dir, unwritable_kv_dir_is_a_clear_error) {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     EXPECT_EXIT(
         {
-            if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) std::_Exit(2);
-            const std::string msg = error_message([&] { cold_pool pool(p); });
-            std::fprintf(stderr, "%s\n", msg.c_str());
-            std::_Exit(msg.find("'" + ro + "' is not writable") != std::string::npos ? 0 : 1);
+            const pid_t pid = ::fork();
+            if (pid == 0) {
+                if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) std::_Exit(2);
+                const std::string msg = error_message([&] { cold_pool pool(p); });
+                std::fprintf(stderr, "%s\n", msg.c_str());
+                std::_Exit(msg.find("'" + ro + "' is not writable") != std::string::npos ? 0 : 1);
+            }
+            int status = 0;
+            const bool reaped = pid > 0 && ::waitpid(pid, &status, 0) == pid;
+            std::error_code ec;
+            fs::permissions(ro, fs::perms::owner_all, ec);
+            fs::remove_all(dir.path, ec);
+            std::_Exit(reaped && WIFEXITED(status) ? WEXITSTATUS(status) : 3);
         },
         testing::ExitedWithCode(0), "")
-        << "exit 1: another message; exit 2: cannot switch to user nobody";
+        << "exit 1: another message; exit 2: cannot switch to user nobody; exit 3: the fork failed or it did not exit";
     fs::permissions(ro, fs::perms::owner_all);
 }
 
