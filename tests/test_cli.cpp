@@ -358,9 +358,10 @@ TEST_F(cli, demo_retrieves_the_passkey_and_says_when_not) {
 }
 
 TEST_F(cli, demo_full_reads_more_and_is_slower_over_a_plain_ssd) {
-    // Over a plain SSD with 86% of the KV cold (the default budget of a quarter of the prompt's KV, less
-    // the scoring copy), full reads every cold token's KV at every step (0.9 MiB at 1K tokens) and
-    // hillinfer the selected ones (0.1 MiB). The SSD is capped at 10 MB/s so that the reads, not this
+    // Over a plain SSD with 85% of the KV cold (the default budget of a quarter of the prompt's KV, less
+    // the scoring copy), full reads every cold token's KV at every step (0.89 MiB at 1K tokens) and
+    // hillinfer the selected ones (0.22 MiB: 4.0x less at seed 5; 3.5x asserted, as the share read
+    // moves by a slot of the hot pool). The SSD is capped at 10 MB/s so that the reads, not this
     // machine's page cache and CPU, set the order: past the bucket's 1 MiB burst each full step waits
     // about 90 ms, while hillinfer's steps stay within the burst. Uncapped, the "SSD" is the page cache
     // and at test sizes both steps are a few ms (release, 1K-4K: full 1.3-2.5x slower; noisy on a loaded
@@ -385,7 +386,7 @@ TEST_F(cli, demo_full_reads_more_and_is_slower_over_a_plain_ssd) {
     EXPECT_GT(st.at("full").at("step_ms").get<double>(), st.at("policy").at("step_ms").get<double>()) << j.out;
     EXPECT_GT(st.at("speedup").get<double>(), 1.0) << j.out;
     EXPECT_GT(st.at("full").at("link_bytes_per_step").get<double>(),
-              4.0 * st.at("policy").at("link_bytes_per_step").get<double>()) << j.out;
+              3.5 * st.at("policy").at("link_bytes_per_step").get<double>()) << j.out;
 }
 
 TEST_F(cli, demo_ctrl_c_during_the_comparison_prints_the_answer_and_the_report) {
@@ -530,18 +531,18 @@ TEST_F(cli, storage_emulator_gives_the_same_tokens_and_reports_its_link) {
     EXPECT_NE(plain_text.out.find("B per token (the host reads whole key pages, hot tokens' rows and page padding "
                                   "included; a key row: 64 B per token)"), std::string::npos) << plain_text.out;
     // With the scoring copy (the default: INT2 keys), whose 1024 positions × 2 layers × 2 KV heads × (16 · 2 / 8
-    // + 2) bytes, and per layer 33 rows of f32 channel scales and first keys (8.2 KiB in all), the budget
-    // holds too: nothing is scored on the SSD.
+    // + 2) bytes, and per layer 34 rows of f32 (channel scales, their reciprocals, first keys; 8.5 KiB in
+    // all), the budget holds too: nothing is scored on the SSD.
     std::string copy_base = base;
     copy_base.replace(copy_base.find("--kv-host-budget 4K"), std::string("--kv-host-budget 4K").size(), "--kv-host-budget 64K");
     const result copy_text = run(copy_base + "--storage plain");
     EXPECT_EQ(copy_text.code, 0) << copy_text.out;
-    EXPECT_NE(copy_text.out.find("scoring: every token from the INT2 scoring copy / int8 query in DRAM (32.2 KiB, 12 B "
+    EXPECT_NE(copy_text.out.find("scoring: every token from the INT2 scoring copy / int8 query in DRAM (32.5 KiB, 12 B "
                                  "per token and layer)"), std::string::npos) << copy_text.out;
     EXPECT_EQ(copy_text.out.find("cold tokens in"), std::string::npos) << copy_text.out;
     const result too_small = run(base + "--storage plain");
     EXPECT_EQ(too_small.code, 2) << too_small.out;
-    EXPECT_NE(too_small.out.find("after the 32.2 KiB scoring copy of the keys"), std::string::npos) << too_small.out;
+    EXPECT_NE(too_small.out.find("after the 32.5 KiB scoring copy of the keys"), std::string::npos) << too_small.out;
     EXPECT_TRUE(in_order(text.out, {"selected KV: ", " cold tokens, ", " over the link; flash read "})) << text.out;
     EXPECT_NE(text.out.find("from the cold tier ("), std::string::npos) << text.out;
     // A policy that scores nothing: the planner line says so on the plain SSD too (no claim about scoring).
@@ -1028,9 +1029,10 @@ TEST_F(cli, bench_step_measures_every_configuration_and_writes_json_and_a_plot) 
     }
     EXPECT_EQ(n_cold, 5);
     // 1028 positions (the context, 1 + 2 steps and the next token) of 2 KV heads of 64: 2 · (32 + 2) B per
-    // token at 4 bits, 2 · (16 + 2) at 2 bits, plus 33 rows of f32 channel scales and first keys.
-    EXPECT_EQ(copy_bytes["int4"], 1028u * 68u + 33u * 128u * 4u);
-    EXPECT_EQ(copy_bytes["int2"], 1028u * 36u + 33u * 128u * 4u);
+    // token at 4 bits, 2 · (16 + 2) at 2 bits, plus 34 rows of f32: channel scales, their reciprocals and
+    // the first keys.
+    EXPECT_EQ(copy_bytes["int4"], 1028u * 68u + 34u * 128u * 4u);
+    EXPECT_EQ(copy_bytes["int2"], 1028u * 36u + 34u * 128u * 4u);
     ASSERT_EQ(j["ratios"].size(), 5u) << j["ratios"];
     for (const auto & x : j["ratios"]) {
         EXPECT_EQ(x["policy"], "hillinfer");

@@ -2,10 +2,12 @@
 // documented formula, bit for bit; what write() stores against its definition; the documented error
 // bound against the exact q·k; the needle test that motivates per-channel scales; channel scales kept
 // and reset by writes; score_row against a written row.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -98,18 +100,46 @@ int stored_level(const uint8_t * packed, int n, int i, int bits) {
     return (j < b / 2 ? byte & 15 : byte >> 4) - 8;
 }
 
-// The documented 2-bit quantization of a head vector x[n] (finite, not all near zero): levels 2u − 3,
-// u = clamp(round((x · 3 / max|x| + 3) / 2), 0, 3), scale max|x| / 3 — written out here independently
-// of the copy.
+// The documented 2-bit quantization of a head vector x[n] (finite, max|x| >= 2^-100): in units of
+// max|x| (y = x · (1 / max|x|)), σ = rms(y) / 2, one round of Lloyd's iteration (each element its nearest
+// level 2u − 3, u = clamp(round((y / σ + 3) / 2), 0, 3); σ = Σ y ℓ / Σ ℓ²), the levels nearest under that
+// σ, scale max|x| · σ — written out here independently of the copy, with the same f32 operations.
 float quantize_int2(const float * x, int n, int8_t * level) {
     float amax = 0.0f;
     for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const float inv = 3.0f / amax;
+    std::vector<float> y(sz(n));
+    float ss = 0.0f;
     for (int i = 0; i < n; ++i) {
-        const long u = std::clamp<long>(std::lrint((x[i] * inv + 3.0f) * 0.5f), 0, 3);
-        level[i] = int8_t(2 * u - 3);
+        y[sz(i)] = x[i] * (1.0f / amax);
+        ss += y[sz(i)] * y[sz(i)];
     }
-    return amax / 3.0f;
+    auto nearest = [](float v, float inv) {
+        return int8_t(2 * std::clamp<long>(std::lrint((v * inv + 3.0f) * 0.5f), 0, 3) - 3);
+    };
+    float sigma = 0.5f * std::sqrt(ss / float(n)), yl = 0.0f, ll = 0.0f;
+    for (int i = 0; i < n; ++i) {
+        const float l = nearest(y[sz(i)], 1.0f / sigma);
+        yl += y[sz(i)] * l;
+        ll += l * l;
+    }
+    sigma = yl / ll;
+    for (int i = 0; i < n; ++i) level[i] = nearest(y[sz(i)], 1.0f / sigma);
+    return amax * sigma;
+}
+
+// The documented channel scales of KV head g from the first min(n, scale_rows) rows of k: c_d the
+// largest finite |k_d|, floored at 1e-3 of the head's largest (all 1 below 2^-60).
+std::vector<float> documented_channels(const key_rows & k, int64_t n, int g, int hd) {
+    std::vector<float> c(sz(hd), 0.0f);
+    for (int64_t r = 0; r < std::min<int64_t>(n, quant_copy::scale_rows); ++r) {
+        for (int i = 0; i < hd; ++i) {
+            const float a = std::fabs(k.at(r, g * hd + i));
+            if (std::isfinite(a)) c[sz(i)] = std::max(c[sz(i)], a);
+        }
+    }
+    const float m = *std::max_element(c.begin(), c.end());
+    for (float & x : c) x = m < 0x1p-60f ? 1.0f : std::max(x, m * 1e-3f);
+    return c;
 }
 
 class score_copy_w : public ::testing::TestWithParam<int> {};
@@ -121,7 +151,7 @@ float combine(score_aggregate agg, float a, float b) {
 }
 
 // The scores of positions [0, n) of (seq, il) as quant_copy.h defines them, from what the copy stores
-// (checked against its own definition in write_stores_quantize_symmetric_of_k_over_c), with the same
+// (checked against its own definition in write_stores_the_documented_quantization_of_k_tilde), with the same
 // f32 operations in the same order: [n_group, n]. For finite inputs. head_mass f32 [n_head]: the
 // softmax aggregate's b_h (score/head_softmax.h).
 std::vector<float> documented_scores(const quant_copy & copy, int seq, int il, const std::vector<float> & q, int64_t n,
@@ -206,15 +236,15 @@ TEST_P(score_copy_w, bytes_per_token_layer_and_bytes) {
     const uint64_t per_token = bits == 4 ? 8u * (64u + 2u) : 8u * (32u + 2u);  // 528 or 272: bf16 scales
     EXPECT_EQ(quant_copy::bytes_per_token_layer(s, bits), per_token);
     const quant_copy copy(s, score_params{}, bits, 2, 3, 1000, 2);
-    // Per (sequence, layer): 1000 tokens, the channel scales and the first 32 keys in f32.
-    const uint64_t stored = 2u * 3u * (1000u * per_token + 33u * 8u * 128u * 4u);
+    // Per (sequence, layer): 1000 tokens, the channel scales, their reciprocals and the first 32 keys in f32.
+    const uint64_t stored = 2u * 3u * (1000u * per_token + 34u * 8u * 128u * 4u);
     EXPECT_EQ(quant_copy::bytes_for(s, bits, 2, 3, 1000), stored);
     EXPECT_GE(copy.bytes(), stored);
     EXPECT_LT(copy.bytes(), stored + 64 * 1024) << "beyond the copy, only the query and a little scratch";
     EXPECT_EQ(copy.n_ctx(), 1000);
 }
 
-TEST_P(score_copy_w, write_stores_quantize_symmetric_of_k_over_c) {
+TEST_P(score_copy_w, write_stores_the_documented_quantization_of_k_tilde) {
     const int bits = GetParam();
     HILL_FRESH_RNG(rng);
     for (ggml_type t : {ggml_type::f16, ggml_type::f32}) {
@@ -236,24 +266,15 @@ TEST_P(score_copy_w, write_stores_quantize_symmetric_of_k_over_c) {
             copy.write(0, 0, 0, n, t, k.data(), k.stride);
             const float * c = copy.channel_scales(0, 0);
             for (int g = 0; g < 2; ++g) {
-                std::vector<float> want(sz(hd), 0.0f);
-                for (int64_t r = 0; r < std::min<int64_t>(n, quant_copy::scale_rows); ++r) {
-                    for (int i = 0; i < hd; ++i) {
-                        const float a = std::fabs(k.at(r, g * hd + i));
-                        if (std::isfinite(a)) want[sz(i)] = std::max(want[sz(i)], a);
-                    }
-                }
-                const float m = *std::max_element(want.begin(), want.end());
-                for (float & w : want) w = std::max(w, m * 1e-3f);
-                for (int i = 0; i < hd; ++i)
-                    ASSERT_EQ(c[g * hd + i], want[sz(i)]) << "KV head " << g << " channel " << i;
+                const std::vector<float> want = documented_channels(k, n, g, hd);
+                for (int i = 0; i < hd; ++i) ASSERT_EQ(c[g * hd + i], want[sz(i)]) << "KV head " << g << " channel " << i;
             }
             EXPECT_GT(c[1], 1e-6f) << "the silent channel is floored";
             std::vector<float> kt(sz(hd));
             std::vector<int8_t> want(sz(hd));
             for (int64_t r = 0; r < n; ++r) {
                 for (int g = 0; g < 2; ++g) {
-                    for (int i = 0; i < hd; ++i) kt[sz(i)] = k.at(r, g * hd + i) / c[g * hd + i];
+                    for (int i = 0; i < hd; ++i) kt[sz(i)] = k.at(r, g * hd + i) * (1.0f / c[g * hd + i]);
                     const bool inf = r == 7 && g == 1;
                     const float sc = bits == 4 || inf
                                          ? quantize_symmetric(ggml_type::f32, kt.data(), hd, score_precision::int4, want.data())
@@ -355,43 +376,57 @@ TEST_P(score_copy_w, stride_places_each_group_row) {
     }
 }
 
-// The extremes of the int16 sums in the AVX2 kernels: every stored nibble 15 (k̂ = 7) against a query
-// of ±127 over 8 blocks is ±30480 per int16 lane before widening (2 bits: u = 3, ±6096). Constant keys
-// and queries make k̃ = 1, k̂ = L (the top level: 7 at 4 bits, 3 at 2 bits) and q̂ = ±127 everywhere, so
-// the score is ±127 · L · head_dim · s_q · s_k = ±q·k exactly.
+// The extremes of the int16 sums in the AVX2 kernels: every stored field at its top (nibble 15, k̂ = 7;
+// 2 bits: u = 3) against a query of ±127 over 8 blocks is ±30480 per int16 lane before widening (2 bits:
+// ±6096). Rows of alternating sign (channel scales 2) make k̃ = ±1
+// at 4 bits (k̂ = ±7) and, at 2 bits, k̃ = ±0.9 and ±1 in turn (σ fits them all at the outer level: u = 3
+// on the positive rows; a row of equal |k̃| would sit at the inner one); a constant query makes q̂ = ±127
+// everywhere.
 TEST_P(score_copy_w, extreme_values_sum_exactly) {
     const int bits = GetParam();
     mode_guard mg;
     thread_pool pool(1);
+    const int64_t n = quant_copy::scale_rows;
     for (int hd : {256, 288, 512}) {
         const attention_shape s{4, 1, hd, 0.0f};
         for (float sign : {1.0f, -1.0f}) {
-            const std::vector<float> keys(sz(3 * hd), 2.0f), q(sz(4 * hd), 0.25f * sign);
+            std::vector<float> keys(sz(n * hd));
+            for (int64_t r = 0; r < n; ++r) {
+                // Row r + 1 is −row r; at 2 bits rows 4j and 4j + 2 take 0.9 in odd and in even channels.
+                for (int i = 0; i < hd; ++i) {
+                    keys[sz(r * hd + i)] = (r % 2 == 0 ? 2.0f : -2.0f) * (bits == 2 && (i % 2 == 1) == (r % 4 < 2) ? 0.9f : 1.0f);
+                }
+            }
+            const std::vector<float> q(sz(4 * hd), 0.25f * sign);
             score_params p;
             p.granularity = select_granularity::kv_head;
-            quant_copy copy(s, p, bits, 1, 1, 3, 1);
-            copy.write(0, 0, 0, 3, ggml_type::f32, keys.data(), hd);
+            quant_copy copy(s, p, bits, 1, 1, n, 1);
+            copy.write(0, 0, 0, n, ggml_type::f32, keys.data(), hd);
+            const uint8_t * row0 = copy.keys(0, 0);
+            for (int j = 0; j < hd * bits / 8; ++j) ASSERT_EQ(row0[j], 0xff) << "head_dim " << hd << ": byte " << j << " at the top";
+            const std::vector<float> want = documented_scores(copy, 0, 0, q, n);
             for (kernel_mode m : test::kernel_modes_tested()) {
                 kernel_mode_set(m);
-                // c = 2, k̃ = 1, s_k = 1/L, stored as bfloat16; q' = ±0.5, s_q = 0.5/127: per head 127 · L ·
-                // head_dim · s_q · s̃_k, in f32 as the copy computes it, four heads summed: ≈ ±2 · head_dim
-                // (within the 2^-9 of the bfloat16 scale).
-                const int L = bits == 4 ? 7 : 3;
-                const float s_k = bf16_to_fp32(fp32_to_bf16(1.0f / float(L)));
-                const float head = float(127 * L * hd) * sign * (0.5f / 127.0f) * s_k;
-                const float want = ((head + head) + head) + head;
-                EXPECT_NEAR(want, 2.0f * float(hd) * sign, 2.0f * float(hd) * 0x1p-9f);
-                EXPECT_EQ(copy_scores(copy, 0, 0, q, 3, pool), std::vector<float>(3, want)) << "head_dim " << hd;
+                EXPECT_TRUE(same_bits(copy_scores(copy, 0, 0, q, n, pool), want)) << "head_dim " << hd;
+            }
+            if (bits == 4) {
+                // c = 2, k̃ = 1, s_k = 1/7, stored as bfloat16; q' = ±0.5, s_q = 0.5/127: per head 127 · 7 ·
+                // head_dim · s_q · s̃_k, four heads summed: ≈ ±2 · head_dim (within the bfloat16 scale's 2^-9).
+                const float s_k = bf16_to_fp32(fp32_to_bf16(1.0f / 7.0f));
+                const float head = float(127 * 7 * hd) * sign * (0.5f / 127.0f) * s_k;
+                EXPECT_EQ(want[0], ((head + head) + head) + head);
+                EXPECT_NEAR(want[0], 2.0f * float(hd) * sign, 2.0f * float(hd) * 0x1p-9f);
             }
         }
     }
 }
 
 // Test 2: against the exact q·k (f32 inputs, double arithmetic), per head
-//   |q·k − score| <= Σ|q'| · s_k · e + s_q · c · Σ(|k̃| + s_k · e) + 2^-9 · Σ(|q'| + s_q · c)(|k̃| + s_k · e),
-//   c = 1/2 + 1e-4, e = c (4 bits) or 1 + 1e-4 (2 bits), the last term the stored scale's bfloat16 rounding
-// (quant_copy.h; the 1e-4 covers the f32 rounding of x · q_max / max|x| and of the scales), aggregated
-// as the scores are, plus the f32 rounding of q' = q ⊙ c, k̃ = k / c and the sums.
+//   |q·k − score| <= Σ|q'_i| e_i + s_q · c · Σ(|k̃_i| + e_i) + 2^-9 · Σ(|q'_i| + s_q · c)(|k̃_i| + e_i),
+//   c = 1/2 + 1e-4, e_i = s_k · c (4 bits) or max(s_k, |k̃_i| − 3 s_k) + 1e-4 · s_k (2 bits: the nearest
+// odd multiple of s_k, or the outer level below an element beyond it), the last term the stored scale's
+// bfloat16 rounding (quant_copy.h; the 1e-4 covers the f32 rounding of the levels and of the scales),
+// aggregated as the scores are, plus the f32 rounding of q' = q ⊙ c, k̃ = k · (1 / c) and the sums.
 TEST_P(score_copy_w, scores_within_documented_bound_of_exact) {
     const int bits = GetParam();
     HILL_FRESH_RNG(rng);
@@ -408,33 +443,37 @@ TEST_P(score_copy_w, scores_within_documented_bound_of_exact) {
             const std::vector<float> got = copy_scores(copy, 0, 0, q, n, pool);
             const float * cs = copy.channel_scales(0, 0);
             const bool layer = p.granularity == select_granularity::layer;
-            const double c = 0.5 + 1e-4, e = bits == 4 ? c : 1.0 + 1e-4;
+            const double c = 0.5 + 1e-4;
             int bad = 0;
             for (int64_t t = 0; t < n; ++t) {
                 double token = 0.0, token_bound = 0.0, token_mag = 0.0;
                 for (int g = 0; g < 2; ++g) {
                     const float s_k = bf16_to_fp32(copy.key_scales(0, 0)[t * 2 + g]);
+                    // k̃ and the key error bound e_i of each element of (t, g).
+                    std::vector<double> kt(sz(hd)), e(sz(hd));
+                    for (int i = 0; i < hd; ++i) {
+                        kt[sz(i)] = double(k.at(t, g * hd + i)) / cs[g * hd + i];
+                        e[sz(i)] = bits == 4 ? s_k * c : std::max<double>(s_k, std::fabs(kt[sz(i)]) - 3.0 * s_k) + 1e-4 * s_k;
+                    }
                     double head = 0.0, head_bound = 0.0, head_mag = 0.0;
                     for (int h = g * group; h < (g + 1) * group; ++h) {
-                        double dot = 0.0, mag = 0.0, qs_abs = 0.0, kt_abs = 0.0, qs_max = 0.0;
+                        double dot = 0.0, mag = 0.0, qs_max = 0.0;
                         for (int i = 0; i < hd; ++i) {
-                            const double qi = q[sz(h * hd + i)], ki = k.at(t, g * hd + i), ci = cs[g * hd + i];
+                            const double qi = q[sz(h * hd + i)], ki = k.at(t, g * hd + i);
                             dot += qi * ki;
                             mag += std::fabs(qi * ki);
-                            qs_abs += std::fabs(qi * ci);
-                            qs_max = std::max(qs_max, std::fabs(qi * ci));
-                            kt_abs += std::fabs(ki / ci);
+                            qs_max = std::max(qs_max, std::fabs(qi * cs[g * hd + i]));
                         }
+                        const double s_q = qs_max / 127.0;
                         // The stored scale's bfloat16 rounding (≤ 2^-9 of it) scales the whole quantized dot,
-                        // whose terms are at most (|q'_i| + s_q/2)(|k̃_i| + e_k).
-                        double quantized_abs = 0.0;
+                        // whose terms are at most (|q'_i| + s_q/2)(|k̃_i| + e_i).
+                        double b = 0.0, quantized_abs = 0.0;
                         for (int i = 0; i < hd; ++i) {
-                            const double ci = cs[g * hd + i];
-                            quantized_abs += (std::fabs(q[sz(h * hd + i)] * ci) + qs_max / 127.0 * c) *
-                                             (std::fabs(k.at(t, g * hd + i) / ci) + s_k * e);
+                            const double qs = std::fabs(q[sz(h * hd + i)] * cs[g * hd + i]);
+                            b += qs * e[sz(i)] + s_q * c * (std::fabs(kt[sz(i)]) + e[sz(i)]);
+                            quantized_abs += (qs + s_q * c) * (std::fabs(kt[sz(i)]) + e[sz(i)]);
                         }
-                        const double b = qs_abs * s_k * e + qs_max / 127.0 * c * (kt_abs + hd * s_k * e) +
-                                         std::ldexp(1.0, -9) * quantized_abs;
+                        b += std::ldexp(1.0, -9) * quantized_abs;
                         const bool first = h == g * group;
                         head = first ? dot : (p.aggregate == score_aggregate::sum ? head + dot : std::max(head, dot));
                         head_bound =
@@ -566,11 +605,11 @@ needle_counts find_needles(uint32_t seed, float strength, int bits, thread_pool 
 }
 
 // Over 300 seeds at strength 2.25, top 16 of 16 needles: fp16 15..16 (mean 15.93), per-token int8
-// 15..16 (15.91), per-token int4 5..14 (9.3; above 12 in 10 of 300), the INT4 copy 15..16 (15.91);
-// at 2.5: fp16 and the INT4 copy 15..16 (15.99), int4 6..15 (10.4). The INT2 copy is weaker: 14 in
-// 1 of 100 seeds at 2.5 and in 1 of 400 at 2.75, 15..16 in all 500 at 3.0 (mean 15.99). So the
-// fixed seed asserts all four counts, and fresh seeds, at 3.0, what holds for every seed there:
-// fp16 and the copy (either width) find >= 15.
+// 15..16 (15.91), per-token int4 5..14 (9.3; above 12 in 10 of 300), the INT4 copy 15..16 (15.89);
+// at 2.5: fp16 15..16 (15.99), the INT4 copy 16 in all 300, int4 6..15 (10.4). The INT2 copy is a
+// little weaker: 14..16 at 2.25 (below 15 in 2 of 300, mean 15.77), 15..16 at 2.5 and 2.75 (300 seeds
+// each), 16 in all 300 at 3.0. So the fixed seed asserts all four counts, and fresh seeds, at 3.0,
+// what holds for every seed there: fp16 and the copy (either width) find >= 15.
 TEST_P(score_copy_w, needles_among_outlier_channel_keys) {
     const int bits = GetParam();
     thread_pool pool(2);
@@ -589,6 +628,62 @@ TEST_P(score_copy_w, needles_among_outlier_channel_keys) {
     const needle_counts f = find_needles(seed, 3.0f, bits, pool);
     EXPECT_GE(f.fp16, 15) << "exact scoring should find the needles";
     EXPECT_GE(f.copy, 15) << "the scoring copy should find the needles";
+}
+
+// The score error on keys with outlier channels: Gaussian channels, three of them ×10 per KV head. The
+// query leans towards 20 keys per head. 4 draws of 512 tokens, 8 KV heads of 128 and 32 query heads,
+// summed scores: the RMS of (copy − exact) over the RMS of exact. Over 50 seeds: INT2 0.34–0.38, INT4
+// 0.12–0.15. With the former INT2 scale (levels at ±max|k̃|), on the same kind of keys (40 draws of 4096
+// tokens): INT2 0.72, INT4 0.15.
+double relative_score_error(int bits, std::mt19937 & rng) {
+    const int hd = 128, n_kv = 8, n_head = 32, group = 4;
+    const int64_t n = 512;
+    const attention_shape s{n_head, n_kv, hd, 0.0f};
+    score_params p;
+    p.aggregate = score_aggregate::sum;
+    thread_pool pool(1);
+    std::normal_distribution<float> normal;
+    double err = 0.0, mag = 0.0;
+    for (int draw = 0; draw < 4; ++draw) {
+        std::vector<float> sd(sz(n_kv * hd), 1.0f);
+        for (int g = 0; g < n_kv; ++g) {
+            for (int o = 0; o < 3; ++o) sd[sz(g * hd) + rng() % sz(hd)] = 10.0f;
+        }
+        std::vector<float> k(sz(n * n_kv * hd));
+        for (size_t i = 0; i < k.size(); ++i) k[i] = sd[i % sd.size()] * normal(rng);
+        std::vector<float> q(sz(n_head * hd));
+        for (float & x : q) x = 0.3f * normal(rng);
+        for (int h = 0; h < n_head; ++h) {
+            const int g = h / group;
+            for (int j = 0; j < 20; ++j) {
+                const size_t t = rng() % size_t(n);
+                for (int i = 0; i < hd; ++i) {
+                    const size_t c = sz(g * hd + i);
+                    q[sz(h * hd + i)] += 0.02f * k[t * sd.size() + c] / sd[c];
+                }
+            }
+        }
+        quant_copy copy(s, p, bits, 1, 1, n, 1);
+        copy.write(0, 0, 0, n, ggml_type::f32, k.data(), n_kv * hd);
+        const std::vector<float> got = copy_scores(copy, 0, 0, q, n, pool);
+        for (int64_t t = 0; t < n; ++t) {
+            double exact = 0.0;
+            for (int h = 0; h < n_head; ++h) {
+                for (int i = 0; i < hd; ++i) exact += double(q[sz(h * hd + i)]) * k[sz(t) * sd.size() + sz((h / group) * hd + i)];
+            }
+            err += (got[sz(t)] - exact) * (got[sz(t)] - exact);
+            mag += exact * exact;
+        }
+    }
+    return std::sqrt(err / mag);
+}
+
+TEST_P(score_copy_w, scores_track_exact_on_keys_with_outlier_channels) {
+    const int bits = GetParam();
+    HILL_FRESH_RNG(rng);
+    const double e = relative_score_error(bits, rng);
+    RecordProperty("relative_error", fmt::format("{:.4f}", e));
+    EXPECT_LT(e, bits == 2 ? 0.5 : 0.2);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -623,13 +718,8 @@ TEST_P(score_copy_w, write_after_start_keeps_channel_scales_and_start_resets_the
     const std::vector<float> c_b(copy.channel_scales(1, 0), copy.channel_scales(1, 0) + 128);
     EXPECT_NE(c_b, c_a) << "a write at p0 == 0 resets the channel scales";
     for (int g = 0; g < 2; ++g) {
-        std::vector<float> want(64, 0.0f);
-        for (int i = 0; i < 64; ++i) {
-            for (int64_t r = 0; r < quant_copy::scale_rows; ++r) want[sz(i)] = std::max(want[sz(i)], std::fabs(b.at(r, g * 64 + i)));
-        }
-        const float m = *std::max_element(want.begin(), want.end());
-        for (int i = 0; i < 64; ++i)
-            EXPECT_EQ(c_b[sz(g * 64 + i)], std::max(want[sz(i)], m * 1e-3f)) << "channel " << i;
+        const std::vector<float> want = documented_channels(b, n, g, 64);
+        for (int i = 0; i < 64; ++i) EXPECT_EQ(c_b[sz(g * 64 + i)], want[sz(i)]) << "channel " << i;
     }
     const std::vector<float> scores_b = copy_scores(copy, 1, 0, q, n, pool);
     EXPECT_FALSE(same_bits(scores_b, std::vector<float>(scores_ab.begin() + n, scores_ab.end())))

@@ -57,6 +57,9 @@ inline float key_elem(bool f16, const void * k, int64_t i) {
 constexpr float channel_floor = 1e-3f;
 constexpr float channel_min = 0x1p-60f;
 
+// Rounds of Lloyd's iteration refining a 2-bit head vector's scale (quant_copy.h).
+constexpr int lloyd_rounds = 1;
+
 // n elements, not zero-filled; nullptr when the system refuses.
 template <class T>
 std::unique_ptr<T[]> allocate(size_t n) {
@@ -90,6 +93,7 @@ quant_copy::quant_copy(const attention_shape & s, const score_params & p, int bi
                    n_rows * bytes_per_token_layer(s, bits), n_seq, n_layer, n_ctx);
     }
     channel_.assign(size_t(n_seq) * size_t(n_layer) * size_t(s.n_head_kv) * size_t(s.head_dim), 1.0f);
+    inv_channel_.assign(channel_.size(), 1.0f);
     first_.resize(size_t(n_seq) * size_t(n_layer) * size_t(scale_rows) * size_t(s.n_head_kv) * size_t(s.head_dim));
     const size_t nq = size_t(s.n_head) * size_t(s.head_dim);
     q_scaled_.resize(nq);
@@ -125,7 +129,7 @@ uint64_t quant_copy::bytes_per_token_layer(const attention_shape & s, int bits) 
 uint64_t quant_copy::bytes_for(const attention_shape & s, int bits, int n_seq, int n_layer, int64_t n_ctx) {
     const uint64_t pairs = uint64_t(n_seq) * uint64_t(n_layer);
     return pairs * (uint64_t(n_ctx) * bytes_per_token_layer(s, bits) +
-                    uint64_t(scale_rows + 1) * uint64_t(s.n_head_kv) * uint64_t(s.head_dim) * sizeof(float));
+                    uint64_t(scale_rows + 2) * uint64_t(s.n_head_kv) * uint64_t(s.head_dim) * sizeof(float));
 }
 
 std::string quant_copy::describe() const { return fmt::format("the INT{} scoring copy / int8 query", bits_); }
@@ -134,7 +138,7 @@ double quant_copy::bytes_per_token_layer() const { return double(bytes_per_token
 
 uint64_t quant_copy::bytes() const {
     const uint64_t n_rows = uint64_t(n_seq_) * uint64_t(n_layer_) * uint64_t(n_ctx_);
-    return n_rows * bytes_per_token_layer(shape_, bits_) + (channel_.size() + first_.size()) * sizeof(float) +
+    return n_rows * bytes_per_token_layer(shape_, bits_) + (channel_.size() + inv_channel_.size() + first_.size()) * sizeof(float) +
            q_scaled_.size() * sizeof(float) + q_i8_.size() +
            (q_scale_.size() + q_offset_.size()) * 4 + row_scales_.size() * sizeof(bf16_bits) + dots_.size() * 4 +
            row_keys_.size() + head_mass_.size() * sizeof(float);
@@ -161,18 +165,19 @@ const float * quant_copy::channel_scales(int seq, int il) const {
     return channel_.data() + pair_index(seq, il) * size_t(shape_.n_head_kv) * size_t(shape_.head_dim);
 }
 
-void quant_copy::quantize_row(ggml_type type, const void * k, const float * c, uint8_t * packed, bf16_bits * scale) const {
+void quant_copy::quantize_row(ggml_type type, const void * k, const float * rc, uint8_t * packed, bf16_bits * scale) const {
     const int hd = shape_.head_dim;
     const bool f16 = type == ggml_type::f16;
     for (int g = 0; g < shape_.n_head_kv; ++g) {
-        const float * cg = c + size_t(g) * size_t(hd);
+        const float * rg = rc + size_t(g) * size_t(hd);
         const int64_t e0 = int64_t(g) * hd;
         uint8_t * out = packed + size_t(g) * head_bytes_;
-        // quantize_symmetric(f32 k̃, int4) without a k̃ buffer: k̃_i = k_i / c_i is computed the same way
-        // in both passes. A NaN anywhere makes the maximum NaN, as amax in host_scorer.cpp.
+        // k̃_i = k_i · (1 / c_i), computed the same way in every pass (no buffer). A NaN anywhere makes the
+        // maximum NaN, as amax in host_scorer.cpp.
+        auto kt = [&](int i) { return key_elem(f16, k, e0 + i) * rg[i]; };
         float amax = 0.0f;
         for (int i = 0; i < hd; ++i) {
-            const float a = std::fabs(key_elem(f16, k, e0 + i) / cg[i]);
+            const float a = std::fabs(kt(i));
             if (std::isnan(a)) {
                 amax = a;
                 break;
@@ -185,26 +190,44 @@ void quant_copy::quantize_row(ggml_type type, const void * k, const float * c, u
             continue;
         }
         if (bits_ == 2) {
-            // x = k̃ · 3 / max|k̃| in [-3, 3] to the nearest level 2u − 3 of {-3, -1, 1, 3}: u = lrint((x + 3) / 2)
-            // clamped to [0, 3] (ties to even), scale max|k̃| / 3.
-            const float inv = 3.0f / amax;
-            auto field = [&](int i) {
-                const long u = std::lrint((key_elem(f16, k, e0 + i) / cg[i] * inv + 3.0f) * 0.5f);
-                return uint8_t(std::clamp<long>(u, 0, 3));
+            // In units of max|k̃| (y = k̃ · (1 / max|k̃|), so that no square underflows): the levels 2u − 3 of
+            // {-3, -1, 1, 3} times σ, σ = rms(y) / 2 refined by lloyd_rounds rounds of Lloyd's iteration
+            // (quant_copy.h): each element to its nearest level, u = lrint((y / σ + 3) / 2) clamped to [0, 3]
+            // (ties to even), then σ = Σ y ℓ / Σ ℓ²; the stored scale is max|k̃| · σ.
+            const float inv_amax = 1.0f / amax;
+            auto y = [&](int i) { return kt(i) * inv_amax; };
+            auto field = [&](int i, float inv) {
+                return uint8_t(std::clamp<long>(std::lrint((y(i) * inv + 3.0f) * 0.5f), 0, 3));
             };
+            float ss = 0.0f;
+            for (int i = 0; i < hd; ++i) ss += y(i) * y(i);
+            float sigma = 0.5f * std::sqrt(ss / float(hd));  // > 0: one |y| is 1
+            for (int round = 0; round < lloyd_rounds; ++round) {
+                const float inv = 1.0f / sigma;
+                float yl = 0.0f, ll = 0.0f;
+                for (int i = 0; i < hd; ++i) {
+                    const float l = float(2 * int(field(i, inv)) - 3);
+                    yl += y(i) * l;
+                    ll += l * l;
+                }
+                sigma = yl / ll;  // > 0: every y ℓ >= 0, the largest |y| gives 1 · |ℓ| >= 1
+            }
+            const float inv = 1.0f / sigma;
             for (int b0 = 0; b0 < hd; b0 += 32) {
                 const int quarter = std::min(hd - b0, 32) / 4;
                 for (int j = 0; j < quarter; ++j) {
-                    out[b0 / 4 + j] = uint8_t(field(b0 + j) | field(b0 + j + quarter) << 2 |
-                                              field(b0 + j + 2 * quarter) << 4 | field(b0 + j + 3 * quarter) << 6);
+                    out[b0 / 4 + j] = uint8_t(field(b0 + j, inv) | field(b0 + j + quarter, inv) << 2 |
+                                              field(b0 + j + 2 * quarter, inv) << 4 |
+                                              field(b0 + j + 3 * quarter, inv) << 6);
                 }
             }
-            scale[g] = fp32_to_bf16(amax / 3.0f);
+            scale[g] = fp32_to_bf16(amax * sigma);
             continue;
         }
+        // quantize_symmetric(f32 k̃, int4): |k̃ · inv| <= max|k̃| · 7 / max|k̃|, which rounds to 7: the values
+        // fit [-7, 7].
         const float inv = 7.0f / amax;
-        // |k̃ · inv| <= max|k̃| · 7 / max|k̃|, which rounds to 7: the values fit [-7, 7].
-        auto level = [&](int i) { return uint8_t(std::lrint(key_elem(f16, k, e0 + i) / cg[i] * inv) + 8); };
+        auto level = [&](int i) { return uint8_t(std::lrint(kt(i) * inv) + 8); };
         for (int b0 = 0; b0 < hd; b0 += 32) {
             const int half = std::min(hd - b0, 32) / 2;
             for (int j = 0; j < half; ++j) out[b0 / 2 + j] = uint8_t(level(b0 + j) | level(b0 + j + half) << 4);
@@ -226,6 +249,7 @@ void quant_copy::write(int seq, int il, int64_t p0, int64_t n, ggml_type type, c
     const size_t elem_bytes = f16 ? 2 : 4;
     auto row = [&](int64_t r) { return static_cast<const uint8_t *>(k) + size_t(r * row_stride) * elem_bytes; };
     float * c = channel_.data() + pair * size_t(width);
+    float * rc = inv_channel_.data() + pair * size_t(width);
     uint8_t * keys = keys_.get() + pair * size_t(n_ctx_) * row_bytes_;
     bf16_bits * scales = scales_.get() + pair * size_t(n_ctx_) * size_t(n_kv);
     const int64_t n_first = std::min(p0 + n, scale_rows);
@@ -250,13 +274,14 @@ void quant_copy::write(int seq, int il, int64_t p0, int64_t n, ggml_type type, c
             const float m = *std::max_element(cg, cg + hd);
             for (int i = 0; i < hd; ++i) cg[i] = m < channel_min ? 1.0f : std::max(cg[i], m * channel_floor);
         }
+        for (int64_t i = 0; i < width; ++i) rc[i] = 1.0f / c[i];
         for (int64_t r = 0; r < p0; ++r) {
-            quantize_row(ggml_type::f32, first + r * width, c, keys + size_t(r) * row_bytes_, scales + size_t(r) * size_t(n_kv));
+            quantize_row(ggml_type::f32, first + r * width, rc, keys + size_t(r) * row_bytes_, scales + size_t(r) * size_t(n_kv));
         }
     }
     for (int64_t r = 0; r < n; ++r) {
         const size_t t = size_t(p0 + r);
-        quantize_row(type, row(r), c, keys + t * row_bytes_, scales + t * size_t(n_kv));
+        quantize_row(type, row(r), rc, keys + t * row_bytes_, scales + t * size_t(n_kv));
     }
 }
 
@@ -390,8 +415,8 @@ void quant_copy::score_row(ggml_type type, const void * k, float * scores, int64
     HILL_ASSERT(query_ready_);
     HILL_ASSERT(type == ggml_type::f16 || type == ggml_type::f32);
     HILL_ASSERT(k != nullptr && scores != nullptr);
-    const float * c = channel_.data() + query_pair_ * size_t(shape_.n_head_kv) * size_t(shape_.head_dim);
-    quantize_row(type, k, c, row_keys_.data(), row_scales_.data());
+    const size_t w = query_pair_ * size_t(shape_.n_head_kv) * size_t(shape_.head_dim);
+    quantize_row(type, k, inv_channel_.data() + w, row_keys_.data(), row_scales_.data());
     score_tokens(kernel(), row_keys_.data(), row_scales_.data(), 1, 0, dots_.data(), scores, stride);
 }
 

@@ -10,17 +10,27 @@
 // The copy therefore divides out a per-channel scale first, as KIVI quantizes keys per channel (Liu
 // et al., "KIVI: A Tuning-Free Asymmetric 2bit Quantization for KV Cache", ICML 2024, §3), then
 // quantizes each token symmetrically, so that every channel keeps its levels (15 at 4 bits, 4 at 2 bits).
+// (No per-channel zero point: a mean over the first keys is no mean of later ones once RoPE has turned
+// them; on stories260K subtracting it cost 0.009 of recall under summed scores and gained none under
+// softmax — docs/storage.md.)
 //
 // Method. Per (sequence, layer, KV head g), channel scales c[head_dim] from the keys of the sequence's
 // first scale_rows (32) positions (re-derived, and those positions re-quantized, while they arrive):
 //     c_d = max over those rows of |k_d|  (finite elements only),
 //     then c_d = max(c_d, 1e-3 · max_d c_d)  — a silent channel must not blow up later tokens' k / c;
 //     all 1 when max_d c_d < 2^-60 (every value 0, or negligible).
-// Later writes keep them. Per (token, KV head), in f32, k̃ = k / c (elementwise), then
+// Later writes keep them. Per (token, KV head), in f32, k̃ = k · (1 / c) (elementwise, the reciprocals
+// rounded to f32 once), then
 //   4 bits: s_k = max|k̃| / 7,  k̂ = round(k̃ · 7 / max|k̃|) in [-7, 7], to nearest, ties to even: exactly
 //           quantize_symmetric(f32 k̃, int4) of host_scorer.h;
-//   2 bits: s_k = max|k̃| / 3,  k̂ = 2u − 3 in {-3, -1, 1, 3}, u = clamp(round((k̃ · 3 / max|k̃| + 3) / 2),
-//           0, 3): the nearest of four levels symmetric about 0 (KIVI's 2-bit keys, without a zero level);
+//   2 bits: k̂ = 2u − 3 in {-3, -1, 1, 3} and s_k = max|k̃| · σ, the scale fitted by least squares: in
+//           units of max|k̃| (y = k̃ · (1 / max|k̃|)), start at σ = rms(y) / 2 (near the best uniform
+//           4-level quantizer of a Gaussian, whose step is 0.996 σ_y), then one round of Lloyd's
+//           iteration (Lloyd, "Least squares quantization in PCM", IEEE Trans. IT 28(2), 1982): each
+//           element its nearest level, u = clamp(round((y / σ + 3) / 2), 0, 3), ties to even; σ = Σ y ℓ /
+//           Σ ℓ² over those levels ℓ; the stored u are the nearest levels under that σ. Sums in f32, in
+//           element order. Against the former scale max|k̃| / 3 (levels at ±max), this halves the score
+//           error of 128-wide Gaussian keys (docs/storage.md): most elements sit well inside the largest.
 // with quantize_symmetric's special cases in both (max|k̃| < 2^-100: s_k = 0; an inf or NaN in k̃:
 // s_k = NaN; the stored values are then k̂ = 0 at 4 bits, u = 0 at 2 bits, and do not matter).
 // The decode query of (sequence, layer), per query head h of KV head g(h) = h / (n_head / n_head_kv):
@@ -35,8 +45,9 @@
 // order; max propagates NaN).
 //
 // Error against the exact q·k, per head: |q'·k̃ − s_q s_k Σ q̂'k̂| ≤ Σ|q'| · e_k + s_q/2 · Σ|k̂| s_k,
-// e_k = s_k / 2 at 4 bits (each key element rounds to the nearest multiple of s_k) and s_k at 2 bits
-// (to the nearest odd multiple), each query element to the nearest multiple of s_q; plus
+// e_k = s_k / 2 at 4 bits (each key element rounds to the nearest multiple of s_k) and, at 2 bits,
+// max(s_k, |k̃_d| − 3 s_k) per element (the nearest odd multiple, or the largest level 3 s_k below an
+// element beyond it), each query element to the nearest multiple of s_q; plus
 // |s_q Σ q̂'k̂| · |s̃_k − s_k| ≤ 2^-9 of the product (the stored scale) and f32 rounding.
 // The int32 sums take the stored fields: Σ q̂'(u − 8) = Σ q̂'u − 8 Σ q̂' at 4 bits, Σ q̂'(2u − 3) =
 // 2 Σ q̂'u − 3 Σ q̂' at 2 bits.
@@ -50,7 +61,7 @@
 //                                                   range, so no scale overflows or flushes to 0; 2
 //                                                   bytes where f32 took 4 (at 8 KV heads of 128, 5.6%
 //                                                   of the INT2 copy, which the hot pool gets);
-//     channel f32 [n_head_kv, head_dim]             c.
+//     channel f32 [n_head_kv, head_dim]             c, and 1 / c.
 // Packing of one head vector: its elements in blocks of 32, the last block the remaining head_dim mod
 // 32 (even at 4 bits, a multiple of 4 at 2 bits); at 4 bits byte j of a block of b elements holds
 // element j in its low nibble and element j + b/2 in its high nibble (the Q4_0 order of
@@ -114,8 +125,8 @@ public:
     static bool supports(int head_dim, int bits);
 
     // What the copy of n_seq sequences × n_layer layers × n_ctx positions stores: n_ctx tokens per
-    // (sequence, layer) at bytes_per_token_layer, plus per (sequence, layer) the channel scales and the
-    // first scale_rows keys in f32 ((scale_rows + 1) · n_head_kv · head_dim · 4 bytes).
+    // (sequence, layer) at bytes_per_token_layer, plus per (sequence, layer) the channel scales, their
+    // reciprocals and the first scale_rows keys in f32 ((scale_rows + 2) · n_head_kv · head_dim · 4 bytes).
     static uint64_t bytes_for(const attention_shape & s, int bits, int n_seq, int n_layer, int64_t n_ctx);
     // Bytes one token of one layer costs: n_head_kv · (head_dim · bits / 8 + sizeof(bf16_bits)).
     static uint64_t bytes_per_token_layer(const attention_shape & s, int bits);
@@ -201,9 +212,9 @@ private:
     dots_fn kernel() const;
 
     size_t pair_index(int seq, int il) const;
-    // Quantizes the head vectors of one key row (f16 or f32 at k) under channel scales c f32 [n_head_kv,
-    // head_dim] into packed u8 [n_head_kv, head_dim · bits / 8] and scales bf16 [n_head_kv].
-    void quantize_row(ggml_type type, const void * k, const float * c, uint8_t * packed, bf16_bits * scale) const;
+    // Quantizes the head vectors of one key row (f16 or f32 at k) under the reciprocals rc f32 [n_head_kv,
+    // head_dim] of the channel scales into packed u8 [n_head_kv, head_dim · bits / 8] and scales bf16 [n_head_kv].
+    void quantize_row(ggml_type type, const void * k, const float * rc, uint8_t * packed, bf16_bits * scale) const;
     // out[g · stride + t] for t in [0, nb <= score_block): the scores of nb quantized tokens, packed keys
     // u8 [nb, n_head_kv, head_dim · bits / 8] and scales bf16 [nb, n_head_kv], against the prepared query; dots:
     // int32 scratch of dots_stride_. Prefetches the keys of the n_next tokens that follow the nb.
@@ -223,6 +234,7 @@ private:
     std::unique_ptr<uint8_t[]> keys_;  // u8  [n_seq, n_layer, n_ctx, n_head_kv, head_bytes_]
     std::unique_ptr<bf16_bits[]> scales_;  // bf16 [n_seq, n_layer, n_ctx, n_head_kv]
     std::vector<float> channel_;       // f32 [n_seq, n_layer, n_head_kv, head_dim]
+    std::vector<float> inv_channel_;   // f32 [n_seq, n_layer, n_head_kv, head_dim]: 1 / c
     std::vector<float> first_;         // f32 [n_seq, n_layer, scale_rows, n_head_kv, head_dim]: the first keys
     bool query_ready_ = false;
     size_t query_pair_ = 0;          // pair_index of the prepared (seq, il)
