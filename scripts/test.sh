@@ -52,6 +52,7 @@ cmake --build --preset tsan -j "$jobs" --target "${tsan_tests[@]}"
 # Two suites at a time (most are single-threaded for long stretches); each one's output is printed
 # whole when it ends, and the first failure stops the script.
 tsan_logs=$(mktemp -d)
+trap 'rm -rf "$tsan_logs"' EXIT  # also when a suite fails and the script stops
 printf '%s\n' "${tsan_tests[@]}" | xargs -P 2 -I{} sh -c \
   'if build/tsan/tests/{} --gtest_brief=1 > '"$tsan_logs"'/{}.log 2>&1; then cat '"$tsan_logs"'/{}.log; else cat '"$tsan_logs"'/{}.log; echo "{} FAILED under TSan"; exit 255; fi'
 rm -rf "$tsan_logs"

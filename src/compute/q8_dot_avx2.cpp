@@ -94,7 +94,7 @@ struct w_q8_0 {
 // those and subtract bias · Σ q8 per lane (one product per activation block, shared by the rows).
 struct w_q4_0 {
     static constexpr size_t bytes = sizeof(block_q4_0);
-    static constexpr bool is_signed = true, offset = false;
+    static constexpr bool offset = false;
     static constexpr int bias = 8;
     static __m256i qu(const uint8_t * b) { return nibbles(b + offsetof(block_q4_0, qs)); }
     static __m256i q(const uint8_t * b) { return _mm256_sub_epi8(qu(b), _mm256_set1_epi8(8)); }
@@ -109,7 +109,7 @@ struct w_q4_1 {
 
 struct w_q5_0 {
     static constexpr size_t bytes = sizeof(block_q5_0);
-    static constexpr bool is_signed = true, offset = false;
+    static constexpr bool offset = false;
     static constexpr int bias = 16;
     static __m256i qu(const uint8_t * b) {
         return _mm256_or_si256(nibbles(b + offsetof(block_q5_0, qs)), fifth_bits(b + offsetof(block_q5_0, qh)));

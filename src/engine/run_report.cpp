@@ -183,7 +183,7 @@ std::string kv_summary(const context & ctx) {
     return fmt::format("KV cache: {:.0f}% of the tokens only in the cold tier ({} hot slots per layer; the cold pool "
                        "holds every token — a sliding-window layer's only its window — the last, unfilled page of "
                        "each layer in RAM); {} read by the host from the "
-                       "cold pool outside the storage device's passes (prefill, truncation, prompt cache; decode reads "
+                       "cold pool outside the storage device's passes (prefill, truncation, prompt cache, --diag; decode reads "
                        "are under storage:) and {} written to it\n"
                        "migration: {} promotions, {} demotions, {} into the hot pool (copied from the step's gathers: no "
                        "extra reads; a demotion writes nothing), ping-pong {:.1f}% ({} of {} moves undone within {} steps); "
