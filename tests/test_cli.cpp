@@ -360,12 +360,12 @@ TEST_F(cli, demo_retrieves_the_passkey_and_says_when_not) {
 TEST_F(cli, demo_full_reads_more_and_is_slower_over_a_plain_ssd) {
     // Over a plain SSD with 85% of the KV cold (the default budget of a quarter of the prompt's KV, less
     // the scoring copy), full reads every cold token's KV at every step (0.89 MiB at 1K tokens) and
-    // hillinfer the selected ones (0.22 MiB: 4.0x less at seed 5; 3.5x asserted, as the share read
-    // moves by a slot of the hot pool). The SSD is capped at 10 MB/s so that the reads, not this
-    // machine's page cache and CPU, set the order: past the bucket's 1 MiB burst each full step waits
-    // about 90 ms, while hillinfer's steps stay within the burst. Uncapped, the "SSD" is the page cache
-    // and at test sizes both steps are a few ms (release, 1K-4K: full 1.3-2.5x slower; noisy on a loaded
-    // machine, and not measured under every sanitizer), so the order is asserted here only.
+    // hillinfer the selected ones (7.2x less at seed 5; 4.1x with the INT2 copy's levels at ±max). The SSD
+    // is capped at 10 MB/s so that the reads, not this machine's page cache and CPU, set the order: past
+    // the bucket's 1 MiB burst each full step waits about 90 ms, while hillinfer's steps stay within the
+    // burst. Uncapped, the "SSD" is the page cache and at test sizes both steps are a few ms (release,
+    // 1K-4K: full 1.3-2.5x slower; noisy on a loaded machine, and not measured under every sanitizer), so
+    // the order is asserted here only.
     const std::string pk = dir->file("passkey.gguf");
     ASSERT_EQ(run("make-model passkey -o " + pk).code, 0);
     std::ofstream(dir->file("ssd-10MBps.json")) << R"({"name": "ssd-10MBps", "link_gbps": 0.01})";
@@ -386,7 +386,7 @@ TEST_F(cli, demo_full_reads_more_and_is_slower_over_a_plain_ssd) {
     EXPECT_GT(st.at("full").at("step_ms").get<double>(), st.at("policy").at("step_ms").get<double>()) << j.out;
     EXPECT_GT(st.at("speedup").get<double>(), 1.0) << j.out;
     EXPECT_GT(st.at("full").at("link_bytes_per_step").get<double>(),
-              3.5 * st.at("policy").at("link_bytes_per_step").get<double>()) << j.out;
+              4.0 * st.at("policy").at("link_bytes_per_step").get<double>()) << j.out;
 }
 
 TEST_F(cli, demo_ctrl_c_during_the_comparison_prints_the_answer_and_the_report) {
