@@ -12,6 +12,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace hill {
@@ -58,6 +60,36 @@ TEST(device_cache, fills_take_empty_rows_then_the_lowest_keys_never_a_row_the_st
     EXPECT_EQ(c.slot(1, 0, 30), s[2]);
 }
 
+// plan_replacements: in position order, each incoming token takes the row of the lowest-scored held token
+// at a lower position, if that one scored strictly lower; replace() moves the map and protects the row.
+TEST(device_cache, incoming_tokens_take_the_rows_of_lower_scored_tokens_already_attended) {
+    using st = device_cache::scored_token;
+    const std::vector<st> held = {{2, 10, 5.0f}, {4, 11, 1.0f}, {9, 12, 0.0f}};
+    std::vector<st> in = {{1, 7, 9.0f}, {3, 7, 7.0f}, {5, 7, 1.0f}, {6, 7, 3.0f}, {8, 7, 0.5f}, {10, 7, 4.0f}};
+    device_cache c(1, 64, {10}, {3});
+    c.plan_replacements(in, held);
+    const std::vector<uint32_t> want = {device_cache::no_slot,  // nothing attended before position 1
+                                        10,                     // (2, 5.0) is the only one passed
+                                        device_cache::no_slot,  // (4, 1.0) ties: not lower
+                                        11,                     // (4, 1.0) < 3.0
+                                        device_cache::no_slot,  // nothing left below position 8
+                                        12};                    // (9, 0.0) < 4.0
+    for (size_t i = 0; i < in.size(); ++i) EXPECT_EQ(in[i].slot, want[i]) << "incoming position " << in[i].pos;
+
+    c.begin_step(0);
+    ASSERT_EQ(c.prepare_fills(0, 3, [](int, int32_t) { return 0u; }), 3);
+    const uint32_t a = c.fill(0, 0, 2), b = c.fill(0, 0, 4);
+    c.begin_step(1);
+    c.use(0, a);
+    c.use(0, b);
+    c.replace(0, a, 0, 3);
+    EXPECT_EQ(c.slot(0, 0, 3), a);
+    EXPECT_EQ(c.slot(0, 0, 2), device_cache::no_slot);
+    EXPECT_EQ(c.slot(0, 0, 4), b);
+    ASSERT_EQ(c.prepare_fills(0, 3, [](int, int32_t) { return 0u; }), 1) << "used and replaced rows are kept";
+    EXPECT_NE(c.fill(0, 0, 20), a);
+}
+
 TEST(device_cache, without_rows_it_holds_nothing) {
     device_cache none;
     EXPECT_TRUE(none.empty());
@@ -92,14 +124,15 @@ protected:
     int n_dirs = 0;
 };
 
-// Half of the hot slots as the device cache: the same logits bit for bit as without it, for a scoring
-// policy and for full; the cache serves attended tokens and the SSD reads fewer. Then both cut the
-// sequence back and decode other tokens at the same positions: the cache forgot what it held there.
+// A half and a quarter of the hot slots as the device cache: the same logits bit for bit as without
+// it, for a scoring policy and for full; the cache serves attended tokens and the SSD reads fewer.
+// Then both cut the sequence back and decode other tokens at the same positions: the cache forgot what
+// it held there.
 TEST_F(device_cache_decode, it_serves_cold_tokens_without_changing_a_result) {
-    for (const char * pol : {"hillinfer", "full"}) {
-        SCOPED_TRACE(pol);
-        auto with = make(pol, 0.5), without = make(pol, 0.0);
-        EXPECT_EQ(with->ctx().device_cache_rows(), 2 * 40);
+    for (const auto & [pol, share] : {std::pair<std::string, double>{"hillinfer", 0.5}, {"hillinfer", 0.25}, {"full", 0.5}}) {
+        SCOPED_TRACE(pol + " " + std::to_string(share));
+        auto with = make(pol, share), without = make(pol, 0.0);
+        EXPECT_EQ(with->ctx().device_cache_rows(), 2 * int64_t(80 * share));
         EXPECT_EQ(without->ctx().device_cache_rows(), 0);
         const auto run = [&](int n_steps, int32_t salt) {
             for (int step = 0; step < n_steps; ++step) {
@@ -122,6 +155,14 @@ TEST_F(device_cache_decode, it_serves_cold_tokens_without_changing_a_result) {
             disk_without += L.n_attended_disk;
         }
         EXPECT_GT(with->ctx().decode_stats().cache_fills, 0u);
+        // With scores and more disk tokens than free rows (the quarter), disk tokens took rows of cached
+        // tokens the step had attended and scored lower (the bit-for-bit check covers them); without
+        // scores, the cache goes by hit counts only.
+        if (pol == "full") {
+            EXPECT_EQ(with->ctx().decode_stats().cache_swaps, 0u);
+        } else if (share < 0.5) {
+            EXPECT_GT(with->ctx().decode_stats().cache_swaps, 0u);
+        }
         EXPECT_GT(cached, 0u);
         EXPECT_LT(disk_with, disk_without);
         // Positions the cache held come again: cut back into a written page (64 tokens of these rows; it goes

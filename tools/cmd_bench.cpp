@@ -330,7 +330,7 @@ nlohmann::json to_json(const step_result & r) {
             {"write_ms", r.write_ms}, {"hot_bytes", r.hot_bytes}, {"cached_bytes", r.cached_bytes}, {"open_bytes", r.open_bytes},
             {"disk_kv_bytes", r.disk_kv_bytes}, {"flash_read_bytes", r.flash_read_bytes},
             {"link_bytes", r.link_bytes}, {"host_read_bytes", r.host_read_bytes}, {"hot_share", r.hot_share},
-            {"cache_share", r.cache_share}, {"cache_fills", r.cache_fills}, {"open_share", r.open_share}, {"disk_share", r.disk_share},
+            {"cache_share", r.cache_share}, {"cache_fills", r.cache_fills}, {"cache_swaps", r.cache_swaps}, {"open_share", r.open_share}, {"disk_share", r.disk_share},
             {"reread_share", r.reread_share},
             {"attended_per_layer", r.attended_per_layer}, {"promotions", r.promotions},
             {"prefetch_hit_share", r.prefetch_hit_share}, {"prefetch_waste_share", r.prefetch_waste_share}, {"beta_config", c.beta},

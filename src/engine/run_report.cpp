@@ -106,6 +106,7 @@ nlohmann::json policy_json(const context & ctx) {
         {"attended_cached_share", ratio(double(t.cached), double(t.attended))},
         {"device_cache_rows", ctx.device_cache_rows()},
         {"device_cache_fills", st.cache_fills},
+        {"device_cache_swaps", st.cache_swaps},
         {"attended_cold_share", t.cold_share()},
         {"attended_open_share", ratio(double(t.open), double(t.attended))},
         {"attended_disk_share", ratio(double(t.disk), double(t.attended))},

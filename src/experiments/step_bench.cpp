@@ -383,6 +383,7 @@ step_result measure(context & ctx, const step_config & cfg, int n_warmup, int n_
     r.hot_share = double(hot) / attd;
     r.cache_share = double(cached) / attd;
     r.cache_fills = double(b.st.cache_fills - a.st.cache_fills) * per;
+    r.cache_swaps = double(b.st.cache_swaps - a.st.cache_swaps) * per;
     r.open_share = double(open) / attd;
     r.disk_share = double(disk) / attd;
     r.reread_share = disk > 0 ? double(reread) / double(disk) : 0.0;

@@ -125,9 +125,10 @@ struct step_result {
     double hot_bytes = 0, open_bytes = 0, disk_kv_bytes = 0, flash_read_bytes = 0, link_bytes = 0, host_read_bytes = 0;
     double cached_bytes = 0;  // KV attended from the device tier's cache (kv/device_cache.h)
     // Shares of the attended tokens by tier (the device cache's cold tokens apart); attended tokens per
-    // layer and step; promotions and device cache fills per step.
+    // layer and step; promotions and device cache fills per step, and of the fills, those into the row
+    // of a cached token the step scored lower (step_stats::cache_swaps).
     double hot_share = 0, cache_share = 0, open_share = 0, disk_share = 0, attended_per_layer = 0, promotions = 0;
-    double cache_fills = 0;
+    double cache_fills = 0, cache_swaps = 0;
     // Of the tokens read from the SSD, the share the previous step attended too (step_layer_stats::n_disk_reread).
     double reread_share = 0;
     // The pipeline's prefetch (csd/device.h): of the tokens read from the SSD, the share found read

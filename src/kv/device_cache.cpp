@@ -59,6 +59,32 @@ uint32_t device_cache::fill(int seq, int il, int64_t t) {
     return s;
 }
 
+void device_cache::plan_replacements(std::span<scored_token> incoming, std::span<const scored_token> held) {
+    const auto higher = [](const scored_token & x, const scored_token & y) { return x.score > y.score; };
+    heap_.clear();
+    size_t next = 0;
+    for (scored_token & t : incoming) {
+        t.slot = no_slot;
+        for (; next < held.size() && held[next].pos < t.pos; ++next) {
+            heap_.push_back(held[next]);
+            std::push_heap(heap_.begin(), heap_.end(), higher);
+        }
+        if (heap_.empty() || !(heap_.front().score < t.score)) continue;
+        t.slot = heap_.front().slot;
+        std::pop_heap(heap_.begin(), heap_.end(), higher);
+        heap_.pop_back();
+    }
+}
+
+void device_cache::replace(int il, uint32_t slot, int seq, int64_t t) {
+    HILL_ASSERT(holds(il, slot) && t >= 0 && t < n_ctx_ && this->slot(seq, il, t) == no_slot);
+    row_info & x = rows_[size_t(il)][size_t(int64_t(slot) - first_slot_[size_t(il)])];
+    HILL_ASSERT(x.seq >= 0 && x.used == step_);
+    map_[index(x.seq, il, x.pos)] = no_slot;
+    x = row_info{int32_t(seq), int32_t(t), step_};
+    map_[index(seq, il, t)] = slot;
+}
+
 void device_cache::forget(int seq, int64_t n) {
     if (map_.empty()) return;
     for (size_t il = 0; il < rows_.size(); ++il) {

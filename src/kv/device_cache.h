@@ -14,7 +14,10 @@
 // Replacement: a step that will fill n rows of a layer first ranks the rows it has not used (looked up
 // or filled) by a key the caller gives — the decode step's: the tokens' hit counts, so that a token
 // selected often but not at this step outlives one selected once — and fills the lowest first; empty
-// rows come before any. Rows are shared by the sequences of the cache.
+// rows come before any. When a step read more tokens than that leaves rows for and the policy scored
+// them, the decode step fills those rows with the highest-scored, and the rest may take the rows of
+// cached tokens the step attended but scored lower (plan_replacements, replace). Rows are shared by the
+// sequences of the cache.
 //
 //   device_cache c(n_layer, n_seq, n_ctx, first_slot, n_rows);
 //   c.begin_step(step);
@@ -22,6 +25,8 @@
 //   c.use(il, s);                        // a hit: kept through this step's fills
 //   int64_t m = c.prepare_fills(il, n, key);  // up to n rows to fill, lowest key(seq, t) first
 //   uint32_t f = c.fill(seq, il, t);     // the next of them for token t (copy its K and V there)
+//   c.plan_replacements(incoming, held); // the rest: which used rows they take, by this step's scores
+//   c.replace(il, row, seq, t);          // once attention has read that row (copy t's K and V there)
 //   c.forget(seq, n);                    // positions >= n of seq change (truncate, release)
 //
 // A cached row always holds the KV of the token the map names: fill() moves the map before the caller
@@ -35,6 +40,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
 namespace hill {
@@ -71,6 +77,24 @@ public:
     // The next chosen row of layer il, now holding token t of seq (not cached): the map names t there,
     // and the caller copies t's K and V into that arena slot. no_slot when none is left.
     uint32_t fill(int seq, int il, int64_t t);
+    // A token with its score at this step (higher: more important) and its cache row (or no_slot).
+    struct scored_token {
+        int32_t pos;
+        uint32_t slot;
+        float score;
+    };
+    // Which rows of cached tokens the step attended (`held`: their rows and scores) go to tokens the step
+    // read from the SSD and found no free row for (`incoming`), both ascending by position: in position
+    // order, each incoming token takes the row of the lowest-scored held token at a lower position not
+    // taken yet, if that one scored lower (slot set; otherwise no_slot). A lower position, because
+    // attention reads the tokens in position order: that row has been read when the incoming one arrives.
+    // So the cache keeps the tokens the step scored highest, which the next step, whose query differs a
+    // little, most likely selects again (a hit count says only how often a token was selected before).
+    void plan_replacements(std::span<scored_token> incoming, std::span<const scored_token> held);
+    // Row `slot` of layer il (holds(il, slot)), which this step used and no longer reads, now holds token
+    // t of seq (not cached): the map names t there, the row counts as used at this step, and the caller
+    // copies t's K and V into it.
+    void replace(int il, uint32_t slot, int seq, int64_t t);
     // Drops every cached position >= n of seq (a truncated or released sequence).
     void forget(int seq, int64_t n);
 
@@ -93,6 +117,7 @@ private:
     std::vector<std::vector<row_info>> rows_;  // [n_layer][n_rows]
     std::vector<std::vector<chosen>> chosen_;  // [n_layer] rows prepare_fills chose, taken from the back
     std::vector<uint32_t> map_;                // [n_seq, n_layer, n_ctx] arena slot or no_slot
+    std::vector<scored_token> heap_;           // plan_replacements: the held tokens passed, lowest score on top
     uint32_t step_ = 1;
 };
 

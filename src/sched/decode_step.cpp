@@ -13,6 +13,16 @@
 
 namespace hill {
 
+namespace {
+
+// Orders device_cache::scored_token by position (and finds a position among them).
+struct by_pos {
+    bool operator()(const device_cache::scored_token & x, const device_cache::scored_token & y) const { return x.pos < y.pos; }
+    bool operator()(const device_cache::scored_token & x, int32_t t) const { return x.pos < t; }
+};
+
+}  // namespace
+
 struct decode_step::prepared {
     struct layer_prep {
         std::vector<uint32_t> slot;                   // [B] the new tokens' reserved hot slots
@@ -20,6 +30,9 @@ struct decode_step::prepared {
         std::vector<char> appended;                   // [B] append[b] is prepared (and not applied)
         std::vector<std::vector<int32_t>> attended;   // [B] the union of the sets, ascending
         std::vector<std::vector<int32_t>> counted;    // [B] the scored part: hit counts go up
+        std::vector<std::vector<float>> rank;         // [B] f32 [|attended|] or empty: each attended token's
+                                                      // score this step, its highest over the sets (the
+                                                      // device cache keeps the highest: gather_and_attend)
         std::vector<std::vector<float>> weights;      // [B] f32 [|attended|]: the attention each attended token
                                                       // was paid, summed over heads (a copy that learns from it)
         placement_plan plan;
@@ -63,6 +76,7 @@ decode_step::decode_step(const model & m, arch_forward & forward, kv_cells & cel
         L.attended.resize(nb);
         L.counted.resize(nb);
         L.weights.resize(nb);
+        L.rank.resize(nb);
     }
     if (copy_ != nullptr && copy_->wants_attention()) logits_.resize(size_t(hp.n_head) * n_ctx);
     stats_.layers.resize(size_t(hp.n_layer));
@@ -328,6 +342,7 @@ void decode_step::score_sequence(int il, int b, prepared & prep) {
     const int64_t n = pos_[size_t(b)] + 1;
     const int n_group = policy_->n_group();
     prepared::layer_prep & L = prep.layers[size_t(il)];
+    L.rank[size_t(b)].clear();
     if (const int64_t window = model_.hp().window(il); window > 0) {
         // A sliding-window layer attends to its window under every policy: that is its selection.
         std::vector<int32_t> & att = L.attended[size_t(b)];
@@ -419,6 +434,15 @@ void decode_step::score_sequence(int il, int b, prepared & prep) {
         }
     }
     policy_->counted(att, n, L.counted[size_t(b)]);
+    if (scores != nullptr && cache_ != nullptr && cache_->n_rows(il) > 0) {
+        std::vector<float> & rank = L.rank[size_t(b)];
+        rank.resize(att.size());
+        for (size_t j = 0; j < att.size(); ++j) {
+            float r = scores[size_t(att[j])];
+            for (int g = 1; g < n_group; ++g) r = std::max(r, scores[size_t(g) * size_t(n) + size_t(att[j])]);
+            rank[j] = r;
+        }
+    }
     stats_.t_select_us += uint64_t(time_us() - t0);
     select_span.arg("selected", int64_t(att.size()));
     select_span.close();
@@ -507,7 +531,7 @@ void decode_step::gather_and_attend(int il, int b, prepared & prep) {
     // Promoted tokens' rows, copied from the window into the step's promotion rows (to their slots at
     // apply); the other tokens read from disk, into the device cache's rows.
     const auto keep_rows = [&](const kv_batch & w) {
-        if (prep.promo.empty() && fill_pos_.empty()) return;
+        if (prep.promo.empty() && fill_pos_.empty() && swaps_.empty()) return;
         for (int64_t j = 0; j < w.view.n_kv; ++j) {
             const int32_t t = w.positions[j];
             const auto * k = static_cast<const uint8_t *>(w.view.k) + size_t(w.rows[j]) * rb;
@@ -523,6 +547,13 @@ void decode_step::gather_and_attend(int il, int b, prepared & prep) {
                 std::memcpy(hot_.k(il, slot), k, rb);
                 std::memcpy(hot_.v(il, slot), v, rb);
                 ++stats_.cache_fills;
+            } else if (const auto c = std::lower_bound(swaps_.begin(), swaps_.end(), t, by_pos{});
+                       c != swaps_.end() && c->pos == t && c->slot != device_cache::no_slot) {
+                cache_->replace(il, c->slot, seq, t);
+                std::memcpy(hot_.k(il, c->slot), k, rb);
+                std::memcpy(hot_.v(il, c->slot), v, rb);
+                ++stats_.cache_swaps;
+                ++stats_.cache_fills;
             }
         }
     };
@@ -536,9 +567,12 @@ void decode_step::gather_and_attend(int il, int b, prepared & prep) {
     if (own) table_.add_hot(int32_t(n - 1), L.slot[size_t(b)]);
     const std::span<const int32_t> disk = table_.disk_pos_of(0);
     hints_.wanted(seq, il, disk);
-    // The device cache: its hits are kept through this step's fills; the disk tokens not promoted fill
-    // the rows it has left, the most selected of them first, in place of its least selected tokens.
+    // The device cache: the disk tokens not promoted fill the rows this step did not use, in place of
+    // their least selected tokens. Which disk tokens, when there are more than such rows: with scores,
+    // the highest-scored, and the rest may take the rows of cached tokens this step scored lower (after
+    // attention has read them: device_cache::plan_replacements); without, the most selected.
     fill_pos_.clear();
+    swaps_.clear();
     if (caching) {
         if (table_.n_cached > 0) {
             for (const int32_t slot : table_.hot_slot_of(0)) {
@@ -551,12 +585,34 @@ void decode_step::gather_and_attend(int il, int b, prepared & prep) {
         }
         const auto hits = [this, il](int s, int32_t t) { return uint32_t(cells_.hits(s, il, t)); };
         const auto m = size_t(cache_->prepare_fills(il, int64_t(fill_pos_.size()), hits));
-        if (m < fill_pos_.size()) {
+        const std::vector<float> & rank = L.rank[size_t(b)];
+        if (m < fill_pos_.size() && rank.empty()) {
             std::partial_sort(fill_pos_.begin(), fill_pos_.begin() + ptrdiff_t(m), fill_pos_.end(), [&](int32_t x, int32_t y) {
                 return hits(seq, x) != hits(seq, y) ? hits(seq, x) > hits(seq, y) : x > y;
             });
             fill_pos_.resize(m);
             std::sort(fill_pos_.begin(), fill_pos_.end());
+        } else if (m < fill_pos_.size()) {
+            // Scored: the highest-scored disk tokens take the free rows; the rest may take the rows of
+            // cached tokens this step scored lower.
+            const auto score_of = [&](int32_t t) {
+                return rank[size_t(std::lower_bound(att.begin(), att.end(), t) - att.begin())];
+            };
+            for (const int32_t t : fill_pos_) swaps_.push_back({t, device_cache::no_slot, score_of(t)});
+            std::sort(swaps_.begin(), swaps_.end(), [](const auto & x, const auto & y) {
+                return x.score != y.score ? x.score > y.score : x.pos > y.pos;
+            });
+            fill_pos_.clear();
+            for (size_t i = 0; i < m; ++i) fill_pos_.push_back(swaps_[i].pos);
+            std::sort(fill_pos_.begin(), fill_pos_.end());
+            swaps_.erase(swaps_.begin(), swaps_.begin() + ptrdiff_t(m));
+            std::sort(swaps_.begin(), swaps_.end(), by_pos{});
+            held_.clear();
+            const std::span<const int32_t> hp = table_.hot_pos_of(0), hs = table_.hot_slot_of(0);
+            for (size_t j = 0; j < hp.size(); ++j) {
+                if (cache_->holds(il, uint32_t(hs[j]))) held_.push_back({hp[j], uint32_t(hs[j]), score_of(hp[j])});
+            }
+            cache_->plan_replacements(swaps_, held_);
         }
     }
 

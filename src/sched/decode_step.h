@@ -116,6 +116,7 @@ struct step_stats {
                                     // not selected (sched/hint_gate.h)
     uint64_t promoted_bytes = 0;    // K and V bytes copied into the hot pool by promotions
     uint64_t cache_fills = 0;       // tokens the device tier's cache took: read from SSD, or evicted from the hot pool
+    uint64_t cache_swaps = 0;       // of them, read from SSD into the row of a cached token the step scored lower
     // Per sequence id [n_seq], summed over layers and steps: context tokens and tokens attended (as
     // layers' n_context and n_attended); a server reports one request's attended share from their changes.
     std::vector<uint64_t> seq_context, seq_attended;
@@ -210,6 +211,9 @@ private:
     std::vector<uint8_t> rows_;                    // kv type [B, 2, n_embd_kv]: the new tokens' K and V
     kv_page_table table_;                          // one sequence's tokens (scoring), then its selection
     std::vector<int32_t> fill_pos_;                // the disk tokens the device cache keeps (ascending)
+    std::vector<device_cache::scored_token> swaps_;  // disk tokens without a free row, ascending: the attended
+                                                     // cached token's row each takes (device_cache::plan_replacements)
+    std::vector<device_cache::scored_token> held_;   // the entry's attended cached tokens, ascending
     std::vector<std::pair<int, int32_t>> victims_; // apply(): one layer's evicted hot tokens the device cache takes
     ordered_gather gather_;                        // the selection in position order
     std::vector<float> scores_;                    // f32 [n_group, n_ctx]: merged scores by position
