@@ -575,7 +575,8 @@ command_fn add_bench(CLI::App & app) {
     o->placement_opt = step->add_option("--placement", p.placement, "fifo or hkm for every policy (default: each policy's own)");
     step->add_flag("--no-prefetch", p.no_prefetch, "plain storage: without the pipeline's prefetch (for comparisons)");
     add_list_option(*step, "--device-cache", p.device_caches, "plain storage: shares of the hot slots that the device tier's "
-                     "cache of recently selected KV takes, in [0, 1); 0: none (comma-separated)");
+                     "cache of the cold tokens the last steps read takes (the highest-scored when they are more "
+                     "than its rows), in [0, 1); 0: none (comma-separated)");
     step->add_option("--steps", p.n_steps, "measured decode steps per configuration")->capture_default_str();
     step->add_option("--warmup", p.n_warmup, "decode steps before the measured ones (the hot pool settles)")
         ->capture_default_str();

@@ -143,7 +143,8 @@ void kv_opts::add(CLI::App & app) {
     app.add_flag("--no-prefetch", no_prefetch, "plain storage: do not read the previous step's selection ahead while the "
                  "host computes (the pipeline; for comparisons)");
     app.add_option("--device-cache", device_cache, "plain storage: share of the hot slots (in [0, 1)) given to a cache of "
-                   "the cold tokens the last steps read, instead of the hot pool; 0: none")
+                   "the cold tokens the last steps read (the highest-scored when they are more than its rows), "
+                   "instead of the hot pool; 0: none")
         ->check(CLI::Validator([](std::string & text) -> std::string {
             char * end = nullptr;
             const double v = std::strtod(text.c_str(), &end);
