@@ -184,6 +184,13 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
     }
     const int64_t n_rows_max = std::max<int64_t>(p.n_batch, p.n_seq);
     forward_ = p.forward ? p.forward(m, pool, n_rows_max) : make_forward(m, pool, n_rows_max, p.n_ctx);
+    if (auto * q = dynamic_cast<quant_copy *>(copy_.get()); q != nullptr && hp.position == position_kind::rope &&
+                                                           forward_->keys_from_model()) {
+        // The stored keys are rotated: the copy's channel scales bound the rotation (score/quant_copy.h).
+        std::vector<std::vector<double>> inv_freq;
+        for (int il = 0; il < hp.n_layer; ++il) inv_freq.push_back(hp.rope_inv_freq(il, p.n_ctx));
+        q->set_rope(hp.rope_pairs, std::move(inv_freq));
+    }
     storage_ = csd::make_device(p.storage, cold_.get(), layout_, attn_shape(), pool);
     device_ = make_cpu_device_tier(pool, std::max<int64_t>(std::min(p.n_segment, p.n_ctx), p.n_seq), hp.n_embd_q(),
                                    hp.n_head);

@@ -104,6 +104,7 @@ std::vector<int32_t> top_set(const std::vector<float> & score, double alpha) {
 
 class workload_forward final : public arch_forward {
 public:
+    bool keys_from_model() const override { return false; }  // unrotated synthetic keys
     workload_forward(const synthetic_workload & w, int32_t n_vocab) : w_(w), n_vocab_(n_vocab) {
         const workload_params & p = w.params();
         counter_rng rng(mix(p.seed, 0x51, 0));

@@ -47,6 +47,9 @@ public:
     virtual void attention_output(int il, float * x, const float * attn, int64_t n) = 0;
     // logits f32 [n, n_vocab] from x f32 [n, n_embd]: final norm (if any), output projection.
     virtual void logits(const float * x, int64_t n, float * out) = 0;
+    // Whether attention_input's keys are the model's, positioned as its hparams say (RoPE: rope_pairs,
+    // rope_inv_freq); false for a synthetic forward whose keys they do not describe (experiments/step_bench.h).
+    virtual bool keys_from_model() const { return true; }
 };
 
 // The forward pass of m's architecture; scratch for up to n_rows_max rows per call is allocated here, once.

@@ -236,6 +236,38 @@ void quant_copy::quantize_row(ggml_type type, const void * k, const float * rc, 
     }
 }
 
+void quant_copy::set_rope(rope_layout layout, std::vector<std::vector<double>> inv_freq) {
+    const int hd = shape_.head_dim, half = hd / 2;
+    HILL_ASSERT(hd % 2 == 0 && int(inv_freq.size()) == n_layer_);
+    for (const std::vector<double> & f : inv_freq) HILL_ASSERT(int(f.size()) == half);
+    // The pairs as compute/ops.h rope() turns them: pair j is (j · step, j · step + other).
+    const int step = layout == rope_layout::adjacent_pairs ? 2 : 1;
+    const int other = layout == rope_layout::adjacent_pairs ? 1 : half;
+    partner_.assign(size_t(hd), 0);
+    pair_.assign(size_t(hd), 0);
+    for (int j = 0; j < half; ++j) {
+        partner_[size_t(j * step)] = j * step + other;
+        partner_[size_t(j * step + other)] = j * step;
+        pair_[size_t(j * step)] = j + 1;           // leading element: + (pair + 1)
+        pair_[size_t(j * step + other)] = -(j + 1);  // trailing: − (pair + 1)
+    }
+    rope_theta_ = std::move(inv_freq);
+}
+
+float quant_copy::rotated_bound(const float * x, int64_t i, int d, int il, int64_t r) const {
+    // The method of quant_copy.h: channel d of the pair (lead, trail) = (u, v) at position r, turned by
+    // φ in [0, Φ], is A cos(φ + ψ) (lead: ψ = atan2(v, u); trail: that − π/2).
+    const int code = pair_[size_t(d)];
+    const int j = std::abs(code) - 1;
+    const double own = x[i], mate = x[i - d + partner_[size_t(d)]];
+    const double u = code > 0 ? own : mate, v = code > 0 ? mate : own;
+    const double amp = std::hypot(u, v);
+    const double psi = std::atan2(v, u) - (code > 0 ? 0.0 : M_PI / 2);
+    const double phi = rope_theta_[size_t(il)][size_t(j)] * double(std::max<int64_t>(0, n_ctx_ - 1 - r));
+    if (phi >= M_PI || std::ceil(psi / M_PI) * M_PI <= psi + phi) return float(amp);
+    return float(amp * std::max(std::fabs(std::cos(psi)), std::fabs(std::cos(psi + phi))));
+}
+
 void quant_copy::write(int seq, int il, int64_t p0, int64_t n, ggml_type type, const void * k, int64_t row_stride) {
     const size_t pair = pair_index(seq, il);
     const int hd = shape_.head_dim, n_kv = shape_.n_head_kv;
@@ -264,9 +296,13 @@ void quant_copy::write(int seq, int il, int64_t p0, int64_t n, ggml_type type, c
         }
         std::fill(c, c + width, 0.0f);
         for (int64_t r = 0; r < n_first; ++r) {
+            const float * x = first + r * width;
             for (int64_t i = 0; i < width; ++i) {
-                const float x = std::fabs(first[r * width + i]);
-                if (x <= FLT_MAX) c[i] = std::max(c[i], x);
+                const int64_t d = i % hd;
+                const float a = std::fabs(x[i]);
+                const bool paired = !partner_.empty() && a <= FLT_MAX && std::fabs(x[i - d + partner_[size_t(d)]]) <= FLT_MAX;
+                const float bound = paired ? rotated_bound(x, i, d, il, r) : a;
+                if (bound <= FLT_MAX) c[i] = std::max(c[i], bound);
             }
         }
         for (int g = 0; g < n_kv; ++g) {

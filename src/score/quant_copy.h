@@ -16,7 +16,20 @@
 //
 // Method. Per (sequence, layer, KV head g), channel scales c[head_dim] from the keys of the sequence's
 // first scale_rows (32) positions (re-derived, and those positions re-quantized, while they arrive):
-//     c_d = max over those rows of |k_d|  (finite elements only),
+//     c_d = max over those rows of |k_d|  (finite elements only), or, for keys rotated by RoPE
+//     (set_rope), the largest |k_d| each row's key would take rotated on to the context's last position:
+//     a pair (d, e) of angle θ per position holds (x, y) at row position r, and at p ≥ r
+//     (x cos φ − y sin φ, x sin φ + y cos φ), φ = θ (p − r); over φ in [0, Φ], Φ = θ (n_ctx − 1 − r),
+//     |k_d| = A |cos(φ + ψ)| (A = hypot(x, y), ψ = atan2(y, x); k_e likewise with ψ − π/2) peaks at A
+//     where φ + ψ passes a multiple of π, and otherwise at an end of the range (a row with a non-finite
+//     element of the pair counts its finite elements unrotated). Why: keys of real models have outlier
+//     channels before RoPE, and RoPE turns a low-frequency pair by less than a radian over the first 32
+//     positions but by many over a long context, so that the outlier's energy reaches its partner channel,
+//     whose scale from the first rows is small: k̃ of that channel then dwarfs every other and the
+//     quantization zeroes them (KVQuant, Hooper et al., arXiv 2401.18079, "Pre-RoPE Key Quantization",
+//     quantizes keys before RoPE for the same reason; the copy gets post-RoPE keys). On stories260K
+//     (head_dim 8, 512 positions) this took the INT2 copy's recall from 0.9503 to 0.9515
+//     (docs/storage.md);
 //     then c_d = max(c_d, 1e-3 · max_d c_d)  — a silent channel must not blow up later tokens' k / c;
 //     all 1 when max_d c_d < 2^-60 (every value 0, or negligible).
 // Later writes keep them. Per (token, KV head), in f32, k̃ = k · (1 / c) (elementwise, the reciprocals
@@ -93,6 +106,7 @@
 #include <vector>
 
 #include "compute/attention.h"
+#include "compute/ops.h"
 #include "core/fp16.h"
 #include "core/ggml_type.h"
 #include "core/thread_pool.h"
@@ -144,6 +158,13 @@ public:
 
     // Score rows per call: 1 (layer granularity) or n_head_kv (kv_head).
     int n_group() const override;
+
+    // The keys arrive rotated by RoPE (model/model.h: hparams::rope_pairs, rope_inv_freq): channel pairs of
+    // `layout`, layer il's pair j turning by inv_freq[il][j] radians per position (f64 [n_layer][head_dim /
+    // 2]). The channel scales of positions written from now on bound the rotation (the method above);
+    // without it they are the first rows' maxima (a forward without RoPE, as bench step's synthetic one).
+    // Asserts: one vector of head_dim / 2 per layer, head_dim even.
+    void set_rope(rope_layout layout, std::vector<std::vector<double>> inv_freq);
 
     // Takes the granularity and aggregate of p (a policy set later than the copy was made): the stored
     // copy does not depend on them. The next score needs a new prepare_query. Asserts: s.scale > 0 for
@@ -215,6 +236,9 @@ private:
     // Quantizes the head vectors of one key row (f16 or f32 at k) under the reciprocals rc f32 [n_head_kv,
     // head_dim] of the channel scales into packed u8 [n_head_kv, head_dim · bits / 8] and scales bf16 [n_head_kv].
     void quantize_row(ggml_type type, const void * k, const float * rc, uint8_t * packed, bf16_bits * scale) const;
+    // The largest |k_d| of element i (channel d of its head) of the first-rows key x at position r of
+    // layer il, turned by RoPE on to position n_ctx − 1 (set_rope; both elements of its pair finite).
+    float rotated_bound(const float * x, int64_t i, int d, int il, int64_t r) const;
     // out[g · stride + t] for t in [0, nb <= score_block): the scores of nb quantized tokens, packed keys
     // u8 [nb, n_head_kv, head_dim · bits / 8] and scales bf16 [nb, n_head_kv], against the prepared query; dots:
     // int32 scratch of dots_stride_. Prefetches the keys of the n_next tokens that follow the nb.
@@ -236,6 +260,9 @@ private:
     std::vector<float> channel_;       // f32 [n_seq, n_layer, n_head_kv, head_dim]
     std::vector<float> inv_channel_;   // f32 [n_seq, n_layer, n_head_kv, head_dim]: 1 / c
     std::vector<float> first_;         // f32 [n_seq, n_layer, scale_rows, n_head_kv, head_dim]: the first keys
+    std::vector<int> partner_;         // [head_dim]: the channel each one turns with under RoPE; empty: none
+    std::vector<int> pair_;            // [head_dim]: its pair j as j + 1, negated for the pair's trailing element
+    std::vector<std::vector<double>> rope_theta_;  // f64 [n_layer][head_dim / 2]: radians per position
     bool query_ready_ = false;
     size_t query_pair_ = 0;          // pair_index of the prepared (seq, il)
     std::vector<float> q_scaled_;    // f32 [n_head, head_dim]: q ⊙ c, the prepared query
