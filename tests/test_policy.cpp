@@ -19,6 +19,7 @@
 #include "core/fp16.h"
 #include "policy/policies.h"
 #include "score/attention_totals.h"
+#include "score/quant_copy.h"
 #include "score/selector.h"
 #include "kernel_test_util.h"
 #include "test_util.h"
@@ -102,6 +103,36 @@ TEST_F(policy_test, selecting_everything_equals_dense_attention_at_any_tier_spli
                 } else {
                     EXPECT_EQ(L.n_attended_hot, L.n_attended);
                 }
+            }
+        }
+    }
+}
+
+// The context tells the scoring copy of a RoPE model how its keys turn (quant_copy::set_rope): RoPE's
+// first pair turns by 1 radian per position, so over a 300-token context every first key sweeps a full
+// turn and both channels of the pair get its largest amplitude as their scale — equal, where the first
+// keys' maxima of two channels would differ. Both pair layouts: llama's adjacent pairs (channels 0 and 1
+// of a head of 8), qwen2's halves (channels 0 and 4).
+TEST_F(policy_test, the_scoring_copy_of_a_rope_model_bounds_the_turn) {
+    for (const auto & [arch, mate] : {std::pair<std::string, int>{"llama", 1}, {"qwen2", 4}}) {
+        SCOPED_TRACE(arch);
+        write_random_model(dir.file(arch + ".gguf"), random_model_params{.n_vocab = 300, .n_embd = 64, .n_ff = 96,
+                                                                         .n_layer = 2, .n_head = 8, .n_head_kv = 2,
+                                                                         .n_ctx = 512, .seed = 3, .arch = arch});
+        const auto rm = model::load(dir.file(arch + ".gguf"));
+        context_params cp{.n_ctx = 300, .kv_type = ggml_type::f16, .n_batch = 64,
+                          .policy = policy_params{.name = "hillinfer", .alpha = 0.2, .n_sinks = 4, .n_window = 16}};
+        cp.kv_host_budget = context::host_budget_for(*rm, cp, 50);
+        cp.kv_dir = dir.file("kv" + std::to_string(n_dirs++));
+        session s(*rm, cp, pool);
+        s.eval(prompt);
+        const auto * copy = dynamic_cast<const quant_copy *>(s.ctx().scoring_copy());
+        ASSERT_NE(copy, nullptr);
+        for (int il = 0; il < 2; ++il) {
+            for (int g = 0; g < 2; ++g) {
+                const float * c = copy->channel_scales(0, il) + g * 8;
+                EXPECT_GT(c[0], 0.0f);
+                EXPECT_EQ(c[0], c[mate]) << "layer " << il << ", KV head " << g;
             }
         }
     }

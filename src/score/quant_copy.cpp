@@ -264,8 +264,10 @@ float quant_copy::rotated_bound(const float * x, int64_t i, int d, int il, int64
     const double amp = std::hypot(u, v);
     const double psi = std::atan2(v, u) - (code > 0 ? 0.0 : M_PI / 2);
     const double phi = rope_theta_[size_t(il)][size_t(j)] * double(std::max<int64_t>(0, n_ctx_ - 1 - r));
-    if (phi >= M_PI || std::ceil(psi / M_PI) * M_PI <= psi + phi) return float(amp);
-    return float(amp * std::max(std::fabs(std::cos(psi)), std::fabs(std::cos(psi + phi))));
+    const double bound = phi >= M_PI || std::ceil(psi / M_PI) * M_PI <= psi + phi
+                             ? amp
+                             : amp * std::max(std::fabs(std::cos(psi)), std::fabs(std::cos(psi + phi)));
+    return float(std::min(bound, double(FLT_MAX)));  // two finite elements near FLT_MAX: not inf
 }
 
 void quant_copy::write(int seq, int il, int64_t p0, int64_t n, ggml_type type, const void * k, int64_t row_stride) {
