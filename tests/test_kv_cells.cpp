@@ -216,11 +216,11 @@ TEST_P(cold_logs_test, prefetch_reads_ahead_and_a_failed_read_only_loses_the_hin
     cold_prefetch p(*f.pool, f.layout, 2, 40 * f.layout.token_layer_bytes(), io);
     std::vector<int32_t> want0, want1 = {0, 5, 31, 32, 100};
     for (int32_t t = 1; t < 128; t += 2) want0.push_back(t);
-    EXPECT_EQ(p.start(7, l0.groups, want0), 40);
-    EXPECT_EQ(p.start(7, l0.groups, want1), 0) << "one job per key";
-    EXPECT_EQ(p.start(9, l1.groups, want1), 5);
-    EXPECT_EQ(p.start(11, l1.groups, want1), 0) << "every slot taken";
-    EXPECT_EQ(p.wait(12), nullptr) << "no such job";
+    EXPECT_EQ(p.start({7}, l0.groups, want0), 40);
+    EXPECT_EQ(p.start({7}, l0.groups, want1), 0) << "one job per key";
+    EXPECT_EQ(p.start({9}, l1.groups, want1), 5);
+    EXPECT_EQ(p.start({11}, l1.groups, want1), 0) << "every slot taken";
+    EXPECT_EQ(p.wait({12}), nullptr) << "no such job";
     const auto expect_rows = [&](const prefetched * r, int seq, int il, const std::vector<int32_t> & want) {
         ASSERT_NE(r, nullptr);
         ASSERT_EQ(r->positions, want);
@@ -231,18 +231,34 @@ TEST_P(cold_logs_test, prefetch_reads_ahead_and_a_failed_read_only_loses_the_hin
         }
         EXPECT_GT(r->bytes_read, 0u);
     };
-    expect_rows(p.wait(9), 1, 1, want1);
-    expect_rows(p.wait(7), 0, 0, std::vector<int32_t>(want0.begin(), want0.begin() + 40));
-    p.release(7);
-    EXPECT_EQ(p.wait(7), nullptr) << "released";
+    expect_rows(p.wait({9}), 1, 1, want1);
+    expect_rows(p.wait({7}), 0, 0, std::vector<int32_t>(want0.begin(), want0.begin() + 40));
+    p.release({7});
+    EXPECT_EQ(p.wait({7}), nullptr) << "released";
     fail_reads = true;
-    EXPECT_EQ(p.start(13, l0.groups, want1), 5);
-    EXPECT_EQ(p.wait(13), nullptr) << "a failed read: no rows, the read pass reads them itself";
+    EXPECT_EQ(p.start({13}, l0.groups, want1), 5);
+    EXPECT_EQ(p.wait({13}), nullptr) << "a failed read: no rows, the read pass reads them itself";
     p.drop_all();
-    EXPECT_EQ(p.wait(9), nullptr);
+    EXPECT_EQ(p.wait({9}), nullptr);
     fail_reads = false;
-    EXPECT_EQ(p.start(9, l0.groups, want1), 5) << "slots are free again";
-    expect_rows(p.wait(9), 0, 0, want1);
+    EXPECT_EQ(p.start({9}, l0.groups, want1), 5) << "slots are free again";
+    expect_rows(p.wait({9}), 0, 0, want1);
+    EXPECT_EQ(p.wait({9, 1}), nullptr) << "another version of the key is another job";
+    EXPECT_TRUE(p.planned({9, 1}).empty());
+    // end_step forgets the step's jobs (counting the bytes nobody took), and keeps a job for the next
+    // step once.
+    EXPECT_EQ(p.start({21, 4}, l1.groups, want1, true), 5);
+    const uint64_t bytes9 = p.wait({9})->bytes_read;
+    EXPECT_EQ(p.end_step(), bytes9);
+    EXPECT_EQ(p.wait({9}), nullptr);
+    expect_rows(p.wait({21, 4}), 1, 1, want1);
+    const uint64_t bytes21 = p.wait({21, 4})->bytes_read;
+    EXPECT_EQ(p.end_step(), bytes21) << "kept once: now a job like the others";
+    EXPECT_EQ(p.wait({21, 4}), nullptr);
+    EXPECT_EQ(p.start({21, 4}, l1.groups, want1, true), 5);
+    EXPECT_EQ(p.start({7}, l0.groups, want1), 5);
+    p.drop_all();
+    EXPECT_EQ(p.wait({21, 4}), nullptr) << "drop_all forgets a job for the next step too";
 }
 
 TEST_P(cold_logs_test, a_failed_write_changes_nothing_and_the_log_goes_on_once_space_returns) {
@@ -373,6 +389,46 @@ TEST_P(cold_logs_test, a_sliding_layer_keeps_only_the_groups_of_its_window) {
     }
     f.logs->truncate(0, 0, *f.reader);
     EXPECT_EQ(f.pool->n_free(), free0);
+}
+
+// A log's generation (cold_log_view::generation) changes exactly when pages leave it — a sliding
+// window's drop, a truncation that frees groups, a restore that frees the groups written since — so a
+// read planned under one generation knows whether the pages it named may have been reused.
+TEST_P(cold_logs_test, the_generation_changes_when_pages_leave_the_log) {
+    cold_fixture f(GetParam(), 1, {20, 0});
+    const int64_t pt = f.layout.page_tokens();
+    const auto gen = [&](int il) { return f.logs->log(0, il).generation; };
+    f.append(0, 1, 3 * pt + 1);
+    EXPECT_EQ(gen(1), 0u) << "appends free nothing";
+    f.logs->truncate(0, 3 * pt + 1, *f.reader);
+    EXPECT_EQ(gen(1), 0u) << "a truncation past the end frees nothing";
+    f.logs->truncate(0, 3 * pt, *f.reader);
+    EXPECT_EQ(gen(1), 0u) << "only the open tail was cut";
+    f.logs->truncate(0, 2 * pt + 1, *f.reader);
+    EXPECT_EQ(gen(1), 1u) << "a group was read back and freed";
+    cold_logs::snapshot s;
+    f.logs->take_snapshot(0, s);
+    f.logs->restore(s);
+    EXPECT_EQ(gen(1), 1u) << "a restore with nothing written since frees nothing";
+    f.append(0, 1, 2 * pt);
+    f.logs->restore(s);
+    EXPECT_EQ(gen(1), 2u) << "the groups written since the snapshot were freed";
+    f.check(0, 1);
+    // The sliding layer: appends within the window keep its generation, the first drop changes it.
+    f.append(0, 0, 19);
+    EXPECT_EQ(gen(0), 0u);
+    uint64_t drops = 0;
+    for (int i = 0; i < 4 * int(pt) + 4; ++i) {
+        const int64_t dropped_before = int64_t(std::count_if(f.logs->log(0, 0).groups.begin(), f.logs->log(0, 0).groups.end(),
+                                                             [](const auto & g) { return g.first == cold_pool::no_page; }));
+        f.append(0, 0, 1);
+        const int64_t dropped = int64_t(std::count_if(f.logs->log(0, 0).groups.begin(), f.logs->log(0, 0).groups.end(),
+                                                      [](const auto & g) { return g.first == cold_pool::no_page; }));
+        drops += dropped > dropped_before ? 1 : 0;
+        EXPECT_EQ(gen(0), drops) << "after " << 20 + i << " tokens";
+    }
+    EXPECT_GT(drops, 0u);
+    EXPECT_EQ(gen(1), 2u) << "another layer's drops are not this one's";
 }
 
 TEST(kv_cells, a_sliding_layer_drops_the_tokens_its_window_leaves) {

@@ -67,6 +67,7 @@ struct device_pass {
     int64_t page_tokens = 0;
     std::span<const std::pair<uint32_t, uint32_t>> groups;  // [n_groups] (K page, V page)
     std::span<const int32_t> positions;                     // ascending, each < n_groups · page_tokens
+    uint64_t generation = 0;  // the log's (cold_log_view::generation): a prefetch under another is stale
 };
 
 // Counters of a device, summed over its passes. Link = the device's host interface.
@@ -116,12 +117,18 @@ public:
     virtual void cancel() = 0;
 
     // A hint (the pipeline, HillInfer paper §4.3): a read pass of (pass.seq, pass.il) later in this
-    // step will probably want pass.positions (the previous step's selection there). The device may
-    // read them ahead while the host works; what a read pass returns does not depend on it. Returns at
-    // once. Default: ignored.
-    virtual void prefetch(const device_pass & pass) { (void)pass; }
-    // The step is over (done or failed): forgets its prefetches before the cache changes.
+    // step — or, with next_step, in the next step — will probably want pass.positions (the previous
+    // step's selection there). The device may read them ahead while the host works; what a read pass
+    // returns does not depend on it (a read pass under another pass.generation does not take them).
+    // Returns at once. Default: ignored.
+    virtual void prefetch(const device_pass & pass, bool next_step) {
+        (void)pass;
+        (void)next_step;
+    }
+    // The step is over: forgets its prefetches, but those for the next step.
     virtual void end_step() {}
+    // Forgets every prefetch (a failed step).
+    virtual void drop_prefetches() {}
 
     virtual device_counters counters() const = 0;
     const device_profile & profile() const { return profile_; }

@@ -208,16 +208,23 @@ bool plain_ssd::read_next(kv_batch & out) {
     return true;
 }
 
-void plain_ssd::prefetch(const device_pass & pass) {
+void plain_ssd::prefetch(const device_pass & pass, bool next_step) {
     if (prefetch_ == nullptr) return;
-    counters_.tokens_prefetched += uint64_t(prefetch_->start(key_of(pass), pass.groups, pass.positions));
+    counters_.tokens_prefetched += uint64_t(prefetch_->start(key_of(pass), pass.groups, pass.positions, next_step));
+}
+
+void plain_ssd::count_untaken(uint64_t bytes) {
+    // Read ahead for a pass that never came: still read.
+    counters_.internal_read_bytes += bytes;
+    counters_.link_kv_bytes += bytes;
 }
 
 void plain_ssd::end_step() {
-    if (prefetch_ == nullptr) return;
-    const uint64_t untaken = prefetch_->drop_all();  // read ahead for a layer that read nothing: still read
-    counters_.internal_read_bytes += untaken;
-    counters_.link_kv_bytes += untaken;
+    if (prefetch_ != nullptr) count_untaken(prefetch_->end_step());
+}
+
+void plain_ssd::drop_prefetches() {
+    if (prefetch_ != nullptr) count_untaken(prefetch_->drop_all());
 }
 
 void plain_ssd::cancel() {

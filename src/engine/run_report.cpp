@@ -101,6 +101,7 @@ nlohmann::json policy_json(const context & ctx) {
         {"steps", st.n_steps},
         {"failed_steps", st.n_failed},
         {"hints_gated", st.hints_gated},
+        {"hint_tokens_next_step", st.hint_tokens_next_step},
         {"attended_share", ratio(double(t.attended), double(t.context))},
         {"attended_hot_share", ratio(double(t.hot), double(t.attended))},
         {"attended_cached_share", ratio(double(t.cached), double(t.attended))},
@@ -251,7 +252,7 @@ std::string storage_summary(const context & ctx) {
                            "cold tokens read came from them, {:.1f}% of them were not selected\n", c.tokens_prefetched,
                            speculated ? "the first layer: the previous step's selection; the others: their selection speculated "
                                         "one layer ahead"
-                                      : "the previous step's selection",
+                                      : "the previous step's selection; the first layer's hinted from the step before's last layer",
                            100.0 * double(c.prefetch_hits) / double(std::max<uint64_t>(c.tokens_read, 1)),
                            100.0 * (1.0 - double(c.prefetch_hits) / double(c.tokens_prefetched)));
     }

@@ -47,6 +47,9 @@ struct cold_log_view {
     const uint8_t * open_v = nullptr;
     int64_t n_open = 0;                // rows of the open tail
     int64_t page_tokens = 0;
+    // Changes whenever pages leave the log (a sliding window's drop, truncate, restore): a read of
+    // its pages planned under another generation may have read pages since freed and rewritten.
+    uint64_t generation = 0;
     int64_t n_on_disk() const { return int64_t(groups.size()) * page_tokens; }
     int64_t n_tokens() const { return n_on_disk() + n_open; }
 };
@@ -123,6 +126,7 @@ private:
         aligned_buffer next_k, next_v;  // the open tail after an append that fills the current one
         int64_t n_open = 0;
         int64_t n_dropped = 0;          // groups [0, n_dropped) are dropped (sliding window): no pages
+        uint64_t generation = 0;        // cold_log_view::generation
         bool pending = false;           // a prepared append is not applied yet
     };
     log_state & state(int seq, int il) { return logs_[size_t(seq) * size_t(layout_.n_layer) + size_t(il)]; }

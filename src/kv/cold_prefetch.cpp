@@ -29,15 +29,15 @@ cold_prefetch::~cold_prefetch() {
     worker_.join();
 }
 
-cold_prefetch::slot * cold_prefetch::find(uint64_t key) {
+cold_prefetch::slot * cold_prefetch::find(const prefetch_key & key) {
     for (slot & s : slots_) {
         if (s.st != state::free && s.key == key) return &s;
     }
     return nullptr;
 }
 
-int64_t cold_prefetch::start(uint64_t key, std::span<const std::pair<uint32_t, uint32_t>> groups,
-                          std::span<const int32_t> positions) {
+int64_t cold_prefetch::start(const prefetch_key & key, std::span<const std::pair<uint32_t, uint32_t>> groups,
+                             std::span<const int32_t> positions, bool next_step) {
     if (positions.empty()) return 0;
     slot * s = nullptr;
     {
@@ -60,6 +60,7 @@ int64_t cold_prefetch::start(uint64_t key, std::span<const std::pair<uint32_t, u
         s->capacity = cap;
     }
     s->key = key;
+    s->next_step = next_step;
     s->groups.assign(groups.begin(), groups.end());
     s->result.positions.assign(positions.begin(), positions.begin() + n);
     s->result.view = kv_view{layout_.type, s->k.data(), s->v.data(), n, layout_.n_embd_kv};
@@ -74,13 +75,13 @@ int64_t cold_prefetch::start(uint64_t key, std::span<const std::pair<uint32_t, u
     return n;
 }
 
-std::span<const int32_t> cold_prefetch::planned(uint64_t key) {
+std::span<const int32_t> cold_prefetch::planned(const prefetch_key & key) {
     std::lock_guard lock(m_);
     const slot * s = find(key);
     return s != nullptr ? std::span<const int32_t>(s->result.positions) : std::span<const int32_t>{};
 }
 
-const prefetched * cold_prefetch::wait(uint64_t key) {
+const prefetched * cold_prefetch::wait(const prefetch_key & key) {
     std::unique_lock lock(m_);
     slot * s = find(key);
     if (s == nullptr) return nullptr;
@@ -88,7 +89,7 @@ const prefetched * cold_prefetch::wait(uint64_t key) {
     return s->failed ? nullptr : &s->result;
 }
 
-void cold_prefetch::release(uint64_t key) {
+void cold_prefetch::release(const prefetch_key & key) {
     std::unique_lock lock(m_);
     slot * s = find(key);
     if (s == nullptr) return;
@@ -100,20 +101,33 @@ void cold_prefetch::release(uint64_t key) {
     s->st = state::free;
 }
 
-uint64_t cold_prefetch::drop_all() {
+template <typename Pred>
+uint64_t cold_prefetch::drop_if(Pred drop) {
     std::unique_lock lock(m_);
     for (slot & s : slots_) {
-        if (s.st == state::queued) s.st = state::free;
+        if (s.st == state::queued && drop(s)) s.st = state::free;
     }
     cv_.wait(lock, [&] {
-        return std::none_of(slots_.begin(), slots_.end(), [](const slot & s) { return s.st == state::running; });
+        return std::none_of(slots_.begin(), slots_.end(), [&](const slot & s) { return s.st == state::running && drop(s); });
     });
     uint64_t untaken = 0;
     for (slot & s : slots_) {
-        if (s.st == state::done) untaken += s.result.bytes_read;
+        if (s.st == state::free || !drop(s)) continue;
+        untaken += s.result.bytes_read;  // done
         s.st = state::free;
     }
     return untaken;
+}
+
+uint64_t cold_prefetch::end_step() {
+    const uint64_t untaken = drop_if([](const slot & s) { return !s.next_step; });
+    std::lock_guard lock(m_);
+    for (slot & s : slots_) s.next_step = false;
+    return untaken;
+}
+
+uint64_t cold_prefetch::drop_all() {
+    return drop_if([](const slot &) { return true; });
 }
 
 void cold_prefetch::worker_main() {

@@ -8,7 +8,7 @@
 // (the read pass reads those tokens itself and reports a real fault).
 //
 //   cold_prefetch p(pool, layout, 2, 32 << 20);
-//   p.start(key, log.groups, predicted);         // returns at once
+//   p.start(key, log.groups, predicted);         // returns at once (key: {id, version})
 //   ... host work ...
 //   if (const prefetched * r = p.wait(key)) { ... rows of r->positions in r->view ... }
 //   p.release(key);
@@ -17,9 +17,13 @@
 // (own io_uring and descriptors). Memory: n_slots buffers of at most slot_bytes of K and V rows each,
 // grown to what their jobs need; a job longer than its slot reads only its first positions.
 //
-// Thread-safety: start, wait, release and drop_all are called by one owner thread (the decode step's).
-// The cold pool must not free or rewrite the pages of a job's groups until the job is released or
-// dropped (the owner drops every job before the cache changes: csd::device::end_step).
+// A job can outlive a change of the cold pages it reads (a job for the next decode step): its key's
+// version names the state of those pages (the cold log's generation, kv/cold_logs.h), and a job is
+// found only under the key it was started with, so a read pass after the pages changed does not find
+// it (and the job's rows, possibly torn, are dropped unread).
+//
+// Thread-safety: start, wait, release, end_step and drop_all are called by one owner thread (the decode
+// step's).
 #pragma once
 
 #include "compute/attention.h"
@@ -39,6 +43,14 @@
 namespace hill {
 
 class cold_gather;
+
+// A job's name: id (the owner's: a sequence and layer) and version (the state of the pages it reads);
+// equal only when both are.
+struct prefetch_key {
+    uint64_t id = 0;
+    uint64_t version = 0;
+    bool operator==(const prefetch_key &) const = default;
+};
 
 // What a job read: position positions[j] is row j of view (K and V).
 struct prefetched {
@@ -60,17 +72,22 @@ public:
     // Queues a read of the K and V of `positions` (ascending, each in a written group of `groups`,
     // cold_log_view::groups; both copied; beyond a slot's rows, the first ones) under `key`. Returns
     // the rows queued: 0 (nothing queued) when positions is empty, every slot is taken or key has a
-    // job already.
-    int64_t start(uint64_t key, std::span<const std::pair<uint32_t, uint32_t>> groups, std::span<const int32_t> positions);
+    // job already. next_step: the job survives the next end_step() (a hint for the next decode step).
+    int64_t start(const prefetch_key & key, std::span<const std::pair<uint32_t, uint32_t>> groups,
+                  std::span<const int32_t> positions, bool next_step = false);
     // The positions queued under key (ascending: what wait() returns the rows of, unless the reads
     // fail), without waiting for the job; empty when key has no job. Valid until release(key) or
     // drop_all(). Lets the owner read the tokens the job lacks while the job runs.
-    std::span<const int32_t> planned(uint64_t key);
+    std::span<const int32_t> planned(const prefetch_key & key);
     // Waits for key's job and returns what it read (valid until release(key) or drop_all()); nullptr
     // when key has no job, or its reads failed.
-    const prefetched * wait(uint64_t key);
+    const prefetched * wait(const prefetch_key & key);
     // Frees key's slot (waits for its job when it is being read). No job: nothing happens.
-    void release(uint64_t key);
+    void release(const prefetch_key & key);
+    // The decode step is over: forgets its jobs as drop_all does, but those started with next_step,
+    // which become jobs like the others (the next end_step forgets them unless they are released before).
+    // Returns the bytes read for the jobs forgotten that nobody took.
+    uint64_t end_step();
     // Forgets every job: queued ones are not read, the one being read is waited for. Returns the bytes
     // read for jobs nobody took (done, not released).
     uint64_t drop_all();
@@ -79,15 +96,20 @@ private:
     enum class state : uint8_t { free, queued, running, done };
     struct slot {
         state st = state::free;
-        uint64_t key = 0;
-        uint64_t order = 0;  // start order: jobs run first come first served
+        prefetch_key key;
+        uint64_t order = 0;      // start order: jobs run first come first served
+        bool next_step = false;  // kept by end_step() once
         std::vector<std::pair<uint32_t, uint32_t>> groups;
         prefetched result;
         bool failed = false;
         aligned_buffer k, v;  // layout type [capacity, n_embd_kv]
         int64_t capacity = 0;
     };
-    slot * find(uint64_t key);
+    slot * find(const prefetch_key & key);
+    // Frees the slots `drop` picks (waiting for those being read); returns the bytes read for the
+    // done ones.
+    template <typename Pred>
+    uint64_t drop_if(Pred drop);
     void worker_main();
     void read_job(slot & s);  // on the worker, without the lock
 

@@ -173,7 +173,7 @@ void decode_step::run(std::span<const int> seqs, std::span<const int32_t> tokens
         }
         stats_.t_forward_us += uint64_t(time_us() - t0);
     } catch (...) {
-        device_.end_step();
+        device_.drop_prefetches();
         hints_.discard_step();
         discard(prep);
         ++stats_.n_failed;
@@ -185,11 +185,13 @@ void decode_step::run(std::span<const int> seqs, std::span<const int32_t> tokens
     apply(prep);
 }
 
-void decode_step::prefetch_layer(int il) {
+void decode_step::prefetch_layer(int il, const prepared * next_step) {
     if (logs_ == nullptr || !policy_->uses_scores()) return;
     for (size_t b = 0; b < seqs_.size(); ++b) {
         const int seq = seqs_[b];
-        const std::vector<int32_t> & last = last_attended_[size_t(seq) * size_t(cells_.n_layer()) + size_t(il)];
+        const std::vector<int32_t> & last = next_step != nullptr
+                                                ? next_step->layers[size_t(il)].attended[b]
+                                                : last_attended_[size_t(seq) * size_t(cells_.n_layer()) + size_t(il)];
         // The positions the sequence still has (it may have been cut, or released and started again, since;
         // a sliding window drops the oldest): the hint for this step.
         const auto begin = std::lower_bound(last.begin(), last.end(), int32_t(cells_.n_dropped(seq, il)));
@@ -198,12 +200,24 @@ void decode_step::prefetch_layer(int il) {
         const cold_log_view log = logs_->log(seq, il);
         table_.clear();
         table_.add(cells_, &log, seq, il, std::span<const int32_t>(&*begin, size_t(end - begin)), false, cache_);
-        const std::span<const int32_t> disk = table_.disk_pos_of(0);
+        std::span<const int32_t> disk = table_.disk_pos_of(0);
+        if (next_step != nullptr) {
+            // For the next step: not the tokens this step's apply promotes into the hot pool.
+            carry_.clear();
+            for (const auto & [s, t] : next_step->layers[size_t(il)].plan.promote) {
+                if (s == seq) carry_.push_back(t);
+            }
+            std::sort(carry_.begin(), carry_.end());
+            const size_t n_promoted = carry_.size();
+            std::set_difference(disk.begin(), disk.end(), carry_.begin(), carry_.end(), std::back_inserter(carry_));
+            disk = std::span<const int32_t>(carry_).subspan(n_promoted);
+        }
         if (disk.empty()) continue;
-        hints_.named(seq, il, disk);
+        if (next_step == nullptr) hints_.named(seq, il, disk);  // the next step names its own
         if (hints_.open(il)) {
-            device_.prefetch(csd::device_pass{il, seq, log.page_tokens, log.groups, disk});
-        } else {
+            device_.prefetch(csd::device_pass{il, seq, log.page_tokens, log.groups, disk, log.generation}, next_step != nullptr);
+            if (next_step != nullptr) stats_.hint_tokens_next_step += disk.size();
+        } else if (next_step == nullptr) {
             ++stats_.hints_gated;
         }
     }
@@ -253,7 +267,7 @@ void decode_step::speculate(int il) {
         table_.clear();
         table_.add(cells_, &log, seq, il, spec_union_, false, cache_);
         const std::span<const int32_t> disk = table_.disk_pos_of(0);
-        if (!disk.empty()) device_.prefetch(csd::device_pass{il, seq, log.page_tokens, log.groups, disk});
+        if (!disk.empty()) device_.prefetch(csd::device_pass{il, seq, log.page_tokens, log.groups, disk, log.generation}, false);
     }
 }
 
@@ -273,6 +287,8 @@ void decode_step::layer(int il, prepared & prep) {
         } else {
             prefetch_layer(il + 1);
         }
+    } else if (il > 0) {
+        prefetch_layer(0, &prep);  // the next step's first layer, from this step's selection
     }
     int64_t t0 = time_us();
     {
@@ -620,7 +636,7 @@ void decode_step::gather_and_attend(int il, int b, prepared & prep) {
     // place, the others copied as the storage device delivers them.
     dev_.begin(shape_, q_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim), 1);
     csd::device_pass_guard guard(device_);
-    if (!disk.empty()) device_.read_begin(csd::device_pass{il, seq, log.page_tokens, log.groups, disk});
+    if (!disk.empty()) device_.read_begin(csd::device_pass{il, seq, log.page_tokens, log.groups, disk, log.generation});
     gather_.begin(il, table_, 0, kv_view{layout_.type, log.open_k, log.open_v, log.n_open, layout_.n_embd_kv},
                   [this](kv_batch & out) { return device_.read_next(out); });
     // A copy that learns from attention (h2o): the logits of every attended token, in attended order.

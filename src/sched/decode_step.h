@@ -30,8 +30,12 @@
 // The pipeline (HillInfer paper §4.3): as layer il starts, the storage device is hinted with the
 // previous step's selection of layer il + 1 (and, in the first layer, of layer 0) of every sequence
 // (csd::device::prefetch): the plain SSD reads those tokens' K and V in the background while the host
-// computes, and step 4 reads only what the hint missed. The hint never changes a result. A layer whose
-// hints were mostly not selected is not hinted (sched/hint_gate.h; counted in step_stats::hints_gated).
+// computes, and step 4 reads only what the hint missed. The last layer (of two or more) wraps around:
+// as it starts, this step's selection of layer 0 hints the next step's layer 0, so that layer's reads
+// overlap the last layer's work too (the hint outlives the step; it names the tokens on disk before
+// apply moves any, and its reads are dropped if the log loses pages before the next step reads,
+// cold_log_view::generation). The hint never changes a result. A layer whose hints were mostly not
+// selected is not hinted (sched/hint_gate.h; counted in step_stats::hints_gated).
 //
 // Speculation (a policy scoring from the key sketch, copy_kind::sketch: InfiniGen, policy/infinigen.cpp):
 // as layer il starts, the query of layer il + 1 is computed from the residual stream entering layer il
@@ -114,6 +118,8 @@ struct step_stats {
     uint64_t pingpong = 0;          // moves that undid a move of the same token within 8 steps
     uint64_t hints_gated = 0;       // prefetch hints (sequence, layer) not sent: the layer's hints were mostly
                                     // not selected (sched/hint_gate.h)
+    uint64_t hint_tokens_next_step = 0;  // tokens hinted for the next step's first layer (the pipeline wrapping
+                                         // around; the last step's hint is never taken)
     uint64_t promoted_bytes = 0;    // K and V bytes copied into the hot pool by promotions
     uint64_t cache_fills = 0;       // tokens the device tier's cache took: read from SSD, or evicted from the hot pool
     uint64_t cache_swaps = 0;       // of them, read from SSD into the row of a cached token the step scored lower
@@ -153,8 +159,9 @@ private:
     struct prepared;  // what one step prepared, per layer
     void layer(int il, prepared & prep);
     void score_sequence(int il, int b, prepared & prep);
-    // Hints the storage device with the batch's previous selections of layer il (csd::device::prefetch).
-    void prefetch_layer(int il);
+    // Hints the storage device with the batch's previous selections of layer il (csd::device::prefetch),
+    // or, given this step's prepared layers, with this step's selections of layer il for the next step.
+    void prefetch_layer(int il, const prepared * next_step = nullptr);
     // Speculation: selects layer il of every sequence into spec_sets_ from the residual stream x_
     // entering layer il − 1, and hints the storage device with the selection (infinigen).
     void speculate(int il);
@@ -224,6 +231,7 @@ private:
     // [2][B][n_group]: the speculated sets of layer il in [il % 2] (layer il + 1's are made while layer il's are in use)
     std::vector<std::vector<std::vector<int32_t>>> spec_sets_[2];
     std::vector<int32_t> spec_union_;              // scratch: their union, the prefetch hint
+    std::vector<int32_t> carry_;                   // scratch: a layer's promotions, then the next step's hint
     std::vector<uint64_t> member_;                 // u64 [n_ctx] kv_head: bit g set = in set g
     std::vector<int32_t> rows_g_;                  // kv_head: one group's rows of a batch
     std::vector<int32_t> sw_pos_;                  // softmax aggregate: the sinks' and window's positions
