@@ -125,5 +125,35 @@ TEST_F(hint_gate_decode, a_jumping_selection_is_not_hinted_and_a_stable_one_is) 
     EXPECT_EQ(cs.prefetch_hits, cs.tokens_prefetched - last_hint);
 }
 
+// The next step's hint (the pipeline wrapping around from the last layer) is read while the step ends;
+// when the sequence is then cut and written again — its freed cold pages rewritten with other rows —
+// the next step must not take the rows the hint read: the logits stay those of a run without any
+// prefetch, step after step. α 1 keeps the hints open (every hinted token is selected again).
+TEST_F(hint_gate_decode, a_cut_between_steps_does_not_feed_the_next_step_stale_rows) {
+    auto hinted = make(true, 1.0), unhinted = make(false, 1.0);
+    const auto same_logits = [&](const char * when, int step) {
+        for (int32_t i = 0; i < 300; ++i) ASSERT_EQ(hinted->logits()[i], unhinted->logits()[i]) << when << ", step " << step;
+    };
+    for (session * s : {hinted.get(), unhinted.get()}) s->eval(prompt);
+    for (int round = 0; round < 3; ++round) {
+        for (int step = 0; step < 4; ++step) {
+            const int32_t tok = 1 + (round * 53 + step * 29) % 299;
+            for (session * s : {hinted.get(), unhinted.get()}) s->eval(std::span<const int32_t>(&tok, 1));
+            same_logits("decode", step);
+        }
+        // Cut to 60 tokens and write 150 others: most of the freed pages come back with other rows.
+        std::vector<int32_t> other;
+        for (int i = 0; i < 150; ++i) other.push_back(1 + (i * 41 + round * 7 + 3) % 299);
+        for (session * s : {hinted.get(), unhinted.get()}) {
+            s->truncate(60);
+            s->eval(other);
+        }
+        same_logits("prefill after the cut", round);
+    }
+    const step_stats & st = hinted->ctx().decode_stats();
+    EXPECT_GT(st.hint_tokens_next_step, 0u) << "the wrap-around hint was sent";
+    EXPECT_EQ(st.hints_gated, 0u);
+}
+
 }  // namespace
 }  // namespace hill

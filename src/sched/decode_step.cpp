@@ -203,14 +203,14 @@ void decode_step::prefetch_layer(int il, const prepared * next_step) {
         std::span<const int32_t> disk = table_.disk_pos_of(0);
         if (next_step != nullptr) {
             // For the next step: not the tokens this step's apply promotes into the hot pool.
-            carry_.clear();
+            promoted_.clear();
             for (const auto & [s, t] : next_step->layers[size_t(il)].plan.promote) {
-                if (s == seq) carry_.push_back(t);
+                if (s == seq) promoted_.push_back(t);
             }
-            std::sort(carry_.begin(), carry_.end());
-            const size_t n_promoted = carry_.size();
-            std::set_difference(disk.begin(), disk.end(), carry_.begin(), carry_.end(), std::back_inserter(carry_));
-            disk = std::span<const int32_t>(carry_).subspan(n_promoted);
+            std::sort(promoted_.begin(), promoted_.end());
+            carry_.clear();
+            std::set_difference(disk.begin(), disk.end(), promoted_.begin(), promoted_.end(), std::back_inserter(carry_));
+            disk = carry_;
         }
         if (disk.empty()) continue;
         if (next_step == nullptr) hints_.named(seq, il, disk);  // the next step names its own

@@ -231,7 +231,7 @@ private:
     // [2][B][n_group]: the speculated sets of layer il in [il % 2] (layer il + 1's are made while layer il's are in use)
     std::vector<std::vector<std::vector<int32_t>>> spec_sets_[2];
     std::vector<int32_t> spec_union_;              // scratch: their union, the prefetch hint
-    std::vector<int32_t> carry_;                   // scratch: a layer's promotions, then the next step's hint
+    std::vector<int32_t> promoted_, carry_;        // scratch: a layer's promotions; the next step's hint
     std::vector<uint64_t> member_;                 // u64 [n_ctx] kv_head: bit g set = in set g
     std::vector<int32_t> rows_g_;                  // kv_head: one group's rows of a batch
     std::vector<int32_t> sw_pos_;                  // softmax aggregate: the sinks' and window's positions
