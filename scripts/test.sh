@@ -9,7 +9,7 @@
 #      the whole script within CI's 25 minutes on 2 cores);
 #   3. TSan build: the threaded tests, two at a time (thread pool, trace recorder, kernels, sessions, io queue, cold
 #      pool, KV cells, and logs, the scorers and the scoring copy, policies, the storage device
-#      emulator, batches of sequences, KV faults);
+#      emulator, the pipeline's hints across steps, batches of sequences, KV faults);
 #   4. libFuzzer: the GGUF and safetensors readers, the server's request parsing and raw HTTP requests into
 #      the server, $HILL_FUZZ_SECONDS seconds each (default 20), two at a time, from their seed corpora.
 # Extra arguments go to the Release ctest run (e.g. -R golden).
@@ -47,7 +47,7 @@ ctest --test-dir build/asan -L unit --no-tests=error --output-on-failure -j "$jo
 
 stage "tsan build + threaded tests"
 cmake --preset tsan -DHILL_WERROR=ON -DHILL_SANITIZER_LINES=OFF > /dev/null
-tsan_tests=(test_core test_trace test_kernels test_session test_io_queue test_cold_pool test_kv_cells test_score test_quant_copy test_policy test_csd test_batch test_kv_faults)
+tsan_tests=(test_core test_trace test_kernels test_session test_io_queue test_cold_pool test_kv_cells test_score test_quant_copy test_policy test_csd test_hint_gate test_batch test_kv_faults)
 cmake --build --preset tsan -j "$jobs" --target "${tsan_tests[@]}"
 # Two suites at a time (most are single-threaded for long stretches); each one's output is printed
 # whole when it ends, and the first failure stops the script.

@@ -125,10 +125,11 @@ TEST_F(hint_gate_decode, a_jumping_selection_is_not_hinted_and_a_stable_one_is) 
     EXPECT_EQ(cs.prefetch_hits, cs.tokens_prefetched - last_hint);
 }
 
-// The next step's hint (the pipeline wrapping around from the last layer) is read while the step ends;
-// when the sequence is then cut and written again — its freed cold pages rewritten with other rows —
-// the next step must not take the rows the hint read: the logits stay those of a run without any
-// prefetch, step after step. α 1 keeps the hints open (every hinted token is selected again).
+// The next step's hint (the pipeline wrapping around from the last layer) is still being read when the
+// step ends; when the sequence is then cut at once and written again — its freed cold pages rewritten
+// with other rows — no read may be in flight on them (the context drops the hint first), and the next
+// step must not take rows the hint read: the logits stay those of a run without any prefetch, step
+// after step. α 1 keeps the hints open (every hinted token is selected again).
 TEST_F(hint_gate_decode, a_cut_between_steps_does_not_feed_the_next_step_stale_rows) {
     auto hinted = make(true, 1.0), unhinted = make(false, 1.0);
     const auto same_logits = [&](const char * when, int step) {
@@ -138,13 +139,13 @@ TEST_F(hint_gate_decode, a_cut_between_steps_does_not_feed_the_next_step_stale_r
     for (int round = 0; round < 3; ++round) {
         for (int step = 0; step < 4; ++step) {
             const int32_t tok = 1 + (round * 53 + step * 29) % 299;
-            for (session * s : {hinted.get(), unhinted.get()}) s->eval(std::span<const int32_t>(&tok, 1));
+            for (session * s : {unhinted.get(), hinted.get()}) s->eval(std::span<const int32_t>(&tok, 1));
             same_logits("decode", step);
         }
         // Cut to 60 tokens and write 150 others: most of the freed pages come back with other rows.
         std::vector<int32_t> other;
         for (int i = 0; i < 150; ++i) other.push_back(1 + (i * 41 + round * 7 + 3) % 299);
-        for (session * s : {hinted.get(), unhinted.get()}) {
+        for (session * s : {hinted.get(), unhinted.get()}) {  // the hinted run's cut right after its step
             s->truncate(60);
             s->eval(other);
         }

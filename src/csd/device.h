@@ -67,7 +67,6 @@ struct device_pass {
     int64_t page_tokens = 0;
     std::span<const std::pair<uint32_t, uint32_t>> groups;  // [n_groups] (K page, V page)
     std::span<const int32_t> positions;                     // ascending, each < n_groups · page_tokens
-    uint64_t generation = 0;  // the log's (cold_log_view::generation): a prefetch under another is stale
 };
 
 // Counters of a device, summed over its passes. Link = the device's host interface.
@@ -119,11 +118,14 @@ public:
     // A hint (the pipeline, HillInfer paper §4.3): a read pass of (pass.seq, pass.il) later in this
     // step — or, with next_step, in the next step — will probably want pass.positions (the previous
     // step's selection there). The device may read them ahead while the host works; what a read pass
-    // returns does not depend on it (a read pass under another pass.generation does not take them).
-    // Returns at once. Default: ignored.
-    virtual void prefetch(const device_pass & pass, bool next_step) {
+    // returns does not depend on it. A hint for the next step outlives end_step(): the owner must
+    // drop_prefetches() before any hinted page is freed (cold_logs::set_before_free). Returns at once,
+    // with the number of positions queued (0: the hint was not taken — no room, or one for the same
+    // sequence and layer is queued already). Default: ignored, 0.
+    virtual int64_t prefetch(const device_pass & pass, bool next_step) {
         (void)pass;
         (void)next_step;
+        return 0;
     }
     // The step is over: forgets its prefetches, but those for the next step.
     virtual void end_step() {}

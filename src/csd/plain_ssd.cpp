@@ -208,9 +208,11 @@ bool plain_ssd::read_next(kv_batch & out) {
     return true;
 }
 
-void plain_ssd::prefetch(const device_pass & pass, bool next_step) {
-    if (prefetch_ == nullptr) return;
-    counters_.tokens_prefetched += uint64_t(prefetch_->start(key_of(pass), pass.groups, pass.positions, next_step));
+int64_t plain_ssd::prefetch(const device_pass & pass, bool next_step) {
+    if (prefetch_ == nullptr) return 0;
+    const int64_t n = prefetch_->start(key_of(pass), pass.groups, pass.positions, next_step);
+    counters_.tokens_prefetched += uint64_t(n);
+    return n;
 }
 
 void plain_ssd::count_untaken(uint64_t bytes) {

@@ -9,9 +9,9 @@
 // cold_prefetch (kv/cold_prefetch.h: its own thread and io_uring), which reads them while the host
 // works; a read pass then waits for that job, takes the rows it read, and reads only the misses —
 // in chunks of up to 8 MiB of K and V, merged in position order. 4 jobs of at most 32 MiB each: two
-// layers in flight for up to two sequences of a batch (further hints are dropped). A hint for the
-// next step outlives end_step(); its job is keyed by the log's generation, so a read pass after the
-// log lost pages does not take it.
+// layers in flight for up to two sequences of a batch, or for one sequence with the next step's first
+// layer (further hints are dropped). A hint for the next step outlives end_step() (dropped by
+// drop_prefetches()).
 #pragma once
 
 #include "csd/device.h"
@@ -33,7 +33,7 @@ public:
     void read_begin(const device_pass & pass) override;
     bool read_next(kv_batch & out) override;
     void cancel() override;
-    void prefetch(const device_pass & pass, bool next_step) override;
+    int64_t prefetch(const device_pass & pass, bool next_step) override;
     void end_step() override;
     void drop_prefetches() override;
     device_counters counters() const override { return counters_; }
@@ -52,9 +52,7 @@ private:
     // Reads the tokens of read_pos_[begin, end) that `have` (ascending) lacks into the merge buffers,
     // each at its row i − begin.
     void read_misses(size_t begin, size_t end, std::span<const int32_t> have);
-    static prefetch_key key_of(const device_pass & p) {
-        return {uint64_t(uint32_t(p.seq)) << 32 | uint32_t(p.il), p.generation};
-    }
+    static uint64_t key_of(const device_pass & p) { return uint64_t(uint32_t(p.seq)) << 32 | uint32_t(p.il); }
     // Counts the bytes of prefetches dropped unread as read (they were).
     void count_untaken(uint64_t bytes);
 
@@ -71,7 +69,7 @@ private:
     // A read pass over a prefetch job (job_; nullptr when it failed after the first chunk's misses were
     // read): its positions, the next one, the job's next row.
     const prefetched * job_ = nullptr;
-    prefetch_key job_key_;
+    uint64_t job_key_ = 0;
     std::vector<std::pair<uint32_t, uint32_t>> groups_;
     std::vector<int32_t> read_pos_, misses_, miss_row_;
     size_t read_i_ = 0, job_j_ = 0;

@@ -192,6 +192,8 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
         q->set_rope(hp.rope_pairs, std::move(inv_freq));
     }
     storage_ = csd::make_device(p.storage, cold_.get(), layout_, attn_shape(), pool);
+    // A prefetch for the next decode step outlives its step: no page may leave a log under it.
+    if (logs_ != nullptr) logs_->set_before_free([this] { storage_->drop_prefetches(); });
     device_ = make_cpu_device_tier(pool, std::max<int64_t>(std::min(p.n_segment, p.n_ctx), p.n_seq), hp.n_embd_q(),
                                    hp.n_head);
     step_ = std::make_unique<decode_step>(m, *forward_, *cells_, *hot_, logs_.get(), reader_.get(), copy_.get(),
@@ -283,6 +285,7 @@ void context::set_policy(const policy_params & p) {
                    policy_->name(), copy_ != nullptr ? fmt::format(" and keeps {}", copy_->describe()) : std::string());
     }
     step_->set_policy(*next, params_.storage.kind);  // checks the storage device can score as the policy asks
+    storage_->drop_prefetches();  // the last step's hint for the next is the old policy's
     if (planner_ != nullptr && p.alpha != planner_->alpha()) {
         planner_ = std::make_unique<hill::planner>(planner_->params(), p.alpha, int64_t(layout_.row_bytes()),
                                                    int64_t(layout_.token_layer_bytes()), layout_.n_layer);

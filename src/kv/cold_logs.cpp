@@ -51,13 +51,14 @@ cold_logs::cold_logs(cold_writer & writer, const kv_layout & layout, int n_seq, 
 
 void cold_logs::free_group(const std::pair<uint32_t, uint32_t> & g) {
     if (g.first == cold_pool::no_page) return;  // dropped (sliding window)
+    if (before_free_) before_free_();
     if (g.second != cold_pool::no_page) pool_.free(g.second);
     pool_.free(g.first);
 }
 
 cold_log_view cold_logs::log(int seq, int il) const {
     const log_state & L = state(seq, il);
-    return cold_log_view{L.groups, L.open_k.data(), L.open_v.data(), L.n_open, layout_.page_tokens(), L.generation};
+    return cold_log_view{L.groups, L.open_k.data(), L.open_v.data(), L.n_open, layout_.page_tokens()};
 }
 
 void cold_logs::write_groups(std::span<const uint8_t * const> k_rows, std::span<const uint8_t * const> v_rows,
@@ -172,7 +173,6 @@ void cold_logs::apply(const cold_append & a) {
         const int64_t n_tokens = int64_t(L.groups.size()) * layout_.page_tokens() + L.n_open;
         const int64_t end =
             std::min<int64_t>(int64_t(L.groups.size()), std::max<int64_t>(0, n_tokens - w) / layout_.page_tokens());
-        if (L.n_dropped < end) ++L.generation;
         for (; L.n_dropped < end; ++L.n_dropped) {
             free_group(L.groups[size_t(L.n_dropped)]);
             L.groups[size_t(L.n_dropped)] = {cold_pool::no_page, cold_pool::no_page};
@@ -226,7 +226,6 @@ void cold_logs::truncate(int seq, int64_t n, cold_reader & reader) {
             continue;
         }
         const int64_t keep = g;  // whole groups below n
-        ++L.generation;
         for (size_t i = L.groups.size(); i-- > size_t(keep);) free_group(L.groups[i]);
         L.groups.resize(size_t(keep));
         L.n_dropped = std::min(L.n_dropped, keep);
@@ -259,7 +258,6 @@ void cold_logs::restore(const snapshot & s) {
     for (int il = 0; il < layout_.n_layer; ++il) {
         log_state & L = state(s.seq, il);
         HILL_ASSERT(!L.pending && int64_t(L.groups.size()) >= s.n_groups[size_t(il)]);
-        if (int64_t(L.groups.size()) > s.n_groups[size_t(il)]) ++L.generation;
         for (size_t i = L.groups.size(); i-- > size_t(s.n_groups[size_t(il)]);) free_group(L.groups[i]);
         L.groups.resize(size_t(s.n_groups[size_t(il)]));
         L.n_dropped = std::min(L.n_dropped, int64_t(L.groups.size()));

@@ -31,6 +31,7 @@
 #include "kv/kv_layout.h"
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -47,9 +48,6 @@ struct cold_log_view {
     const uint8_t * open_v = nullptr;
     int64_t n_open = 0;                // rows of the open tail
     int64_t page_tokens = 0;
-    // Changes whenever pages leave the log (a sliding window's drop, truncate, restore): a read of
-    // its pages planned under another generation may have read pages since freed and rewritten.
-    uint64_t generation = 0;
     int64_t n_on_disk() const { return int64_t(groups.size()) * page_tokens; }
     int64_t n_tokens() const { return n_on_disk() + n_open; }
 };
@@ -84,6 +82,11 @@ public:
     static int64_t open_groups_for(const kv_layout & layout);
 
     cold_log_view log(int seq, int il) const;
+    // Called before a page leaves a log (a sliding window's drop, truncate, restore, discard): the owner
+    // stops reads of written pages in flight on other threads — the storage device's prefetches, which
+    // may outlive a decode step (csd::device::drop_prefetches) — so that no read meets a page freed, or
+    // freed and written again, under it. Default: nothing.
+    void set_before_free(std::function<void()> f) { before_free_ = std::move(f); }
     const kv_layout & layout() const { return layout_; }
     const cold_pool & pool() const { return pool_; }
 
@@ -126,7 +129,6 @@ private:
         aligned_buffer next_k, next_v;  // the open tail after an append that fills the current one
         int64_t n_open = 0;
         int64_t n_dropped = 0;          // groups [0, n_dropped) are dropped (sliding window): no pages
-        uint64_t generation = 0;        // cold_log_view::generation
         bool pending = false;           // a prepared append is not applied yet
     };
     log_state & state(int seq, int il) { return logs_[size_t(seq) * size_t(layout_.n_layer) + size_t(il)]; }
@@ -140,6 +142,7 @@ private:
 
     cold_writer & writer_;
     cold_pool & pool_;
+    std::function<void()> before_free_;
     kv_layout layout_;
     int n_seq_;
     std::vector<log_state> logs_;  // [n_seq, n_layer]

@@ -29,14 +29,14 @@ cold_prefetch::~cold_prefetch() {
     worker_.join();
 }
 
-cold_prefetch::slot * cold_prefetch::find(const prefetch_key & key) {
+cold_prefetch::slot * cold_prefetch::find(uint64_t key) {
     for (slot & s : slots_) {
         if (s.st != state::free && s.key == key) return &s;
     }
     return nullptr;
 }
 
-int64_t cold_prefetch::start(const prefetch_key & key, std::span<const std::pair<uint32_t, uint32_t>> groups,
+int64_t cold_prefetch::start(uint64_t key, std::span<const std::pair<uint32_t, uint32_t>> groups,
                              std::span<const int32_t> positions, bool next_step) {
     if (positions.empty()) return 0;
     slot * s = nullptr;
@@ -75,13 +75,13 @@ int64_t cold_prefetch::start(const prefetch_key & key, std::span<const std::pair
     return n;
 }
 
-std::span<const int32_t> cold_prefetch::planned(const prefetch_key & key) {
+std::span<const int32_t> cold_prefetch::planned(uint64_t key) {
     std::lock_guard lock(m_);
     const slot * s = find(key);
     return s != nullptr ? std::span<const int32_t>(s->result.positions) : std::span<const int32_t>{};
 }
 
-const prefetched * cold_prefetch::wait(const prefetch_key & key) {
+const prefetched * cold_prefetch::wait(uint64_t key) {
     std::unique_lock lock(m_);
     slot * s = find(key);
     if (s == nullptr) return nullptr;
@@ -89,7 +89,7 @@ const prefetched * cold_prefetch::wait(const prefetch_key & key) {
     return s->failed ? nullptr : &s->result;
 }
 
-void cold_prefetch::release(const prefetch_key & key) {
+void cold_prefetch::release(uint64_t key) {
     std::unique_lock lock(m_);
     slot * s = find(key);
     if (s == nullptr) return;

@@ -8,7 +8,7 @@
 // (the read pass reads those tokens itself and reports a real fault).
 //
 //   cold_prefetch p(pool, layout, 2, 32 << 20);
-//   p.start(key, log.groups, predicted);         // returns at once (key: {id, version})
+//   p.start(key, log.groups, predicted);         // returns at once
 //   ... host work ...
 //   if (const prefetched * r = p.wait(key)) { ... rows of r->positions in r->view ... }
 //   p.release(key);
@@ -17,13 +17,10 @@
 // (own io_uring and descriptors). Memory: n_slots buffers of at most slot_bytes of K and V rows each,
 // grown to what their jobs need; a job longer than its slot reads only its first positions.
 //
-// A job can outlive a change of the cold pages it reads (a job for the next decode step): its key's
-// version names the state of those pages (the cold log's generation, kv/cold_logs.h), and a job is
-// found only under the key it was started with, so a read pass after the pages changed does not find
-// it (and the job's rows, possibly torn, are dropped unread).
-//
 // Thread-safety: start, wait, release, end_step and drop_all are called by one owner thread (the decode
-// step's).
+// step's). The cold pool must not free or rewrite the pages of a job's groups until the job is released
+// or dropped: a job for the next step outlives its step, so the owner drops every job before a page
+// leaves a cold log (cold_logs::set_before_free).
 #pragma once
 
 #include "compute/attention.h"
@@ -43,14 +40,6 @@
 namespace hill {
 
 class cold_gather;
-
-// A job's name: id (the owner's: a sequence and layer) and version (the state of the pages it reads);
-// equal only when both are.
-struct prefetch_key {
-    uint64_t id = 0;
-    uint64_t version = 0;
-    bool operator==(const prefetch_key &) const = default;
-};
 
 // What a job read: position positions[j] is row j of view (K and V).
 struct prefetched {
@@ -73,17 +62,17 @@ public:
     // cold_log_view::groups; both copied; beyond a slot's rows, the first ones) under `key`. Returns
     // the rows queued: 0 (nothing queued) when positions is empty, every slot is taken or key has a
     // job already. next_step: the job survives the next end_step() (a hint for the next decode step).
-    int64_t start(const prefetch_key & key, std::span<const std::pair<uint32_t, uint32_t>> groups,
+    int64_t start(uint64_t key, std::span<const std::pair<uint32_t, uint32_t>> groups,
                   std::span<const int32_t> positions, bool next_step = false);
     // The positions queued under key (ascending: what wait() returns the rows of, unless the reads
     // fail), without waiting for the job; empty when key has no job. Valid until release(key) or
     // drop_all(). Lets the owner read the tokens the job lacks while the job runs.
-    std::span<const int32_t> planned(const prefetch_key & key);
+    std::span<const int32_t> planned(uint64_t key);
     // Waits for key's job and returns what it read (valid until release(key) or drop_all()); nullptr
     // when key has no job, or its reads failed.
-    const prefetched * wait(const prefetch_key & key);
+    const prefetched * wait(uint64_t key);
     // Frees key's slot (waits for its job when it is being read). No job: nothing happens.
-    void release(const prefetch_key & key);
+    void release(uint64_t key);
     // The decode step is over: forgets its jobs as drop_all does, but those started with next_step,
     // which become jobs like the others (the next end_step forgets them unless they are released before).
     // Returns the bytes read for the jobs forgotten that nobody took.
@@ -96,7 +85,7 @@ private:
     enum class state : uint8_t { free, queued, running, done };
     struct slot {
         state st = state::free;
-        prefetch_key key;
+        uint64_t key = 0;
         uint64_t order = 0;      // start order: jobs run first come first served
         bool next_step = false;  // kept by end_step() once
         std::vector<std::pair<uint32_t, uint32_t>> groups;
@@ -105,7 +94,7 @@ private:
         aligned_buffer k, v;  // layout type [capacity, n_embd_kv]
         int64_t capacity = 0;
     };
-    slot * find(const prefetch_key & key);
+    slot * find(uint64_t key);
     // Frees the slots `drop` picks (waiting for those being read); returns the bytes read for the
     // done ones.
     template <typename Pred>

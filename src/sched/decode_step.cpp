@@ -215,8 +215,9 @@ void decode_step::prefetch_layer(int il, const prepared * next_step) {
         if (disk.empty()) continue;
         if (next_step == nullptr) hints_.named(seq, il, disk);  // the next step names its own
         if (hints_.open(il)) {
-            device_.prefetch(csd::device_pass{il, seq, log.page_tokens, log.groups, disk, log.generation}, next_step != nullptr);
-            if (next_step != nullptr) stats_.hint_tokens_next_step += disk.size();
+            const int64_t queued =
+                device_.prefetch(csd::device_pass{il, seq, log.page_tokens, log.groups, disk}, next_step != nullptr);
+            if (next_step != nullptr) stats_.hint_tokens_next_step += uint64_t(queued);
         } else if (next_step == nullptr) {
             ++stats_.hints_gated;
         }
@@ -267,7 +268,7 @@ void decode_step::speculate(int il) {
         table_.clear();
         table_.add(cells_, &log, seq, il, spec_union_, false, cache_);
         const std::span<const int32_t> disk = table_.disk_pos_of(0);
-        if (!disk.empty()) device_.prefetch(csd::device_pass{il, seq, log.page_tokens, log.groups, disk, log.generation}, false);
+        if (!disk.empty()) device_.prefetch(csd::device_pass{il, seq, log.page_tokens, log.groups, disk}, false);
     }
 }
 
@@ -636,7 +637,7 @@ void decode_step::gather_and_attend(int il, int b, prepared & prep) {
     // place, the others copied as the storage device delivers them.
     dev_.begin(shape_, q_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim), 1);
     csd::device_pass_guard guard(device_);
-    if (!disk.empty()) device_.read_begin(csd::device_pass{il, seq, log.page_tokens, log.groups, disk, log.generation});
+    if (!disk.empty()) device_.read_begin(csd::device_pass{il, seq, log.page_tokens, log.groups, disk});
     gather_.begin(il, table_, 0, kv_view{layout_.type, log.open_k, log.open_v, log.n_open, layout_.n_embd_kv},
                   [this](kv_batch & out) { return device_.read_next(out); });
     // A copy that learns from attention (h2o): the logits of every attended token, in attended order.

@@ -32,9 +32,9 @@
 // (csd::device::prefetch): the plain SSD reads those tokens' K and V in the background while the host
 // computes, and step 4 reads only what the hint missed. The last layer (of two or more) wraps around:
 // as it starts, this step's selection of layer 0 hints the next step's layer 0, so that layer's reads
-// overlap the last layer's work too (the hint outlives the step; it names the tokens on disk before
-// apply moves any, and its reads are dropped if the log loses pages before the next step reads,
-// cold_log_view::generation). The hint never changes a result. A layer whose hints were mostly not
+// overlap the last layer's work too (the hint outlives the step: it names the tokens on disk but those
+// this step's apply promotes; the context drops it before any page leaves a cold log,
+// cold_logs::set_before_free). The hint never changes a result. A layer whose hints were mostly not
 // selected is not hinted (sched/hint_gate.h; counted in step_stats::hints_gated).
 //
 // Speculation (a policy scoring from the key sketch, copy_kind::sketch: InfiniGen, policy/infinigen.cpp):
@@ -118,8 +118,8 @@ struct step_stats {
     uint64_t pingpong = 0;          // moves that undid a move of the same token within 8 steps
     uint64_t hints_gated = 0;       // prefetch hints (sequence, layer) not sent: the layer's hints were mostly
                                     // not selected (sched/hint_gate.h)
-    uint64_t hint_tokens_next_step = 0;  // tokens hinted for the next step's first layer (the pipeline wrapping
-                                         // around; the last step's hint is never taken)
+    uint64_t hint_tokens_next_step = 0;  // tokens the storage device queued for the next step's first layer (the
+                                         // pipeline wrapping around; the last step's are never taken)
     uint64_t promoted_bytes = 0;    // K and V bytes copied into the hot pool by promotions
     uint64_t cache_fills = 0;       // tokens the device tier's cache took: read from SSD, or evicted from the hot pool
     uint64_t cache_swaps = 0;       // of them, read from SSD into the row of a cached token the step scored lower
