@@ -129,7 +129,8 @@ public:
     }
     // The step is over: forgets its prefetches, but those for the next step.
     virtual void end_step() {}
-    // Forgets every prefetch (a failed step).
+    // Forgets every prefetch, the next step's too: a failed step, a change of policy, and before any
+    // cold page is freed (cold_logs::set_before_free).
     virtual void drop_prefetches() {}
 
     virtual device_counters counters() const = 0;

@@ -250,8 +250,8 @@ std::string storage_summary(const context & ctx) {
         const bool speculated = ctx.policy().scores_from() == copy_kind::sketch;
         out += fmt::format("  pipeline: {} tokens read ahead of their layer ({}); {:.1f}% of the "
                            "cold tokens read came from them, {:.1f}% of them were not selected\n", c.tokens_prefetched,
-                           speculated ? "the first layer: the previous step's selection; the others: their selection speculated "
-                                        "one layer ahead"
+                           speculated ? "the first layer: the previous step's selection, hinted from the step before's last "
+                                        "layer; the others: their selection speculated one layer ahead"
                                       : "the previous step's selection; the first layer's hinted from the step before's last layer",
                            100.0 * double(c.prefetch_hits) / double(std::max<uint64_t>(c.tokens_read, 1)),
                            100.0 * (1.0 - double(c.prefetch_hits) / double(c.tokens_prefetched)));

@@ -131,6 +131,7 @@ uint64_t cold_prefetch::drop_all() {
 }
 
 void cold_prefetch::worker_main() {
+    trace_set_thread_name("cold prefetch");
     std::unique_lock lock(m_);
     while (true) {
         slot * next = nullptr;

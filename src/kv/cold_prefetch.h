@@ -65,10 +65,10 @@ public:
     int64_t start(uint64_t key, std::span<const std::pair<uint32_t, uint32_t>> groups,
                   std::span<const int32_t> positions, bool next_step = false);
     // The positions queued under key (ascending: what wait() returns the rows of, unless the reads
-    // fail), without waiting for the job; empty when key has no job. Valid until release(key) or
-    // drop_all(). Lets the owner read the tokens the job lacks while the job runs.
+    // fail), without waiting for the job; empty when key has no job. Valid until release(key),
+    // end_step() or drop_all(). Lets the owner read the tokens the job lacks while the job runs.
     std::span<const int32_t> planned(uint64_t key);
-    // Waits for key's job and returns what it read (valid until release(key) or drop_all()); nullptr
+    // Waits for key's job and returns what it read (valid until release(key), end_step() or drop_all()); nullptr
     // when key has no job, or its reads failed.
     const prefetched * wait(uint64_t key);
     // Frees key's slot (waits for its job when it is being read). No job: nothing happens.
