@@ -128,6 +128,21 @@ protected:
         return truth;
     }
 
+    // Flips bit 4 of byte `at` of `page` in its file, behind the pool's back; returns the byte read
+    // there before.
+    static uint8_t corrupt(const cold_pool & pool, uint32_t page, uint64_t at) {
+        const int fd = ::open(pool.file_path(page).c_str(), O_RDWR | O_CLOEXEC);
+        EXPECT_GE(fd, 0);
+        uint8_t byte = 0;
+        const off_t off = off_t(pool.file_offset(page) + at);
+        EXPECT_EQ(::pread(fd, &byte, 1, off), 1);
+        const uint8_t flipped = byte ^ 0x10;
+        EXPECT_EQ(::pwrite(fd, &flipped, 1, off), 1);
+        EXPECT_EQ(::fsync(fd), 0);
+        ::close(fd);
+        return byte;
+    }
+
     std::unique_ptr<scratch_dir> dir_;
     uint32_t seed_ = 0;
     std::mt19937_64 rng_;
@@ -321,16 +336,7 @@ TEST_P(cold_pool_test, corrupted_page_is_a_checksum_mismatch) {
     cold_pool pool(params(32));
     aligned_buffer truth = fill_pool(pool);
     const uint32_t victim = 19;
-    const int fd = ::open(pool.file_path(victim).c_str(), O_RDWR | O_CLOEXEC);
-    ASSERT_GE(fd, 0);
-    uint8_t byte = 0;
-    const off_t at = off_t(pool.file_offset(victim) + 1234);
-    ASSERT_EQ(::pread(fd, &byte, 1, at), 1);
-    EXPECT_EQ(byte, truth.data()[size_t(victim) * page_bytes + 1234]);
-    byte ^= 0x10;
-    ASSERT_EQ(::pwrite(fd, &byte, 1, at), 1);
-    ASSERT_EQ(::fsync(fd), 0);
-    ::close(fd);
+    EXPECT_EQ(corrupt(pool, victim, 1234), truth.data()[size_t(victim) * page_bytes + 1234]);
 
     aligned_buffer rbuf(3 * page_bytes);
     std::vector<page_read> rd{
@@ -349,6 +355,51 @@ TEST_P(cold_pool_test, corrupted_page_is_a_checksum_mismatch) {
     EXPECT_NE(msg.find("offset " + std::to_string(pool.file_offset(victim))), std::string::npos) << msg;
     EXPECT_NE(msg.find(fmt::format("{:016x}", res[1].checksum_expected)), std::string::npos) << msg;
     EXPECT_EQ(std::memcmp(rbuf.data(), truth.data() + 18 * page_bytes, page_bytes), 0);
+}
+
+// Pages read in the background (start_pages / pages_done / finish_pages): the same results as
+// read_pages — a corrupt page is a checksum mismatch with its buffer zeroed, an unwritten page is
+// reported without a read — handed over as a prefix that grows, across the pool's files.
+TEST_P(cold_pool_test, pages_read_in_the_background_are_checked_as_they_arrive) {
+    cold_pool pool(params(32));
+    aligned_buffer truth = fill_pool(pool);
+    const uint32_t victim = 21;
+    corrupt(pool, victim, 99);
+    pool.free(9);  // its content is gone: unwritten
+    std::vector<uint32_t> pages{30, 3, 9, 17, 4, 5, victim, 16, 31, 0, 1, 2};  // both files, any order
+    aligned_buffer rbuf(pages.size() * page_bytes);
+    std::memset(rbuf.data(), 0x55, rbuf.size());
+    std::vector<page_read> rd;
+    for (size_t i = 0; i < pages.size(); ++i) rd.push_back({pages[i], rbuf.data() + i * page_bytes});
+    std::vector<page_result> res(rd.size());
+    io_queue_params q = io();
+    q.queue_depth = 2;
+    cold_reader reader(pool, q);
+    reader.start_pages(rd, res);
+    size_t done = 0;
+    for (size_t want = 1; want <= pages.size(); ++want) {
+        const size_t got = reader.pages_done(want);
+        ASSERT_GE(got, want);
+        for (; done < got; ++done) {
+            const uint8_t * b = rbuf.data() + done * page_bytes;
+            SCOPED_TRACE("page " + std::to_string(pages[done]));
+            if (pages[done] == victim) {
+                EXPECT_EQ(res[done].status, page_status::checksum_mismatch);
+            } else if (pages[done] == 9) {
+                EXPECT_EQ(res[done].status, page_status::unwritten);
+            } else {
+                ASSERT_EQ(res[done].status, page_status::ok);
+                ASSERT_EQ(std::memcmp(b, truth.data() + size_t(pages[done]) * page_bytes, page_bytes), 0);
+                continue;
+            }
+            EXPECT_TRUE(std::all_of(b, b + page_bytes, [](uint8_t x) { return x == 0; }));
+        }
+    }
+    EXPECT_EQ(reader.finish_pages(), 2u);
+    EXPECT_EQ(reader.finish_pages(), 0u) << "nothing in flight";
+    // The reader is free for a blocking read again.
+    ASSERT_EQ(reader.read_pages({rd.data(), 2}, {res.data(), 2}), 0u);
+    EXPECT_EQ(std::memcmp(rbuf.data(), truth.data() + 30 * page_bytes, page_bytes), 0);
 }
 
 // Stale files: an unlocked file of a dead pid is removed at start; a file whose lock is held (here

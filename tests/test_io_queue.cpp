@@ -94,6 +94,16 @@ protected:
         return content;
     }
 
+    // A fault hook that fails every read covering block `bad_block` with EIO (counting its calls in
+    // *n_calls when given).
+    static io_fault_hook fail_reads_of(uint64_t bad_block, int * n_calls = nullptr) {
+        return [bad_block, n_calls](const io_issue & is, int64_t r) -> int64_t {
+            if (n_calls != nullptr) ++*n_calls;
+            const uint64_t bad = bad_block * blk;
+            return is.op == io_op::read && is.offset <= bad && bad < is.offset + is.size_bytes ? -EIO : r;
+        };
+    }
+
     std::unique_ptr<scratch_dir> dir_;
     std::vector<int> fds_;
     uint32_t seed_ = 0;
@@ -227,12 +237,7 @@ TEST_P(io_queue_test, injected_eio_fails_only_its_request) {
     constexpr uint64_t bad_block = 13;
     io_queue_params p = params();
     int n_hook = 0;
-    p.fault_hook = [&](const io_issue & is, int64_t r) -> int64_t {
-        ++n_hook;
-        const uint64_t bad = bad_block * blk;
-        if (is.op == io_op::read && is.offset <= bad && bad < is.offset + is.size_bytes) return -EIO;
-        return r;
-    };
+    p.fault_hook = fail_reads_of(bad_block, &n_hook);
     io_queue q(p);
     std::vector<aligned_buffer> bufs;
     std::vector<io_request> rd;
@@ -253,6 +258,81 @@ TEST_P(io_queue_test, injected_eio_fails_only_its_request) {
         }
     }
     EXPECT_GT(n_hook, 1);
+}
+
+// A batch in the background (start / wait / result / finish): random reads at depth 4, in the order
+// given (shuffled offsets: not coalesced across that order); wait(k) returns a prefix of at least k
+// whose results and bytes are final while later requests may still run; one injected EIO fails only
+// its request; finish() gives every completion and the queue takes a new batch.
+TEST_P(io_queue_test, a_background_batch_hands_over_its_first_requests_first) {
+    SCOPED_TRACE("seed " + std::to_string(seed_));
+    constexpr uint64_t n_blocks = 200;
+    const int fd = make_file("data", n_blocks);
+    aligned_buffer truth;
+    {
+        io_queue w(params());
+        truth = write_all(w, fd, n_blocks);
+    }
+    constexpr uint64_t bad_block = 77;
+    io_queue_params p = params();
+    p.queue_depth = 4;
+    p.fault_hook = fail_reads_of(bad_block);
+    io_queue q(p);
+    std::vector<uint64_t> ids(n_blocks);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng_);
+    aligned_buffer buf(n_blocks * blk);
+    std::vector<io_request> rd;
+    for (uint64_t i = 0; i < n_blocks; ++i) rd.push_back({io_op::read, fd, ids[i] * blk, blk, buf.data() + i * blk, i});
+    q.start(rd, false);
+    EXPECT_TRUE(q.busy());
+    size_t done = 0;
+    for (size_t want = 1; want <= n_blocks; want += 1 + rng_() % 17) {
+        const size_t got = q.wait(want);
+        ASSERT_GE(got, want);
+        ASSERT_GE(got, done) << "the prefix never shrinks";
+        for (size_t i = done; i < got; ++i) {
+            if (ids[i] == bad_block) {
+                EXPECT_EQ(q.result(i), -EIO);
+            } else {
+                ASSERT_EQ(q.result(i), int64_t(blk)) << "request " << i;
+                ASSERT_EQ(std::memcmp(buf.data() + i * blk, truth.data() + ids[i] * blk, blk), 0) << "request " << i;
+            }
+        }
+        done = got;
+    }
+    std::vector<io_completion> out(n_blocks);
+    EXPECT_EQ(q.finish(out), 1u);
+    EXPECT_FALSE(q.busy());
+    for (uint64_t i = 0; i < n_blocks; ++i) {
+        EXPECT_EQ(out[i].user_data, i);
+        EXPECT_EQ(out[i].result, ids[i] == bad_block ? -EIO : int64_t(blk));
+    }
+    // Coalesced: only neighbours in the order given that are neighbours in the file (the EIO split
+    // adds an op per request of its op).
+    uint64_t n_merged = 0, bad_op_parts = 1;
+    for (uint64_t i = 0; i + 1 < n_blocks; ++i) n_merged += ids[i + 1] == ids[i] + 1 ? 1 : 0;
+    for (uint64_t i = 0; i < n_blocks; ++i) {
+        if (ids[i] != bad_block) continue;
+        for (uint64_t j = i; j > 0 && ids[j - 1] + 1 == ids[j]; --j) ++bad_op_parts;
+        for (uint64_t j = i; j + 1 < n_blocks && ids[j] + 1 == ids[j + 1]; ++j) ++bad_op_parts;
+    }
+    EXPECT_EQ(q.stats().n_coalesced, n_merged);
+    EXPECT_EQ(q.stats().n_ops, n_blocks - n_merged + (bad_op_parts > 1 ? bad_op_parts : 0));
+    EXPECT_EQ(q.finish(), 0u) << "no batch: nothing to finish";
+
+    // In-order neighbours still coalesce; a queue destroyed with a batch in flight waits for it.
+    std::vector<io_request> seq;
+    for (uint64_t b = 0; b < 64; ++b) seq.push_back({io_op::read, fd, b * blk, blk, buf.data() + b * blk, b});
+    {
+        io_queue q2(params());
+        q2.start(seq, false);
+        EXPECT_EQ(q2.wait(1), q2.stats().n_requests) << "one op carries all 64";
+        EXPECT_EQ(q2.stats().n_ops, 1u);
+        io_queue q3(params());
+        q3.start(seq, false);
+    }
+    EXPECT_EQ(std::memcmp(buf.data(), truth.data(), 64 * blk), 0);
 }
 
 // ENOSPC on one write of a batch: that request reports -ENOSPC, the others are written.

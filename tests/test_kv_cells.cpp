@@ -23,6 +23,7 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <set>
 
 namespace hill {
 namespace {
@@ -135,18 +136,21 @@ struct cold_fixture {
         const auto k = rows(seq, il, 0, log.n_tokens(), 0), v = rows(seq, il, 0, log.n_tokens(), 1);
         std::vector<int32_t> disk(size_t(std::max<int64_t>(0, log.n_on_disk() - t0)));
         std::iota(disk.begin(), disk.end(), int32_t(t0));
-        cold_gather g(*reader, layout);
-        g.begin(log.groups, disk, true);
-        kv_batch b;
-        int64_t seen = 0;
-        while (g.next(b)) {
-            for (int64_t j = 0; j < b.view.n_kv; ++j, ++seen) {
-                const int32_t t = b.positions[j];
-                ASSERT_EQ(std::memcmp(static_cast<const uint8_t *>(b.view.k) + size_t(b.rows[j]) * rb, k.data() + size_t(t) * rb, rb), 0) << t;
-                ASSERT_EQ(std::memcmp(static_cast<const uint8_t *>(b.view.v) + size_t(b.rows[j]) * rb, v.data() + size_t(t) * rb, rb), 0) << t;
+        for (const bool stream : {false, true}) {  // whole batches, and pages as they arrive
+            cold_gather g(*reader, layout, stream);
+            g.begin(log.groups, disk, true);
+            kv_batch b;
+            int64_t seen = 0;
+            while (g.next(b)) {
+                for (int64_t j = 0; j < b.view.n_kv; ++j, ++seen) {
+                    const int32_t t = b.positions[j];
+                    ASSERT_EQ(t, disk[size_t(seen)]) << "in position order";
+                    ASSERT_EQ(std::memcmp(static_cast<const uint8_t *>(b.view.k) + size_t(b.rows[j]) * rb, k.data() + size_t(t) * rb, rb), 0) << t;
+                    ASSERT_EQ(std::memcmp(static_cast<const uint8_t *>(b.view.v) + size_t(b.rows[j]) * rb, v.data() + size_t(t) * rb, rb), 0) << t;
+                }
             }
+            EXPECT_EQ(seen, int64_t(disk.size()));
         }
-        EXPECT_EQ(seen, int64_t(disk.size()));
         for (int64_t r = std::max<int64_t>(0, t0 - log.n_on_disk()); r < log.n_open; ++r) {
             const int64_t t = log.n_on_disk() + r;
             ASSERT_EQ(std::memcmp(log.open_k + size_t(r) * rb, k.data() + size_t(t) * rb, rb), 0) << t;
@@ -211,8 +215,12 @@ TEST_P(cold_logs_test, prefetch_reads_ahead_and_a_failed_read_only_loses_the_hin
     const cold_log_view l0 = f.logs->log(0, 0), l1 = f.logs->log(1, 1);
     const size_t rb = f.layout.row_bytes();
     std::atomic<bool> fail_reads{false};
+    std::atomic<uint64_t> bad_offset{~uint64_t(0)};  // a read of the byte at this file offset fails
     io_queue_params io;
-    io.fault_hook = [&](const io_issue & is, int64_t r) { return fail_reads && is.op == io_op::read ? -EIO : r; };
+    io.fault_hook = [&](const io_issue & is, int64_t r) {
+        const bool bad = is.offset <= bad_offset && bad_offset < is.offset + is.size_bytes;
+        return (fail_reads || bad) && is.op == io_op::read ? -EIO : r;
+    };
     // Two slots of 40 rows: a longer job reads its first 40 positions.
     cold_prefetch p(*f.pool, f.layout, 2, 40 * f.layout.token_layer_bytes(), io);
     std::vector<int32_t> want0, want1 = {0, 5, 31, 32, 100};
@@ -222,14 +230,18 @@ TEST_P(cold_logs_test, prefetch_reads_ahead_and_a_failed_read_only_loses_the_hin
     EXPECT_EQ(p.start({9}, l1.groups, want1), 5);
     EXPECT_EQ(p.start({11}, l1.groups, want1), 0) << "every slot taken";
     EXPECT_EQ(p.wait({12}), nullptr) << "no such job";
-    const auto expect_rows = [&](const prefetched * r, int seq, int il, const std::vector<int32_t> & want) {
+    // Rows [0, n) of r equal the pattern at their positions.
+    const auto expect_first_rows = [&](const prefetched * r, int seq, int il, const std::vector<int32_t> & want, size_t n) {
         ASSERT_NE(r, nullptr);
         ASSERT_EQ(r->positions, want);
         const auto k = f.rows(seq, il, 0, 150, 0), v = f.rows(seq, il, 0, 150, 1);
-        for (size_t j = 0; j < want.size(); ++j) {
+        for (size_t j = 0; j < n; ++j) {
             ASSERT_EQ(std::memcmp(static_cast<const uint8_t *>(r->view.k) + j * rb, k.data() + size_t(want[j]) * rb, rb), 0);
             ASSERT_EQ(std::memcmp(static_cast<const uint8_t *>(r->view.v) + j * rb, v.data() + size_t(want[j]) * rb, rb), 0);
         }
+    };
+    const auto expect_rows = [&](const prefetched * r, int seq, int il, const std::vector<int32_t> & want) {
+        expect_first_rows(r, seq, il, want, want.size());
         EXPECT_GT(r->bytes_read, 0u);
     };
     expect_rows(p.wait({9}), 1, 1, want1);
@@ -258,6 +270,34 @@ TEST_P(cold_logs_test, prefetch_reads_ahead_and_a_failed_read_only_loses_the_hin
     EXPECT_EQ(p.start({7}, l0.groups, want1), 5);
     p.drop_all();
     EXPECT_EQ(p.wait({21}), nullptr) << "drop_all forgets a job for the next step too";
+
+    // Rows as they arrive (wait_rows): at least the first n, all of them in the end; release returns
+    // the bytes the job read.
+    EXPECT_EQ(p.start({31}, l0.groups, want1), 5);
+    int64_t ready = -1;
+    ASSERT_NE(p.wait_rows({31}, 1, ready), nullptr);
+    EXPECT_GE(ready, 1);
+    const prefetched * r = p.wait_rows({31}, 5, ready);
+    EXPECT_EQ(ready, 5);
+    expect_first_rows(r, 0, 0, want1, 5);
+    std::set<int32_t> groups31;
+    for (const int32_t t : want1) groups31.insert(int32_t(t / f.layout.page_tokens()));
+    EXPECT_EQ(p.release({31}), groups31.size() * f.layout.pages_per_group() * f.layout.page_bytes());
+    EXPECT_EQ(p.release({31}), 0u) << "no job";
+    // A read failing in the middle of a job: the rows before it stay usable, a wait for more fails.
+    const int32_t bad_t = want0[20];
+    bad_offset = f.pool->file_offset(l0.groups[size_t(bad_t / f.layout.page_tokens())].first);
+    EXPECT_EQ(p.start({33}, l0.groups, want0), 40);
+    EXPECT_EQ(p.wait_rows({33}, 40, ready), nullptr);
+    EXPECT_LE(ready, 20) << "no row at or past the failed read";
+    if (ready > 0) {
+        int64_t again = 0;
+        r = p.wait_rows({33}, ready, again);
+        EXPECT_EQ(again, ready);
+        expect_first_rows(r, 0, 0, std::vector<int32_t>(want0.begin(), want0.begin() + 40), size_t(ready));
+    }
+    p.release({33});
+    bad_offset = ~uint64_t(0);
 }
 
 TEST_P(cold_logs_test, a_failed_write_changes_nothing_and_the_log_goes_on_once_space_returns) {

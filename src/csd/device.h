@@ -50,6 +50,9 @@ struct storage_params {
     device_profile profile;        // caps (device_profile.h); default: uncapped
     int32_t block_tokens = 1024;   // n: tokens per score block (6 KiB + 8 B at one score per token)
     bool prefetch = true;          // plain: read the hinted tokens ahead (the pipeline; false ignores the hints)
+    // plain: the most K and V bytes of a read pass's misses that its fetcher thread reads (the misses'
+    // rows are attended as they arrive); misses beyond it are read on the calling thread as reached.
+    size_t fetch_bytes = size_t(32) << 20;
     io_fault_hook io_faults;       // tests: injected results of the device's own reads
     // Polled while the host waits on the device (every 20 ms at most): true abandons the pass, and
     // next() throws hill::error(exit_code::interrupted). The CLI passes its Ctrl-C flag.

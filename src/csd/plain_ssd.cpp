@@ -23,8 +23,9 @@ plain_ssd::plain_ssd(const storage_params & p, const cold_pool * pool, const kv_
         io_queue_params io;
         io.fault_hook = p.io_faults;
         reader_ = std::make_unique<cold_reader>(*pool, io);
-        gather_ = std::make_unique<cold_gather>(*reader_, layout);
+        gather_ = std::make_unique<cold_gather>(*reader_, layout, true);
         if (p.prefetch) prefetch_ = std::make_unique<cold_prefetch>(*pool, layout, 4, size_t(32) << 20, io);
+        fetch_ = std::make_unique<cold_prefetch>(*pool, layout, 1, p.fetch_bytes, io, "cold fetch");
         chunk_rows_ = std::max<int64_t>(1, int64_t((size_t(8) << 20) / layout.token_layer_bytes()));
         merge_k_ = aligned_buffer(size_t(chunk_rows_) * layout.row_bytes());
         merge_v_ = aligned_buffer(size_t(chunk_rows_) * layout.row_bytes());
@@ -73,24 +74,29 @@ const score_block_view * plain_ssd::score_next() {
     HILL_ASSERT(scorer_ != nullptr);
     const int n_group = scorer_->n_group();
     HILL_ASSERT(n_group <= score_block_max_group);
-    if (cursor_ == batch_.view.n_kv) {
-        if (!next_batch(batch_, counters_.link_score_bytes)) {
-            scorer_ = nullptr;
-            return nullptr;
-        }
-        const int64_t t0 = time_us();
-        seg_scores_.resize(size_t(n_group) * size_t(batch_.view.n_kv));
-        scorer_->score(batch_.view, batch_.rows, seg_scores_.data(), batch_.view.n_kv, threads_);
-        counters_.t_kernel_us += uint64_t(time_us() - t0);
-        counters_.tokens_scored += uint64_t(batch_.view.n_kv);
-        cursor_ = 0;
-    }
     score_block_writer w(block_.data(), il_, n_group);
     f16_bits tuple[score_block_max_group];
-    const int64_t n = batch_.view.n_kv;
-    for (; cursor_ < n && w.n_tokens() < params_.block_tokens; ++cursor_) {
-        for (int g = 0; g < n_group; ++g) tuple[g] = score_to_f16(seg_scores_[size_t(g) * size_t(n) + size_t(cursor_)]);
-        w.add(uint32_t(batch_.positions[cursor_]), tuple);
+    // A block takes tokens across the gather's batches (which end where the reads in flight do), so
+    // that blocks are cut at block_tokens only, as the emulator cuts them.
+    while (w.n_tokens() < params_.block_tokens) {
+        if (cursor_ == batch_.view.n_kv) {
+            if (!next_batch(batch_, counters_.link_score_bytes)) break;
+            const int64_t t0 = time_us();
+            seg_scores_.resize(size_t(n_group) * size_t(batch_.view.n_kv));
+            scorer_->score(batch_.view, batch_.rows, seg_scores_.data(), batch_.view.n_kv, threads_);
+            counters_.t_kernel_us += uint64_t(time_us() - t0);
+            counters_.tokens_scored += uint64_t(batch_.view.n_kv);
+            cursor_ = 0;
+        }
+        const int64_t n = batch_.view.n_kv;
+        for (; cursor_ < n && w.n_tokens() < params_.block_tokens; ++cursor_) {
+            for (int g = 0; g < n_group; ++g) tuple[g] = score_to_f16(seg_scores_[size_t(g) * size_t(n) + size_t(cursor_)]);
+            w.add(uint32_t(batch_.positions[cursor_]), tuple);
+        }
+    }
+    if (w.n_tokens() == 0) {
+        scorer_ = nullptr;
+        return nullptr;
     }
     w.seal();
     ++counters_.score_blocks;
@@ -103,103 +109,108 @@ void plain_ssd::read_begin(const device_pass & pass) {
     il_ = pass.il;
     reading_ = true;
     ++counters_.n_read_passes;
-    job_key_ = key_of(pass);
-    first_misses_read_ = false;
-    if (prefetch_ != nullptr) {
-        if (const std::span<const int32_t> planned = prefetch_->planned(job_key_); !planned.empty()) {
-            // While the job runs, read the first chunk's tokens it lacks: both queues busy at once.
-            groups_.assign(pass.groups.begin(), pass.groups.end());
-            read_pos_.assign(pass.positions.begin(), pass.positions.end());
-            read_misses(0, std::min(read_pos_.size(), size_t(chunk_rows_)), planned);
-            first_misses_read_ = true;
-        }
-    }
-    const int64_t t0 = time_us();
-    job_ = prefetch_ != nullptr ? prefetch_->wait(job_key_) : nullptr;
-    counters_.t_read_us += uint64_t(time_us() - t0);
-    if (job_ == nullptr && prefetch_ != nullptr) prefetch_->release(job_key_);
-    if (job_ == nullptr && !first_misses_read_) {
-        gather_->begin(pass.groups, pass.positions, true);  // no job: every token is read now
-        return;
-    }
-    // Over the job, or over a failed job whose first-chunk misses were read above: the rest is read
-    // chunk by chunk (merged_next).
-    merged_ = true;
-    early_.assign(misses_.begin(), misses_.end());
-    if (!first_misses_read_) {
-        groups_.assign(pass.groups.begin(), pass.groups.end());
-        read_pos_.assign(pass.positions.begin(), pass.positions.end());
-    }
+    const uint64_t key = key_of(pass);
+    groups_.assign(pass.groups.begin(), pass.groups.end());
+    read_pos_.assign(pass.positions.begin(), pass.positions.end());
     read_i_ = 0;
-    job_j_ = 0;
-    if (job_ != nullptr) charge(job_->bytes_read, counters_.link_kv_bytes);
+    all_gathered_ = false;
+    miss_batch_ = kv_batch{};
+    miss_j_ = 0;
+    // The hint's rows are taken as its job reads them; the tokens it lacks are read by the fetcher's
+    // thread from now on, beside it (two queues keep this disk busier than one).
+    hint_ = job_cursor{};
+    if (prefetch_ != nullptr) hint_ = job_cursor{prefetch_.get(), key, prefetch_->planned(key)};
+    misses_.clear();
+    std::set_difference(read_pos_.begin(), read_pos_.end(), hint_.pos.begin(), hint_.pos.end(), std::back_inserter(misses_));
+    const int64_t n_fetched = fetch_->start(key, groups_, misses_);
+    fetched_ = job_cursor{fetch_.get(), key, fetch_->planned(key)};
+    // Misses beyond the fetcher's slot: read here, as they are reached.
+    gather_->begin(groups_, std::span<const int32_t>(misses_).subspan(size_t(n_fetched)), true);
 }
 
-void plain_ssd::read_misses(size_t begin, size_t end, std::span<const int32_t> have) {
+bool plain_ssd::from_job(job_cursor & c, int32_t t, bool can_wait, const uint8_t *& k, const uint8_t *& v, bool & stop) {
+    while (c.j < c.pos.size() && c.pos[c.j] < t) ++c.j;
+    if (c.j == c.pos.size() || c.pos[c.j] != t) return false;
+    if (int64_t(c.j) >= c.ready) {
+        if (!can_wait) {
+            stop = true;
+            return true;
+        }
+        const int64_t t0 = time_us();
+        const prefetched * job = c.from->wait_rows(c.key, int64_t(c.j) + 1, c.ready);
+        counters_.t_read_us += uint64_t(time_us() - t0);
+        if (job == nullptr) {
+            // The job failed: the rest of the pass is read here (a real fault is reported then).
+            gather_->begin(groups_, std::span<const int32_t>(read_pos_).subspan(read_i_), true);
+            all_gathered_ = true;
+            miss_batch_ = kv_batch{};
+            miss_j_ = 0;
+            return false;
+        }
+        c.view = job->view;
+    }
     const size_t rb = layout_.row_bytes();
-    misses_.clear();
-    miss_row_.clear();
-    size_t j = size_t(std::lower_bound(have.begin(), have.end(), begin < end ? read_pos_[begin] : 0) - have.begin());
-    for (size_t i = begin; i < end; ++i) {
-        const int32_t t = read_pos_[i];
-        while (j < have.size() && have[j] < t) ++j;
-        if (j == have.size() || have[j] != t) {
-            misses_.push_back(t);
-            miss_row_.push_back(int32_t(i - begin));
-        }
-    }
-    if (misses_.empty()) return;
-    gather_->begin(groups_, misses_, true);
-    kv_batch b;
-    size_t m = 0;
-    while (next_batch(b, counters_.link_kv_bytes)) {
-        for (int64_t r = 0; r < b.view.n_kv; ++r, ++m) {
-            const size_t src = size_t(b.rows != nullptr ? b.rows[r] : r) * rb;
-            const size_t dst = size_t(miss_row_[m]) * rb;
-            std::memcpy(merge_k_.data() + dst, static_cast<const uint8_t *>(b.view.k) + src, rb);
-            std::memcpy(merge_v_.data() + dst, static_cast<const uint8_t *>(b.view.v) + src, rb);
-        }
-    }
-    HILL_ASSERT(m == misses_.size());
+    k = static_cast<const uint8_t *>(c.view.k) + c.j * rb;
+    v = static_cast<const uint8_t *>(c.view.v) + c.j * rb;
+    ++c.j;
+    return true;
 }
 
 bool plain_ssd::merged_next(kv_batch & out) {
     if (read_i_ == read_pos_.size()) {
+        const uint64_t bytes = release_jobs();
         forget_pass();
+        charge(bytes, counters_.link_kv_bytes);
         return false;
     }
     const size_t rb = layout_.row_bytes();
-    const size_t begin = read_i_, end = std::min(read_pos_.size(), begin + size_t(chunk_rows_));
-    const std::span<const int32_t> have = job_ != nullptr ? std::span<const int32_t>(job_->positions) : std::span<const int32_t>{};
-    if (begin != 0 || !first_misses_read_) {
-        read_misses(begin, end, have);
-    } else if (job_ == nullptr) {
-        read_misses(begin, end, early_);  // a failed job: the first chunk's tokens not read early
-    }
+    // The next rows in position order; the batch ends before a row not read yet (rather than waiting
+    // for it) once it holds one, so that the host attends what is here while the rest is read.
+    const size_t begin = read_i_;
     uint64_t hits = 0;
-    for (size_t i = begin; job_ != nullptr && i < end; ++i) {
-        const auto * jk = static_cast<const uint8_t *>(job_->view.k);
-        const auto * jv = static_cast<const uint8_t *>(job_->view.v);
-        const int32_t t = read_pos_[i];
-        while (job_j_ < have.size() && have[job_j_] < t) ++job_j_;
-        if (job_j_ < have.size() && have[job_j_] == t) {
-            const size_t row = i - begin;
-            std::memcpy(merge_k_.data() + row * rb, jk + job_j_ * rb, rb);
-            std::memcpy(merge_v_.data() + row * rb, jv + job_j_ * rb, rb);
-            ++hits;
+    for (; read_i_ < read_pos_.size() && read_i_ - begin < size_t(chunk_rows_); ++read_i_) {
+        const int32_t t = read_pos_[read_i_];
+        const bool can_wait = read_i_ == begin;
+        const uint8_t *k = nullptr, *v = nullptr;
+        bool stop = false;
+        if (!all_gathered_ && from_job(hint_, t, can_wait, k, v, stop)) {
+            hits += stop ? 0 : 1;
+        } else if (all_gathered_ || !from_job(fetched_, t, can_wait, k, v, stop)) {
+            if (miss_j_ == miss_batch_.view.n_kv) {
+                if (!can_wait) break;
+                const bool more = next_batch(miss_batch_, counters_.link_kv_bytes);
+                HILL_ASSERT(more);  // the gather delivers every token left to it
+                miss_j_ = 0;
+            }
+            HILL_ASSERT(miss_batch_.positions[miss_j_] == t);
+            const size_t src = size_t(miss_batch_.rows != nullptr ? miss_batch_.rows[miss_j_] : miss_j_) * rb;
+            k = static_cast<const uint8_t *>(miss_batch_.view.k) + src;
+            v = static_cast<const uint8_t *>(miss_batch_.view.v) + src;
+            ++miss_j_;
         }
+        if (stop) break;
+        const size_t row = read_i_ - begin;
+        std::memcpy(merge_k_.data() + row * rb, k, rb);
+        std::memcpy(merge_v_.data() + row * rb, v, rb);
     }
-    read_i_ = end;
     counters_.prefetch_hits += hits;
-    out.view = kv_view{layout_.type, merge_k_.data(), merge_v_.data(), int64_t(end - begin), layout_.n_embd_kv};
+    out.view = kv_view{layout_.type, merge_k_.data(), merge_v_.data(), int64_t(read_i_ - begin), layout_.n_embd_kv};
     out.rows = nullptr;
     out.positions = read_pos_.data() + begin;
     return true;
 }
 
+uint64_t plain_ssd::release_jobs() {
+    uint64_t bytes = 0;
+    if (hint_.from != nullptr) bytes += hint_.from->release(hint_.key);
+    if (fetched_.from != nullptr) bytes += fetched_.from->release(fetched_.key);
+    hint_ = fetched_ = job_cursor{};
+    return bytes;
+}
+
 bool plain_ssd::read_next(kv_batch & out) {
     HILL_ASSERT(reading_);
-    const bool more = merged_ ? merged_next(out) : next_batch(out, counters_.link_kv_bytes);
+    const bool more = merged_next(out);
     if (!more) {
         reading_ = false;
         return false;
@@ -236,10 +247,7 @@ void plain_ssd::cancel() {
 }
 
 void plain_ssd::forget_pass() {
-    if (reading_ && prefetch_ != nullptr) prefetch_->release(job_key_);  // taken, failed or not waited for yet
-    job_ = nullptr;
-    merged_ = false;
-    first_misses_read_ = false;
+    count_untaken(release_jobs());  // a pass that did not end: what its jobs read is still read
     scorer_ = nullptr;
     reading_ = false;
 }

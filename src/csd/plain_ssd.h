@@ -7,11 +7,17 @@
 //
 // Prefetch (the pipeline, HillInfer paper §4.3): prefetch() hands the hinted positions to a
 // cold_prefetch (kv/cold_prefetch.h: its own thread and io_uring), which reads them while the host
-// works; a read pass then waits for that job, takes the rows it read, and reads only the misses —
-// in chunks of up to 8 MiB of K and V, merged in position order. 4 jobs of at most 32 MiB each: two
-// layers in flight for up to two sequences of a batch, or for one sequence with the next step's first
-// layer (further hints are dropped). A hint for the next step outlives end_step() (dropped by
-// drop_prefetches()).
+// works. 4 jobs of at most 32 MiB each: two layers in flight for up to two sequences of a batch, or
+// for one sequence with the next step's first layer (further hints are dropped). A hint for the next
+// step outlives end_step() (dropped by drop_prefetches()).
+//
+// A read pass takes the hint's rows and has the misses (the tokens the hint lacks) read by a second
+// cold_prefetch, the fetcher (thread "cold fetch"; up to storage_params::fetch_bytes per pass, the
+// rest on the calling thread), from read_begin on, beside the prefetch: two queues keep a disk busier
+// than one. Both jobs publish their rows as they arrive, and read_next() returns the rows in position
+// order as far as they are read, so the host attends the first ones while the rest are read. A job
+// that fails only loses its reads: the rest of the pass is read on the calling thread, which reports
+// a real fault.
 #pragma once
 
 #include "csd/device.h"
@@ -46,12 +52,11 @@ private:
     void charge(uint64_t bytes, uint64_t & link_bytes);
     // Ends the pass in flight (releasing its prefetch job): the device is idle.
     void forget_pass();
-    // A read pass over a prefetch: the next chunk, hits copied from the job, misses read (the first
-    // chunk's were read by read_begin while the job ran).
+    // The read pass's next rows in position order (at least one; fewer than chunk_rows_ when the next
+    // one is not read yet).
     bool merged_next(kv_batch & out);
-    // Reads the tokens of read_pos_[begin, end) that `have` (ascending) lacks into the merge buffers,
-    // each at its row i − begin.
-    void read_misses(size_t begin, size_t end, std::span<const int32_t> have);
+    // Ends the read pass: frees its jobs and returns the bytes they read.
+    uint64_t release_jobs();
     static uint64_t key_of(const device_pass & p) { return uint64_t(uint32_t(p.seq)) << 32 | uint32_t(p.il); }
     // Counts the bytes of prefetches dropped unread as read (they were).
     void count_untaken(uint64_t bytes);
@@ -62,20 +67,32 @@ private:
     device_counters counters_;
     std::unique_ptr<cold_reader> reader_;  // nullptr without a cold pool
     std::unique_ptr<cold_gather> gather_;
-    std::unique_ptr<cold_prefetch> prefetch_;  // nullptr without a cold pool
+    std::unique_ptr<cold_prefetch> prefetch_;  // the hints; nullptr without a cold pool or prefetch
+    std::unique_ptr<cold_prefetch> fetch_;     // the read passes' misses; nullptr without a cold pool
     int il_ = 0;
     host_scorer * scorer_ = nullptr;       // a scoring pass is in flight
     bool reading_ = false;                 // a read pass is in flight
-    // A read pass over a prefetch job (job_; nullptr when it failed after the first chunk's misses were
-    // read): its positions, the next one, the job's next row.
-    const prefetched * job_ = nullptr;
-    uint64_t job_key_ = 0;
+    // A read pass: its positions and the next one. Its rows come from up to three sources, each in
+    // position order: the prefetch's job (the hint), the fetcher's job (the misses, read on the
+    // fetcher's thread while the host attends the rows already here) and, for misses beyond the
+    // fetcher's slot or after a job failed, gather_ on this thread.
+    struct job_cursor {
+        cold_prefetch * from = nullptr;
+        uint64_t key = 0;
+        std::span<const int32_t> pos;  // the job's positions (cold_prefetch::planned)
+        size_t j = 0;                  // the next row
+        int64_t ready = 0;             // rows read so far
+        kv_view view;                  // the job's rows, once one was waited for
+    };
+    // Takes a row at position t from a job that has it (false: neither has it).
+    bool from_job(job_cursor & c, int32_t t, bool can_wait, const uint8_t *& k, const uint8_t *& v, bool & stop);
     std::vector<std::pair<uint32_t, uint32_t>> groups_;
-    std::vector<int32_t> read_pos_, misses_, miss_row_;
-    size_t read_i_ = 0, job_j_ = 0;
-    bool merged_ = false;                  // the pass runs through merged_next
-    bool first_misses_read_ = false;       // the first chunk's misses are in the merge buffers
-    std::vector<int32_t> early_;           // those misses (read before the job was waited for)
+    std::vector<int32_t> read_pos_, misses_;
+    size_t read_i_ = 0;
+    job_cursor hint_, fetched_;
+    bool all_gathered_ = false;            // a job failed: the rest of the pass comes from gather_
+    kv_batch miss_batch_;                  // gather_'s batch being consumed
+    int64_t miss_j_ = 0;                   // its next row
     int64_t chunk_rows_ = 1;
     aligned_buffer merge_k_, merge_v_;     // layout type [chunk_rows, n_embd_kv]
     kv_layout layout_;

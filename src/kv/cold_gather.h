@@ -10,6 +10,12 @@
 //
 // next() throws hill::error naming the page when a read fails or a checksum does not match; the
 // batch's pointers are valid until the next call.
+//
+// Streaming (a gather made with stream = true, over a reader of its own): a batch's page reads are
+// issued in position order and left running between calls, and next() returns as soon as the next
+// page is in — every token of the pages read by then, at least one page's — so that the caller works
+// on the first tokens while the later ones are read (csd/plain_ssd.h: attention behind the reads).
+// The reads in flight end at the next begin() or the gather's destruction (which wait for them).
 #pragma once
 
 #include "compute/attention.h"
@@ -33,8 +39,11 @@ struct kv_batch {
 
 class cold_gather {
 public:
-    // Batches of about 8 MiB of K rows (and as much V).
-    cold_gather(cold_reader & reader, const kv_layout & layout);
+    // Batches of about 8 MiB of K rows (and as much V). stream: see above.
+    cold_gather(cold_reader & reader, const kv_layout & layout, bool stream = false);
+    ~cold_gather();
+    cold_gather(const cold_gather &) = delete;
+    cold_gather & operator=(const cold_gather &) = delete;
 
     // Starts reading `positions` (ascending, each < groups.size() · page_tokens; copied) of a cold log
     // whose written groups are `groups` (cold_log_view::groups; copied); K rows only unless with_v.
@@ -46,8 +55,17 @@ public:
     uint64_t read_bytes() const { return read_bytes_; }
 
 private:
+    // Plans the next batch (up to batch_groups_ groups from positions_[next_]) into reads_, rows_,
+    // batch_pos_ and group_end_.
+    void plan_batch();
+    // Checks reads_[begin, end), unpacks their token records and counts their bytes.
+    void settle(size_t begin, size_t end);
+
     cold_reader & reader_;
     kv_layout layout_;
+    bool stream_ = false;
+    bool in_flight_ = false;  // streaming: the batch's reads run
+    size_t reads_done_ = 0;   // streaming: reads of the batch handed out
     int64_t batch_groups_ = 1;
     aligned_buffer staging_k_, staging_v_;  // layout type [batch_groups, page_tokens, n_embd_kv]
     aligned_buffer records_;                // token records: [batch_groups, page_bytes], the pages read
@@ -57,6 +75,7 @@ private:
     bool with_v_ = false;
     uint64_t read_bytes_ = 0;
     std::vector<int32_t> rows_, batch_pos_;
+    std::vector<uint32_t> group_end_;  // [groups of the batch]: end of each group's rows in rows_
     std::vector<page_read> reads_;
     std::vector<page_result> results_;
 };

@@ -10,13 +10,13 @@
 namespace hill {
 
 cold_prefetch::cold_prefetch(const cold_pool & pool, const kv_layout & layout, int n_slots, size_t slot_bytes,
-                             const io_queue_params & io)
+                             const io_queue_params & io, const char * thread_name)
     : layout_(layout), slots_(size_t(n_slots)) {
     HILL_ASSERT(n_slots >= 1);
     max_rows_ = std::max<int64_t>(1, int64_t(slot_bytes / layout.token_layer_bytes()));
     reader_ = std::make_unique<cold_reader>(pool, io);  // used by the worker only
-    gather_ = std::make_unique<cold_gather>(*reader_, layout);
-    worker_ = std::thread([this] { worker_main(); });
+    gather_ = std::make_unique<cold_gather>(*reader_, layout, true);
+    worker_ = std::thread([this, thread_name] { worker_main(thread_name); });
 }
 
 cold_prefetch::~cold_prefetch() {
@@ -66,6 +66,7 @@ int64_t cold_prefetch::start(uint64_t key, std::span<const std::pair<uint32_t, u
     s->result.view = kv_view{layout_.type, s->k.data(), s->v.data(), n, layout_.n_embd_kv};
     s->result.bytes_read = 0;
     s->failed = false;
+    s->ready = 0;
     {
         std::lock_guard lock(m_);
         s->order = next_order_++;
@@ -89,16 +90,28 @@ const prefetched * cold_prefetch::wait(uint64_t key) {
     return s->failed ? nullptr : &s->result;
 }
 
-void cold_prefetch::release(uint64_t key) {
+const prefetched * cold_prefetch::wait_rows(uint64_t key, int64_t n, int64_t & ready) {
     std::unique_lock lock(m_);
     slot * s = find(key);
-    if (s == nullptr) return;
+    ready = 0;
+    if (s == nullptr) return nullptr;
+    HILL_ASSERT(n <= int64_t(s->result.positions.size()));
+    cv_.wait(lock, [&] { return s->ready >= n || s->st == state::done; });
+    ready = s->ready;
+    return ready >= n ? &s->result : nullptr;
+}
+
+uint64_t cold_prefetch::release(uint64_t key) {
+    std::unique_lock lock(m_);
+    slot * s = find(key);
+    if (s == nullptr) return 0;
     if (s->st == state::queued) {
         s->st = state::free;
-        return;
+        return 0;
     }
     cv_.wait(lock, [&] { return s->st == state::done; });
     s->st = state::free;
+    return s->result.bytes_read;
 }
 
 template <typename Pred>
@@ -130,8 +143,8 @@ uint64_t cold_prefetch::drop_all() {
     return drop_if([](const slot &) { return true; });
 }
 
-void cold_prefetch::worker_main() {
-    trace_set_thread_name("cold prefetch");
+void cold_prefetch::worker_main(const char * thread_name) {
+    trace_set_thread_name(thread_name);
     std::unique_lock lock(m_);
     while (true) {
         slot * next = nullptr;
@@ -167,6 +180,11 @@ void cold_prefetch::read_job(slot & s) {
                 std::memcpy(s.k.data() + size_t(j) * rb, static_cast<const uint8_t *>(b.view.k) + src, rb);
                 std::memcpy(s.v.data() + size_t(j) * rb, static_cast<const uint8_t *>(b.view.v) + src, rb);
             }
+            {
+                std::lock_guard lock(m_);
+                s.ready = j;
+            }
+            cv_.notify_all();
         }
     } catch (const error &) {
         s.failed = true;  // a hint lost: the read pass reads these tokens itself and reports the fault

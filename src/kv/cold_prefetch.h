@@ -13,6 +13,10 @@
 //   if (const prefetched * r = p.wait(key)) { ... rows of r->positions in r->view ... }
 //   p.release(key);
 //
+// A job's rows become available in position order as its pages arrive (wait_rows), so that a reader
+// can use the first ones while the rest are read: the plain SSD's read pass runs its misses as a job
+// of a second cold_prefetch and attends rows as they come (csd/plain_ssd.h).
+//
 // Jobs run in the order they were started, one at a time, through the prefetcher's own cold_reader
 // (own io_uring and descriptors). Memory: n_slots buffers of at most slot_bytes of K and V rows each,
 // grown to what their jobs need; a job longer than its slot reads only its first positions.
@@ -45,14 +49,15 @@ class cold_gather;
 struct prefetched {
     std::vector<int32_t> positions;  // ascending
     kv_view view;
-    uint64_t bytes_read = 0;         // pages read for it
+    uint64_t bytes_read = 0;         // pages read for it (final once the job has ended: wait(), release())
 };
 
 class cold_prefetch {
 public:
     // Errors (hill::error, bad_input): the pool's files cannot be opened for reading (cold_reader).
+    // thread_name: the worker's name in traces.
     cold_prefetch(const cold_pool & pool, const kv_layout & layout, int n_slots, size_t slot_bytes,
-                  const io_queue_params & io = {});
+                  const io_queue_params & io = {}, const char * thread_name = "cold prefetch");
     // Drops every job (waits for the one being read).
     ~cold_prefetch();
     cold_prefetch(const cold_prefetch &) = delete;
@@ -71,8 +76,15 @@ public:
     // Waits for key's job and returns what it read (valid until release(key), end_step() or drop_all()); nullptr
     // when key has no job, or its reads failed.
     const prefetched * wait(uint64_t key);
-    // Frees key's slot (waits for its job when it is being read). No job: nothing happens.
-    void release(uint64_t key);
+    // Waits until key's job has read its first n rows (n <= its positions), or has ended, and returns
+    // the job with `ready` set to the rows read so far (>= n; rows [0, ready) of its view are final
+    // and the worker writes none of them again) — the rows arrive in position order, so a reader
+    // uses the first ones while the rest are read. nullptr when key has no job or its reads failed
+    // before row n. Valid as wait()'s result; its bytes_read is final only once the job has ended.
+    const prefetched * wait_rows(uint64_t key, int64_t n, int64_t & ready);
+    // Frees key's slot (waits for its job when it is being read) and returns the bytes its job read.
+    // No job: nothing happens (0).
+    uint64_t release(uint64_t key);
     // The decode step is over: forgets its jobs as drop_all does, but those started with next_step,
     // which become jobs like the others (the next end_step forgets them unless they are released before).
     // Returns the bytes read for the jobs forgotten that nobody took.
@@ -91,6 +103,7 @@ private:
         std::vector<std::pair<uint32_t, uint32_t>> groups;
         prefetched result;
         bool failed = false;
+        int64_t ready = 0;       // rows read so far (in position order)
         aligned_buffer k, v;  // layout type [capacity, n_embd_kv]
         int64_t capacity = 0;
     };
@@ -99,8 +112,8 @@ private:
     // done ones.
     template <typename Pred>
     uint64_t drop_if(Pred drop);
-    void worker_main();
-    void read_job(slot & s);  // on the worker, without the lock
+    void worker_main(const char * thread_name);
+    void read_job(slot & s);  // on the worker, without the lock (but to publish rows read)
 
     kv_layout layout_;
     int64_t max_rows_ = 0;  // rows per slot

@@ -24,17 +24,17 @@ cold_reader::cold_reader(const cold_pool & pool, const io_queue_params & io) : p
 }
 
 cold_reader::~cold_reader() {
+    io_.finish();  // reads in flight land before their buffers may go
     for (const int fd : fds_) ::close(fd);
 }
 
-size_t cold_reader::read_pages(std::span<const page_read> batch, std::span<page_result> out) {
-    HILL_ASSERT(out.size() == batch.size());
-    const size_t n = batch.size();
+void cold_reader::issue(bool sort_by_offset) {
     const uint64_t page_bytes = pool_.page_bytes();
+    const size_t n = batch_.size();
     reqs_.clear();
     req_of_.resize(n);
     for (size_t i = 0; i < n; ++i) {
-        const page_read & rd = batch[i];
+        const page_read & rd = batch_[i];
         HILL_ASSERT(rd.page < pool_.n_pages());
         HILL_ASSERT(reinterpret_cast<uintptr_t>(rd.buffer) % 4096 == 0);
         if (!pool_.is_written(rd.page)) {
@@ -45,37 +45,83 @@ size_t cold_reader::read_pages(std::span<const page_read> batch, std::span<page_
         reqs_.push_back({io_op::read, fds_[rd.page / pool_.pages_per_file()], pool_.file_offset(rd.page), page_bytes,
                          rd.buffer, i});
     }
-    done_.resize(reqs_.size());
-    io_.run(reqs_, done_);
+    n_final_ = n_bad_ = 0;
+    io_.start(reqs_, sort_by_offset);
+}
 
-    size_t n_bad = 0;
-    for (size_t i = 0; i < n; ++i) {
-        const page_read & rd = batch[i];
-        page_result & r = out[i];
-        r = {};
-        r.page = rd.page;
-        if (req_of_[i] == cold_pool::no_page) {
-            r.status = page_status::unwritten;
+void cold_reader::settle(size_t i, int64_t io_result) {
+    const page_read & rd = batch_[i];
+    page_result & r = out_[i];
+    r = {};
+    r.page = rd.page;
+    if (req_of_[i] == cold_pool::no_page) {
+        r.status = page_status::unwritten;
+    } else {
+        r.io_result = io_result;
+        if (r.io_result < 0) {
+            r.status = page_status::io_error;
         } else {
-            r.io_result = done_[req_of_[i]].result;
-            if (r.io_result < 0) {
-                r.status = page_status::io_error;
-            } else {
-                const uint64_t actual = pool_.checksum_of(rd.buffer);
-                const uint64_t expected = pool_.checksum(rd.page);
-                if (actual != expected) {
-                    r.status = page_status::checksum_mismatch;
-                    r.checksum_expected = expected;
-                    r.checksum_actual = actual;
-                }
+            const uint64_t actual = pool_.checksum_of(rd.buffer);
+            const uint64_t expected = pool_.checksum(rd.page);
+            if (actual != expected) {
+                r.status = page_status::checksum_mismatch;
+                r.checksum_expected = expected;
+                r.checksum_actual = actual;
             }
         }
-        if (r.status != page_status::ok) {
-            std::memset(rd.buffer, 0, page_bytes);
-            ++n_bad;
+    }
+    if (r.status != page_status::ok) {
+        std::memset(rd.buffer, 0, pool_.page_bytes());
+        ++n_bad_;
+    }
+}
+
+size_t cold_reader::read_pages(std::span<const page_read> batch, std::span<page_result> out) {
+    HILL_ASSERT(out.size() == batch.size() && !io_.busy());
+    batch_ = batch;
+    out_ = out;
+    issue(true);
+    done_.resize(reqs_.size());
+    io_.finish(done_);
+    for (size_t i = 0; i < batch.size(); ++i) settle(i, req_of_[i] == cold_pool::no_page ? 0 : done_[req_of_[i]].result);
+    batch_ = {};
+    out_ = {};
+    return n_bad_;
+}
+
+void cold_reader::start_pages(std::span<const page_read> batch, std::span<page_result> out) {
+    HILL_ASSERT(out.size() == batch.size() && !io_.busy());
+    batch_ = batch;
+    out_ = out;
+    issue(false);
+}
+
+size_t cold_reader::pages_done(size_t at_least) {
+    HILL_ASSERT(io_.busy() && at_least <= batch_.size());
+    // Pages [n_final_, at_least) need requests up to the last written one among them.
+    size_t need = 0;
+    for (size_t i = at_least; i > n_final_; --i) {
+        if (req_of_[i - 1] != cold_pool::no_page) {
+            need = req_of_[i - 1] + 1;
+            break;
         }
     }
-    return n_bad;
+    const size_t n_req = io_.wait(need);
+    for (; n_final_ < batch_.size(); ++n_final_) {
+        const uint32_t q = req_of_[n_final_];
+        if (q != cold_pool::no_page && q >= n_req) break;
+        settle(n_final_, q == cold_pool::no_page ? 0 : io_.result(q));
+    }
+    return n_final_;
+}
+
+size_t cold_reader::finish_pages() {
+    if (!io_.busy()) return 0;
+    pages_done(batch_.size());
+    io_.finish();
+    batch_ = {};
+    out_ = {};
+    return n_bad_;
 }
 
 void cold_reader::check(std::span<const page_result> results, const char * what) const {

@@ -36,6 +36,16 @@ public:
     // whose status is not ok has its buffer zeroed. Returns the number of such pages.
     size_t read_pages(std::span<const page_read> batch, std::span<page_result> out);
 
+    // The same read in the background: start_pages() issues the reads and returns at once;
+    // pages_done(k) waits until pages [0, k) are read and checked and returns how many leading pages
+    // are (>= k; out[i] is final for those); finish_pages() waits for the rest, ends the batch and
+    // returns the number of pages whose status is not ok. The pages are issued in batch order (the
+    // first ones arrive first). batch, out and the buffers must stay valid until finish_pages() (or
+    // the reader's destruction, which waits for the reads); read_pages() may not run in between.
+    void start_pages(std::span<const page_read> batch, std::span<page_result> out);
+    size_t pages_done(size_t at_least);
+    size_t finish_pages();
+
     // Throws hill::error(bad_input) "<what> failed: <describe(first failed page)>" when any result of
     // a batch is not ok; for callers that cannot go on without every page.
     void check(std::span<const page_result> results, const char * what) const;
@@ -51,6 +61,14 @@ private:
     std::vector<io_request> reqs_;
     std::vector<io_completion> done_;
     std::vector<uint32_t> req_of_;  // batch index -> request index, or cold_pool::no_page when not issued
+    // The batch in flight (start_pages): its pages and results, and how many leading ones are final.
+    std::span<const page_read> batch_;
+    std::span<page_result> out_;
+    size_t n_final_ = 0, n_bad_ = 0;
+    // Submits batch_'s written pages (in order; sorted by offset when sort_by_offset).
+    void issue(bool sort_by_offset);
+    // Sets out_[i] from its read (or the page's absence) and zeroes a bad page's buffer.
+    void settle(size_t i, int64_t io_result);
 };
 
 }  // namespace hill

@@ -126,6 +126,7 @@ io_queue::io_queue(io_queue_params params) : params_(std::move(params)) {
 }
 
 io_queue::~io_queue() {
+    finish();  // no read may land in a buffer after its owner is gone
     if (ring_) io_uring_queue_exit(ring_.get());
 }
 
@@ -248,16 +249,23 @@ void io_queue::on_result(uint32_t op_index, int64_t result) {
 
 size_t io_queue::run(std::span<const io_request> reqs, std::span<io_completion> out) {
     HILL_ASSERT(out.size() == reqs.size());
+    start(reqs, true);
+    return finish(out);
+}
+
+void io_queue::start(std::span<const io_request> reqs, bool sort_by_offset) {
+    HILL_ASSERT(!busy_);
     const size_t n = reqs.size();
     HILL_ASSERT(n < std::numeric_limits<uint32_t>::max() / 2);
     reqs_ = reqs;
+    busy_ = true;
     stats_.n_requests += n;
-    const uint64_t n_failed_before = stats_.n_failed;
+    n_failed_at_start_ = stats_.n_failed;
 
     order_.resize(n);
     std::iota(order_.begin(), order_.end(), 0u);
     const bool coalesce = params_.max_coalesce_bytes > 0;
-    if (coalesce) {
+    if (coalesce && sort_by_offset) {
         std::stable_sort(order_.begin(), order_.end(), [&](uint32_t a, uint32_t b) {
             const io_request & x = reqs[a];
             const io_request & y = reqs[b];
@@ -274,6 +282,7 @@ size_t io_queue::run(std::span<const io_request> reqs, std::span<io_completion> 
     ready_head_ = 0;
     n_pending_ = 0;
     n_inflight_ = 0;
+    n_done_prefix_ = 0;
 
     bool can_extend = false;  // the last op ends at position k - 1 and may take part k
     for (uint32_t k = 0; k < n; ++k) {
@@ -298,21 +307,26 @@ size_t io_queue::run(std::span<const io_request> reqs, std::span<io_completion> 
         ready_.push_back(uint32_t(ops_.size() - 1));
         can_extend = true;
     }
+    if (backend_ == io_backend::uring) pump(false);
+}
 
-    while (n_pending_ > 0) {
-        while (ready_head_ < ready_.size() && (backend_ == io_backend::sync || n_inflight_ < params_.queue_depth)) {
-            issue(ready_[ready_head_++]);
-        }
+void io_queue::pump(bool block) {
+    if (backend_ == io_backend::sync) {
+        // Runs the next ready operation: it completes inside issue().
+        if (ready_head_ < ready_.size()) issue(ready_[ready_head_++]);
+        return;
+    }
+    for (;;) {
+        while (ready_head_ < ready_.size() && n_inflight_ < params_.queue_depth) issue(ready_[ready_head_++]);
         if (ready_head_ == ready_.size()) {
             ready_.clear();
             ready_head_ = 0;
         }
-        if (backend_ == io_backend::sync) continue;
         HILL_ASSERT(n_inflight_ > 0 || n_pending_ == 0);
-        if (n_inflight_ == 0) break;
-        const int rc = io_uring_submit_and_wait(ring_.get(), 1);
+        if (n_inflight_ == 0) return;
+        const int rc = block ? io_uring_submit_and_wait(ring_.get(), 1) : io_uring_submit(ring_.get());
         if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
-            log_warn("io_uring_submit_and_wait failed: {}", std::strerror(-rc));
+            log_warn("io_uring_submit failed: {}", std::strerror(-rc));
             HILL_ASSERT(rc >= 0);
         }
         unsigned head;
@@ -324,14 +338,44 @@ size_t io_queue::run(std::span<const io_request> reqs, std::span<io_completion> 
             on_result(uint32_t(io_uring_cqe_get_data64(cqe)), cqe->res);
         }
         io_uring_cq_advance(ring_.get(), n_seen);
+        // Completions made room (and retries or remainders may have made work): go round to refill
+        // and submit, so that the queue stays full while the caller computes.
+        if (n_seen == 0 || ready_head_ == ready_.size()) return;
+        block = false;
     }
+}
 
-    for (size_t i = 0; i < n; ++i) {
-        HILL_ASSERT(results_[i] != pending_result);
-        out[i] = {reqs[i].user_data, results_[i]};
+size_t io_queue::wait(size_t at_least) {
+    HILL_ASSERT(busy_ && at_least <= reqs_.size());
+    const auto advance = [this] {
+        while (n_done_prefix_ < reqs_.size() && results_[n_done_prefix_] != pending_result) ++n_done_prefix_;
+    };
+    advance();
+    while (n_done_prefix_ < at_least) {
+        pump(true);
+        advance();
     }
+    if (backend_ == io_backend::uring && n_pending_ > 0) {
+        pump(false);
+        advance();
+    }
+    return n_done_prefix_;
+}
+
+int64_t io_queue::result(size_t i) const {
+    HILL_ASSERT(busy_ && i < n_done_prefix_);
+    return results_[i];
+}
+
+size_t io_queue::finish(std::span<io_completion> out) {
+    if (!busy_) return 0;
+    const size_t n = reqs_.size();
+    HILL_ASSERT(out.empty() || out.size() == n);
+    wait(n);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = {reqs_[i].user_data, results_[i]};
     reqs_ = {};
-    return size_t(stats_.n_failed - n_failed_before);
+    busy_ = false;
+    return size_t(stats_.n_failed - n_failed_at_start_);
 }
 
 }  // namespace hill

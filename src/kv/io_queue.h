@@ -6,7 +6,7 @@
 //   std::vector<io_completion> done(reqs.size());
 //   if (q.run(reqs, done) != 0) { ... done[i].result < 0 is -errno for request i ... }
 //
-// What run() does with a batch:
+// What run() (and start() ... finish()) does with a batch:
 // - Coalescing: requests on the same fd with the same op whose byte ranges follow each other
 //   (after sorting by offset) are merged into one readv/writev (IORING_OP_READV/WRITEV) of at most
 //   max_coalesce_bytes and UIO_MAXIOV (1024) buffers. Results are still reported per request.
@@ -137,11 +137,35 @@ public:
 
     // Runs every request of the batch and waits for all of them. out.size() == reqs.size()
     // (asserted); out[i] is request i's completion. Returns the number of failed requests.
-    // Allocates only when a batch is larger than every earlier one.
+    // Allocates only when a batch is larger than every earlier one. = start(reqs, true) + finish(out).
     size_t run(std::span<const io_request> reqs, std::span<io_completion> out);
+
+    // A batch in the background, for a caller that uses its first requests while the rest are read
+    // (csd/plain_ssd.h: attention runs behind the reads). start() issues the first queue_depth
+    // operations and returns at once; the kernel works on them while the caller computes, and every
+    // later call refills the queue. `reqs` must stay valid and unchanged until finish().
+    // sort_by_offset: coalesce after sorting by (fd, op, offset), as run() does; false issues the
+    // requests in the order given and coalesces only neighbours in it, so that the first ones arrive
+    // first. One batch at a time (asserted); with the synchronous backend the reads run inside wait().
+    void start(std::span<const io_request> reqs, bool sort_by_offset);
+    // Waits until requests [0, at_least) have their results (at_least <= the batch's size), takes
+    // the completions that are there without waiting, refills the queue, and returns n >= at_least:
+    // requests [0, n) have their results (result(i)).
+    size_t wait(size_t at_least);
+    // Request i's result once wait() has returned more than i: bytes, or -errno.
+    int64_t result(size_t i) const;
+    // Waits for every request of the batch and ends it; out (empty, or one per request) gets the
+    // completions. Returns the number of failed requests. Does nothing without a batch.
+    size_t finish(std::span<io_completion> out = {});
+    // A batch is started and not finished.
+    bool busy() const { return busy_; }
 
 private:
     struct op;
+
+    // Issues the ready operations the queue has room for; with io_uring, submits them and takes the
+    // completions there are, waiting for one first when `block`.
+    void pump(bool block);
 
     void issue(uint32_t op_index);
     void on_result(uint32_t op_index, int64_t result);
@@ -163,6 +187,9 @@ private:
     size_t ready_head_ = 0;
     uint32_t n_inflight_ = 0;
     size_t n_pending_ = 0;  // requests without a result yet
+    size_t n_done_prefix_ = 0;  // requests [0, this) have their results
+    uint64_t n_failed_at_start_ = 0;
+    bool busy_ = false;
 };
 
 }  // namespace hill
