@@ -572,6 +572,46 @@ TEST(csd_device, a_failed_read_on_the_plain_ssd_is_an_error_of_that_pass) {
         << "the plain SSD is not ready for a pass after a failed one";
 }
 
+// A pass stopped while the plain SSD's reads still run in the background (a cancel, Ctrl-C): the
+// reads end with the pass, so the log's pages can be freed at once (as a failed or interrupted
+// request's release does) and the next pass, or the device's end, never checks the freed pages
+// (which aborted on cold_pool's written-page assertion before cancel() ended the gather's batch).
+TEST(csd_device, a_stopped_pass_leaves_no_read_behind_it) {
+    cold_log_fixture f(4000, 1, 2);
+    f.append(1, 4000);
+    thread_pool pool(1);
+    std::atomic<bool> stop{false};
+    csd::storage_params sp{.block_tokens = 16};
+    sp.stop_requested = [&stop] { return stop.load(); };
+    auto plain = csd::make_device(sp, f.pool.get(), f.layout, f.shape, pool);
+    host_scorer hs(f.shape, score_params{.query = query_precision::int8}, 1);
+    std::vector<float> q(size_t(f.shape.n_head * f.shape.head_dim), 0.5f);
+    hs.prepare_query(q.data());
+    const std::vector<int32_t> disk = f.disk_positions();
+    // Cancelled after its first block, then sequence 0 freed, then a read pass over sequence 1.
+    plain->score_begin(f.pass(disk), hs);
+    ASSERT_NE(plain->score_next(), nullptr);
+    plain->cancel();
+    cold_reader rd(*f.pool);
+    f.logs->truncate(0, 0, rd);
+    const std::vector<int32_t> d1 = f.disk_positions(1);
+    EXPECT_EQ(read_pass(*plain, f, f.pass(d1, 1), 1), d1);
+    // Interrupted mid-pass (stop_requested), sequence 1 freed, the device destroyed.
+    EXPECT_THROW(
+        {
+            csd::device_pass_guard guard(*plain);
+            plain->score_begin(f.pass(d1, 1), hs);
+            ASSERT_NE(plain->score_next(), nullptr);
+            stop = true;
+            while (plain->score_next() != nullptr) {
+            }
+            guard.done();
+        },
+        error);
+    f.logs->truncate(1, 0, rd);
+    plain.reset();
+}
+
 // The pipeline's prefetch (csd/device.h prefetch): a read pass returns the same rows whether or not
 // its tokens were hinted, takes the hinted ones from the prefetch and reads only the misses; a hint
 // whose reads fail only costs the reads.

@@ -237,17 +237,19 @@ void plain_ssd::end_step() {
 }
 
 void plain_ssd::drop_prefetches() {
+    HILL_ASSERT(!reading_);  // a pass's hint job may not go under it (pages are freed between passes)
     if (prefetch_ != nullptr) count_untaken(prefetch_->drop_all());
 }
 
 void plain_ssd::cancel() {
-    // Nothing runs between the calls: forget the pass.
+    // Stops the pass's reads (the jobs, the gather's batch in flight) and forgets it.
     if (scorer_ != nullptr || reading_) ++counters_.n_cancelled;
     forget_pass();
 }
 
 void plain_ssd::forget_pass() {
     count_untaken(release_jobs());  // a pass that did not end: what its jobs read is still read
+    if (gather_ != nullptr) gather_->end();
     scorer_ = nullptr;
     reading_ = false;
 }

@@ -3,7 +3,8 @@
 // cold_reader (a cold_gather) and scores them with the host scorer on the calling thread; a read pass
 // returns the pages that hold the wanted tokens. Everything read crosses the link, so the link
 // counters equal the internal ones. A profile caps the reads at min(internal read, link) bandwidth
-// (the same bytes cross both). Nothing runs between begin and next(): next() does the work.
+// (the same bytes cross both; a read pass's jobs are charged at its end). Between begin and next()
+// reads run in the background (the jobs' threads, the gather's io_uring); cancel() stops them.
 //
 // Prefetch (the pipeline, HillInfer paper §4.3): prefetch() hands the hinted positions to a
 // cold_prefetch (kv/cold_prefetch.h: its own thread and io_uring), which reads them while the host
@@ -13,8 +14,8 @@
 //
 // A read pass takes the hint's rows and has the misses (the tokens the hint lacks) read by a second
 // cold_prefetch, the fetcher (thread "cold fetch"; up to storage_params::fetch_bytes per pass, the
-// rest on the calling thread), from read_begin on, beside the prefetch: two queues keep a disk busier
-// than one. Both jobs publish their rows as they arrive, and read_next() returns the rows in position
+// rest on the calling thread once the pass reaches them), from read_begin on, beside the prefetch:
+// two queues keep a disk busier than one. Both jobs publish their rows as they arrive, and read_next() returns the rows in position
 // order as far as they are read, so the host attends the first ones while the rest are read. A job
 // that fails only loses its reads: the rest of the pass is read on the calling thread, which reports
 // a real fault.

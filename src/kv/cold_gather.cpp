@@ -16,14 +16,18 @@ cold_gather::cold_gather(cold_reader & reader, const kv_layout & layout, bool st
     if (layout.cold == cold_records::token) records_ = aligned_buffer(size_t(batch_groups_) * layout.page_bytes());
 }
 
-cold_gather::~cold_gather() {
-    if (in_flight_) reader_.finish_pages();
+cold_gather::~cold_gather() { end(); }
+
+void cold_gather::end() {
+    if (in_flight_) reader_.abandon_pages();
+    in_flight_ = false;
+    positions_.clear();
+    next_ = 0;
 }
 
 void cold_gather::begin(std::span<const std::pair<uint32_t, uint32_t>> groups, std::span<const int32_t> positions,
                         bool with_v) {
-    if (in_flight_) reader_.finish_pages();  // the last pass's reads, not needed now
-    in_flight_ = false;
+    end();  // the last pass's reads, not needed now
     groups_.assign(groups.begin(), groups.end());
     positions_.assign(positions.begin(), positions.end());
     next_ = 0;
@@ -62,24 +66,23 @@ void cold_gather::plan_batch() {
     results_.resize(reads_.size());
 }
 
-void cold_gather::settle(size_t begin, size_t end) {
-    const std::span<const page_result> res(results_.data() + begin, end - begin);
+void cold_gather::settle(size_t r0, size_t r1) {
+    const std::span<const page_result> res(results_.data() + r0, r1 - r0);
     for (const page_result & r : res) {
         if (r.status != page_status::ok) {
-            if (in_flight_) reader_.finish_pages();
-            in_flight_ = false;
+            end();
             reader_.check(res, "reading KV pages");
         }
     }
     const int64_t pt = layout_.page_tokens();
     const size_t pb = layout_.page_bytes(), group_rows = size_t(pt) * layout_.row_bytes();
     if (layout_.cold == cold_records::token) {
-        for (size_t i = begin; i < end; ++i) {
+        for (size_t i = r0; i < r1; ++i) {
             layout_.unpack_records(records_.data() + i * pb, pt, staging_k_.data() + i * group_rows,
                                    with_v_ ? staging_v_.data() + i * group_rows : nullptr);
         }
     }
-    read_bytes_ += uint64_t(end - begin) * pb;
+    read_bytes_ += uint64_t(r1 - r0) * pb;
 }
 
 bool cold_gather::next(kv_batch & out) {

@@ -15,7 +15,8 @@
 // issued in position order and left running between calls, and next() returns as soon as the next
 // page is in — every token of the pages read by then, at least one page's — so that the caller works
 // on the first tokens while the later ones are read (csd/plain_ssd.h: attention behind the reads).
-// The reads in flight end at the next begin() or the gather's destruction (which wait for them).
+// The reads in flight end at end(), the next begin() or the gather's destruction (which wait for them
+// and check nothing more: the pages may have been freed since).
 #pragma once
 
 #include "compute/attention.h"
@@ -50,6 +51,8 @@ public:
     void begin(std::span<const std::pair<uint32_t, uint32_t>> groups, std::span<const int32_t> positions, bool with_v);
     // The next batch; false when every position was handed out.
     bool next(kv_batch & out);
+    // Drops what is left of the gather (streaming: waits for the reads in flight). Never throws.
+    void end();
 
     // Bytes read from the pool since construction.
     uint64_t read_bytes() const { return read_bytes_; }
@@ -58,8 +61,8 @@ private:
     // Plans the next batch (up to batch_groups_ groups from positions_[next_]) into reads_, rows_,
     // batch_pos_ and group_end_.
     void plan_batch();
-    // Checks reads_[begin, end), unpacks their token records and counts their bytes.
-    void settle(size_t begin, size_t end);
+    // Checks reads_[r0, r1), unpacks their token records and counts their bytes.
+    void settle(size_t r0, size_t r1);
 
     cold_reader & reader_;
     kv_layout layout_;

@@ -115,6 +115,12 @@ size_t cold_reader::pages_done(size_t at_least) {
     return n_final_;
 }
 
+void cold_reader::abandon_pages() {
+    io_.finish();
+    batch_ = {};
+    out_ = {};
+}
+
 size_t cold_reader::finish_pages() {
     if (!io_.busy()) return 0;
     pages_done(batch_.size());

@@ -42,9 +42,12 @@ public:
     // returns the number of pages whose status is not ok. The pages are issued in batch order (the
     // first ones arrive first). batch, out and the buffers must stay valid until finish_pages() (or
     // the reader's destruction, which waits for the reads); read_pages() may not run in between.
+    // abandon_pages() waits for the reads in flight and ends the batch without checking the pages not
+    // handed over yet (their pages may have been freed since; their results are left unset).
     void start_pages(std::span<const page_read> batch, std::span<page_result> out);
     size_t pages_done(size_t at_least);
     size_t finish_pages();
+    void abandon_pages();
 
     // Throws hill::error(bad_input) "<what> failed: <describe(first failed page)>" when any result of
     // a batch is not ok; for callers that cannot go on without every page.
