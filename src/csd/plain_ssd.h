@@ -15,10 +15,10 @@
 // A read pass takes the hint's rows and has the misses (the tokens the hint lacks) read by a second
 // cold_prefetch, the fetcher (thread "cold fetch"; up to storage_params::fetch_bytes per pass, the
 // rest on the calling thread once the pass reaches them), from read_begin on, beside the prefetch:
-// two queues keep a disk busier than one. Both jobs publish their rows as they arrive, and read_next() returns the rows in position
-// order as far as they are read, so the host attends the first ones while the rest are read. A job
-// that fails only loses its reads: the rest of the pass is read on the calling thread, which reports
-// a real fault.
+// two queues keep a disk busier than one. Both jobs publish their rows as they arrive, and
+// read_next() returns the rows in position order as far as they are read, so the host attends the
+// first ones while the rest are read. A job that fails only loses its reads: the rest of the pass is
+// read on the calling thread, which reports a real fault.
 #pragma once
 
 #include "csd/device.h"
