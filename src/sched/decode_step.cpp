@@ -584,6 +584,9 @@ void decode_step::gather_and_attend(int il, int b, prepared & prep) {
     if (own) table_.add_hot(int32_t(n - 1), L.slot[size_t(b)]);
     const std::span<const int32_t> disk = table_.disk_pos_of(0);
     hints_.wanted(seq, il, disk);
+    // The reads start now; the device cache's bookkeeping below only decides where their rows go.
+    csd::device_pass_guard guard(device_);
+    if (!disk.empty()) device_.read_begin(csd::device_pass{il, seq, log.page_tokens, log.groups, disk});
     // The device cache: the disk tokens not promoted fill the rows this step did not use, in place of
     // their least selected tokens. Which disk tokens, when there are more than such rows: with scores,
     // the highest-scored, and the rest may take the rows of cached tokens this step scored lower (after
@@ -636,8 +639,6 @@ void decode_step::gather_and_attend(int il, int b, prepared & prep) {
     // The selected tokens in position order, window by window (kv/ordered_gather.h): the hot ones in
     // place, the others copied as the storage device delivers them.
     dev_.begin(shape_, q_.data() + size_t(b) * size_t(shape_.n_head * shape_.head_dim), 1);
-    csd::device_pass_guard guard(device_);
-    if (!disk.empty()) device_.read_begin(csd::device_pass{il, seq, log.page_tokens, log.groups, disk});
     gather_.begin(il, table_, 0, kv_view{layout_.type, log.open_k, log.open_v, log.n_open, layout_.n_embd_kv},
                   [this](kv_batch & out) { return device_.read_next(out); });
     // A copy that learns from attention (h2o): the logits of every attended token, in attended order.

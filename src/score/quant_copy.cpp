@@ -1,6 +1,7 @@
 #include "score/quant_copy.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
 #include <cmath>
 #include <limits>
@@ -435,16 +436,24 @@ void quant_copy::score(int64_t n, float * scores, int64_t stride, thread_pool & 
     const uint8_t * keys = keys_.get() + query_pair_ * size_t(n_ctx_) * row_bytes_;
     const bf16_bits * scales = scales_.get() + query_pair_ * size_t(n_ctx_) * size_t(shape_.n_head_kv);
     const size_t n_kv = size_t(shape_.n_head_kv);
-    pool.run([&](int ith, int nth) {
+    // The threads claim ranges of tokens as they go (about 16 per thread) rather than a fixed share
+    // each: on a machine whose cores the I/O threads share, the thread whose core is taken does less
+    // (a token's score does not depend on the range it was scored in).
+    const int64_t per_claim =
+        std::max<int64_t>(score_block, n / (int64_t(pool.n_threads()) * 16) / score_block * score_block);
+    std::atomic<int64_t> next_claim{0};
+    pool.run([&](int ith, int) {
         int32_t * dots = dots_.data() + size_t(ith) * size_t(dots_stride_);
-        const int64_t j_end = n * (ith + 1) / nth;
-        for (int64_t j0 = n * ith / nth; j0 < j_end; j0 += score_block) {
-            const int nb = int(std::min<int64_t>(score_block, j_end - j0));
-            const int n_next = int(std::clamp<int64_t>(j_end - j0 - score_block, 0, score_block));
-            const bf16_bits * next_scales = scales + size_t(j0 + score_block) * n_kv;
-            for (size_t o = 0; o < size_t(n_next) * n_kv; o += 32) __builtin_prefetch(next_scales + o, 0, 3);
-            score_tokens(dots_of, keys + size_t(j0) * row_bytes_, scales + size_t(j0) * n_kv, nb, n_next, dots,
-                         scores + j0, stride);
+        for (int64_t j_begin; (j_begin = next_claim.fetch_add(per_claim, std::memory_order_relaxed)) < n;) {
+            const int64_t j_end = std::min(n, j_begin + per_claim);
+            for (int64_t j0 = j_begin; j0 < j_end; j0 += score_block) {
+                const int nb = int(std::min<int64_t>(score_block, j_end - j0));
+                const int n_next = int(std::clamp<int64_t>(j_end - j0 - score_block, 0, score_block));
+                const bf16_bits * next_scales = scales + size_t(j0 + score_block) * n_kv;
+                for (size_t o = 0; o < size_t(n_next) * n_kv; o += 32) __builtin_prefetch(next_scales + o, 0, 3);
+                score_tokens(dots_of, keys + size_t(j0) * row_bytes_, scales + size_t(j0) * n_kv, nb, n_next, dots,
+                             scores + j0, stride);
+            }
         }
     });
 }
