@@ -11,7 +11,7 @@
 #      pool, KV cells, and logs, the scorers and the scoring copy, policies, the storage device
 #      emulator, the pipeline's hints across steps, batches of sequences, KV faults);
 #   4. libFuzzer: the GGUF and safetensors readers, the server's request parsing and raw HTTP requests into
-#      the server, $HILL_FUZZ_SECONDS seconds each (default 20), two at a time, from their seed corpora.
+#      the server, $HILL_FUZZ_SECONDS seconds each (default 10), two at a time, from their seed corpora.
 # Extra arguments go to the Release ctest run (e.g. -R golden).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,7 +62,7 @@ cmake --preset fuzz > /dev/null
 cmake --build --preset fuzz -j "$jobs" --target fuzz_gguf fuzz_safetensors fuzz_api_request fuzz_http
 corpus=$(mktemp -d)
 trap 'rm -rf "$corpus"' EXIT
-fuzz_seconds="${HILL_FUZZ_SECONDS:-20}"
+fuzz_seconds="${HILL_FUZZ_SECONDS:-10}"
 # fuzz TARGET [ARGS...]: TARGET from a copy of its seed corpus, its stats in $corpus/TARGET.log.
 fuzz() {
   local target=$1 name=${1#fuzz_}
