@@ -321,7 +321,7 @@ TEST_P(score_copy_w, avx2_and_scalar_match_the_documented_scores_bit_for_bit) {
         for (int hd : head_dims) {
             s.head_dim = hd;
             s.scale = 1.0f / std::sqrt(float(hd));  // the softmax aggregate's (the others do not read it)
-            const int64_t n = 75;  // two blocks of 32 and a partial one on one thread
+            const int64_t n = 75;  // four blocks of 16 and a partial one on one thread
             const std::vector<float> q = random_floats(rng, sz(s.n_head * hd), -4.0f, 4.0f);
             const std::vector<float> b = random_floats(rng, sz(s.n_head), -8.0f, 8.0f);
             std::vector<score_params> params = all_params();
@@ -349,6 +349,30 @@ TEST_P(score_copy_w, avx2_and_scalar_match_the_documented_scores_bit_for_bit) {
                 }
             }
         }
+    }
+}
+
+// The threads claim ranges of several blocks as they go (quant_copy::score): over a context long
+// enough for claims of 6 blocks on one thread and 2 on three (the last one partial), every token's
+// score is the documented one, bit for bit, whichever thread scored it and wherever its claim began.
+TEST_P(score_copy_w, scores_do_not_depend_on_the_ranges_the_threads_claim) {
+    const int bits = GetParam();
+    HILL_FRESH_RNG(rng);
+    mode_guard mg;
+    thread_pool p1(1), p3(3);
+    attention_shape s{8, 2, 64, 0.125f};
+    const int64_t n = 1555;
+    const std::vector<float> q = random_floats(rng, sz(s.n_head * s.head_dim), -4.0f, 4.0f);
+    const std::vector<float> b = random_floats(rng, sz(s.n_head), -8.0f, 8.0f);
+    const key_rows k = random_keys(ggml_type::f16, n, s, rng);
+    for (const score_params & p : all_params()) {
+        quant_copy copy(s, p, bits, 1, 1, n, 3);
+        copy.write(0, 0, 0, n, ggml_type::f16, k.data(), k.stride);
+        const std::vector<float> want = documented_scores(copy, 0, 0, q, n, b.data());
+        kernel_mode_set(kernel_mode::avx2);
+        EXPECT_TRUE(same_bits(copy_scores(copy, 0, 0, q, n, p1, b.data()), want)) << case_name(s, p, ggml_type::f16);
+        EXPECT_TRUE(same_bits(copy_scores(copy, 0, 0, q, n, p3, b.data()), want))
+            << case_name(s, p, ggml_type::f16) << ", 3 threads";
     }
 }
 
