@@ -36,7 +36,10 @@ inline cli_result run_shell(const std::string & cmd) {
 // Runs the CLI with `args` through the shell; `redirect` says where its output goes (default: both
 // streams captured). code: the exit status, or 128 + the signal that ended it.
 inline cli_result run_cli(const std::string & args, const std::string & redirect = " 2>&1") {
-    return run_shell(std::string(HILL_CLI_PATH) + " " + args + redirect);
+    // Appended to a named string: GCC 12 at -O2 warns (-Warray-bounds, falsely) on std::string(literal) + " ".
+    std::string cmd = HILL_CLI_PATH;
+    cmd.append(" ").append(args).append(redirect);
+    return run_shell(cmd);
 }
 
 inline std::string read_whole_file(const std::string & path) {

@@ -21,7 +21,11 @@ inline void check_retrieval(int32_t n_ctx) {
     write_passkey_model(dir.file("passkey.gguf"), passkey_model_params{.n_ctx = n_ctx});
     auto m = model::load(dir.file("passkey.gguf"));
     thread_pool pool(2);
-    for (double depth : {0.0, 0.25, 0.5, 0.75, 1.0}) {
+    // Under the sanitizers (test::sanitizer_build) depths 0, 50 and 100%: the needle at the haystack's
+    // start, middle and end (the last in streaming's window), each under every policy, in 3/5 of the prefills.
+    const std::vector<double> depths = sanitizer_build ? std::vector<double>{0.0, 0.5, 1.0}
+                                                       : std::vector<double>{0.0, 0.25, 0.5, 0.75, 1.0};
+    for (double depth : depths) {
         const passkey_prompt p = make_passkey_prompt(
             m->tokenizer(), passkey_prompt_params{.n_tokens = n_ctx - 8, .depth = depth,
                                                   .seed = uint64_t(n_ctx) + uint64_t(depth * 100)});

@@ -69,7 +69,11 @@ TEST_F(batch_test, every_sequence_decodes_what_it_decodes_alone) {
             SCOPED_TRACE(policy + (cold ? ", most of the KV cold" : ", all hot"));
             // Alone: each prompt in its own context of one sequence.
             // Under TSan (test::tsan_build) one batch size: the same threads, a fraction of the time.
-            const std::vector<int> sizes = test::tsan_build ? std::vector<int>{3} : std::vector<int>{2, 3, 5, 8};
+            // Under ASan (test::asan_build) batches of 2 and 5: even and odd, and 5 holds the longest
+            // prompt (97 tokens) and every decode length, in half the sequences decoded.
+            const std::vector<int> sizes = test::tsan_build   ? std::vector<int>{3}
+                                           : test::asan_build ? std::vector<int>{2, 5}
+                                                              : std::vector<int>{2, 3, 5, 8};
             std::vector<std::vector<int32_t>> alone;
             for (size_t i = 0; i < size_t(sizes.back()); ++i) {
                 context ctx(*m, params(1, cold, policy), pool);
@@ -106,11 +110,14 @@ TEST_F(batch_test, every_sequence_decodes_what_it_decodes_alone) {
 // Eight prompts through three sequences: finished ones leave at step boundaries, waiting ones join,
 // and the results still equal the prompts decoded alone.
 TEST_F(batch_test, continuous_batching_joins_and_leaves) {
+    // Under the sanitizers (test::sanitizer_build) five prompts: two still wait for a finished one's
+    // sequence and join, with every decode length and the longest prompt, in five eighths of the time.
+    const size_t n_req = test::sanitizer_build ? 5 : 8;
     std::vector<std::vector<int32_t>> alone;
-    for (size_t i = 0; i < 8; ++i) {
+    for (size_t i = 0; i < n_req; ++i) {
         context ctx(*m, params(1, true, "hillinfer"), pool);
         batch_generator gen(ctx, 1, -1);
-        const std::vector<generation_request> all = requests(8);
+        const std::vector<generation_request> all = requests(n_req);
         const std::vector<generation_request> one(all.begin() + ptrdiff_t(i), all.begin() + ptrdiff_t(i) + 1);
         alone.push_back(gen.run(one)[0].ids);
     }
@@ -119,10 +126,10 @@ TEST_F(batch_test, continuous_batching_joins_and_leaves) {
     std::vector<size_t> done_order;
     batch_progress cb;
     cb.on_done = [&](size_t i, const generation_result &) { done_order.push_back(i); };
-    const std::vector<generation_result> res = gen.run(requests(8), cb);
-    ASSERT_EQ(res.size(), 8u);
-    for (size_t i = 0; i < 8; ++i) EXPECT_EQ(res[i].ids, alone[i]) << i;
-    EXPECT_EQ(done_order.size(), 8u);
+    const std::vector<generation_result> res = gen.run(requests(n_req), cb);
+    ASSERT_EQ(res.size(), n_req);
+    for (size_t i = 0; i < n_req; ++i) EXPECT_EQ(res[i].ids, alone[i]) << i;
+    EXPECT_EQ(done_order.size(), n_req);
     EXPECT_EQ(gen.last_totals().max_batch, 3);
     for (int s = 0; s < 3; ++s) EXPECT_EQ(ctx.n_past(s), 0) << "finished sequences free their KV";
 }

@@ -52,12 +52,26 @@ inline uint32_t fresh_seed() { return std::random_device{}(); }
 
 // True in the TSan build (HILL_TSAN_BUILD, tests/CMakeLists.txt), where the longest grids run a part:
 // there a test's worth is in its threads' interleavings, not in the grid's breadth, and TSan's 5-15x
-// slowdown would cost CI minutes; the ASan build, which runs the unit tests, runs every grid whole.
+// slowdown would cost CI minutes.
 #if defined(HILL_TSAN_BUILD)
 inline constexpr bool tsan_build = true;
 #else
 inline constexpr bool tsan_build = false;
 #endif
+
+// True in the ASan+UBSan build (HILL_ASAN_BUILD, tests/CMakeLists.txt), which runs every unit test:
+// the slowest ones repeat a part of what they repeat (fewer sizes, depths or steps), every kind of case
+// still run and every assertion still checked on it, since there a test's worth is in the sanitizers
+// seeing each code path, not in how often, and their slowdown would cost CI minutes. Release builds
+// run every grid whole (CI runs the unit tests under the sanitizers only: a local ctest runs them whole).
+#if defined(HILL_ASAN_BUILD)
+inline constexpr bool asan_build = true;
+#else
+inline constexpr bool asan_build = false;
+#endif
+
+// Either sanitizer build (asan_build or tsan_build).
+inline constexpr bool sanitizer_build = asan_build || tsan_build;
 
 // The message of the hill::error that f throws, which must be exit_code::bad_input; "" (and a
 // failure) when it throws none.

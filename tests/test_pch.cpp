@@ -1,0 +1,1 @@
+// The translation unit tests/CMakeLists.txt builds the test files' shared precompiled header with.
