@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 #include <vector>
 
@@ -40,7 +41,7 @@ TEST(hint_gate, opens_shuts_and_reopens_with_the_measured_precision) {
             g.wanted(seq, 1, iota_from(0, int(100 * p1)));
             g.wanted(seq, 2, hint);  // nothing named: counts nothing
         }
-        g.end_step();
+        g.end_step(1.0);
     };
     step(0.2f, 0.8f);
     EXPECT_FLOAT_EQ(g.precision(0), 0.6f);  // 1 + (0.2 − 1) / 2
@@ -68,10 +69,98 @@ TEST(hint_gate, a_failed_step_and_a_second_pass_count_nothing) {
     g.named(0, 0, hint);
     g.wanted(0, 0, hint);  // 100%
     g.wanted(0, 0, none);  // a second pass of the step: the hint was taken
-    g.end_step();
+    g.end_step(1.0);
     EXPECT_EQ(g.precision(0), 1.0f);
-    g.end_step();  // a step without hints leaves the precision
+    g.end_step(1.0);  // a step without hints leaves the precision
     EXPECT_EQ(g.precision(0), 1.0f);
+}
+
+// Runs n completed steps of g, each taking on_s or off_s seconds per token by its arm; returns the arms
+// (true: hints on), one per step.
+std::vector<bool> run_steps(hint_gate & g, int64_t n, double on_s, double off_s) {
+    std::vector<bool> arms;
+    for (int64_t i = 0; i < n; ++i) {
+        arms.push_back(g.arm_on());
+        EXPECT_EQ(g.open(0), g.arm_on()) << "precision 1: the arm decides";
+        g.end_step(g.arm_on() ? on_s : off_s);
+    }
+    return arms;
+}
+
+// The probe's rounds A B B A of probe_steps steps each, A = a.
+std::vector<bool> probe_arms(bool a) {
+    std::vector<bool> v;
+    for (const bool arm : {a, !a, !a, a}) v.insert(v.end(), size_t(hint_gate::probe_steps), arm);
+    return v;
+}
+
+TEST(hint_gate_cost, hints_stay_on_when_the_steps_with_them_are_faster) {
+    hint_gate g(1, 1);
+    constexpr int64_t probe = 4 * hint_gate::probe_steps;
+    EXPECT_EQ(run_steps(g, probe, 1.0, 1.2), probe_arms(true));
+    EXPECT_TRUE(g.hints_pay());
+    const std::vector<bool> after = run_steps(g, hint_gate::reprobe_every - probe, 1.0, 1.2);
+    EXPECT_EQ(std::count(after.begin(), after.end(), false), 0) << "on until the next probe";
+    EXPECT_TRUE(g.probing());
+    EXPECT_EQ(run_steps(g, probe, 1.0, 1.2), probe_arms(true)) << "the next probe, from step reprobe_every";
+    EXPECT_TRUE(g.hints_pay());
+}
+
+TEST(hint_gate_cost, off_when_the_steps_without_them_are_faster_and_on_again_when_that_turns) {
+    hint_gate g(1, 2);
+    constexpr int64_t probe = 4 * hint_gate::probe_steps;
+    EXPECT_EQ(run_steps(g, probe, 1.2, 1.0), probe_arms(true));
+    EXPECT_FALSE(g.hints_pay());
+    EXPECT_FALSE(g.probing());
+    EXPECT_FALSE(g.open(0));
+    EXPECT_FALSE(g.open(1));
+    EXPECT_FALSE(g.arm_on(true)) << "nor the wrap-around hint for the next step";
+    const std::vector<bool> after = run_steps(g, hint_gate::reprobe_every - probe, 1.2, 1.0);
+    EXPECT_EQ(std::count(after.begin(), after.end(), true), 0);
+    // The machine changed: the next probe starts from off (A) and turns back.
+    EXPECT_EQ(run_steps(g, probe, 1.0, 1.2), probe_arms(false));
+    EXPECT_TRUE(g.hints_pay());
+    EXPECT_TRUE(g.open(0));
+}
+
+TEST(hint_gate_cost, a_gain_below_min_gain_and_one_stalled_step_change_nothing) {
+    constexpr int64_t probe = 4 * hint_gate::probe_steps;
+    hint_gate g(1, 1);
+    run_steps(g, probe, 1.0, 1.0 - 0.5 * hint_gate::min_gain);  // off faster, by less than min_gain
+    EXPECT_TRUE(g.hints_pay());
+    hint_gate h(1, 1);
+    for (int64_t i = 0; i < probe; ++i) {
+        // Off is 2x faster but for one step of each of its rounds, stalled 100x: the rounds' medians decide.
+        const bool stalled = !h.arm_on() && (i % hint_gate::probe_steps) == 0;
+        h.end_step(h.arm_on() ? 1.0 : stalled ? 50.0 : 0.5);
+    }
+    EXPECT_FALSE(h.hints_pay());
+}
+
+TEST(hint_gate_cost, failed_steps_and_steps_without_hints_do_not_advance_the_probe) {
+    hint_gate g(1, 1);
+    run_steps(g, hint_gate::probe_steps, 1.0, 0.5);  // round A (on) done
+    ASSERT_FALSE(g.arm_on());
+    g.discard_step();  // a failed step: the next is still round B's first
+    g.end_step(0.0);   // a step that could send no hint: likewise
+    EXPECT_FALSE(g.arm_on());
+    const std::vector<bool> arms = probe_arms(true);
+    EXPECT_EQ(run_steps(g, 3 * hint_gate::probe_steps, 1.0, 0.5),
+              std::vector<bool>(arms.begin() + hint_gate::probe_steps, arms.end()));
+    EXPECT_FALSE(g.hints_pay());
+}
+
+TEST(hint_gate_cost, a_shut_layer_stays_shut_in_the_on_arm) {
+    hint_gate g(1, 2);
+    const std::vector<int32_t> hint = iota_from(0, 10);
+    for (int i = 0; i < 2; ++i) {  // layer 0's hints are never wanted: precision 1 -> 0.5 -> 0.25
+        g.named(0, 0, hint);
+        g.wanted(0, 0, iota_from(100, 10));
+        g.end_step(1.0);
+    }
+    ASSERT_TRUE(g.arm_on());
+    EXPECT_FALSE(g.open(0));
+    EXPECT_TRUE(g.open(1));
 }
 
 class hint_gate_decode : public ::testing::Test {

@@ -130,6 +130,9 @@ public:
         (void)next_step;
         return 0;
     }
+    // Whether prefetch() can read anything ahead (plain: unless storage_params::prefetch is off). Default:
+    // false.
+    virtual bool reads_ahead() const { return false; }
     // The step is over: forgets its prefetches, but those for the next step.
     virtual void end_step() {}
     // Forgets every prefetch, the next step's too: a failed step, a change of policy, and before any

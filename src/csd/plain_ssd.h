@@ -41,6 +41,7 @@ public:
     bool read_next(kv_batch & out) override;
     void cancel() override;
     int64_t prefetch(const device_pass & pass, bool next_step) override;
+    bool reads_ahead() const override { return prefetch_ != nullptr; }
     void end_step() override;
     void drop_prefetches() override;
     device_counters counters() const override { return counters_; }

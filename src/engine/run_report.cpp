@@ -101,6 +101,8 @@ nlohmann::json policy_json(const context & ctx) {
         {"steps", st.n_steps},
         {"failed_steps", st.n_failed},
         {"hints_gated", st.hints_gated},
+        {"hint_steps_off_probing", st.hint_steps_off_probing},
+        {"hint_steps_off_chosen", st.hint_steps_off_chosen},
         {"hint_tokens_next_step", st.hint_tokens_next_step},
         {"attended_share", ratio(double(t.attended), double(t.context))},
         {"attended_hot_share", ratio(double(t.hot), double(t.attended))},
@@ -259,6 +261,12 @@ std::string storage_summary(const context & ctx) {
     if (const uint64_t gated = ctx.decode_stats().hints_gated; gated > 0) {
         out += fmt::format("  pipeline: {} layer hints not sent: fewer than half of their layer's hinted tokens were "
                            "selected (sched/hint_gate.h)\n", gated);
+    }
+    if (const step_stats & st = ctx.decode_stats(); st.hint_steps_off_probing + st.hint_steps_off_chosen > 0) {
+        out += fmt::format("  pipeline: hints off in {} of {} steps: {} probing whether they pay, {} because the steps "
+                           "without them were faster on this machine (sched/hint_gate.h)\n",
+                           st.hint_steps_off_probing + st.hint_steps_off_chosen, st.n_steps, st.hint_steps_off_probing,
+                           st.hint_steps_off_chosen);
     }
     if (c.n_cancelled + c.n_errors > 0) out += fmt::format("  {} passes cancelled, {} failed\n", c.n_cancelled, c.n_errors);
     return out;

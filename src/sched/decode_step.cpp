@@ -155,8 +155,9 @@ void decode_step::run(std::span<const int> seqs, std::span<const int32_t> tokens
     prep.pending = true;
     if (cache_ != nullptr) cache_->begin_step(step_);
     trace_scope span("decode step", "decode", {{"step", int64_t(step_)}, {"batch", nb}});
+    const int64_t t_step = time_us();
     try {
-        int64_t t0 = time_us();
+        int64_t t0 = t_step;
         {
             trace_scope s("embed", "forward");
             forward_.embed(tokens.data(), pos_.data(), nb, x_.data());
@@ -181,7 +182,14 @@ void decode_step::run(std::span<const int> seqs, std::span<const int32_t> tokens
         throw;
     }
     device_.end_step();
-    hints_.end_step();
+    // The cost probe measures the steps that could send hints (a cold tier, a policy that scores, a
+    // device that reads ahead): its time per decoded token.
+    if (logs_ != nullptr && policy_->uses_scores() && device_.reads_ahead()) {
+        if (!hints_.arm_on()) ++(hints_.probing() ? stats_.hint_steps_off_probing : stats_.hint_steps_off_chosen);
+        hints_.end_step(std::max(double(time_us() - t_step), 1.0) * 1e-6 / double(nb));
+    } else {
+        hints_.end_step(0.0);
+    }
     apply(prep);
 }
 
@@ -214,11 +222,11 @@ void decode_step::prefetch_layer(int il, const prepared * next_step) {
         }
         if (disk.empty()) continue;
         if (next_step == nullptr) hints_.named(seq, il, disk);  // the next step names its own
-        if (hints_.open(il)) {
+        if (hints_.open(il, next_step != nullptr)) {
             const int64_t queued =
                 device_.prefetch(csd::device_pass{il, seq, log.page_tokens, log.groups, disk}, next_step != nullptr);
             if (next_step != nullptr) stats_.hint_tokens_next_step += uint64_t(queued);
-        } else if (next_step == nullptr) {
+        } else if (next_step == nullptr && hints_.arm_on()) {
             ++stats_.hints_gated;
         }
     }

@@ -35,7 +35,9 @@
 // overlap the last layer's work too (the hint outlives the step: it names the tokens on disk but those
 // this step's apply promotes; the context drops it before any page leaves a cold log,
 // cold_logs::set_before_free). The hint never changes a result. A layer whose hints were mostly not
-// selected is not hinted (sched/hint_gate.h; counted in step_stats::hints_gated).
+// selected is not hinted (sched/hint_gate.h; counted in step_stats::hints_gated), nor is any layer in a step
+// whose arm of the gate's cost probe has hints off (it measures whether the steps with hints are faster on
+// this machine; step_stats::hint_steps_off_*).
 //
 // Speculation (a policy scoring from the key sketch, copy_kind::sketch: InfiniGen, policy/infinigen.cpp):
 // as layer il starts, the query of layer il + 1 is computed from the residual stream entering layer il
@@ -118,6 +120,8 @@ struct step_stats {
     uint64_t pingpong = 0;          // moves that undid a move of the same token within 8 steps
     uint64_t hints_gated = 0;       // prefetch hints (sequence, layer) not sent: the layer's hints were mostly
                                     // not selected (sched/hint_gate.h)
+    uint64_t hint_steps_off_probing = 0;  // steps with every hint off: probing whether hints pay (sched/hint_gate.h)
+    uint64_t hint_steps_off_chosen = 0;   // steps with every hint off: the probe found the steps without them faster
     uint64_t hint_tokens_next_step = 0;  // tokens the storage device queued for the next step's first layer (the
                                          // pipeline wrapping around; the last step's are never taken)
     uint64_t promoted_bytes = 0;    // K and V bytes copied into the hot pool by promotions
