@@ -1,6 +1,7 @@
 // The pipeline's hint gate (sched/hint_gate.h): each layer's hint precision as a moving average, the
 // gate shutting below 1/2 and opening again when the hints recover; and in the decode step: gated hints
-// change no result, and a model whose selection jumps from step to step stops being hinted.
+// change no result, and a model whose selection jumps from step to step stops being hinted; the cost
+// probe's rounds (A B B A), its choice by the rounds' medians, and its next probe.
 #include "engine/context.h"
 #include "engine/session.h"
 #include "model/model.h"
@@ -212,6 +213,11 @@ TEST_F(hint_gate_decode, a_jumping_selection_is_not_hinted_and_a_stable_one_is) 
     EXPECT_GT(cs.tokens_prefetched, 0u);
     EXPECT_GT(last_hint, 0u) << "the last layer hints the next step's first";
     EXPECT_EQ(cs.prefetch_hits, cs.tokens_prefetched - last_hint);
+    // The 16 decode steps are the cost probe's first, A B B A with A = hints on: the 8 steps of its middle
+    // rounds sent none. A device that does not read ahead is not probed.
+    EXPECT_EQ(stable->ctx().decode_stats().hint_steps_off_probing, 8u);
+    EXPECT_EQ(stable->ctx().decode_stats().hint_steps_off_chosen, 0u);
+    EXPECT_EQ(unhinted->ctx().decode_stats().hint_steps_off_probing, 0u);
 }
 
 // The next step's hint (the pipeline wrapping around from the last layer) is still being read when the
