@@ -61,16 +61,16 @@ emulator::emulator(const storage_params & p, const cold_pool * pool, const kv_la
     batch_groups_ = std::max<int64_t>(1, int64_t((uint64_t(1) << 20) / page_bytes));
     batches_.resize(n_page_batches);
     for (page_batch & b : batches_) {
-        b.k = aligned_buffer(size_t(batch_groups_ * int64_t(page_bytes)));
-        b.v = aligned_buffer(size_t(batch_groups_ * int64_t(page_bytes)));
+        b.k = aligned_buffer(size_t(batch_groups_ * int64_t(page_bytes)), aligned_buffer::uninitialized);
+        b.v = aligned_buffer(size_t(batch_groups_ * int64_t(page_bytes)), aligned_buffer::uninitialized);
         b.groups.reserve(size_t(batch_groups_));
     }
     const int n_group_max = std::max(1, s.n_head_kv);
     packets_.resize(n_packets);
     for (packet & pk : packets_) {
         pk.block.resize(score_block_bytes(p.block_tokens, n_group_max));
-        pk.k = aligned_buffer(size_t(kv_batch_tokens_) * layout_.row_bytes());
-        pk.v = aligned_buffer(size_t(kv_batch_tokens_) * layout_.row_bytes());
+        pk.k = aligned_buffer(size_t(kv_batch_tokens_) * layout_.row_bytes(), aligned_buffer::uninitialized);
+        pk.v = aligned_buffer(size_t(kv_batch_tokens_) * layout_.row_bytes(), aligned_buffer::uninitialized);
         pk.tokens.reserve(size_t(kv_batch_tokens_));
     }
     for (int i = 0; i < n_page_batches; ++i) free_batches_.push(i);

@@ -27,8 +27,8 @@ plain_ssd::plain_ssd(const storage_params & p, const cold_pool * pool, const kv_
         if (p.prefetch) prefetch_ = std::make_unique<cold_prefetch>(*pool, layout, 4, size_t(32) << 20, io);
         fetch_ = std::make_unique<cold_prefetch>(*pool, layout, 1, p.fetch_bytes, io, "cold fetch");
         chunk_rows_ = std::max<int64_t>(1, int64_t((size_t(8) << 20) / layout.token_layer_bytes()));
-        merge_k_ = aligned_buffer(size_t(chunk_rows_) * layout.row_bytes());
-        merge_v_ = aligned_buffer(size_t(chunk_rows_) * layout.row_bytes());
+        merge_k_ = aligned_buffer(size_t(chunk_rows_) * layout.row_bytes(), aligned_buffer::uninitialized);
+        merge_v_ = aligned_buffer(size_t(chunk_rows_) * layout.row_bytes(), aligned_buffer::uninitialized);
     }
 }
 

@@ -11,9 +11,9 @@ cold_gather::cold_gather(cold_reader & reader, const kv_layout & layout, bool st
     : reader_(reader), layout_(layout), stream_(stream) {
     const size_t group_rows = size_t(layout.page_tokens()) * layout.row_bytes();
     batch_groups_ = std::max<int64_t>(1, int64_t((size_t(8) << 20) / group_rows));
-    staging_k_ = aligned_buffer(size_t(batch_groups_) * group_rows);
-    staging_v_ = aligned_buffer(size_t(batch_groups_) * group_rows);
-    if (layout.cold == cold_records::token) records_ = aligned_buffer(size_t(batch_groups_) * layout.page_bytes());
+    staging_k_ = aligned_buffer(size_t(batch_groups_) * group_rows, aligned_buffer::uninitialized);
+    staging_v_ = aligned_buffer(size_t(batch_groups_) * group_rows, aligned_buffer::uninitialized);
+    if (layout.cold == cold_records::token) records_ = aligned_buffer(size_t(batch_groups_) * layout.page_bytes(), aligned_buffer::uninitialized);
 }
 
 cold_gather::~cold_gather() { end(); }

@@ -55,8 +55,8 @@ int64_t cold_prefetch::start(uint64_t key, std::span<const std::pair<uint32_t, u
     const int64_t n = std::min<int64_t>(int64_t(positions.size()), max_rows_);
     if (s->capacity < n) {
         const int64_t cap = std::min(max_rows_, std::max(n, 2 * s->capacity));
-        s->k = aligned_buffer(size_t(cap) * layout_.row_bytes());
-        s->v = aligned_buffer(size_t(cap) * layout_.row_bytes());
+        s->k = aligned_buffer(size_t(cap) * layout_.row_bytes(), aligned_buffer::uninitialized);
+        s->v = aligned_buffer(size_t(cap) * layout_.row_bytes(), aligned_buffer::uninitialized);
         s->capacity = cap;
     }
     s->key = key;
