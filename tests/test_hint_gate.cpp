@@ -218,6 +218,7 @@ TEST_F(hint_gate_decode, a_jumping_selection_is_not_hinted_and_a_stable_one_is) 
     EXPECT_EQ(stable->ctx().decode_stats().hint_steps_off_probing, 8u);
     EXPECT_EQ(stable->ctx().decode_stats().hint_steps_off_chosen, 0u);
     EXPECT_EQ(unhinted->ctx().decode_stats().hint_steps_off_probing, 0u);
+    EXPECT_EQ(unhinted->ctx().decode_stats().hints_gated, 0u) << "nothing is held back where nothing is read ahead";
 }
 
 // The next step's hint (the pipeline wrapping around from the last layer) is still being read when the

@@ -226,7 +226,7 @@ void decode_step::prefetch_layer(int il, const prepared * next_step) {
             const int64_t queued =
                 device_.prefetch(csd::device_pass{il, seq, log.page_tokens, log.groups, disk}, next_step != nullptr);
             if (next_step != nullptr) stats_.hint_tokens_next_step += uint64_t(queued);
-        } else if (next_step == nullptr && hints_.arm_on()) {
+        } else if (next_step == nullptr && hints_.arm_on() && device_.reads_ahead()) {  // a hint that would have been read
             ++stats_.hints_gated;
         }
     }
