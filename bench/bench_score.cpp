@@ -1,7 +1,7 @@
 // Host scorer throughput (DESIGN.md §3 step 2, §4 f_c): bytes of FP16 keys scored per second, for
 // each key precision (fp16, int8, int4) and query precision (fp32, int8), and for the scoring copy
-// (score/quant_copy.h: INT4 or INT2 keys with per-channel scales in DRAM, int8 query; keys "copy4",
-// "copy2"), beside this machine's DRAM read bandwidth.
+// (score/quant_copy.h: INT4, INT3 or INT2 keys with per-channel scales in DRAM, int8 query; keys
+// "copy4", "copy3", "copy2"), beside this machine's DRAM read bandwidth.
 //
 //   bench_score [--n-tokens 131072] [--head-dim 128] [--n-head 32] [--n-head-kv 8] [--reps 5] [-t N]
 //               [--granularity layer|kv_head] [--aggregate sum|max|softmax] [--rows] [--json FILE]
@@ -13,8 +13,8 @@
 // threads, and million tokens per second. --rows scores through a shuffled row index list (how the
 // hot pool hands out its slots) instead of in order. The copy rows count the f16 keys they stand for,
 // so that their GB/s compares with the others (they read their own bytes_per_token_layer per token
-// from DRAM: 27% of the f16 keys at 4 bits, 14% at 2 bits, at head_dim 128), and always score in
-// order (--rows does not apply).
+// from DRAM: 27% of the f16 keys at 4 bits, 20% at 3 bits, 14% at 2 bits, at head_dim 128), and always
+// score in order (--rows does not apply).
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -45,7 +45,7 @@ using bench::summarize;
 
 struct result {
     kernel_mode mode;
-    std::string key;  // score_precision name, or "copy4" / "copy2" (the scoring copy)
+    std::string key;  // score_precision name, or "copy4" / "copy3" / "copy2" (the scoring copy)
     query_precision query;
     stat3 gbps;  // f16 key bytes scored per second, all threads, in GB/s
 };
@@ -113,11 +113,11 @@ int main(int argc, char ** argv) {
 
         const double dram = bench::dram_read_gbps(pool, size_t(1) << 30, 5);
 
-        // The scoring copies of the same keys at 4 and 2 bits (where head_dim allows): the channel
+        // The scoring copies of the same keys at 4, 3 and 2 bits (where head_dim allows): the channel
         // scales from the first 4096 tokens (a prompt), the rest written in parallel (disjoint positions
         // of one sequence and layer).
         std::vector<quant_copy> copies;
-        for (const int bits : {4, 2}) {
+        for (const int bits : {4, 3, 2}) {
             if (!quant_copy::supports(head_dim, bits)) continue;
             quant_copy & copy = copies.emplace_back(s, params, bits, 1, 1, n_tokens, n_threads);
             const int64_t n_prompt = std::min<int64_t>(n_tokens, 4096);
@@ -207,6 +207,7 @@ int main(int argc, char ** argv) {
                                 {"reps", reps},
                                 {"key_bytes", key_bytes},
                                 {"copy4_bytes_per_token", quant_copy::bytes_per_token_layer(s, 4)},
+                                {"copy3_bytes_per_token", quant_copy::bytes_per_token_layer(s, 3)},
                                 {"copy2_bytes_per_token", quant_copy::bytes_per_token_layer(s, 2)},
                                 {"dram_read_gbps", dram},
                                 {"results", nlohmann::json::array()}};

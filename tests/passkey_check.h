@@ -4,7 +4,7 @@
 // streaming (sinks + window) does not at depths 0-75%: the task needs retrieval. One prefill per
 // depth of all but the prompt's last token; then, under each policy in turn, the last prompt token
 // and the answer are decode steps (policies act at decode). The session starts under hillinfer on the
-// default plain SSD, so that it keeps the scoring copy (the default INT2 one) that hillinfer scores
+// default plain SSD, so that it keeps the scoring copy (the default INT3 one) that hillinfer scores
 // from; full and streaming do not use it.
 #pragma once
 

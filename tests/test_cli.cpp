@@ -188,7 +188,7 @@ TEST_F(cli, policy_summary_and_diag) {
     const result r = run("generate -m " + model() + " -p 'hello world' -n 20 --temp 0 --policy hillinfer --alpha 0.1 "
                          "--sinks 2 --window 4 --diag");
     EXPECT_EQ(r.code, 0) << r.out;
-    EXPECT_NE(r.out.find("policy: hillinfer (alpha 0.1, sinks 2, window 4, scores the INT2 scoring copy / int8 query, "
+    EXPECT_NE(r.out.find("policy: hillinfer (alpha 0.1, sinks 2, window 4, scores the INT3 scoring copy / int8 query, "
                          "softmax of heads, per layer, placement hkm); attended "),
               std::string::npos)
         << r.out;
@@ -533,19 +533,19 @@ TEST_F(cli, storage_emulator_gives_the_same_tokens_and_reports_its_link) {
     EXPECT_EQ(plain_text.code, 0) << plain_text.out;
     EXPECT_NE(plain_text.out.find("B per token (the host reads whole key pages, hot tokens' rows and page padding "
                                   "included; a key row: 64 B per token)"), std::string::npos) << plain_text.out;
-    // With the scoring copy (the default: INT2 keys), whose 1024 positions × 2 layers × 2 KV heads × (16 · 2 / 8
+    // With the scoring copy (the default: INT3 keys), whose 1024 positions × 2 layers × 2 KV heads × (16 · 3 / 8
     // + 2) bytes, and per layer 34 rows of f32 (channel scales, their reciprocals, first keys; 8.5 KiB in
     // all), the budget holds too: nothing is scored on the SSD.
     std::string copy_base = base;
     copy_base.replace(copy_base.find("--kv-host-budget 4K"), std::string("--kv-host-budget 4K").size(), "--kv-host-budget 64K");
     const result copy_text = run(copy_base + "--storage plain");
     EXPECT_EQ(copy_text.code, 0) << copy_text.out;
-    EXPECT_NE(copy_text.out.find("scoring: every token from the INT2 scoring copy / int8 query in DRAM (32.5 KiB, 12 B "
+    EXPECT_NE(copy_text.out.find("scoring: every token from the INT3 scoring copy / int8 query in DRAM (40.5 KiB, 16 B "
                                  "per token and layer)"), std::string::npos) << copy_text.out;
     EXPECT_EQ(copy_text.out.find("cold tokens in"), std::string::npos) << copy_text.out;
     const result too_small = run(base + "--storage plain");
     EXPECT_EQ(too_small.code, 2) << too_small.out;
-    EXPECT_NE(too_small.out.find("after the 32.5 KiB scoring copy of the keys"), std::string::npos) << too_small.out;
+    EXPECT_NE(too_small.out.find("after the 40.5 KiB scoring copy of the keys"), std::string::npos) << too_small.out;
     EXPECT_TRUE(in_order(text.out, {"selected KV: ", " cold tokens, ", " over the link; flash read "})) << text.out;
     EXPECT_NE(text.out.find("from the cold tier ("), std::string::npos) << text.out;
     // A policy that scores nothing: the planner line says so on the plain SSD too (no claim about scoring).
@@ -1067,7 +1067,7 @@ TEST_F(cli, bench_step_measures_the_device_cache_beside_the_hot_pool_alone) {
         "bench step --ctx 1024 --layers 1 --heads 4 --kv-heads 2 --head-dim 64 --cold 0.5 --policies full,hillinfer "
         "--storage plain --device-cache 0,0.5 --steps 3 --warmup 2 -t 1 --kv-dir " + d.file("kv") + " --json " + json);
     ASSERT_EQ(r.code, 0) << r.out;
-    EXPECT_NE(r.out.find("hillinfer 50% cold plain int2 cache 0.5"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("hillinfer 50% cold plain int3 cache 0.5"), std::string::npos) << r.out;
     const nlohmann::json j = nlohmann::json::parse(test::read_whole_file(json));
     ASSERT_EQ(j["results"].size(), 4u) << j.dump(1);
     for (const auto & x : j["results"]) {
@@ -1102,7 +1102,7 @@ TEST_F(cli, bench_step_measures_the_device_cache_beside_the_hot_pool_alone) {
         "bench step --ctx 1024 --layers 1 --heads 4 --kv-heads 2 --head-dim 64 --cold 0.5 --policies hillinfer "
         "--storage plain --placement fifo --steps 2 --warmup 1 -t 1 --kv-dir " + d.file("kv") + " --json " + json);
     ASSERT_EQ(f.code, 0) << f.out;
-    EXPECT_NE(f.out.find("hillinfer 50% cold plain int2 fifo"), std::string::npos) << f.out;
+    EXPECT_NE(f.out.find("hillinfer 50% cold plain int3 fifo"), std::string::npos) << f.out;
     EXPECT_EQ(nlohmann::json::parse(test::read_whole_file(json))["results"][0]["placement"], "fifo");
     // A --device-cache grid with no plain cold configuration runs without the cache, and says so.
     const test::cli_result emu = test::run_cli(
@@ -1115,7 +1115,7 @@ TEST_F(cli, bench_step_measures_the_device_cache_beside_the_hot_pool_alone) {
 TEST_F(cli, bench_step_refuses_bad_grids_before_measuring) {
     for (const char * bad : {"--cold 1", "--cold 0,-0.5", "--ctx 100", "--policies full,nope", "--storage disk",
                              "--profile nonexistent_profile", "--steps 0", "--head-dim 63", "--heads 6 --kv-heads 4",
-                             "--score-copy int3", "--beta 0", "--beta -0.5", "--beta abc", "--beta 0.2x",
+                             "--score-copy int5", "--beta 0", "--beta -0.5", "--beta abc", "--beta 0.2x",
                              "--device-cache 1", "--device-cache -0.1", "--device-cache x",
                              "--csd-profile nonexistent_profile", "--placement lru", "--placement ''"}) {
         const test::cli_result r = test::run_cli(std::string("bench step --layers 1 --kv-dir /tmp ") + bad);

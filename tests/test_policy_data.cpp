@@ -1,10 +1,10 @@
 // Policies on the trained stories260K model (issue 4's acceptance, as tests): greedy decoding with
 // hillinfer at α = 1 equals policy full token for token and logit for logit, bit for bit (with most
 // of the KV cold), and on TinyStories in 512-token windows hillinfer at α = 0.2, S = 4, W = 16 stays
-// within 2% of full's perplexity, covers ≥ 0.9 of the attention mass, and the scoring copies (INT4 and
-// INT2 keys in DRAM) stay within 1% of full's perplexity and recall within 0.01 of FP16 scoring of the
-// stored keys (issue 13's accuracy targets; under the softmax aggregate the INT2 copy recalls 0.018
-// below FP16, 0.008 under sum: docs/policies.md, "When heads disagree"). On a copy of stories260K whose
+// within 2% of full's perplexity, covers ≥ 0.9 of the attention mass, and the scoring copies (INT4, INT3
+// and INT2 keys in DRAM) stay within 1% of full's perplexity and the INT4 and INT3 ones recall within 0.01
+// of FP16 scoring of the stored keys (issue 13's accuracy targets; under the softmax aggregate the INT2
+// copy recalls 0.015 below FP16, 0.008 under sum: docs/storage.md "The scoring copy"). On a copy of stories260K whose
 // heads disagree (query head 0 of every layer with 8x the logits, bench/heads_model.py --loud 8), the
 // default softmax aggregate stays within 2% of full and recalls more than summed scores (issue 13 item 9).
 #include "engine/perplexity.h"
@@ -109,27 +109,30 @@ TEST(policy_data, hillinfer_keeps_perplexity_and_recall_on_tinystories) {
     const ppl_run fp16 = run(*m, ids, hp, 0);
     hp.score.key = score_precision::int4;
     const ppl_run int4 = run(*m, ids, hp, 0);
-    const ppl_run copy4 = run(*m, ids, hp, 4), copy2 = run(*m, ids, hp, 2);
+    const ppl_run copy4 = run(*m, ids, hp, 4), copy3 = run(*m, ids, hp, 3), copy2 = run(*m, ids, hp, 2);
     hp.name = "streaming";
     const ppl_run streaming = run(*m, ids, hp, 0);
     EXPECT_LE(std::abs(fp16.perplexity / full.perplexity - 1.0), 0.02) << fp16.perplexity << " vs " << full.perplexity;
     EXPECT_LE(std::abs(int4.perplexity / full.perplexity - 1.0), 0.02) << int4.perplexity << " vs " << full.perplexity;
     EXPECT_GE(fp16.recall, 0.9);
     EXPECT_LE(std::abs(int4.recall - fp16.recall), 0.02);
-    // Recall below FP16 scoring of the stored keys at most: INT4 copy 0.01 (the target); INT2 copy 0.02 —
+    // Recall below FP16 scoring of the stored keys at most: INT4 and INT3 copies 0.01 (the target); INT2 copy 0.02 —
     // the softmax aggregate (the default) ranks by each head's few top tokens, which the INT2 copy's
     // dots find less exactly than FP16 (on these windows 0.014 below it, 0.9529 against 0.9672; on
     // docs/policies.md's 10 windows 0.015, where summed scores lose 0.006; its recall stays above FP16's
     // under sum).
-    for (const auto & [name, c, tol] : {std::tuple{"copy int4", copy4, 0.01}, std::tuple{"copy int2", copy2, 0.02}}) {
+    for (const auto & [name, c, tol] : {std::tuple{"copy int4", copy4, 0.01}, std::tuple{"copy int3", copy3, 0.01},
+                                        std::tuple{"copy int2", copy2, 0.02}}) {
         EXPECT_LE(c.perplexity / full.perplexity - 1.0, 0.01) << name << ": " << c.perplexity << " vs " << full.perplexity;
         EXPECT_GE(c.recall, fp16.recall - tol) << name << ": " << c.recall << " vs fp16 " << fp16.recall;
     }
     RecordProperty("recall_fp16", std::to_string(fp16.recall));
     RecordProperty("recall_copy_int4", std::to_string(copy4.recall));
+    RecordProperty("recall_copy_int3", std::to_string(copy3.recall));
     RecordProperty("recall_copy_int2", std::to_string(copy2.recall));
     RecordProperty("ppl_full", std::to_string(full.perplexity));
     RecordProperty("ppl_copy_int4", std::to_string(copy4.perplexity));
+    RecordProperty("ppl_copy_int3", std::to_string(copy3.perplexity));
     RecordProperty("ppl_copy_int2", std::to_string(copy2.perplexity));
     // Sinks and window alone miss much of the attention mass: scoring is what finds it.
     EXPECT_LT(streaming.recall, fp16.recall - 0.1);

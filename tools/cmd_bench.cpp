@@ -569,8 +569,9 @@ command_fn add_bench(CLI::App & app) {
     add_list_option(*step, "--policies", p.policies, "policies (comma-separated)");
     add_list_option(*step, "--storage", p.storages, "storage devices of the cold pool: plain, emulator (comma-separated)");
     add_list_option(*step, "--profile,--csd-profile", p.profiles, "emulator device profiles: none, smartssd, FILE.json (comma-separated)");
-    add_list_option(*step, "--score-copy", p.score_copies, "scoring copies of a scoring policy off the emulator: int4, int2, "
-                     "off (comma-separated)");
+    add_list_option(*step, "--score-copy", p.score_copies,
+                    "scoring copies of a scoring policy off the emulator: int4, int3, int2, "
+                    "off (comma-separated)");
     add_list_option(*step, "--beta", p.betas, "emulator: hot/cold capacity ratios beta (numbers > 0, cut to what the host "
                      "budget holds) or planner (the planner's choice, docs/storage.md \"The planner\") (comma-separated)");
     o->placement_opt = step->add_option("--placement", p.placement, "fifo or hkm for every policy (default: each policy's own)");

@@ -137,9 +137,12 @@ void kv_opts::add(CLI::App & app) {
                    "JSON file")->capture_default_str();
     app.add_option("--score-block", score_block, "tokens per score block the storage device streams back")
         ->capture_default_str();
-    app.add_option("--score-copy", score_copy, "plain storage: score from an INT4 or INT2 copy of the keys in DRAM "
-                   "(int4, int2; counted in --kv-host-budget) or from the stored keys, reading the cold ones every step (off)")
-        ->check(CLI::IsMember({"int4", "int2", "off"}))->capture_default_str();
+    app.add_option("--score-copy", score_copy,
+                   "plain storage: score from an INT4, INT3 or INT2 copy of the keys in DRAM "
+                   "(int4, int3, int2; counted in --kv-host-budget) or from the stored keys, reading the cold ones "
+                   "every step (off)")
+        ->check(CLI::IsMember({"int4", "int3", "int2", "off"}))
+        ->capture_default_str();
     app.add_flag("--no-prefetch", no_prefetch, "plain storage: do not read the previous step's selection ahead while the "
                  "host computes (the pipeline; for comparisons)");
     app.add_option("--device-cache", device_cache, "plain storage: share of the hot slots (in [0, 1)) given to a cache of "

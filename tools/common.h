@@ -58,7 +58,7 @@ struct kv_opts {
     std::string storage = "plain";     // --storage plain|emulator
     std::string csd_profile = "none";  // --csd-profile none|smartssd|FILE.json
     int32_t score_block = 1024;        // --score-block: tokens per score block
-    std::string score_copy = "int2";   // --score-copy int4|int2|off (context_params::score_copy_bits)
+    std::string score_copy = "int3";   // --score-copy int4|int3|int2|off (context_params::score_copy_bits)
     bool no_prefetch = false;          // --no-prefetch (csd::storage_params::prefetch)
     double device_cache = context_params{}.device_cache_share;  // --device-cache: share of the hot slots
     CLI::Option * budget_opt = nullptr;

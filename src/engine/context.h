@@ -76,11 +76,11 @@ struct context_params {
     policy_params policy;               // decode attention policy and placement
     csd::storage_params storage;        // the device that holds the cold pool (plain SSD or CSD emulator)
     // A scoring policy over a plain SSD scores from a copy of the keys in DRAM of this many bits per
-    // element, 4 or 2 (score/quant_copy.h; 2 needs head_dim % 4 == 0, else 4 is used), counted in
-    // kv_host_budget, in RAM and tiered alike; 0: from the stored keys (the cold ones read from the SSD
-    // at every step). The emulator scores the cold keys where they live either way. The default is
-    // chosen by attention recall and perplexity at equal bytes (docs/storage.md "The scoring copy").
-    int score_copy_bits = 2;
+    // element, 4, 3 or 2 (score/quant_copy.h; 3 needs head_dim % 8 == 0 and 2 head_dim % 4 == 0, else 4
+    // is used), counted in kv_host_budget, in RAM and tiered alike; 0: from the stored keys (the cold ones read from
+    // the SSD at every step). The emulator scores the cold keys where they live either way. The default is chosen by
+    // attention recall and perplexity at equal bytes (docs/storage.md "The scoring copy").
+    int score_copy_bits = 3;
     // With a cold pool on the emulator and a scoring policy, the planner (sched/planner.h) sets the hot pool's
     // capacity below what the budget holds, to balance host and device scoring (DESIGN.md §4); on a plain SSD
     // the host scores every token, and the hot pool, a cache, takes the whole budget (β is M0-bound). Rates

@@ -108,7 +108,7 @@ struct step_config {
     std::string policy;
     std::string storage;      // plain or emulator ("ram" when cold == 0)
     std::string profile;      // device profile of the emulator (none, smartssd, ...)
-    std::string score_copy;   // the scoring copy of a scoring policy off the emulator: int4, int2 or off; "-": none applies
+    std::string score_copy;   // plain: a scoring policy's scoring copy, int4, int3, int2 or off; "-": none applies
     std::string beta;         // emulator: the hot/cold capacity ratio, a number or "planner" (the planner's); "-": none applies
     double device_cache = -1; // plain SSD: the device cache's share of the hot slots (context_params); -1: none applies
     std::string placement;    // the placement that ran (fifo, hkm): step_bench_params::placement or the policy's own
@@ -158,7 +158,7 @@ struct step_bench_params {
     std::vector<std::string> policies = {"full", "hillinfer"};
     std::vector<std::string> storages = {"plain", "emulator"};
     std::vector<std::string> profiles = {"none", "smartssd"};
-    std::vector<std::string> score_copies = {"int2"};  // context_params::score_copy_bits by name (parse_score_copy)
+    std::vector<std::string> score_copies = {"int3"};  // context_params::score_copy_bits by name (parse_score_copy)
     bool no_prefetch = false;                          // csd::storage_params::prefetch off
     std::vector<double> device_caches = {context_params{}.device_cache_share};  // plain SSD: the device cache's shares
     std::string placement;                             // fifo or hkm for every policy; empty: each policy's own

@@ -35,7 +35,16 @@ inline int32_t crumb(const uint8_t * row, int n, int i) {
     return (row[b0 / 4 + j % quarter] >> (2 * (j / quarter))) & 3;
 }
 
-// Scalar references of score_avx2::dots_u4_i8 and dots_u2_i8.
+// 3-bit field i of a packed int3 head vector of n elements (quant_copy.h): in its block of b elements
+// (32, the last one n mod 32; 3b/8 bytes from byte 3 · b0 / 8), the low two bits as crumb() packs them
+// in the block's first b/4 bytes, the high bit of element j at bit j mod 8 of byte b/4 + j / 8.
+inline int32_t field3(const uint8_t * row, int n, int i) {
+    const int b0 = i / 32 * 32, b = std::min(n - b0, 32), quarter = b / 4, j = i - b0;
+    const uint8_t * block = row + b0 / 8 * 3;
+    return ((block[j % quarter] >> (2 * (j / quarter))) & 3) | ((block[quarter + j / 8] >> (j % 8)) & 1) << 2;
+}
+
+// Scalar references of score_avx2::dots_u4_i8, dots_u3_i8 and dots_u2_i8.
 template <int32_t (*Elem)(const uint8_t *, int, int)>
 void dots_packed_scalar(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out) {
     for (int t = 0; t < n_k; ++t) {
@@ -58,7 +67,7 @@ inline float key_elem(bool f16, const void * k, int64_t i) {
 constexpr float channel_floor = 1e-3f;
 constexpr float channel_min = 0x1p-60f;
 
-// Rounds of Lloyd's iteration refining a 2-bit head vector's scale (quant_copy.h).
+// Rounds of Lloyd's iteration refining a 2- or 3-bit head vector's scale (quant_copy.h).
 constexpr int lloyd_rounds = 1;
 
 // n elements, not zero-filled; nullptr when the system refuses.
@@ -71,9 +80,10 @@ std::unique_ptr<T[]> allocate(size_t n) {
 
 int parse_score_copy(std::string_view name) {
     if (name == "int4") return 4;
+    if (name == "int3") return 3;
     if (name == "int2") return 2;
     if (name == "off") return 0;
-    fail_usage("--score-copy: unknown scoring copy '{}': expected int4, int2 or off", name);
+    fail_usage("--score-copy: unknown scoring copy '{}': expected int4, int3, int2 or off", name);
 }
 
 quant_copy::quant_copy(const attention_shape & s, const score_params & p, int bits, int n_seq, int n_layer,
@@ -120,7 +130,8 @@ void quant_copy::set_params(const score_params & p) {
 }
 
 bool quant_copy::supports(int head_dim, int bits) {
-    return head_dim > 0 && ((bits == 4 && head_dim % 2 == 0) || (bits == 2 && head_dim % 4 == 0));
+    return head_dim > 0 &&
+           ((bits == 4 && head_dim % 2 == 0) || (bits == 3 && head_dim % 8 == 0) || (bits == 2 && head_dim % 4 == 0));
 }
 
 uint64_t quant_copy::bytes_per_token_layer(const attention_shape & s, int bits) {
@@ -190,24 +201,26 @@ void quant_copy::quantize_row(ggml_type type, const void * k, const float * rc, 
             scale[g] = fp32_to_bf16(amax < quantize_min_amax ? 0.0f : std::numeric_limits<float>::quiet_NaN());
             continue;
         }
-        if (bits_ == 2) {
-            // In units of max|k̃| (y = k̃ · (1 / max|k̃|), so that no square underflows): the levels 2u − 3 of
-            // {-3, -1, 1, 3} times σ, σ = rms(y) / 2 refined by lloyd_rounds rounds of Lloyd's iteration
-            // (quant_copy.h): each element to its nearest level, u = lrint((y / σ + 3) / 2) clamped to [0, 3]
-            // (ties to even), then σ = Σ y ℓ / Σ ℓ²; the stored scale is max|k̃| · σ.
+        if (bits_ != 4) {
+            // In units of max|k̃| (y = k̃ · (1 / max|k̃|), so that no square underflows): the levels 2u − top
+            // (top = 2^bits − 1: {-3, -1, 1, 3} or {-7, ..., 7}) times σ, σ = rms(y) · σ0 refined by
+            // lloyd_rounds rounds of Lloyd's iteration (quant_copy.h): each element to its nearest level,
+            // u = lrint((y / σ + top) / 2) clamped to [0, top] (ties to even), then σ = Σ y ℓ / Σ ℓ²; the
+            // stored scale is max|k̃| · σ.
+            const int top = (1 << bits_) - 1;
             const float inv_amax = 1.0f / amax;
             auto y = [&](int i) { return kt(i) * inv_amax; };
             auto field = [&](int i, float inv) {
-                return uint8_t(std::clamp<long>(std::lrint((y(i) * inv + 3.0f) * 0.5f), 0, 3));
+                return uint8_t(std::clamp<long>(std::lrint((y(i) * inv + float(top)) * 0.5f), 0, top));
             };
             float ss = 0.0f;
             for (int i = 0; i < hd; ++i) ss += y(i) * y(i);
-            float sigma = 0.5f * std::sqrt(ss / float(hd));  // > 0: one |y| is 1
+            float sigma = (bits_ == 2 ? 0.5f : 0.293f) * std::sqrt(ss / float(hd));  // > 0: one |y| is 1
             for (int round = 0; round < lloyd_rounds; ++round) {
                 const float inv = 1.0f / sigma;
                 float yl = 0.0f, ll = 0.0f;
                 for (int i = 0; i < hd; ++i) {
-                    const float l = float(2 * int(field(i, inv)) - 3);
+                    const float l = float(2 * int(field(i, inv)) - top);
                     yl += y(i) * l;
                     ll += l * l;
                 }
@@ -215,11 +228,19 @@ void quant_copy::quantize_row(ggml_type type, const void * k, const float * rc, 
             }
             const float inv = 1.0f / sigma;
             for (int b0 = 0; b0 < hd; b0 += 32) {
-                const int quarter = std::min(hd - b0, 32) / 4;
+                const int b = std::min(hd - b0, 32), quarter = b / 4;
+                uint8_t * block = out + size_t(b0 / 8 * bits_);
                 for (int j = 0; j < quarter; ++j) {
-                    out[b0 / 4 + j] = uint8_t(field(b0 + j, inv) | field(b0 + j + quarter, inv) << 2 |
-                                              field(b0 + j + 2 * quarter, inv) << 4 |
-                                              field(b0 + j + 3 * quarter, inv) << 6);
+                    block[j] = uint8_t((field(b0 + j, inv) & 3) | (field(b0 + j + quarter, inv) & 3) << 2 |
+                                       (field(b0 + j + 2 * quarter, inv) & 3) << 4 |
+                                       (field(b0 + j + 3 * quarter, inv) & 3) << 6);
+                }
+                if (bits_ == 3) {
+                    for (int j8 = 0; j8 < b / 8; ++j8) {
+                        uint8_t high = 0;
+                        for (int j = 0; j < 8; ++j) high = uint8_t(high | (field(b0 + 8 * j8 + j, inv) >> 2) << j);
+                        block[quarter + j8] = high;
+                    }
                 }
             }
             scale[g] = fp32_to_bf16(amax * sigma);
@@ -341,19 +362,27 @@ void quant_copy::prepare_query(int seq, int il, const float * q, const float * h
             quantize_symmetric(ggml_type::f32, q_scaled_.data() + o, hd, score_precision::int8, q_i8_.data() + o);
         int32_t sum = 0;
         for (int i = 0; i < hd; ++i) sum += q_i8_[o + size_t(i)];
-        q_offset_[size_t(h)] = bits_ == 4 ? 8 * sum : 3 * sum;
+        q_offset_[size_t(h)] = (bits_ == 4 ? 8 : (1 << bits_) - 1) * sum;
     }
     query_ready_ = true;
 }
 
 quant_copy::dots_fn quant_copy::kernel() const {
-    if (kernel_mode_get() != kernel_mode::avx2) return bits_ == 2 ? dots_packed_scalar<crumb> : dots_packed_scalar<nibble>;
+    if (kernel_mode_get() != kernel_mode::avx2) {
+        return bits_ == 2   ? dots_packed_scalar<crumb>
+               : bits_ == 3 ? dots_packed_scalar<field3>
+                            : dots_packed_scalar<nibble>;
+    }
     switch (int8_isa_get()) {
-        case int8_isa::avx512_vnni: return bits_ == 2 ? score_avx512::dots_u2_i8 : score_avx512::dots_u4_i8;
-        case int8_isa::avx_vnni: return bits_ == 2 ? score_vnni::dots_u2_i8 : score_vnni::dots_u4_i8;
+        case int8_isa::avx512_vnni:
+            return bits_ == 2   ? score_avx512::dots_u2_i8
+                   : bits_ == 3 ? score_avx512::dots_u3_i8
+                                : score_avx512::dots_u4_i8;
+        case int8_isa::avx_vnni:
+            return bits_ == 2 ? score_vnni::dots_u2_i8 : bits_ == 3 ? score_vnni::dots_u3_i8 : score_vnni::dots_u4_i8;
         case int8_isa::avx2: break;
     }
-    return bits_ == 2 ? score_avx2::dots_u2_i8 : score_avx2::dots_u4_i8;
+    return bits_ == 2 ? score_avx2::dots_u2_i8 : bits_ == 3 ? score_avx2::dots_u3_i8 : score_avx2::dots_u4_i8;
 }
 
 // The scalar reference of score_avx2::softmax_group (same contract).
@@ -374,7 +403,7 @@ static void softmax_group_scalar(const int32_t * dots, int group, int32_t mul, c
 void quant_copy::score_tokens(dots_fn dots_of, const uint8_t * keys, const bf16_bits * scales, int nb, int n_next,
                               int32_t * dots, float * out, int64_t stride) const {
     const int hd = shape_.head_dim, n_kv = shape_.n_head_kv, group = group_;
-    const int32_t mul = bits_ == 4 ? 1 : 2;  // the stored field u stands for u − 8 (int4) or 2u − 3 (int2)
+    const int32_t mul = bits_ == 4 ? 1 : 2;  // the stored field u stands for u − 8 (int4), 2u − 7 (int3), 2u − 3 (int2)
     const bool per_layer = params_.granularity == select_granularity::layer;
     const score_aggregate agg = params_.aggregate;
     const uint8_t * k[score_block];

@@ -1,5 +1,5 @@
 // The quantized scoring copy (scoring_copy.h; DESIGN.md §1 "scoring copy", §3 "Scoring copy"): a compact
-// INT4 or INT2 copy of every key, kept in DRAM only to score tokens, so that a plain SSD reads only the
+// INT4, INT3 or INT2 copy of every key, kept in DRAM only to score tokens, so that a plain SSD reads only the
 // selected tokens' KV instead of every cold key at every decode step.
 //
 // Why per-channel scales. Keys of real models have outlier channels, a few channels 10-50 times the
@@ -9,7 +9,7 @@
 // per-token INT8 and this copy find 16 (15 at worst; tests/test_score_copy.cpp, needles_*).
 // The copy therefore divides out a per-channel scale first, as KIVI quantizes keys per channel (Liu
 // et al., "KIVI: A Tuning-Free Asymmetric 2bit Quantization for KV Cache", ICML 2024, §3), then
-// quantizes each token symmetrically, so that every channel keeps its levels (15 at 4 bits, 4 at 2 bits).
+// quantizes each token symmetrically, so that every channel keeps its levels (15 at 4 bits, 8 at 3, 4 at 2).
 // (No per-channel zero point: a mean over the first keys is no mean of later ones once RoPE has turned
 // them; on stories260K subtracting it cost 0.009 of recall under summed scores and gained none under
 // softmax — docs/storage.md.)
@@ -44,8 +44,11 @@
 //           Σ ℓ² over those levels ℓ; the stored u are the nearest levels under that σ. Sums in f32, in
 //           element order. Against the former scale max|k̃| / 3 (levels at ±max), this halves the score
 //           error of 128-wide Gaussian keys (docs/storage.md): most elements sit well inside the largest.
-// with quantize_symmetric's special cases in both (max|k̃| < 2^-100: s_k = 0; an inf or NaN in k̃:
-// s_k = NaN; the stored values are then k̂ = 0 at 4 bits, u = 0 at 2 bits, and do not matter).
+//   3 bits: k̂ = 2u − 7 in {-7, -5, ..., 7} and s_k as at 2 bits with top level 7 for 3: start at
+//           σ = 0.293 · rms(y) (the best uniform 8-level quantizer of a Gaussian has step 0.586 σ_y),
+//           one round of Lloyd's iteration with u = clamp(round((y / σ + 7) / 2), 0, 7).
+// with quantize_symmetric's special cases in all (max|k̃| < 2^-100: s_k = 0; an inf or NaN in k̃:
+// s_k = NaN; the stored values are then k̂ = 0 at 4 bits, u = 0 at 3 and 2 bits, and do not matter).
 // The decode query of (sequence, layer), per query head h of KV head g(h) = h / (n_head / n_head_kv):
 //     q'_h = q_h ⊙ c_g(h),  q̂'_h, s_q = quantize_symmetric(f32 q'_h, int8)   (scale max|q'_h| / 127),
 // so that q_h · k = q'_h · k̃ ≈ s_q · s_k · Σ_d q̂'_h,d · k̂_d, the sum exact in int32. A score is the raw
@@ -58,15 +61,16 @@
 // order; max propagates NaN).
 //
 // Error against the exact q·k, per head: |q'·k̃ − s_q s_k Σ q̂'k̂| ≤ Σ|q'| · e_k + s_q/2 · Σ|k̂| s_k,
-// e_k = s_k / 2 at 4 bits (each key element rounds to the nearest multiple of s_k) and, at 2 bits,
-// max(s_k, |k̃_d| − 3 s_k) per element (the nearest odd multiple, or the largest level 3 s_k below an
-// element beyond it), each query element to the nearest multiple of s_q; plus
+// e_k = s_k / 2 at 4 bits (each key element rounds to the nearest multiple of s_k) and, at 2 and 3 bits,
+// max(s_k, |k̃_d| − top · s_k) per element, top 3 or 7 (the nearest odd multiple, or the largest level
+// top · s_k below an element beyond it), each query element to the nearest multiple of s_q; plus
 // |s_q Σ q̂'k̂| · |s̃_k − s_k| ≤ 2^-9 of the product (the stored scale) and f32 rounding.
-// The int32 sums take the stored fields: Σ q̂'(u − 8) = Σ q̂'u − 8 Σ q̂' at 4 bits, Σ q̂'(2u − 3) =
-// 2 Σ q̂'u − 3 Σ q̂' at 2 bits.
+// The int32 sums take the stored fields: Σ q̂'(u − 8) = Σ q̂'u − 8 Σ q̂' at 4 bits, Σ q̂'(2u − top) =
+// 2 Σ q̂'u − top Σ q̂' at 3 and 2 bits.
 //
 // Layout, per (sequence, layer), allocated once for n_ctx positions (outermost first):
 //     keys    u8  [n_ctx, n_head_kv, head_dim · bits / 8]  4 bits: k̂ + 8 in [1, 15], two per byte;
+//                                                   3 bits: u in [0, 7], as below;
 //                                                   2 bits: u in [0, 3], four per byte;
 //     scales  bf16 [n_ctx, n_head_kv]               s_k rounded to bfloat16 (to nearest, ties to even;
 //                                                   0 and NaN kept): its relative error <= 2^-9, far
@@ -76,18 +80,22 @@
 //                                                   of the INT2 copy, which the hot pool gets);
 //     channel f32 [n_head_kv, head_dim]             c, and 1 / c.
 // Packing of one head vector: its elements in blocks of 32, the last block the remaining head_dim mod
-// 32 (even at 4 bits, a multiple of 4 at 2 bits); at 4 bits byte j of a block of b elements holds
-// element j in its low nibble and element j + b/2 in its high nibble (the Q4_0 order of
+// 32 (even at 4 bits, a multiple of 8 at 3 bits, of 4 at 2 bits); at 4 bits byte j of a block of b
+// elements holds element j in its low nibble and element j + b/2 in its high nibble (the Q4_0 order of
 // core/ggml_type.h), so that one 16-byte load and a shift give 32 elements in query order; at 2 bits
 // byte j holds elements j + m · b/4 in bits 2m, 2m + 1 (m = 0..3): one 8-byte load broadcast to four
-// lanes, each shifted by 2m. Keys are token-major: scoring streams the copy once, in address order.
+// lanes, each shifted by 2m. At 3 bits a block takes 3b/8 bytes: the low two bits of each u packed as
+// at 2 bits in its first b/4 bytes, then the high bits, element j's at bit j mod 8 of byte b/4 + j / 8
+// (of 32 elements: byte m holds elements 8m .. 8m + 7, which the 2-bit lane m holds too; one 4-byte
+// load, a byte shuffle and a bit mask give them). Keys are token-major: scoring streams the copy once,
+// in address order.
 // Bytes per token and layer: n_head_kv · (head_dim · bits / 8 + 2) (at 8 KV heads of 128, where f16 K
-// and V take 4096: 528 at 4 bits, 13% of K and V; 272 at 2 bits, 6.6%).
+// and V take 4096: 528 at 4 bits, 13% of K and V; 400 at 3 bits, 9.8%; 272 at 2 bits, 6.6%).
 //
-// Which width: docs/storage.md "The scoring copy" gives attention recall and perplexity at both; the
+// Which width: docs/storage.md "The scoring copy" gives attention recall and perplexity at each; the
 // context's default (context_params::score_copy_bits) is chosen there.
 //
-// Kernels: AVX2 (score_packed.cpp, dots_u4_i8 and dots_u2_i8, in the build int8_isa_get() names: plain
+// Kernels: AVX2 (score_packed.cpp, dots_u4_i8, dots_u3_i8 and dots_u2_i8, in the build int8_isa_get() names: plain
 // AVX2, AVX-VNNI or AVX-512 VNNI) or the scalar reference, per kernel_mode_get() at each call; all give
 // the same int32 sums and share the f32 scaling and aggregation, so scores are bit-identical in every
 // mode and build. Writing is scalar (the same in both modes). Throughput:
@@ -115,7 +123,7 @@
 
 namespace hill {
 
-// The key width of a scoring copy as the CLI spells it (--score-copy): "int4" 4, "int2" 2, "off" 0 (no
+// The key width of a scoring copy as the CLI spells it (--score-copy): "int4" 4, "int3" 3, "int2" 2, "off" 0 (no
 // copy). Errors (hill::error, exit_code::usage): another name, naming the flag and the valid values.
 int parse_score_copy(std::string_view name);
 
@@ -123,7 +131,7 @@ class quant_copy final : public scoring_copy {
 public:
     // s: the layer shape (n_head, n_head_kv, head_dim; s.scale: the softmax aggregate's, asserted > 0
     // under it); p: granularity and aggregate
-    // (p.key and p.query are ignored: the copy always scores its keys against an INT8 query); bits: 4 or
+    // (p.key and p.query are ignored: the copy always scores its keys against an INT8 query); bits: 4, 3 or
     // 2 (supports(head_dim, bits)); room for
     // n_seq sequences × n_layer layers × n_ctx positions, allocated here once (not zero-filled: pages are
     // touched as positions are written; channel scales start at 1); n_threads: the most threads of the
@@ -134,8 +142,8 @@ public:
     quant_copy(const attention_shape & s, const score_params & p, int bits, int n_seq, int n_layer, int64_t n_ctx,
                int n_threads);
 
-    // Whether a copy of `bits` (4 or 2) packs head vectors of head_dim elements: 4 bits an even
-    // head_dim, 2 bits a multiple of 4.
+    // Whether a copy of `bits` (4, 3 or 2) packs head vectors of head_dim elements: 4 bits an even
+    // head_dim, 3 bits a multiple of 8, 2 bits a multiple of 4.
     static bool supports(int head_dim, int bits);
 
     // What the copy of n_seq sequences × n_layer layers × n_ctx positions stores: n_ctx tokens per
@@ -227,7 +235,7 @@ private:
     // without prefetch, 2.7 to 3.8 with.
     static constexpr int score_block = 16;
 
-    // dots_u4_i8 or dots_u2_i8 of score_avx2.h (per bits) in int8_isa_get()'s build, or its scalar
+    // dots_u4_i8, dots_u3_i8 or dots_u2_i8 of score_avx2.h (per bits) in int8_isa_get()'s build, or its scalar
     // reference, per kernel_mode_get().
     using dots_fn = void (*)(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out);
     dots_fn kernel() const;
@@ -247,7 +255,7 @@ private:
 
     attention_shape shape_;
     score_params params_;
-    int bits_;                         // 4 or 2
+    int bits_;                         // 4, 3 or 2
     int n_seq_, n_layer_;
     int64_t n_ctx_;
     int n_threads_;
@@ -268,7 +276,7 @@ private:
     std::vector<float> q_scaled_;    // f32 [n_head, head_dim]: q ⊙ c, the prepared query
     std::vector<int8_t> q_i8_;       // int8 [n_head, head_dim]: its int8 values
     std::vector<float> q_scale_;     // f32 [n_head]: their scales
-    std::vector<int32_t> q_offset_;  // int32 [n_head]: 8 · Σ q̂'_h (4 bits) or 3 · Σ q̂'_h (2 bits)
+    std::vector<int32_t> q_offset_;  // int32 [n_head]: 8 · Σ q̂'_h (4 bits), 7 · (3 bits) or 3 · (2 bits)
     std::vector<int32_t> dots_;      // int32 [n_threads, dots_stride]: a block's dots [score_block, group]
     std::vector<uint8_t> row_keys_;  // u8 [n_head_kv, head_bytes_]: score_row's quantized key
     std::vector<bf16_bits> row_scales_;  // bf16 [n_head_kv]: its scales

@@ -1,7 +1,7 @@
 // AVX2/FMA/F16C kernels of the host scorer and the scoring copy (private to src/score). Defined in
 // score_avx2.cpp and score_packed.cpp (and softmax_avx2.cpp), compiled for AVX2 (score/sources.cmake);
-// call them only when kernel_mode_get() == kernel_mode::avx2. Each has a scalar reference in host_scorer.cpp (dots_u4_i8,
-// dots_u2_i8: in quant_copy.cpp) that tests compare it with.
+// call them only when kernel_mode_get() == kernel_mode::avx2. Each has a scalar reference in host_scorer.cpp
+// (dots_u4_i8, dots_u3_i8, dots_u2_i8: in quant_copy.cpp) that tests compare it with.
 //
 // Same rule as compute/kernels_avx2.h: score_avx2.cpp calls no inline or template function that other
 // files also use (fp16.h, std:: algorithms), since the linker keeps one copy of such a function and it
@@ -40,6 +40,10 @@ void dots_u4_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, i
 // one n mod 32; 2-bit fields u in [0, 3] for the levels 2u − 3): the dot with u, from which the caller
 // gets the one with 2u − 3 as 2 · dot − 3 · Σ_i q[h · n + i].
 void dots_u2_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out);
+// The same with int3 keys (n a multiple of 8), packed as quant_copy.h describes (blocks of 32, the last
+// one n mod 32; 3-bit fields u in [0, 7] for the levels 2u − 7): the dot with u, from which the caller
+// gets the one with 2u − 7 as 2 · dot − 7 · Σ_i q[h · n + i].
+void dots_u3_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out);
 
 // The softmax aggregate's weights of one KV head's `group` query heads, summed in head order, for n
 // tokens (score/head_softmax.h): acc[t] = Σ_h w(t, h) with
@@ -63,15 +67,17 @@ void quantize_f16(const uint8_t * x, int n, float inv, int8_t * out);
 
 }  // namespace hill::score_avx2
 
-// The same two kernels built with VNNI (score_packed.cpp; the same bits): AVX-VNNI — call only when
+// The same three kernels built with VNNI (score_packed.cpp; the same bits): AVX-VNNI — call only when
 // int8_isa_supported(int8_isa::avx_vnni) (compute/q8_dot.h) —, and AVX-512 F/BW/VL/VNNI — only when
 // int8_isa_supported(int8_isa::avx512_vnni).
 namespace hill::score_vnni {
 void dots_u4_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out);
 void dots_u2_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out);
+void dots_u3_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out);
 }  // namespace hill::score_vnni
 
 namespace hill::score_avx512 {
 void dots_u4_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out);
 void dots_u2_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out);
+void dots_u3_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out);
 }  // namespace hill::score_avx512

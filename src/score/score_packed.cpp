@@ -60,7 +60,38 @@ struct unpack_u2 {
     static int32_t elem(const uint8_t * row, int n, int i) { return crumb(row, n, i); }
 };
 
-// A tile of TK packed keys (int4: dots_u4_i8, int2: dots_u2_i8, unpacked by U) × TH int8 query heads,
+// Element i of a packed int3 head vector of n elements (quant_copy.h): in its block of b elements (3b/8
+// bytes from byte 3 · b0 / 8), the low two bits as crumb() reads them from the block's first b/4 bytes,
+// the high bit of element j at bit j mod 8 of byte b/4 + j / 8.
+inline int32_t field3(const uint8_t * row, int n, int i) {
+    const int b0 = i / 32 * 32, quarter = (n - b0 < 32 ? n - b0 : 32) / 4, j = i - b0;
+    const uint8_t * block = row + b0 / 8 * 3;
+    return ((block[j % quarter] >> (2 * (j / quarter))) & 3) | ((block[quarter + j / 8] >> (j % 8)) & 1) << 2;
+}
+
+// The same for a packed int3 key: the low two bits as unpack_u2 unpacks them (the block's first 8 bytes),
+// and the high bits (its next 4 bytes, byte m holding elements 8m .. 8m + 7) broadcast, byte m shuffled
+// to the 8 bytes of lane m, each byte's own bit isolated (bit j in byte j), compared into 0 or 0xff and
+// kept as 4.
+struct unpack_u3 {
+    static __m256i block(const uint8_t * key, int i) {
+        const uint8_t * b = key + i / 8 * 3;
+        int64_t low;
+        int32_t high;
+        std::memcpy(&low, b, 8);
+        std::memcpy(&high, b + 8, 4);
+        const __m256i lo = _mm256_and_si256(_mm256_srlv_epi64(_mm256_set1_epi64x(low), _mm256_setr_epi64x(0, 2, 4, 6)),
+                                            _mm256_set1_epi8(0x03));
+        const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201));
+        const __m256i spread = _mm256_shuffle_epi8(
+            _mm256_set1_epi32(high), _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+        return _mm256_or_si256(lo, _mm256_and_si256(set, _mm256_set1_epi8(0x04)));
+    }
+    static int32_t elem(const uint8_t * row, int n, int i) { return field3(row, n, i); }
+};
+
+// A tile of TK packed keys (int4: dots_u4_i8, int3: dots_u3_i8, int2: dots_u2_i8, unpacked by U) × TH int8 query heads,
 // TK · TH = 8 accumulators; the query vectors are read from L1 as memory operands. The key goes in as
 // unsigned bytes (the stored field: k̂ + 8 in [1, 15], or u in [0, 3]), the query as signed ones.
 // - AVX2: maddubs adds each pair of products into int16 (at most 2 · 15 · 127 = 3810), so 8 blocks add
@@ -126,6 +157,10 @@ struct tile_packed {
 
 void dots_u4_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out) {
     dots_block<tile_packed<unpack_u4>>(q, n_q, k, n_k, n, out);
+}
+
+void dots_u3_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out) {
+    dots_block<tile_packed<unpack_u3>>(q, n_q, k, n_k, n, out);
 }
 
 void dots_u2_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, int n, int32_t * out) {

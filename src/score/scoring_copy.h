@@ -3,7 +3,7 @@
 // tokens it selects. Its bytes are counted in --kv-host-budget beside the hot pool.
 //
 // Implementations (one per summary; a policy names the one it scores from, policy::copy_kind):
-//   quant_copy  (quant_copy.h)  INT4 or INT2 keys with per-channel scales, one score per token: the
+//   quant_copy  (quant_copy.h)  INT4, INT3 or INT2 keys with per-channel scales, one score per token: the
 //                               hillinfer policy's copy on a plain SSD;
 //   page_bounds (page_bounds.h) per page of keys, the elementwise min and max (Quest, Tang et al.,
 //                               ICML 2024, §3): one upper bound of q·k per page, given to every token
