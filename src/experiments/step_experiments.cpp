@@ -38,7 +38,6 @@ step_bench_params one_config(const workload_params & w, std::vector<int64_t> ctx
     s.n_warmup = n_warmup;
     s.kv_dir = kv_dir;
     s.calibrate = calibrate;
-    s.score_copies = {"int2"};
     return s;
 }
 
