@@ -546,6 +546,11 @@ TEST_F(cli, storage_emulator_gives_the_same_tokens_and_reports_its_link) {
     const result too_small = run(base + "--storage plain");
     EXPECT_EQ(too_small.code, 2) << too_small.out;
     EXPECT_NE(too_small.out.find("after the 40.5 KiB scoring copy of the keys"), std::string::npos) << too_small.out;
+    EXPECT_NE(too_small.out.find("; the INT2 copy (--score-copy int2) takes 32.5 KiB"), std::string::npos)
+        << too_small.out;
+    const result too_small2 = run(base + "--storage plain --score-copy int2");
+    EXPECT_EQ(too_small2.code, 2) << too_small2.out;
+    EXPECT_EQ(too_small2.out.find("--score-copy int2) takes"), std::string::npos) << "INT2 names no narrower copy";
     EXPECT_TRUE(in_order(text.out, {"selected KV: ", " cold tokens, ", " over the link; flash read "})) << text.out;
     EXPECT_NE(text.out.find("from the cold tier ("), std::string::npos) << text.out;
     // A policy that scores nothing: the planner line says so on the plain SSD too (no claim about scoring).

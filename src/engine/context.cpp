@@ -97,9 +97,18 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
         if (layer_slots[il] >= std::min(int64_t(p.n_seq) * per_seq_min, caps[il])) continue;
         const std::string copy = with_copy ? fmt::format(" after the {} scoring copy of the keys", format_bytes(copy_bytes))
                                            : std::string();
-        fail_usage("--kv-host-budget {} holds {} tokens per layer{}; at least {} are needed{} (the {} sinks, the {}-token "
-                   "window and the new token of each sequence stay hot; {} per token)", format_bytes(budget), hot_slots,
-                   copy, int64_t(p.n_seq) * per_seq_min, seqs, pp.n_sinks, pp.n_window, format_bytes(per_slot));
+        // A wider copy than INT2 names the narrower one, which may leave the slots room.
+        context_params narrow = p;
+        narrow.score_copy_bits = 2;
+        const std::string hint = with_copy && scoring_copy_bits(m, p) > 2 && scoring_copy_bits(m, narrow) == 2
+                                     ? fmt::format("; the INT2 copy (--score-copy int2) takes {}",
+                                                   format_bytes(scoring_copy_bytes(m, narrow)))
+                                     : std::string();
+        fail_usage(
+            "--kv-host-budget {} holds {} tokens per layer{}; at least {} are needed{} (the {} sinks, the {}-token "
+            "window and the new token of each sequence stay hot; {} per token){}",
+            format_bytes(budget), hot_slots, copy, int64_t(p.n_seq) * per_seq_min, seqs, pp.n_sinks, pp.n_window,
+            format_bytes(per_slot), hint);
     }
     // The device tier's cache takes its share of each cold layer's slots, leaving the hot pool its minimum.
     std::vector<int64_t> pool_slots = layer_slots, cache_rows(caps.size(), 0);
