@@ -1,14 +1,14 @@
 // Session behaviour on a small random model: chunked prefill equals one batch, thread counts
 // agree, context overflow is refused (prefill and decode), truncate() rewinds, and decoding again
 // after a truncation back to the prompt repeats the logits bit for bit, in RAM and over the tiers,
-// under another policy too (set_policy).
-#include <gtest/gtest.h>
-
+// under another policy too (set_policy); and the scoring copy's width where the heads do not pack it.
 #include "core/error.h"
 #include "engine/context.h"
 #include "engine/session.h"
 #include "model/synthetic_model.h"
 #include "test_util.h"
+
+#include <gtest/gtest.h>
 
 namespace hill {
 namespace {
