@@ -1022,6 +1022,13 @@ TEST_F(cli, bench_step_measures_every_configuration_and_writes_json_and_a_plot) 
         } else {
             EXPECT_NEAR(attended, std::ceil(0.2 * 1026) + 20, 25.0) << x;
         }
+        // Hints: only hillinfer over the plain SSD could send them, and the measured steps (2 after 1 warm-up)
+        // are in the cost probe's first round, hints on.
+        if (x["policy"] == "hillinfer" && x["storage"] == "plain" && x["cold"].get<double>() > 0.0) {
+            EXPECT_EQ(x["hints_off_share"], 0.0) << x;
+        } else {
+            EXPECT_TRUE(x["hints_off_share"].is_null()) << x;
+        }
         if (x["cold"].get<double>() == 0.0) {
             EXPECT_EQ(x["storage"], "ram");
             EXPECT_EQ(x["hot_share"].get<double>(), 1.0);

@@ -3,6 +3,7 @@
 // change no result, and a model whose selection jumps from step to step stops being hinted; the cost
 // probe's rounds (A B B A), its choice by the rounds' medians, and its next probe.
 #include "engine/context.h"
+#include "engine/run_report.h"
 #include "engine/session.h"
 #include "model/model.h"
 #include "model/synthetic_model.h"
@@ -215,6 +216,12 @@ TEST_F(hint_gate_decode, a_jumping_selection_is_not_hinted_and_a_stable_one_is) 
     EXPECT_EQ(cs.prefetch_hits, cs.tokens_prefetched - last_hint);
     // The 16 decode steps are the cost probe's first, A B B A with A = hints on: the 8 steps of its middle
     // rounds sent none. A device that does not read ahead is not probed.
+    EXPECT_EQ(stable->ctx().decode_stats().hint_steps, 16u);
+    EXPECT_EQ(unhinted->ctx().decode_stats().hint_steps, 0u);
+    EXPECT_EQ(policy_json(stable->ctx()).at("hint_steps"), 16u);
+    const std::string report = storage_summary(stable->ctx());
+    EXPECT_NE(report.find("hints off in 8 of 16 steps: 8 probing whether they pay, 0 because"), std::string::npos)
+        << report;
     EXPECT_EQ(stable->ctx().decode_stats().hint_steps_off_probing, 8u);
     EXPECT_EQ(stable->ctx().decode_stats().hint_steps_off_chosen, 0u);
     EXPECT_EQ(unhinted->ctx().decode_stats().hint_steps_off_probing, 0u);

@@ -308,6 +308,15 @@ struct step_opts {
     std::string json_path, plot_path;
 };
 
+// The pipeline's hints in the measured steps (step_result::hints_off_share): "on", "off", the share of
+// steps without them, or "-" where no step could send one.
+std::string hints_label(double off_share) {
+    if (!std::isfinite(off_share)) return "-";
+    if (off_share == 0.0) return "on";
+    if (off_share == 1.0) return "off";
+    return fmt::format("{:.0f}% off", 100 * off_share);
+}
+
 std::string label(const step_config & c) {
     std::string s = c.cold == 0.0 ? fmt::format("{} in RAM", c.policy) : fmt::format("{} {:.0f}% cold {}", c.policy, 100 * c.cold, c.storage);
     if (c.storage == "emulator") s += " " + c.profile;
@@ -320,26 +329,58 @@ std::string label(const step_config & c) {
 
 nlohmann::json to_json(const step_result & r) {
     const step_config & c = r.config;
-    return {{"ctx", c.ctx}, {"cold", c.cold}, {"policy", c.policy}, {"storage", c.storage}, {"profile", c.profile},
-            {"score_copy", c.score_copy}, {"device_cache", number_or_null(c.device_cache >= 0.0 ? c.device_cache : NAN)},
+    return {{"ctx", c.ctx},
+            {"cold", c.cold},
+            {"policy", c.policy},
+            {"storage", c.storage},
+            {"profile", c.profile},
+            {"score_copy", c.score_copy},
+            {"device_cache", number_or_null(c.device_cache >= 0.0 ? c.device_cache : NAN)},
             {"placement", c.placement},
-            {"host_budget_bytes", r.host_budget}, {"scoring_copy_bytes", r.copy_bytes},
-            {"hot_slots_per_layer", r.hot_slots}, {"device_cache_rows", r.cache_rows}, {"step_ms", r.step_ms}, {"step_ms_min", r.step_ms_min},
-            {"step_ms_max", r.step_ms_max}, {"forward_ms", r.forward_ms}, {"score_host_ms", r.score_host_ms},
-            {"score_device_ms", r.score_device_ms}, {"select_ms", r.select_ms}, {"attend_ms", r.attend_ms},
-            {"write_ms", r.write_ms}, {"hot_bytes", r.hot_bytes}, {"cached_bytes", r.cached_bytes}, {"open_bytes", r.open_bytes},
-            {"disk_kv_bytes", r.disk_kv_bytes}, {"flash_read_bytes", r.flash_read_bytes},
-            {"link_bytes", r.link_bytes}, {"host_read_bytes", r.host_read_bytes}, {"hot_share", r.hot_share},
-            {"cache_share", r.cache_share}, {"cache_fills", r.cache_fills}, {"cache_swaps", r.cache_swaps}, {"open_share", r.open_share}, {"disk_share", r.disk_share},
+            {"host_budget_bytes", r.host_budget},
+            {"scoring_copy_bytes", r.copy_bytes},
+            {"hot_slots_per_layer", r.hot_slots},
+            {"device_cache_rows", r.cache_rows},
+            {"step_ms", r.step_ms},
+            {"step_ms_min", r.step_ms_min},
+            {"step_ms_max", r.step_ms_max},
+            {"forward_ms", r.forward_ms},
+            {"score_host_ms", r.score_host_ms},
+            {"score_device_ms", r.score_device_ms},
+            {"select_ms", r.select_ms},
+            {"attend_ms", r.attend_ms},
+            {"write_ms", r.write_ms},
+            {"hot_bytes", r.hot_bytes},
+            {"cached_bytes", r.cached_bytes},
+            {"open_bytes", r.open_bytes},
+            {"disk_kv_bytes", r.disk_kv_bytes},
+            {"flash_read_bytes", r.flash_read_bytes},
+            {"link_bytes", r.link_bytes},
+            {"host_read_bytes", r.host_read_bytes},
+            {"hot_share", r.hot_share},
+            {"cache_share", r.cache_share},
+            {"cache_fills", r.cache_fills},
+            {"cache_swaps", r.cache_swaps},
+            {"open_share", r.open_share},
+            {"disk_share", r.disk_share},
             {"reread_share", r.reread_share},
-            {"attended_per_layer", r.attended_per_layer}, {"promotions", r.promotions},
-            {"prefetch_hit_share", r.prefetch_hit_share}, {"prefetch_waste_share", r.prefetch_waste_share},
-            {"hints_off_share", r.hints_off_share}, {"beta_config", c.beta},
-            {"beta", number_or_null(r.beta)}, {"beta_planned", number_or_null(r.beta_planned)},
-            {"beta_eq4", number_or_null(r.beta_eq4)}, {"m0_bound", r.m0_bound}, {"alpha_hot", number_or_null(r.alpha_hot)},
-            {"alpha_cold", number_or_null(r.alpha_cold)}, {"t_cpu_predicted_ms", number_or_null(r.t_cpu_pred_ms)},
-            {"t_csd_predicted_ms", number_or_null(r.t_csd_pred_ms)}, {"t_cpu_ms", number_or_null(r.t_cpu_ms)},
-            {"t_csd_ms", number_or_null(r.t_csd_ms)}, {"replans", r.replans}};
+            {"attended_per_layer", r.attended_per_layer},
+            {"promotions", r.promotions},
+            {"prefetch_hit_share", r.prefetch_hit_share},
+            {"prefetch_waste_share", r.prefetch_waste_share},
+            {"hints_off_share", number_or_null(r.hints_off_share)},
+            {"beta_config", c.beta},
+            {"beta", number_or_null(r.beta)},
+            {"beta_planned", number_or_null(r.beta_planned)},
+            {"beta_eq4", number_or_null(r.beta_eq4)},
+            {"m0_bound", r.m0_bound},
+            {"alpha_hot", number_or_null(r.alpha_hot)},
+            {"alpha_cold", number_or_null(r.alpha_cold)},
+            {"t_cpu_predicted_ms", number_or_null(r.t_cpu_pred_ms)},
+            {"t_csd_predicted_ms", number_or_null(r.t_csd_pred_ms)},
+            {"t_cpu_ms", number_or_null(r.t_cpu_ms)},
+            {"t_csd_ms", number_or_null(r.t_csd_ms)},
+            {"replans", r.replans}};
 }
 
 // The β sweeps of a run: per emulator configuration (all but β) with numeric βs, the step time of each β,
@@ -466,16 +507,18 @@ int run_step(step_opts & o) {
                "{:.3f} (target {}), head agreement {} ({}-token sample; query correlation {:.4f}, logit scale {:.2f})\n",
                cal.overlap, wp.target_overlap, cal.mass, wp.target_mass, wp.agreement, cal.sample_tokens, cal.rho,
                cal.logit_scale);
-    fmt::print("\n{:>7} {:38} {:>20} {:>44} {:>10} {:>10} {:>10} {:>23}\n", "ctx", "configuration", "step ms (min-max)",
-               "forward / score / device / select / attend ms", "RAM/step", "SSD/step", "link/step",
-               "hot/cache/open/disk %");
+    fmt::print("\n{:>7} {:38} {:>20} {:>44} {:>10} {:>10} {:>10} {:>23} {:>8}\n", "ctx", "configuration",
+               "step ms (min-max)", "forward / score / device / select / attend ms", "RAM/step", "SSD/step",
+               "link/step", "hot/cache/open/disk %", "hints");
     const std::vector<step_result> rs = run_step_bench(o.p, w, pool, [](const step_result & r) {
-        fmt::print("{:>7} {:38} {:>8.1f} ({:.1f}-{:.1f}) {:>8.1f} / {:.1f} / {:.1f} / {:.1f} / {:.1f} {:>10} {:>10} {:>10} "
-                   "{:>5.1f}/{:.1f}/{:.1f}/{:.1f}\n", r.config.ctx, label(r.config), r.step_ms, r.step_ms_min, r.step_ms_max,
-                   r.forward_ms, r.score_host_ms, r.score_device_ms, r.select_ms, r.attend_ms,
-                   format_bytes(uint64_t(r.hot_bytes + r.cached_bytes)),
-                   format_bytes(uint64_t(r.disk_kv_bytes + r.host_read_bytes)), format_bytes(uint64_t(r.link_bytes)),
-                   100 * r.hot_share, 100 * r.cache_share, 100 * r.open_share, 100 * r.disk_share);
+        fmt::print(
+            "{:>7} {:38} {:>8.1f} ({:.1f}-{:.1f}) {:>8.1f} / {:.1f} / {:.1f} / {:.1f} / {:.1f} {:>10} {:>10} {:>10} "
+            "{:>5.1f}/{:.1f}/{:.1f}/{:.1f} {:>8}\n",
+            r.config.ctx, label(r.config), r.step_ms, r.step_ms_min, r.step_ms_max, r.forward_ms, r.score_host_ms,
+            r.score_device_ms, r.select_ms, r.attend_ms, format_bytes(uint64_t(r.hot_bytes + r.cached_bytes)),
+            format_bytes(uint64_t(r.disk_kv_bytes + r.host_read_bytes)), format_bytes(uint64_t(r.link_bytes)),
+            100 * r.hot_share, 100 * r.cache_share, 100 * r.open_share, 100 * r.disk_share,
+            hints_label(r.hints_off_share));
         if (std::isfinite(r.beta)) {
             fmt::print("{:>7} {:38} planner: beta {:.3f}{} (planned {:.3f}, Eq. 4 {:.3f}; selected {:.1f}% of hot, {:.1f}% "
                        "of cold tokens); T_cpu {:.2f} ms predicted / {:.2f} measured, T_csd {:.2f} / {:.2f}; {} re-plans\n",

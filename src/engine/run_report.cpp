@@ -101,6 +101,7 @@ nlohmann::json policy_json(const context & ctx) {
         {"steps", st.n_steps},
         {"failed_steps", st.n_failed},
         {"hints_gated", st.hints_gated},
+        {"hint_steps", st.hint_steps},
         {"hint_steps_off_probing", st.hint_steps_off_probing},
         {"hint_steps_off_chosen", st.hint_steps_off_chosen},
         {"hint_tokens_next_step", st.hint_tokens_next_step},
@@ -263,10 +264,11 @@ std::string storage_summary(const context & ctx) {
                            "selected (sched/hint_gate.h)\n", gated);
     }
     if (const step_stats & st = ctx.decode_stats(); st.hint_steps_off_probing + st.hint_steps_off_chosen > 0) {
-        out += fmt::format("  pipeline: hints off in {} of {} steps: {} probing whether they pay, {} because the steps "
-                           "without them were faster on this machine (sched/hint_gate.h)\n",
-                           st.hint_steps_off_probing + st.hint_steps_off_chosen, st.n_steps, st.hint_steps_off_probing,
-                           st.hint_steps_off_chosen);
+        out += fmt::format(
+            "  pipeline: hints off in {} of {} steps: {} probing whether they pay, {} because the steps "
+            "without them were faster on this machine (sched/hint_gate.h)\n",
+            st.hint_steps_off_probing + st.hint_steps_off_chosen, st.hint_steps, st.hint_steps_off_probing,
+            st.hint_steps_off_chosen);
     }
     if (c.n_cancelled + c.n_errors > 0) out += fmt::format("  {} passes cancelled, {} failed\n", c.n_cancelled, c.n_errors);
     return out;

@@ -394,8 +394,11 @@ step_result measure(context & ctx, const step_config & cfg, int n_warmup, int n_
     const double hits = double(b.dev.prefetch_hits - a.dev.prefetch_hits);
     r.prefetch_hit_share = read > 0 ? hits / read : 0.0;
     r.prefetch_waste_share = ahead > 0 ? 1.0 - hits / ahead : 0.0;
-    r.hints_off_share = double((b.st.hint_steps_off_probing + b.st.hint_steps_off_chosen) -
-                               (a.st.hint_steps_off_probing + a.st.hint_steps_off_chosen)) * per;
+    const uint64_t hint_steps = b.st.hint_steps - a.st.hint_steps;
+    r.hints_off_share = hint_steps > 0 ? double((b.st.hint_steps_off_probing + b.st.hint_steps_off_chosen) -
+                                                (a.st.hint_steps_off_probing + a.st.hint_steps_off_chosen)) /
+                                             double(hint_steps)
+                                       : NAN;
     r.host_budget = ctx.params().kv_host_budget;
     r.copy_bytes = context::scoring_copy_bytes(ctx.model(), ctx.params());
     r.hot_slots = ctx.cells().hot_capacity();

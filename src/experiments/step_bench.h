@@ -134,9 +134,11 @@ struct step_result {
     // The pipeline's prefetch (csd/device.h): of the tokens read from the SSD, the share found read
     // ahead; of the tokens read ahead, the share no read pass asked for (bytes read in vain).
     double prefetch_hit_share = 0, prefetch_waste_share = 0;
-    // Of the measured steps, the share that sent no hint: the hint gate's cost probe found the steps without
-    // them faster, or was probing (sched/hint_gate.h; the warm-up runs the first probe).
-    double hints_off_share = 0;
+    // Of the measured steps that could send hints (step_stats::hint_steps), the share that sent none: the hint
+    // gate's cost probe found the steps without them faster, or was probing (sched/hint_gate.h; the warm-up
+    // runs the first probe). NaN where no step could: all in RAM, a policy without scores, the emulator,
+    // step_bench_params::no_prefetch.
+    double hints_off_share = NAN;
     uint64_t host_budget = 0;  // --kv-host-budget the configuration ran with (0: all in RAM)
     uint64_t copy_bytes = 0;   // of the budget, the scoring copy's (context::scoring_copy_bytes)
     int64_t hot_slots = 0;     // hot-pool slots per layer (kv_cells::hot_capacity)

@@ -185,6 +185,7 @@ void decode_step::run(std::span<const int> seqs, std::span<const int32_t> tokens
     // The cost probe measures the steps that could send hints (a cold tier, a policy that scores, a
     // device that reads ahead): its time per decoded token.
     if (logs_ != nullptr && policy_->uses_scores() && device_.reads_ahead()) {
+        ++stats_.hint_steps;
         if (!hints_.arm_on()) ++(hints_.probing() ? stats_.hint_steps_off_probing : stats_.hint_steps_off_chosen);
         hints_.end_step(std::max(double(time_us() - t_step), 1.0) * 1e-6 / double(nb));
     } else {

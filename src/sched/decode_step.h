@@ -120,6 +120,7 @@ struct step_stats {
     uint64_t pingpong = 0;          // moves that undid a move of the same token within 8 steps
     uint64_t hints_gated = 0;       // prefetch hints (sequence, layer) not sent to a device that reads ahead:
                                     // the layer's hints were mostly not selected (sched/hint_gate.h)
+    uint64_t hint_steps = 0;        // steps that could send hints: cold tier, scoring policy, device reading ahead
     uint64_t hint_steps_off_probing = 0;  // steps with every hint off: probing whether hints pay (sched/hint_gate.h)
     uint64_t hint_steps_off_chosen = 0;   // steps with every hint off: the probe found the steps without them faster
     uint64_t hint_tokens_next_step = 0;  // tokens the storage device queued for the next step's first layer (the
