@@ -115,17 +115,21 @@ int main(int argc, char ** argv) {
 
         // The scoring copies of the same keys at 4, 3 and 2 bits (where head_dim allows): the channel
         // scales from the first 4096 tokens (a prompt), the rest written in parallel (disjoint positions
-        // of one sequence and layer).
+        // of one sequence and layer), timed: the quantization's cost per token and thread.
         std::vector<quant_copy> copies;
+        std::vector<double> write_us;  // per copy: µs per token and thread
         for (const int bits : {4, 3, 2}) {
             if (!quant_copy::supports(head_dim, bits)) continue;
             quant_copy & copy = copies.emplace_back(s, params, bits, 1, 1, n_tokens, n_threads);
             const int64_t n_prompt = std::min<int64_t>(n_tokens, 4096);
             copy.write(0, 0, 0, n_prompt, ggml_type::f16, keys.data(), row_stride);
+            const int64_t t0 = time_us();
             pool.parallel_for(n_tokens - n_prompt, [&](int64_t i0, int64_t i1) {
                 copy.write(0, 0, n_prompt + i0, i1 - i0, ggml_type::f16, keys.data() + size_t((n_prompt + i0) * row_stride),
                            row_stride);
             });
+            write_us.push_back(n_tokens > n_prompt ? double(time_us() - t0) * n_threads / double(n_tokens - n_prompt)
+                                                   : std::nan(""));
         }
 
         const struct {
@@ -179,14 +183,17 @@ int main(int argc, char ** argv) {
             "reps; {}\n",
             n_tokens, n_head, n_head_kv, head_dim, key_bytes / (1 << 20),
             use_rows ? " through a shuffled row list" : "", name(params.granularity), name(params.aggregate), reps,
-            copies.empty() ? std::string("no scoring copy (odd head_dim)") : [&] {
-                std::string d = "the scoring copies:";
-                for (const quant_copy & c : copies) {
-                    d += fmt::format(" copy{} {:.0f} MiB ({} bytes per token)", c.bits(), double(c.bytes()) / (1 << 20),
-                                     quant_copy::bytes_per_token_layer(s, c.bits()));
-                }
-                return d;
-            }());
+            copies.empty()
+                ? fmt::format("no scoring copy (head_dim neither even nor <= {})", quant_copy::max_head_dim)
+                : [&] {
+                      std::string d = "the scoring copies (bytes per token; µs per token and thread to write):";
+                      for (size_t i = 0; i < copies.size(); ++i) {
+                          const quant_copy & c = copies[i];
+                          d += fmt::format(" copy{} {:.0f} MiB ({}; {:.2f})", c.bits(), double(c.bytes()) / (1 << 20),
+                                           quant_copy::bytes_per_token_layer(s, c.bits()), write_us[i]);
+                      }
+                      return d;
+                  }());
         fmt::print("{:6}  {:5}  {:5}  {:>7}  {:>15}  {:>13}  {:>6}  {:>8}\n", "mode", "keys", "query", "GB/s",
                    "(min .. max)", "GB/s / thread", "% DRAM", "Mtok/s");
         for (const result & r : results) {
@@ -210,7 +217,11 @@ int main(int argc, char ** argv) {
                                 {"copy3_bytes_per_token", quant_copy::bytes_per_token_layer(s, 3)},
                                 {"copy2_bytes_per_token", quant_copy::bytes_per_token_layer(s, 2)},
                                 {"dram_read_gbps", dram},
+                                {"copy_write_us_per_token", nlohmann::json::object()},
                                 {"results", nlohmann::json::array()}};
+            for (size_t i = 0; i < copies.size(); ++i) {
+                j["copy_write_us_per_token"][fmt::format("copy{}", copies[i].bits())] = write_us[i];
+            }
             for (const result & r : results) {
                 j["results"].push_back({{"mode", mode_name(r.mode)},
                                         {"key", r.key},

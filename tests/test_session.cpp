@@ -2,13 +2,14 @@
 // agree, context overflow is refused (prefill and decode), truncate() rewinds, and decoding again
 // after a truncation back to the prompt repeats the logits bit for bit, in RAM and over the tiers,
 // under another policy too (set_policy); and the scoring copy's width where the heads do not pack it.
+#include <gtest/gtest.h>
+
 #include "core/error.h"
 #include "engine/context.h"
 #include "engine/session.h"
 #include "model/synthetic_model.h"
+#include "score/quant_copy.h"
 #include "test_util.h"
-
-#include <gtest/gtest.h>
 
 namespace hill {
 namespace {
@@ -149,22 +150,29 @@ TEST_F(session_test, truncate_to_the_prompt_repeats_decode_bit_for_bit) {
 }
 
 // The scoring copy's width (context::scoring_copy_bits): the one asked for where the model's heads pack
-// it (3 bits: head_dim % 8 == 0; 2 bits: % 4), else INT4, which packs every even head_dim.
+// it (3 bits: head_dim % 8 == 0; 2 bits: % 4), else INT4, which packs every even head_dim; no copy for
+// heads wider than quant_copy::max_head_dim (the step then scores the stored keys).
 TEST(scoring_copy_width, the_asked_width_where_heads_pack_it_else_int4) {
     test::temp_dir dir;
     context_params p;
     p.policy.name = "hillinfer";
-    for (const auto & [n_embd, head_dim] : {std::pair{64, 16}, std::pair{48, 12}, std::pair{40, 10}}) {
+    constexpr int wide = quant_copy::max_head_dim + 8;
+    for (const auto & [n_embd, head_dim] :
+         {std::pair{64, 16}, std::pair{48, 12}, std::pair{40, 10}, std::pair{wide, wide}}) {
         const std::string path = dir.file("m" + std::to_string(head_dim) + ".gguf");
-        write_random_model(
-            path,
-            random_model_params{
-                .n_vocab = 300, .n_embd = n_embd, .n_ff = 96, .n_layer = 1, .n_head = 4, .n_head_kv = 2, .seed = 3});
+        write_random_model(path, random_model_params{.n_vocab = 300,
+                                                     .n_embd = n_embd,
+                                                     .n_ff = 96,
+                                                     .n_layer = 1,
+                                                     .n_head = head_dim == wide ? 1 : 4,
+                                                     .n_head_kv = head_dim == wide ? 1 : 2,
+                                                     .seed = 3});
         const auto m = model::load(path);
         ASSERT_EQ(m->hp().head_dim, head_dim);
-        const int want3 = head_dim % 8 == 0 ? 3 : 4, want2 = head_dim % 4 == 0 ? 2 : 4;
+        const bool fits = head_dim <= quant_copy::max_head_dim;
+        const int want3 = !fits ? 0 : head_dim % 8 == 0 ? 3 : 4, want2 = !fits ? 0 : head_dim % 4 == 0 ? 2 : 4;
         for (const auto & [asked, want] :
-             {std::pair{3, want3}, std::pair{2, want2}, std::pair{4, 4}, std::pair{0, 0}}) {
+             {std::pair{3, want3}, std::pair{2, want2}, std::pair{4, fits ? 4 : 0}, std::pair{0, 0}}) {
             p.score_copy_bits = asked;
             EXPECT_EQ(context::scoring_copy_bits(*m, p), want) << "head_dim " << head_dim << ", asked " << asked;
         }

@@ -1,5 +1,7 @@
 #include "score/quant_copy.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cfloat>
@@ -7,9 +9,8 @@
 #include <limits>
 #include <new>
 
-#include <fmt/format.h>
-
 #include "compute/kernel_mode.h"
+#include "compute/ops.h"
 #include "compute/q8_dot.h"
 #include "core/error.h"
 #include "core/fp16.h"
@@ -61,6 +62,14 @@ inline float key_elem(bool f16, const void * k, int64_t i) {
     return f16 ? fp16_to_fp32(static_cast<const f16_bits *>(k)[i]) : static_cast<const float *>(k)[i];
 }
 
+// v rounded to the nearest integer, ties to even, for |v| < 2^22 (lrint's result in the default rounding
+// mode): adding 1.5 · 2^23 leaves no fraction bits, so the addition rounds; the subtraction is exact. A
+// loop of it vectorizes where lrint is a call.
+inline float round_to_even(float v) {
+    constexpr float shift = 12582912.0f;  // 1.5 · 2^23
+    return (v + shift) - shift;
+}
+
 // The limits of the channel scales (quant_copy.h): below max_d c_d · channel_floor a channel's scale is
 // raised to it, so that a channel silent in the first rows cannot turn a later token's k / c into the
 // only non-zero value of its head (or overflow); below channel_min every scale is 1.
@@ -90,7 +99,7 @@ quant_copy::quant_copy(const attention_shape & s, const score_params & p, int bi
                        int64_t n_ctx, int n_threads)
     : shape_(s), params_(p), bits_(bits), n_seq_(n_seq), n_layer_(n_layer), n_ctx_(n_ctx), n_threads_(n_threads) {
     HILL_ASSERT(s.n_head > 0 && s.n_head_kv > 0 && s.n_head % s.n_head_kv == 0);
-    HILL_ASSERT(supports(s.head_dim, bits) && s.head_dim <= score_max_head_dim);
+    HILL_ASSERT(supports(s.head_dim, bits));
     HILL_ASSERT(n_seq >= 1 && n_layer >= 1 && n_ctx >= 1 && n_threads >= 1);
     group_ = s.n_head / s.n_head_kv;
     head_bytes_ = size_t(s.head_dim) * size_t(bits) / 8;
@@ -130,7 +139,7 @@ void quant_copy::set_params(const score_params & p) {
 }
 
 bool quant_copy::supports(int head_dim, int bits) {
-    return head_dim > 0 &&
+    return head_dim > 0 && head_dim <= max_head_dim &&
            ((bits == 4 && head_dim % 2 == 0) || (bits == 3 && head_dim % 8 == 0) || (bits == 2 && head_dim % 4 == 0));
 }
 
@@ -179,23 +188,28 @@ const float * quant_copy::channel_scales(int seq, int il) const {
 
 void quant_copy::quantize_row(ggml_type type, const void * k, const float * rc, uint8_t * packed, bf16_bits * scale) const {
     const int hd = shape_.head_dim;
-    const bool f16 = type == ggml_type::f16;
+    // One head vector at a time, each value computed once: k̃ (then y), and the fields u.
+    float kt[max_head_dim];
+    uint8_t u[max_head_dim];
     for (int g = 0; g < shape_.n_head_kv; ++g) {
         const float * rg = rc + size_t(g) * size_t(hd);
         const int64_t e0 = int64_t(g) * hd;
         uint8_t * out = packed + size_t(g) * head_bytes_;
-        // k̃_i = k_i · (1 / c_i), computed the same way in every pass (no buffer). A NaN anywhere makes the
-        // maximum NaN, as amax in host_scorer.cpp.
-        auto kt = [&](int i) { return key_elem(f16, k, e0 + i) * rg[i]; };
+        // k̃_i = k_i · (1 / c_i). A NaN anywhere makes the maximum NaN, as amax in host_scorer.cpp.
+        if (type == ggml_type::f16) {
+            fp16_to_fp32_row(static_cast<const f16_bits *>(k) + e0, kt, hd);
+        } else {
+            std::copy_n(static_cast<const float *>(k) + e0, hd, kt);
+        }
+        bool nan = false;
         float amax = 0.0f;
         for (int i = 0; i < hd; ++i) {
-            const float a = std::fabs(kt(i));
-            if (std::isnan(a)) {
-                amax = a;
-                break;
-            }
-            amax = std::max(amax, a);
+            kt[i] *= rg[i];
+            const float a = std::fabs(kt[i]);
+            nan |= std::isnan(a);
+            amax = a > amax ? a : amax;
         }
+        if (nan) amax = std::numeric_limits<float>::quiet_NaN();
         if (!(amax <= FLT_MAX) || amax < quantize_min_amax) {  // inf or NaN element, or (nearly) all zeros
             std::fill(out, out + head_bytes_, uint8_t(bits_ == 4 ? 0x88 : 0x00));
             scale[g] = fp32_to_bf16(amax < quantize_min_amax ? 0.0f : std::numeric_limits<float>::quiet_NaN());
@@ -206,39 +220,42 @@ void quant_copy::quantize_row(ggml_type type, const void * k, const float * rc, 
             // (top = 2^bits − 1: {-3, -1, 1, 3} or {-7, ..., 7}) times σ, σ = rms(y) · σ0 refined by
             // lloyd_rounds rounds of Lloyd's iteration (quant_copy.h): each element to its nearest level,
             // u = lrint((y / σ + top) / 2) clamped to [0, top] (ties to even), then σ = Σ y ℓ / Σ ℓ²; the
-            // stored scale is max|k̃| · σ.
+            // stored scale is max|k̃| · σ. Sums in f32, in element order.
             const int top = (1 << bits_) - 1;
             const float inv_amax = 1.0f / amax;
-            auto y = [&](int i) { return kt(i) * inv_amax; };
-            auto field = [&](int i, float inv) {
-                return uint8_t(std::clamp<long>(std::lrint((y(i) * inv + float(top)) * 0.5f), 0, top));
+            float * y = kt;
+            for (int i = 0; i < hd; ++i) y[i] *= inv_amax;
+            const auto fields = [&](float inv) {
+                for (int i = 0; i < hd; ++i) {
+                    u[i] = uint8_t(std::clamp(round_to_even((y[i] * inv + float(top)) * 0.5f), 0.0f, float(top)));
+                }
             };
             float ss = 0.0f;
-            for (int i = 0; i < hd; ++i) ss += y(i) * y(i);
+            for (int i = 0; i < hd; ++i) ss += y[i] * y[i];
             float sigma = (bits_ == 2 ? 0.5f : 0.293f) * std::sqrt(ss / float(hd));  // > 0: one |y| is 1
             for (int round = 0; round < lloyd_rounds; ++round) {
-                const float inv = 1.0f / sigma;
+                fields(1.0f / sigma);
                 float yl = 0.0f, ll = 0.0f;
                 for (int i = 0; i < hd; ++i) {
-                    const float l = float(2 * int(field(i, inv)) - top);
-                    yl += y(i) * l;
+                    const float l = float(2 * int(u[i]) - top);
+                    yl += y[i] * l;
                     ll += l * l;
                 }
                 sigma = yl / ll;  // > 0: every y ℓ >= 0, the largest |y| gives 1 · |ℓ| >= 1
             }
-            const float inv = 1.0f / sigma;
+            fields(1.0f / sigma);
             for (int b0 = 0; b0 < hd; b0 += 32) {
                 const int b = std::min(hd - b0, 32), quarter = b / 4;
+                const uint8_t * ub = u + b0;
                 uint8_t * block = out + size_t(b0 / 8 * bits_);
                 for (int j = 0; j < quarter; ++j) {
-                    block[j] = uint8_t((field(b0 + j, inv) & 3) | (field(b0 + j + quarter, inv) & 3) << 2 |
-                                       (field(b0 + j + 2 * quarter, inv) & 3) << 4 |
-                                       (field(b0 + j + 3 * quarter, inv) & 3) << 6);
+                    block[j] = uint8_t((ub[j] & 3) | (ub[j + quarter] & 3) << 2 | (ub[j + 2 * quarter] & 3) << 4 |
+                                       (ub[j + 3 * quarter] & 3) << 6);
                 }
                 if (bits_ == 3) {
                     for (int j8 = 0; j8 < b / 8; ++j8) {
                         uint8_t high = 0;
-                        for (int j = 0; j < 8; ++j) high = uint8_t(high | (field(b0 + 8 * j8 + j, inv) >> 2) << j);
+                        for (int j = 0; j < 8; ++j) high = uint8_t(high | (ub[8 * j8 + j] >> 2) << j);
                         block[quarter + j8] = high;
                     }
                 }
@@ -249,10 +266,10 @@ void quant_copy::quantize_row(ggml_type type, const void * k, const float * rc, 
         // quantize_symmetric(f32 k̃, int4): |k̃ · inv| <= max|k̃| · 7 / max|k̃|, which rounds to 7: the values
         // fit [-7, 7].
         const float inv = 7.0f / amax;
-        auto level = [&](int i) { return uint8_t(std::lrint(kt(i) * inv) + 8); };
+        for (int i = 0; i < hd; ++i) u[i] = uint8_t(round_to_even(kt[i] * inv) + 8.0f);
         for (int b0 = 0; b0 < hd; b0 += 32) {
             const int half = std::min(hd - b0, 32) / 2;
-            for (int j = 0; j < half; ++j) out[b0 / 2 + j] = uint8_t(level(b0 + j) | level(b0 + j + half) << 4);
+            for (int j = 0; j < half; ++j) out[b0 / 2 + j] = uint8_t(u[b0 + j] | u[b0 + j + half] << 4);
         }
         scale[g] = fp32_to_bf16(amax / 7.0f);
     }
