@@ -360,6 +360,59 @@ TEST_P(score_copy_w, avx2_and_scalar_match_the_documented_scores_bit_for_bit) {
     }
 }
 
+// write() quantizes head vectors eight at a time in the AVX2 kernel (score_avx2.h: copy_fields): the stored
+// copy is the scalar reference's, byte for byte — with fewer and more than eight KV heads, head_dims with
+// tails of 2, 4 and 6 elements past a multiple of 8, and head vectors that are all zero, tiny, at f16's
+// largest, or hold an inf or a NaN. Enough rows that a sum taken in another order shows (summing Σ y²
+// or Σ y ℓ backwards changes some stored scales).
+TEST_P(score_copy_w, avx2_and_scalar_write_the_same_bits) {
+    const int bits = GetParam();
+    if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU: the scalar write is the only one";
+    HILL_FRESH_RNG(rng);
+    mode_guard mg;
+    int checked = 0;
+    for (const int n_kv : {1, 3, 8, 9}) {
+        for (const int hd : {2, 4, 6, 8, 10, 12, 14, 20, 40, 128, 136}) {
+            if (!quant_copy::supports(hd, bits)) continue;
+            const attention_shape s{2 * n_kv, n_kv, hd, 0.0f};
+            const int width = n_kv * hd;
+            const int64_t n = 600;  // the first 32 set the channel scales; the special rows come after
+            for (ggml_type t : {ggml_type::f16, ggml_type::f32}) {
+                key_rows k = random_keys(t, n, s, rng);
+                std::vector<float> v(sz(n * width));
+                for (int64_t r = 0; r < n; ++r) std::copy_n(k.f32.begin() + r * k.stride, width, v.begin() + r * width);
+                const int last = n_kv - 1;
+                std::fill_n(v.begin() + 40 * width, hd, 0.0f);  // all zero
+                for (int i = 0; i < hd; ++i)
+                    v[sz(41 * width + last * hd + i)] = 1e-35f * float(i);  // below the minimum
+                for (int i = 0; i < hd; ++i) v[sz(42 * width + i)] = i % 2 == 0 ? 65504.0f : -65504.0f;
+                v[sz(43 * width + last * hd + hd / 2)] = INFINITY;
+                v[sz(44 * width + hd - 1)] = NAN;
+                k = make_rows(t, v, width);
+                std::vector<uint8_t> keys[2];
+                std::vector<bf16_bits> scales[2];
+                for (const kernel_mode m : {kernel_mode::scalar, kernel_mode::avx2}) {
+                    kernel_mode_set(m);
+                    quant_copy copy(s, score_params{}, bits, 1, 1, n, 1);
+                    copy.write(0, 0, 0, 32, t, k.data(), k.stride);
+                    copy.write(0, 0, 32, n - 32, t, k.row(32), k.stride);
+                    const int i = m == kernel_mode::avx2;
+                    keys[i].assign(copy.keys(0, 0), copy.keys(0, 0) + n * width * bits / 8);
+                    scales[i].assign(copy.key_scales(0, 0), copy.key_scales(0, 0) + n * n_kv);
+                }
+                const std::string what =
+                    std::string(ggml_type_name(t)) + ", " + std::to_string(n_kv) + " KV heads of " + std::to_string(hd);
+                EXPECT_EQ(keys[1], keys[0]) << what << ": the packed fields";
+                EXPECT_EQ(scales[1], scales[0]) << what << ": the scales";
+                EXPECT_EQ(bf16_to_fp32(scales[0][sz(40 * n_kv)]), 0.0f) << what << ": a zero head";
+                EXPECT_TRUE(std::isnan(bf16_to_fp32(scales[0][sz(44 * n_kv)]))) << what << ": a head with a NaN";
+                ++checked;
+            }
+        }
+    }
+    EXPECT_EQ(checked, 4 * 2 * (bits == 3 ? 4 : bits == 2 ? 7 : 11)) << "head_dims the width packs";
+}
+
 // The threads claim ranges of several blocks as they go (quant_copy::score): over a context long
 // enough for claims of 6 blocks on one thread and 2 on three (the last one partial), every token's
 // score is the documented one, bit for bit, whichever thread scored it and wherever its claim began.

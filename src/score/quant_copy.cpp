@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <new>
 
@@ -68,6 +69,93 @@ inline float key_elem(bool f16, const void * k, int64_t i) {
 inline float round_to_even(float v) {
     constexpr float shift = 12582912.0f;  // 1.5 · 2^23
     return (v + shift) - shift;
+}
+
+// The fields of m <= 8 head vectors of one key row (quant_copy.h, "Method"; the scalar reference of
+// score_avx2::copy_fields, whose contract score_avx2.h states): per head in turn, k̃ = k · (1 / c) and its
+// maximum, then at 4 bits u = k̂ + 8, at 2 and 3 bits y = k̃ · (1 / max|k̃|), σ = c0 · rms(y) refined by
+// `rounds` rounds of Lloyd's iteration (each element its nearest level, u = round((y / σ + top) / 2)
+// clamped to [0, top], then σ = Σ y ℓ / Σ ℓ², sums in f32 in element order), and the fields at the last σ.
+void copy_fields_scalar(const uint8_t * k, bool f16, const float * rc, int m, int n, int bits, float c0, int rounds,
+                        float * amax, float * sigma, uint8_t * u, float * work) {
+    float * kt = work;
+    const int top = (1 << bits) - 1;
+    for (int h = 0; h < m; ++h) {
+        const float * rh = rc + size_t(h) * size_t(n);
+        uint8_t * uh = u + size_t(h) * size_t(n);
+        if (f16) {
+            fp16_to_fp32_row(reinterpret_cast<const f16_bits *>(k) + size_t(h) * size_t(n), kt, n);
+        } else {
+            std::copy_n(reinterpret_cast<const float *>(k) + size_t(h) * size_t(n), n, kt);
+        }
+        bool nan = false;
+        float a = 0.0f;
+        for (int i = 0; i < n; ++i) {
+            kt[i] *= rh[i];
+            const float x = std::fabs(kt[i]);
+            nan |= std::isnan(x);
+            a = x > a ? x : a;
+        }
+        amax[h] = nan ? std::numeric_limits<float>::quiet_NaN() : a;
+        if (!(a <= FLT_MAX) || nan || a < quantize_min_amax) continue;  // quantize_row stores no fields
+        if (bits == 4) {
+            // quantize_symmetric(f32 k̃, int4): |k̃ · 7 / max|k̃|| rounds to at most 7.
+            const float inv = 7.0f / a;
+            for (int i = 0; i < n; ++i) uh[i] = uint8_t(round_to_even(kt[i] * inv) + 8.0f);
+            continue;
+        }
+        // In units of max|k̃|, so that no square underflows.
+        const float inv_amax = 1.0f / a;
+        float * y = kt;
+        for (int i = 0; i < n; ++i) y[i] *= inv_amax;
+        const auto to_fields = [&](float inv) {
+            for (int i = 0; i < n; ++i) {
+                uh[i] = uint8_t(std::clamp(round_to_even((y[i] * inv + float(top)) * 0.5f), 0.0f, float(top)));
+            }
+        };
+        float ss = 0.0f;
+        for (int i = 0; i < n; ++i) ss += y[i] * y[i];
+        float sg = c0 * std::sqrt(ss / float(n));  // > 0: one |y| is 1
+        for (int round = 0; round < rounds; ++round) {
+            to_fields(1.0f / sg);
+            float yl = 0.0f, ll = 0.0f;
+            for (int i = 0; i < n; ++i) {
+                const float l = float(2 * int(uh[i]) - top);
+                yl += y[i] * l;
+                ll += l * l;
+            }
+            sg = yl / ll;  // > 0: every y ℓ >= 0, the largest |y| gives 1 · |ℓ| >= 1
+        }
+        to_fields(1.0f / sg);
+        sigma[h] = sg;
+    }
+}
+
+// Bit 2 of each of the 8 fields f[0..8), as bit j of one byte (the 3-bit layout's high-bit plane): the
+// product gathers byte j's bit 0 at bit 56 + j, with no two partial products on one bit.
+uint8_t high_bits8(const uint8_t * f) {
+    uint64_t x;
+    std::memcpy(&x, f, 8);  // little-endian (as the model readers): byte j is f[j]
+    return uint8_t((((x >> 2) & 0x0101010101010101ull) * 0x0102040810204080ull) >> 56);
+}
+
+// A whole block of 32 fields f packed as quant_copy.h lays it out (4 bits: 16 bytes, byte j = f[j] | f[j + 16]
+// << 4; 2 and 3 bits: byte j of the first 8 = the low two bits of f[j + 8m] at bits 2m; 3 bits: then the
+// high-bit plane), eight bytes at a time (no field exceeds its width, so no byte carries into the next).
+void pack_block32(const uint8_t * f, int bits, uint8_t * out) {
+    uint64_t w[4];
+    std::memcpy(w, f, 32);
+    if (bits == 4) {
+        const uint64_t lo[2] = {w[0] | w[2] << 4, w[1] | w[3] << 4};
+        std::memcpy(out, lo, 16);
+        return;
+    }
+    constexpr uint64_t low2 = 0x0303030303030303ull;
+    const uint64_t p = (w[0] & low2) | (w[1] & low2) << 2 | (w[2] & low2) << 4 | (w[3] & low2) << 6;
+    std::memcpy(out, &p, 8);
+    if (bits == 3) {
+        for (int m = 0; m < 4; ++m) out[8 + m] = high_bits8(f + 8 * m);
+    }
 }
 
 // The limits of the channel scales (quant_copy.h): below max_d c_d · channel_floor a channel's scale is
@@ -188,90 +276,50 @@ const float * quant_copy::channel_scales(int seq, int il) const {
 
 void quant_copy::quantize_row(ggml_type type, const void * k, const float * rc, uint8_t * packed, bf16_bits * scale) const {
     const int hd = shape_.head_dim;
-    // One head vector at a time, each value computed once: k̃ (then y), and the fields u.
-    float kt[max_head_dim];
-    uint8_t u[max_head_dim];
-    for (int g = 0; g < shape_.n_head_kv; ++g) {
-        const float * rg = rc + size_t(g) * size_t(hd);
-        const int64_t e0 = int64_t(g) * hd;
-        uint8_t * out = packed + size_t(g) * head_bytes_;
-        // k̃_i = k_i · (1 / c_i). A NaN anywhere makes the maximum NaN, as amax in host_scorer.cpp.
-        if (type == ggml_type::f16) {
-            fp16_to_fp32_row(static_cast<const f16_bits *>(k) + e0, kt, hd);
-        } else {
-            std::copy_n(static_cast<const float *>(k) + e0, hd, kt);
-        }
-        bool nan = false;
-        float amax = 0.0f;
-        for (int i = 0; i < hd; ++i) {
-            kt[i] *= rg[i];
-            const float a = std::fabs(kt[i]);
-            nan |= std::isnan(a);
-            amax = a > amax ? a : amax;
-        }
-        if (nan) amax = std::numeric_limits<float>::quiet_NaN();
-        if (!(amax <= FLT_MAX) || amax < quantize_min_amax) {  // inf or NaN element, or (nearly) all zeros
-            std::fill(out, out + head_bytes_, uint8_t(bits_ == 4 ? 0x88 : 0x00));
-            scale[g] = fp32_to_bf16(amax < quantize_min_amax ? 0.0f : std::numeric_limits<float>::quiet_NaN());
-            continue;
-        }
-        if (bits_ != 4) {
-            // In units of max|k̃| (y = k̃ · (1 / max|k̃|), so that no square underflows): the levels 2u − top
-            // (top = 2^bits − 1: {-3, -1, 1, 3} or {-7, ..., 7}) times σ, σ = rms(y) · σ0 refined by
-            // lloyd_rounds rounds of Lloyd's iteration (quant_copy.h): each element to its nearest level,
-            // u = lrint((y / σ + top) / 2) clamped to [0, top] (ties to even), then σ = Σ y ℓ / Σ ℓ²; the
-            // stored scale is max|k̃| · σ. Sums in f32, in element order.
-            const int top = (1 << bits_) - 1;
-            const float inv_amax = 1.0f / amax;
-            float * y = kt;
-            for (int i = 0; i < hd; ++i) y[i] *= inv_amax;
-            const auto fields = [&](float inv) {
-                for (int i = 0; i < hd; ++i) {
-                    u[i] = uint8_t(std::clamp(round_to_even((y[i] * inv + float(top)) * 0.5f), 0.0f, float(top)));
-                }
-            };
-            float ss = 0.0f;
-            for (int i = 0; i < hd; ++i) ss += y[i] * y[i];
-            float sigma = (bits_ == 2 ? 0.5f : 0.293f) * std::sqrt(ss / float(hd));  // > 0: one |y| is 1
-            for (int round = 0; round < lloyd_rounds; ++round) {
-                fields(1.0f / sigma);
-                float yl = 0.0f, ll = 0.0f;
-                for (int i = 0; i < hd; ++i) {
-                    const float l = float(2 * int(u[i]) - top);
-                    yl += y[i] * l;
-                    ll += l * l;
-                }
-                sigma = yl / ll;  // > 0: every y ℓ >= 0, the largest |y| gives 1 · |ℓ| >= 1
+    const bool f16 = type == ggml_type::f16;
+    const size_t elem_bytes = f16 ? 2 : 4;
+    const auto fields = kernel_mode_get() == kernel_mode::avx2 ? score_avx2::copy_fields : copy_fields_scalar;
+    const float c0 = bits_ == 2 ? 0.5f : bits_ == 3 ? 0.293f : 0.0f;
+    // Eight head vectors at a time: their maxima, scales and fields, then each one packed.
+    float amax[8], sigma[8];
+    uint8_t u[8 * max_head_dim];
+    alignas(32) float work[8 * max_head_dim];
+    for (int g0 = 0; g0 < shape_.n_head_kv; g0 += 8) {
+        const int m = std::min(shape_.n_head_kv - g0, 8);
+        fields(static_cast<const uint8_t *>(k) + size_t(g0) * size_t(hd) * elem_bytes, f16,
+               rc + size_t(g0) * size_t(hd), m, hd, bits_, c0, lloyd_rounds, amax, sigma, u, work);
+        for (int h = 0; h < m; ++h) {
+            const int g = g0 + h;
+            uint8_t * out = packed + size_t(g) * head_bytes_;
+            if (!(amax[h] <= FLT_MAX) || amax[h] < quantize_min_amax) {  // inf or NaN element, or (nearly) all zeros
+                std::fill(out, out + head_bytes_, uint8_t(bits_ == 4 ? 0x88 : 0x00));
+                scale[g] = fp32_to_bf16(amax[h] < quantize_min_amax ? 0.0f : std::numeric_limits<float>::quiet_NaN());
+                continue;
             }
-            fields(1.0f / sigma);
+            const uint8_t * uh = u + size_t(h) * size_t(hd);
             for (int b0 = 0; b0 < hd; b0 += 32) {
-                const int b = std::min(hd - b0, 32), quarter = b / 4;
-                const uint8_t * ub = u + b0;
+                const int b = std::min(hd - b0, 32);
+                const uint8_t * ub = uh + b0;
                 uint8_t * block = out + size_t(b0 / 8 * bits_);
+                if (b == 32) {
+                    pack_block32(ub, bits_, block);
+                    continue;
+                }
+                if (bits_ == 4) {
+                    for (int j = 0; j < b / 2; ++j) block[j] = uint8_t(ub[j] | ub[j + b / 2] << 4);
+                    continue;
+                }
+                const int quarter = b / 4;
                 for (int j = 0; j < quarter; ++j) {
                     block[j] = uint8_t((ub[j] & 3) | (ub[j + quarter] & 3) << 2 | (ub[j + 2 * quarter] & 3) << 4 |
                                        (ub[j + 3 * quarter] & 3) << 6);
                 }
                 if (bits_ == 3) {
-                    for (int j8 = 0; j8 < b / 8; ++j8) {
-                        uint8_t high = 0;
-                        for (int j = 0; j < 8; ++j) high = uint8_t(high | (ub[8 * j8 + j] >> 2) << j);
-                        block[quarter + j8] = high;
-                    }
+                    for (int j8 = 0; j8 < b / 8; ++j8) block[quarter + j8] = high_bits8(ub + 8 * j8);
                 }
             }
-            scale[g] = fp32_to_bf16(amax * sigma);
-            continue;
+            scale[g] = fp32_to_bf16(bits_ == 4 ? amax[h] / 7.0f : amax[h] * sigma[h]);
         }
-        // quantize_symmetric(f32 k̃, int4): |k̃ · inv| <= max|k̃| · 7 / max|k̃|, which rounds to 7: the values
-        // fit [-7, 7].
-        const float inv = 7.0f / amax;
-        for (int i = 0; i < hd; ++i) u[i] = uint8_t(round_to_even(kt[i] * inv) + 8.0f);
-        for (int b0 = 0; b0 < hd; b0 += 32) {
-            const int half = std::min(hd - b0, 32) / 2;
-            for (int j = 0; j < half; ++j) out[b0 / 2 + j] = uint8_t(u[b0 + j] | u[b0 + j + half] << 4);
-        }
-        scale[g] = fp32_to_bf16(amax / 7.0f);
     }
 }
 

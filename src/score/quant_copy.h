@@ -98,9 +98,10 @@
 // Kernels: AVX2 (score_packed.cpp, dots_u4_i8, dots_u3_i8 and dots_u2_i8, in the build int8_isa_get() names: plain
 // AVX2, AVX-VNNI or AVX-512 VNNI) or the scalar reference, per kernel_mode_get() at each call; all give
 // the same int32 sums and share the f32 scaling and aggregation, so scores are bit-identical in every
-// mode and build. Writing is scalar (the same in both modes; each head's values computed once, 6.1-6.4 µs per
-// INT3 token of 8 KV heads of 128 on one thread of the test VM, docs/storage.md). Throughput:
-// bench/bench_score.cpp (row "copy").
+// mode and build. Writing: the fields of eight head vectors at a time (score_avx2.h, copy_fields: the
+// heads are the lanes, so each head's sums keep their element order) or their scalar reference, per
+// kernel_mode_get(), the same bits; the packing is shared. About 0.9 µs per INT3 token of 8 KV heads of 128
+// on one thread of the test VM (docs/storage.md). Throughput: bench/bench_score.cpp (row "copy").
 //
 // Threads: score() splits tokens over the pool. The other methods run on the caller's thread. write()
 // calls touch only their positions (and, at p0 == 0, their pair's channel scales): calls for different

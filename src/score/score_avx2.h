@@ -1,7 +1,7 @@
 // AVX2/FMA/F16C kernels of the host scorer and the scoring copy (private to src/score). Defined in
-// score_avx2.cpp and score_packed.cpp (and softmax_avx2.cpp), compiled for AVX2 (score/sources.cmake);
-// call them only when kernel_mode_get() == kernel_mode::avx2. Each has a scalar reference in host_scorer.cpp
-// (dots_u4_i8, dots_u3_i8, dots_u2_i8: in quant_copy.cpp) that tests compare it with.
+// score_avx2.cpp and score_packed.cpp (and softmax_avx2.cpp, copy_fields_avx2.cpp), compiled for AVX2
+// (score/sources.cmake); call them only when kernel_mode_get() == kernel_mode::avx2. Each has a scalar reference in
+// host_scorer.cpp (dots_u4_i8, dots_u3_i8, dots_u2_i8: in quant_copy.cpp) that tests compare it with.
 //
 // Same rule as compute/kernels_avx2.h: score_avx2.cpp calls no inline or template function that other
 // files also use (fp16.h, std:: algorithms), since the linker keeps one copy of such a function and it
@@ -54,6 +54,17 @@ void dots_u3_i8(const int8_t * q, int n_q, const uint8_t * const * k, int n_k, i
 // dots int32 [n, group]; offset, q_scale (and b) [group]; s_k, acc [n].
 void softmax_group(const int32_t * dots, int group, int32_t mul, const int32_t * offset, const float * q_scale,
                    const float * s_k, float c, const float * b, int n, float * acc);
+
+// The scoring copy's quantization of m <= 8 head vectors of one key row (quant_copy.h, "Method"), before
+// packing: k f16 bits (f16) or f32 [m, n] (outermost first), rc f32 [m, n] the reciprocals of their channel
+// scales; per head h, amax[h] = max_i |k̃_i| (k̃ = k · rc; NaN if some k̃_i is NaN), and where that is finite
+// and at least quantize_min_amax: at 4 bits u [m, n] = round(k̃ · (7 / amax)) + 8; at 2 and 3 bits sigma[h],
+// the scale in units of amax[h] (c0 · rms(k̃ / amax) refined by `rounds` rounds of Lloyd's iteration) and
+// u the fields in [0, 2^bits − 1]; elsewhere unspecified. work: f32 scratch of 8 · n rounded up to 8. The
+// same bits as its scalar reference, copy_fields_scalar in quant_copy.cpp (defined in
+// copy_fields_avx2.cpp, built with F16C and without FMA contraction).
+void copy_fields(const uint8_t * k, bool f16, const float * rc, int m, int n, int bits, float c0, int rounds,
+                 float * amax, float * sigma, uint8_t * u, float * work);
 
 // max_i |x[i]| over x[n] (f32 or f16 bits): +inf if some element is infinite and none NaN, NaN if
 // some element is NaN, else the exact maximum.

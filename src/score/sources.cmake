@@ -3,6 +3,7 @@
 hill_add_library(hill_score
   score/attention_recall.cpp
   score/attention_totals.cpp
+  score/copy_fields_avx2.cpp
   score/host_scorer.cpp
   score/key_sketch.cpp
   score/page_bounds.cpp
@@ -24,4 +25,6 @@ set_source_files_properties(score/score_packed_avx512.cpp PROPERTIES COMPILE_OPT
                             "-mavx2;-mfma;-mf16c;-mavx512f;-mavx512bw;-mavx512vl;-mavx512vnni")
 # The softmax weights must equal the scalar code's bits: AVX2 without FMA, no contraction.
 set_source_files_properties(score/softmax_avx2.cpp PROPERTIES COMPILE_OPTIONS "-mavx2;-ffp-contract=off")
+# So must the scoring copy's fields: AVX2 and F16C without FMA, no contraction.
+set_source_files_properties(score/copy_fields_avx2.cpp PROPERTIES COMPILE_OPTIONS "-mavx2;-mf16c;-ffp-contract=off")
 target_link_libraries(hill_score PUBLIC hill_compute hill_core)
