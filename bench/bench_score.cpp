@@ -189,13 +189,15 @@ int main(int argc, char ** argv) {
             n_tokens, n_head, n_head_kv, head_dim, key_bytes / (1 << 20),
             use_rows ? " through a shuffled row list" : "", name(params.granularity), name(params.aggregate), reps,
             copies.empty()
-                ? fmt::format("no scoring copy (head_dim neither even nor <= {})", quant_copy::max_head_dim)
+                ? fmt::format("no scoring copy (head_dim {} is odd or above {})", head_dim, quant_copy::max_head_dim)
                 : [&] {
                       std::string d = "the scoring copies (bytes per token; µs per token and thread to write):";
                       for (size_t i = 0; i < copies.size(); ++i) {
                           const quant_copy & c = copies[i];
-                          d += fmt::format(" copy{} {:.0f} MiB ({}; {:.2f})", c.bits(), double(c.bytes()) / (1 << 20),
-                                           quant_copy::bytes_per_token_layer(s, c.bits()), write_us[i]);
+                          d += fmt::format(" copy{} {:.0f} MiB ({}; {})", c.bits(), double(c.bytes()) / (1 << 20),
+                                           quant_copy::bytes_per_token_layer(s, c.bits()),
+                                           std::isnan(write_us[i]) ? std::string("not timed: --n-tokens <= 4096")
+                                                                   : fmt::format("{:.2f}", write_us[i]));
                       }
                       return d;
                   }());

@@ -507,12 +507,12 @@ int run_step(step_opts & o) {
                "{:.3f} (target {}), head agreement {} ({}-token sample; query correlation {:.4f}, logit scale {:.2f})\n",
                cal.overlap, wp.target_overlap, cal.mass, wp.target_mass, wp.agreement, cal.sample_tokens, cal.rho,
                cal.logit_scale);
-    fmt::print("\n{:>7} {:38} {:>20} {:>44} {:>10} {:>10} {:>10} {:>23} {:>8}\n", "ctx", "configuration",
+    fmt::print("\n{:>7} {:42} {:>20} {:>44} {:>10} {:>10} {:>10} {:>23} {:>8}\n", "ctx", "configuration",
                "step ms (min-max)", "forward / score / device / select / attend ms", "RAM/step", "SSD/step",
                "link/step", "hot/cache/open/disk %", "hints");
     const std::vector<step_result> rs = run_step_bench(o.p, w, pool, [](const step_result & r) {
         fmt::print(
-            "{:>7} {:38} {:>8.1f} ({:.1f}-{:.1f}) {:>8.1f} / {:.1f} / {:.1f} / {:.1f} / {:.1f} {:>10} {:>10} {:>10} "
+            "{:>7} {:42} {:>8.1f} ({:.1f}-{:.1f}) {:>8.1f} / {:.1f} / {:.1f} / {:.1f} / {:.1f} {:>10} {:>10} {:>10} "
             "{:>5.1f}/{:.1f}/{:.1f}/{:.1f} {:>8}\n",
             r.config.ctx, label(r.config), r.step_ms, r.step_ms_min, r.step_ms_max, r.forward_ms, r.score_host_ms,
             r.score_device_ms, r.select_ms, r.attend_ms, format_bytes(uint64_t(r.hot_bytes + r.cached_bytes)),
@@ -520,10 +520,11 @@ int run_step(step_opts & o) {
             100 * r.hot_share, 100 * r.cache_share, 100 * r.open_share, 100 * r.disk_share,
             hints_label(r.hints_off_share));
         if (std::isfinite(r.beta)) {
-            fmt::print("{:>7} {:38} planner: beta {:.3f}{} (planned {:.3f}, Eq. 4 {:.3f}; selected {:.1f}% of hot, {:.1f}% "
-                       "of cold tokens); T_cpu {:.2f} ms predicted / {:.2f} measured, T_csd {:.2f} / {:.2f}; {} re-plans\n",
-                       "", "", r.beta, r.m0_bound ? " M0-bound" : "", r.beta_planned, r.beta_eq4, 100 * r.alpha_hot,
-                       100 * r.alpha_cold, r.t_cpu_pred_ms, r.t_cpu_ms, r.t_csd_pred_ms, r.t_csd_ms, r.replans);
+            fmt::print(
+                "{:>7} {:42} planner: beta {:.3f}{} (planned {:.3f}, Eq. 4 {:.3f}; selected {:.1f}% of hot, {:.1f}% "
+                "of cold tokens); T_cpu {:.2f} ms predicted / {:.2f} measured, T_csd {:.2f} / {:.2f}; {} re-plans\n",
+                "", "", r.beta, r.m0_bound ? " M0-bound" : "", r.beta_planned, r.beta_eq4, 100 * r.alpha_hot,
+                100 * r.alpha_cold, r.t_cpu_pred_ms, r.t_cpu_ms, r.t_csd_pred_ms, r.t_csd_ms, r.replans);
         }
         std::fflush(stdout);
     });
@@ -550,7 +551,7 @@ int run_step(step_opts & o) {
         const step_result * fr = find(ram);
         if (f == nullptr && fr == nullptr) continue;
         if (!header) {
-            fmt::print("\n{:>7} {:38} {:>26} {:>26}\n", "ctx", "configuration", "speedup over full, same tiers",
+            fmt::print("\n{:>7} {:42} {:>26} {:>26}\n", "ctx", "configuration", "speedup over full, same tiers",
                        "step / full step in RAM");
             header = true;
         }
@@ -560,7 +561,7 @@ int run_step(step_opts & o) {
         const auto ratio = [](const step_result * base, double v) {
             return base != nullptr ? fmt::format("{:.2f}x", v) : std::string("-");
         };
-        fmt::print("{:>7} {:38} {:>26} {:>26}\n", r.config.ctx, label(r.config), ratio(f, speedup), ratio(fr, vs_ram));
+        fmt::print("{:>7} {:42} {:>26} {:>26}\n", r.config.ctx, label(r.config), ratio(f, speedup), ratio(fr, vs_ram));
         nlohmann::json j = {{"ctx", r.config.ctx}, {"cold", r.config.cold}, {"policy", r.config.policy},
                             {"storage", r.config.storage}, {"profile", r.config.profile},
                             {"score_copy", r.config.score_copy},
