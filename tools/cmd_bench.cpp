@@ -541,7 +541,7 @@ int run_step(step_opts & o) {
         return nullptr;
     };
     nlohmann::json ratios = nlohmann::json::array();
-    bool header = false;
+    bool header = false, missing_full = false, missing_ram = false;
     for (const step_result & r : rs) {
         if (r.config.policy == "full") continue;
         step_config same = r.config, ram{r.config.ctx, 0.0, "full", "ram", "none", "-", "-", -1.0};
@@ -562,6 +562,8 @@ int run_step(step_opts & o) {
             return base != nullptr ? fmt::format("{:.2f}x", v) : std::string("-");
         };
         fmt::print("{:>7} {:42} {:>26} {:>26}\n", r.config.ctx, label(r.config), ratio(f, speedup), ratio(fr, vs_ram));
+        missing_full = missing_full || f == nullptr;
+        missing_ram = missing_ram || fr == nullptr;
         nlohmann::json j = {{"ctx", r.config.ctx}, {"cold", r.config.cold}, {"policy", r.config.policy},
                             {"storage", r.config.storage}, {"profile", r.config.profile},
                             {"score_copy", r.config.score_copy},
@@ -570,6 +572,10 @@ int run_step(step_opts & o) {
         j["ratio_to_full_in_ram"] = fr != nullptr ? nlohmann::json(vs_ram) : nlohmann::json(nullptr);
         ratios.push_back(std::move(j));
     }
+    // Say why a ratio is "-": its `full` configuration was not in the grid.
+    if (missing_full) fmt::print("(-: `full` over the same tiers was not run: add full to --policies)\n");
+    if (missing_ram)
+        fmt::print("(-: `full` with everything in RAM was not run: add 0 to --cold and full to --policies)\n");
     const nlohmann::json sweeps = beta_sweeps(rs);
     if (!o.json_path.empty()) {
         nlohmann::json out = {{"layers", wp.n_layer}, {"n_head", wp.n_head}, {"n_head_kv", wp.n_head_kv},
