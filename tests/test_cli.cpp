@@ -140,6 +140,8 @@ TEST_F(cli, bad_values_exit_2) {
         const result r = run(a);
         EXPECT_EQ(r.code, 2) << a << "\n" << r.out;
         EXPECT_NE(r.out.find("error"), std::string::npos) << a << "\n" << r.out;
+        // Parse errors and values out of range alike point to --help.
+        EXPECT_NE(r.out.find("Run 'hillinfer --help'"), std::string::npos) << a << "\n" << r.out;
     }
 }
 

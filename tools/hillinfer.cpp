@@ -11,6 +11,7 @@
 
 int main(int argc, char ** argv) {
     using namespace hill;
+    static constexpr const char * usage_hint = "Run 'hillinfer --help' (or 'hillinfer COMMAND --help') for usage.\n";
     CLI::App app{"HillInfer: long-context LLM inference with a KV cache in DRAM and on SSD", "hillinfer"};
     app.require_subcommand(1);
     app.set_version_flag("--version", "hillinfer 0.1.0");
@@ -23,7 +24,8 @@ int main(int argc, char ** argv) {
     std::string names;
     for (const auto & [sub, fn] : cmds) names += (names.empty() ? "" : ", ") + sub->get_name();
     if (argc > 1 && argv[1][0] != '-' && (", " + names + ", ").find(", " + std::string(argv[1]) + ", ") == std::string::npos) {
-        std::fprintf(stderr, "hillinfer: error: unknown command '%s'; commands: %s\n", argv[1], names.c_str());
+        std::fprintf(stderr, "hillinfer: error: unknown command '%s'; commands: %s\n%s", argv[1], names.c_str(),
+                     usage_hint);
         return int(exit_code::usage);
     }
     try {
@@ -35,8 +37,7 @@ int main(int argc, char ** argv) {
     } catch (const CLI::CallForVersion & e) {
         return app.exit(e);
     } catch (const CLI::ParseError & e) {
-        std::fprintf(stderr, "hillinfer: error: %s\nRun 'hillinfer --help' (or 'hillinfer COMMAND --help') for usage.\n",
-                     e.what());
+        std::fprintf(stderr, "hillinfer: error: %s\n%s", e.what(), usage_hint);
         return int(exit_code::usage);
     }
     try {
@@ -54,7 +55,8 @@ int main(int argc, char ** argv) {
         }
         return int(exit_code::usage);
     } catch (const hill::error & e) {
-        std::fprintf(stderr, "hillinfer: error: %s\n", e.what());
+        // A value out of range is a usage error too (exit 2): it gets the same pointer to --help.
+        std::fprintf(stderr, "hillinfer: error: %s\n%s", e.what(), e.code() == exit_code::usage ? usage_hint : "");
         return int(e.code());
     } catch (const std::bad_alloc &) {
         std::fprintf(stderr, "hillinfer: error: out of memory\n");
