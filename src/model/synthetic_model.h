@@ -69,8 +69,9 @@ struct random_model_params {
 inline constexpr const char * random_model_archs = "llama, qwen2, qwen3, gemma2, gemma3, phi3";
 
 // How much larger the end-of-turn token's output row is than the others in a chat model: its logit's
-// spread is this many times theirs, so that sampling reaches it within some tens to hundreds of steps
-// (consecutive hidden states of a random model are alike, so it wins in runs, not one step in k).
+// spread is this many times theirs, so that sampling reaches it at all (consecutive hidden states of a
+// random model are alike, so it wins in runs, not one step in k; a first reply can run thousands of
+// steps before one, docs/chat.md "A chat model to try"; 6 did not shorten them).
 constexpr float chat_end_scale = 4.0f;
 
 // Writes a random model. Same params, same file (bit for bit). Errors: hill::error(usage) for
