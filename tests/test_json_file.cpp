@@ -90,6 +90,26 @@ TEST(json_file, parse_error_names_the_file_and_the_position) {
     EXPECT_HAS(error_of([&] { json_file::parse("[1e999]", "h", "the header"); }), "not valid JSON");
 }
 
+TEST(json_file, nesting_is_bounded) {
+    // json_max_depth levels parse; one more is refused before anything walks the document (dump and
+    // json_describe recurse once per level: 100,000 levels overflowed the stack).
+    const auto nested = [](int depth, char open, char close) {
+        return std::string(size_t(depth), open) + std::string(size_t(depth), close);
+    };
+    EXPECT_EQ(json_file::parse(nested(json_max_depth, '[', ']'), "h", "the header").root().json().dump().size(),
+              size_t(2 * json_max_depth));
+    for (const std::string & deep :
+         {nested(json_max_depth + 1, '[', ']'), nested(100000, '[', ']'), "{\"a\":" + nested(100000, '[', ']') + "}"}) {
+        const std::string msg = error_of([&] { json_file::parse(deep, "h", "the header"); });
+        EXPECT_HAS(msg, "h: the header is not valid JSON: nested deeper than 512 levels (arrays and objects)");
+        EXPECT_EQ(msg.find("[json.exception"), std::string::npos) << msg;
+    }
+    std::string objects;
+    for (int i = 0; i <= json_max_depth; ++i) objects += "{\"k\":";
+    objects += "1" + std::string(size_t(json_max_depth + 1), '}');
+    EXPECT_HAS(error_of([&] { json_file::parse(objects, "h", "the header"); }), "nested deeper than 512 levels");
+}
+
 TEST(json_file, typed_getters_at_nested_pointers) {
     const json_file f = config();
     const json_value c = f.root();

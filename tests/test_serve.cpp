@@ -349,6 +349,9 @@ TEST_F(serve_test, bad_requests_get_4xx_json_and_the_server_goes_on) {
         {"prompt longer than the context", "/v1/completions", json({{"prompt", std::string(6000, 'z')}}).dump(), 400,
          "prompt"},
         {"10 MB body", "/v1/completions", "{\"prompt\": \"" + big + "\"}", 413, ""},
+        // 200 KB that nest 100,000 arrays: printing the value in the message used to overflow the stack.
+        {"nested 100,000 deep", "/v1/completions",
+         "{\"prompt\": \"a\", \"max_tokens\": " + std::string(100000, '[') + std::string(100000, ']') + "}", 400, ""},
         {"unknown path", "/v1/embeddings", R"({"input": "a"})", 404, ""},
     };
     auto c = srv->client();

@@ -39,6 +39,15 @@ std::vector<std::string> lines_of(const std::string & text) {
     return out;
 }
 
+// A JSON line of a task file; discarded (is_discarded()) when it is not valid JSON.
+nlohmann::json parse_line(const std::string & l) {
+    try {
+        return json_parse(l);
+    } catch (const nlohmann::json::exception &) {
+        return nlohmann::json(nlohmann::json::value_t::discarded);
+    }
+}
+
 // One decoding configuration: a policy at a retention ratio (full: alpha NaN).
 struct config {
     std::string policy;
@@ -283,7 +292,7 @@ experiment_report run_accuracy(const accuracy_params & p, thread_pool & pool, co
         std::vector<mc_item> items;
         for (const std::string & l : rte_lines) {
             if (p.n_rte > 0 && int(items.size()) >= p.n_rte) break;
-            const nlohmann::json j = nlohmann::json::parse(l, nullptr, false);
+            const nlohmann::json j = parse_line(l);
             if (j.is_discarded() || !j.contains("premise") || !j.contains("hypothesis") || !j.contains("label")) {
                 fail_input("'{}': expected JSON lines with premise, hypothesis and label, got '{}'", rte_path,
                            l.substr(0, 80));
@@ -298,7 +307,7 @@ experiment_report run_accuracy(const accuracy_params & p, thread_pool & pool, co
         std::vector<mc_item> items;
         for (size_t i = 0; i < piqa_lines.size(); ++i) {
             if (p.n_piqa > 0 && int(items.size()) >= p.n_piqa) break;
-            const nlohmann::json j = nlohmann::json::parse(piqa_lines[i], nullptr, false);
+            const nlohmann::json j = parse_line(piqa_lines[i]);
             if (j.is_discarded() || !j.contains("goal") || !j.contains("sol1") || !j.contains("sol2")) {
                 fail_input("'{}': expected JSON lines with goal, sol1 and sol2, got '{}'", piqa_path,
                            piqa_lines[i].substr(0, 80));

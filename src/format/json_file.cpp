@@ -49,16 +49,6 @@ std::optional<int64_t> as_integer(const nlohmann::json & v) {
     return std::nullopt;
 }
 
-// nlohmann's message without its "[json.exception.parse_error.101] " prefix.
-std::string_view plain_message(const nlohmann::json::exception & e) {
-    std::string_view m = e.what();
-    if (m.starts_with("[json.exception.")) {
-        const size_t end = m.find("] ");
-        if (end != std::string_view::npos) m.remove_prefix(end + 2);
-    }
-    return m;
-}
-
 // A JSON Pointer reference token with "~1" -> '/' and "~0" -> '~' (RFC 6901 §4).
 std::string unescape(std::string_view token) {
     std::string out;
@@ -249,11 +239,11 @@ json_file json_file::parse(std::string_view text, const std::string & name, std:
     auto doc = std::make_unique<document>();
     doc->name = name;
     try {
-        doc->root = nlohmann::json::parse(text.begin(), text.end());
+        doc->root = json_parse(text);
     } catch (const nlohmann::json::parse_error & e) {
-        fail_input("{}: {} is not valid JSON (byte {}): {}", name, what, e.byte, plain_message(e));
+        fail_input("{}: {} is not valid JSON (byte {}): {}", name, what, e.byte, json_plain_message(e));
     } catch (const nlohmann::json::exception & e) {
-        fail_input("{}: {} is not valid JSON: {}", name, what, plain_message(e));
+        fail_input("{}: {} is not valid JSON: {}", name, what, json_plain_message(e));
     }
     return json_file(std::move(doc));
 }
@@ -263,6 +253,28 @@ std::string json_describe(const nlohmann::json & v) {
     std::string s = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     if (s.size() > 80) s = s.substr(0, 77) + "...";
     return fmt::format("{} {} {}", v.is_object() || v.is_array() ? "an" : "a", v.type_name(), s);
+}
+
+nlohmann::json json_parse(std::string_view text) {
+    using event = nlohmann::json::parse_event_t;
+    // The callback sees a container's start with the number of containers around it (0 for the root).
+    return nlohmann::json::parse(text.begin(), text.end(), [](int depth, event e, nlohmann::json &) {
+        if ((e == event::object_start || e == event::array_start) && depth >= json_max_depth) {
+            throw nlohmann::json::other_error::create(
+                501, fmt::format("nested deeper than {} levels (arrays and objects)", json_max_depth), nullptr);
+        }
+        return true;
+    });
+}
+
+// nlohmann's message without its "[json.exception.parse_error.101] " prefix.
+std::string_view json_plain_message(const std::exception & e) {
+    std::string_view m = e.what();
+    if (m.starts_with("[json.exception.")) {
+        const size_t end = m.find("] ");
+        if (end != std::string_view::npos) m.remove_prefix(end + 2);
+    }
+    return m;
 }
 
 }  // namespace hill

@@ -18,11 +18,11 @@
 // compile); include <nlohmann/json.hpp> where you use json_value::json() directly.
 #pragma once
 
-#include <nlohmann/json_fwd.hpp>
-
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -141,5 +141,17 @@ private:
 // The actual value in messages: "a string \"4\"", "a number 1.5", "an object {...}", "null"; at most
 // 80 characters of JSON.
 std::string json_describe(const nlohmann::json & v);
+
+// The deepest nesting a JSON text may have (arrays and objects inside each other). Code that prints or
+// walks a document (nlohmann's dump, json_describe) recurses once per level, and some 100,000 levels
+// overflow a thread's stack: a 200 KB request body or a config.json could end the process.
+inline constexpr int json_max_depth = 512;
+
+// The one way HillInfer parses JSON text (json_file, request bodies, JSON lines): nlohmann::json::parse
+// with the nesting bounded by json_max_depth. Errors: nlohmann::json::parse_error for malformed text,
+// nlohmann::json::other_error "nested deeper than 512 levels (arrays and objects)" for a deeper one;
+// json_plain_message(e) is the message without nlohmann's "[json.exception.*] " prefix.
+nlohmann::json json_parse(std::string_view text);
+std::string_view json_plain_message(const std::exception & e);
 
 }  // namespace hill

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "format/json_file.h"
+
 namespace hill::server {
 
 using json = nlohmann::json;
@@ -70,9 +72,9 @@ api_request parse(std::string_view body, api_kind kind) {
     }
     json j;
     try {
-        j = json::parse(body);
+        j = json_parse(body);
     } catch (const json::exception & e) {
-        throw bad_field{api_error{400, fmt::format("the request body is not valid JSON: {}", e.what()),
+        throw bad_field{api_error{400, fmt::format("the request body is not valid JSON: {}", json_plain_message(e)),
                                   "invalid_request_error", "", "invalid_json"}};
     }
     if (!j.is_object()) fail("", fmt::format("the request body must be a JSON object, got {}", type_name(j)));
