@@ -453,6 +453,30 @@ TEST_F(cli, baseline_policies_run_over_the_plain_ssd_and_the_emulator) {
     }
 }
 
+// A promotion budget beyond the hot pool is the same as the hot pool: it used to size the step's staging
+// buffers (--migrate-budget 2G filled 2 GiB before the first token; 1T could not be allocated).
+TEST_F(cli, a_migrate_budget_beyond_the_hot_pool_changes_nothing) {
+    const std::string m1k = dir->file("m1k-migrate.gguf");
+    write_random_model(
+        m1k, random_model_params{
+                 .n_vocab = 300, .n_embd = 64, .n_ff = 96, .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_ctx = 1024});
+    std::string long_prompt;
+    for (int i = 0; i < 12; ++i) long_prompt += "a prompt of many words ";
+    std::ofstream(dir->file("migrate.txt")) << long_prompt;
+    const std::string base = "generate -m " + m1k + " -f " + dir->file("migrate.txt") +
+                             " -n 20 -c 512 --kv-host-budget 40K "
+                             "--kv-dir " +
+                             dir->file("kv-migrate") + " --policy hillinfer --alpha 0.2 --window 8 --temp 0 --json ";
+    const result small = run(base + "--migrate-budget 1M", " 2>/dev/null");
+    const result huge = run(base + "--migrate-budget 1T", " 2>/dev/null");
+    ASSERT_EQ(small.code, 0) << small.out;
+    ASSERT_EQ(huge.code, 0) << huge.out;
+    const json sj = json::parse(small.out), hj = json::parse(huge.out);
+    EXPECT_EQ(sj.at("ids"), hj.at("ids"));
+    EXPECT_GT(sj.at("policy").at("attended_disk_share").get<double>(), 0.0) << small.out;
+    EXPECT_LT(hj.at("peak_rss_bytes").get<int64_t>(), int64_t(1) << 30) << huge.out;
+}
+
 // infinigen speculates each layer's selection from the layer before and prefetches it; its key sketch
 // is in DRAM whatever the storage: all in RAM (0% cold), and mostly cold (75% and more) on the plain SSD
 // and on the emulator, greedy decoding gives the same tokens, the cold runs read from disk, the sketch
@@ -548,11 +572,25 @@ TEST_F(cli, storage_emulator_gives_the_same_tokens_and_reports_its_link) {
     const result too_small = run(base + "--storage plain");
     EXPECT_EQ(too_small.code, 2) << too_small.out;
     EXPECT_NE(too_small.out.find("after the 40.5 KiB scoring copy of the keys"), std::string::npos) << too_small.out;
-    EXPECT_NE(too_small.out.find("; the INT2 copy (--score-copy int2) takes 32.5 KiB"), std::string::npos)
+    // It names the smallest budget that holds the minimum, with this copy and with the INT2 one, and both run;
+    // a KiB less does not.
+    EXPECT_NE(too_small.out.find(": give --kv-host-budget 44K or more, or 36K with the 32.5 KiB INT2 copy "
+                                 "(--score-copy int2)"),
+              std::string::npos)
         << too_small.out;
+    const auto with_budget = [&](const std::string & b, const std::string & extra) {
+        std::string s = base;
+        s.replace(s.find("--kv-host-budget 4K"), std::string("--kv-host-budget 4K").size(), "--kv-host-budget " + b);
+        return run(s + "--storage plain " + extra).code;
+    };
+    EXPECT_EQ(with_budget("44K", ""), 0);
+    EXPECT_EQ(with_budget("43K", ""), 2);
+    EXPECT_EQ(with_budget("36K", "--score-copy int2"), 0);
+    EXPECT_EQ(with_budget("35K", "--score-copy int2"), 2);
     const result too_small2 = run(base + "--storage plain --score-copy int2");
     EXPECT_EQ(too_small2.code, 2) << too_small2.out;
-    EXPECT_EQ(too_small2.out.find("--score-copy int2) takes"), std::string::npos) << "INT2 names no narrower copy";
+    EXPECT_NE(too_small2.out.find(": give --kv-host-budget 36K or more"), std::string::npos) << too_small2.out;
+    EXPECT_EQ(too_small2.out.find("(--score-copy int2)"), std::string::npos) << "INT2 names no narrower copy";
     EXPECT_TRUE(in_order(text.out, {"selected KV: ", " cold tokens, ", " over the link; flash read "})) << text.out;
     EXPECT_NE(text.out.find("from the cold tier ("), std::string::npos) << text.out;
     // A policy that scores nothing: the planner line says so on the plain SSD too (no claim about scoring).

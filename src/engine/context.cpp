@@ -97,18 +97,22 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
         if (layer_slots[il] >= std::min(int64_t(p.n_seq) * per_seq_min, caps[il])) continue;
         const std::string copy = with_copy ? fmt::format(" after the {} scoring copy of the keys", format_bytes(copy_bytes))
                                            : std::string();
-        // A wider copy than INT2 names the narrower one, which may leave the slots room.
+        // The smallest budget that holds them, as a value to type (whole KiB, rounded up); a wider copy than
+        // INT2 also names the narrower one and the budget that holds them beside it.
+        const uint64_t needed_cells = cells_for(int64_t(p.n_seq) * per_seq_min) * layout_.token_layer_bytes();
+        const auto as_flag = [](uint64_t bytes) { return fmt::format("{}K", (bytes + 1023) / 1024); };
         context_params narrow = p;
         narrow.score_copy_bits = 2;
+        const uint64_t narrow_bytes = scoring_copy_bytes(m, narrow);
         const std::string hint = with_copy && scoring_copy_bits(m, p) > 2 && scoring_copy_bits(m, narrow) == 2
-                                     ? fmt::format("; the INT2 copy (--score-copy int2) takes {}",
-                                                   format_bytes(scoring_copy_bytes(m, narrow)))
+                                     ? fmt::format(", or {} with the {} INT2 copy (--score-copy int2)",
+                                                   as_flag(narrow_bytes + needed_cells), format_bytes(narrow_bytes))
                                      : std::string();
         fail_usage(
             "--kv-host-budget {} holds {} tokens per layer{}; at least {} are needed{} (the {} sinks, the {}-token "
-            "window and the new token of each sequence stay hot; {} per token){}",
+            "window and the new token of each sequence stay hot; {} per token): give --kv-host-budget {} or more{}",
             format_bytes(budget), hot_slots, copy, int64_t(p.n_seq) * per_seq_min, seqs, pp.n_sinks, pp.n_window,
-            format_bytes(per_slot), hint);
+            format_bytes(per_slot), as_flag(copy_bytes + needed_cells), hint);
     }
     // The device tier's cache takes its share of each cold layer's slots, leaving the hot pool its minimum.
     std::vector<int64_t> pool_slots = layer_slots, cache_rows(caps.size(), 0);

@@ -53,8 +53,8 @@ struct policy_params {
     // attention recall and perplexity on stories260K and on models whose heads disagree (docs/policies.md).
     score_params score{.aggregate = score_aggregate::softmax};
     placement_kind placement = placement_kind::by_policy;  // by_policy: the policy's own default
-    uint64_t migrate_bytes = 0; // promotions per decode step, in bytes of K and V (all layers, all sequences);
-                                // 0: a sixteenth of the hot pool
+    uint64_t migrate_bytes = 0;  // promotions per decode step, in bytes of K and V (all layers, all sequences);
+                                 // 0: a sixteenth of the hot pool; at most the hot pool (larger is the same)
     int32_t page_size = 16;     // tokens per page of a page-scoring policy (quest, leoam; 16: Quest's default)
     bool diag = false;          // measure attention recall and selection overlap (slow: scores twice)
 };

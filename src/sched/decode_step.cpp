@@ -95,7 +95,10 @@ void decode_step::set_policy(const policy & pol, csd::storage_kind storage) {
     // The per-step promotion budget, in tokens of one layer (policy_params::migrate_bytes).
     const uint64_t per_token = uint64_t(layout_.n_layer) * layout_.token_layer_bytes();
     const uint64_t budget = p.migrate_bytes > 0 ? p.migrate_bytes : uint64_t(cells_.hot_capacity()) * per_token / 16;
-    prep_->max_promotions = std::max<int64_t>(1, int64_t(budget / per_token));
+    // A step cannot promote more tokens than a layer's hot pool holds: a larger budget changes nothing,
+    // and would size the staging buffers below by it (--migrate-budget 2G filled 2 GiB before the first token).
+    const uint64_t hot = uint64_t(std::max<int64_t>(1, cells_.hot_slots()));
+    prep_->max_promotions = int64_t(std::clamp<uint64_t>(budget / per_token, 1, hot));
     const size_t rows = size_t(layout_.n_layer) * size_t(prep_->max_promotions);
     prep_->promo_k = aligned_buffer(rows * layout_.row_bytes());
     prep_->promo_v = aligned_buffer(rows * layout_.row_bytes());
