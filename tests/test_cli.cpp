@@ -127,16 +127,18 @@ TEST_F(cli, info_and_tokenize) {
 
 TEST_F(cli, bad_values_exit_2) {
     const std::string g = "generate -m " + model() + " -p hi ";
-    for (const std::string & a : {g + "-n -1", g + "--top-p 2", g + "-t 0", g + "-t -1", g + "--temp -1",
-                                  g + "--cache-type q9", g + "--seed -2", g + "--bogus-flag", std::string("generate -p hi"),
-                                  g + "--policy lru", g + "--policy h2o --select kv_head", g + "--policy quest --page-size 0",
-                                  g + "--policy hillinfer --alpha 0", g + "--alpha 1.5",
-                                  g + "--sinks -1", g + "--window -3", g + "--score-precision int2",
-                                  g + "--select token", g + "--aggregate mean", g + "--query-precision int4",
-                                  g + "--policy streaming --sinks 0 --window 0", g + "--kv-host-budget 0.5",
-                                  g + "--placement ''", g + "--placement lru",
-                                  std::string("frobnicate"), "make-model bigram -o " + dir->file("b.gguf") + " --type q8_0",
-                                  "make-model random -o " + dir->path.string()}) {
+    for (const std::string & a :
+         {g + "-n -1", g + "--top-p 2", g + "-t 0", g + "-t -1", g + "--temp -1", g + "--cache-type q9",
+          g + "--seed -2", g + "--bogus-flag", std::string("generate -p hi"), g + "--policy lru",
+          g + "--policy h2o --select kv_head", g + "--policy quest --page-size 0", g + "--policy hillinfer --alpha 0",
+          g + "--alpha 1.5", g + "--sinks -1", g + "--window -3", g + "--score-precision int2", g + "--select token",
+          g + "--aggregate mean", g + "--query-precision int4", g + "--policy streaming --sinks 0 --window 0",
+          g + "--kv-host-budget 0.5", g + "--placement ''", g + "--placement lru",
+          // An empty number was taken as 0 (CLI11's default-constructed value).
+          g + "-n ''", g + "--sinks ''", g + "--top-p ''", g + "--migrate-budget ''",
+          "perplexity -m " + model() + " -p hi -c ''", "serve -m " + model() + " --queue ''", std::string("frobnicate"),
+          "make-model bigram -o " + dir->file("b.gguf") + " --type q8_0",
+          "make-model random -o " + dir->path.string()}) {
         const result r = run(a);
         EXPECT_EQ(r.code, 2) << a << "\n" << r.out;
         EXPECT_NE(r.out.find("error"), std::string::npos) << a << "\n" << r.out;

@@ -250,8 +250,9 @@ void policy_opts::add(CLI::App & app) {
     placement_opt = app.add_option("--placement", placement, "hot pool placement: fifo (recent tokens stay hot) or hkm (hit rates "
                    "drive promotions and demotions; prefill importance places the prompt); default: hkm for hillinfer, "
                    "h2o, leoam and infinigen, fifo for the others");
-    app.add_option("--migrate-budget", migrate_budget, "hkm: K and V bytes promoted per decode step at most, all layers "
-                   "(K/M/G suffixes; default: a sixteenth of the hot pool)");
+    migrate_opt = app.add_option("--migrate-budget", migrate_budget,
+                                 "hkm: K and V bytes promoted per decode step at most, all layers "
+                                 "(K/M/G suffixes; default: a sixteenth of the hot pool)");
     app.add_flag("--diag", p.diag, "measure attention recall and selection overlap per layer (slower)");
 }
 
@@ -266,7 +267,7 @@ policy_params policy_opts::resolve(csd::storage_kind storage) const {
     r.score.granularity = parse_select_granularity(select);
     r.score.aggregate = parse_score_aggregate(aggregate);
     if (placement_opt->count() > 0) r.placement = parse_placement(placement);  // "" too: given, it must name one
-    if (!migrate_budget.empty()) r.migrate_bytes = parse_bytes(migrate_budget, "--migrate-budget");
+    if (migrate_opt->count() > 0) r.migrate_bytes = parse_bytes(migrate_budget, "--migrate-budget");  // "" too
     validate(r, 1);  // the flags alone, before a model is loaded (the KV head count is checked with the model)
     return r;
 }

@@ -79,7 +79,8 @@ struct policy_opts {
     policy_params p;
     std::string key_precision, query_precision, select, aggregate;  // defaults: score_params{}
     std::string placement;                                          // "": the policy's own
-    std::string migrate_budget;                                     // "": a sixteenth of the hot pool
+    std::string migrate_budget;                                     // not given: a sixteenth of the hot pool
+    CLI::Option * migrate_opt = nullptr;
     CLI::Option * query_opt = nullptr;
     CLI::Option * placement_opt = nullptr;
     void add(CLI::App & app);

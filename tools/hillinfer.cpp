@@ -1,13 +1,14 @@
 // hillinfer: the command-line front end. See README.md for every subcommand.
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <system_error>
+#include <vector>
+
 #include "commands.h"
 #include "common.h"
 #include "compute/matmul.h"
 #include "core/error.h"
-
-#include <cstdio>
-#include <string>
-#include <system_error>
-#include <vector>
 
 int main(int argc, char ** argv) {
     using namespace hill;
@@ -21,6 +22,17 @@ int main(int argc, char ** argv) {
         cli::command_fn fn = add(app);
         cmds.emplace_back(app.get_subcommands({})[before], std::move(fn));
     }
+    // CLI11 takes an empty value ('') as 0 for a number: refuse it, as any other value that is not a number.
+    const CLI::Validator not_empty(
+        [](std::string & v) { return v.empty() ? std::string("empty, expected a number") : std::string(); }, "");
+    const std::function<void(CLI::App *)> refuse_empty_numbers = [&](CLI::App * a) {
+        for (CLI::Option * o : a->get_options()) {
+            const std::string t = o->get_type_name();
+            if (t.starts_with("INT") || t.starts_with("UINT") || t.starts_with("FLOAT")) o->check(not_empty);
+        }
+        for (CLI::App * s : a->get_subcommands({})) refuse_empty_numbers(s);
+    };
+    refuse_empty_numbers(&app);
     std::string names;
     for (const auto & [sub, fn] : cmds) names += (names.empty() ? "" : ", ") + sub->get_name();
     if (argc > 1 && argv[1][0] != '-' && (", " + names + ", ").find(", " + std::string(argv[1]) + ", ") == std::string::npos) {
