@@ -137,8 +137,11 @@ TEST_F(cli, bad_values_exit_2) {
           // An empty number was taken as 0 (CLI11's default-constructed value).
           g + "-n ''", g + "--sinks ''", g + "--top-p ''", g + "--migrate-budget ''",
           "perplexity -m " + model() + " -p hi -c ''", "serve -m " + model() + " --queue ''", std::string("frobnicate"),
-          "make-model bigram -o " + dir->file("b.gguf") + " --type q8_0",
-          "make-model random -o " + dir->path.string()}) {
+          "make-model bigram -o " + dir->file("b.gguf") + " --type q8_0", "make-model random -o " + dir->path.string(),
+          // Values the loader refuses, which make-model wrote (exit 0).
+          "make-model random -o " + dir->file("inf.gguf") + " --rope-freq-base inf",
+          "make-model random -o " + dir->file("inf.gguf") + " --rope-scale inf",
+          "make-model random -o " + dir->file("inf.gguf") + " --rope-scale 1e-39"}) {
         const result r = run(a);
         EXPECT_EQ(r.code, 2) << a << "\n" << r.out;
         EXPECT_NE(r.out.find("error"), std::string::npos) << a << "\n" << r.out;

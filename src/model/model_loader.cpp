@@ -124,10 +124,10 @@ void model_loader::check_hparams(hparams & hp, const std::string & where) {
     if (hp.position == position_kind::rope) {
         if (hp.head_dim % 2 != 0) fail_input("'{}': head dimension {} is odd; RoPE needs pairs", where, hp.head_dim);
         if (!(hp.rope_freq_base > 0.0f) || !std::isfinite(hp.rope_freq_base)) {
-            fail_input("'{}': RoPE frequency base {} must be > 0", where, hp.rope_freq_base);
+            fail_input("'{}': RoPE frequency base {} must be finite and > 0", where, hp.rope_freq_base);
         }
         if (!(hp.rope_freq_scale > 0.0f) || !std::isfinite(hp.rope_freq_scale)) {
-            fail_input("'{}': RoPE scaling factor {} must be > 0", where, 1.0f / hp.rope_freq_scale);
+            fail_input("'{}': RoPE scaling factor {} must be finite and > 0", where, 1.0f / hp.rope_freq_scale);
         }
         if (!hp.rope_freq_factors.empty()) {
             if (int64_t(hp.rope_freq_factors.size()) != hp.head_dim / 2) {
@@ -136,7 +136,7 @@ void model_loader::check_hparams(hparams & hp, const std::string & where) {
             }
             for (float f : hp.rope_freq_factors) {
                 if (!(f > 0.0f) || !std::isfinite(f))
-                    fail_input("'{}': RoPE frequency factor {} must be > 0", where, f);
+                    fail_input("'{}': RoPE frequency factor {} must be finite and > 0", where, f);
             }
         }
     }
@@ -146,7 +146,8 @@ void model_loader::check_hparams(hparams & hp, const std::string & where) {
                        hp.rope_freq_factors_long.size(), hp.head_dim / 2);
         }
         for (float f : hp.rope_freq_factors_long) {
-            if (!(f > 0.0f) || !std::isfinite(f)) fail_input("'{}': RoPE frequency factor {} must be > 0", where, f);
+            if (!(f > 0.0f) || !std::isfinite(f))
+                fail_input("'{}': RoPE frequency factor {} must be finite and > 0", where, f);
         }
         positive("the original context length (LongRoPE)", hp.n_ctx_orig);
     }

@@ -200,8 +200,14 @@ void add_weights(gguf_writer & w, const dims & d, const weight_scheme & scheme, 
 void write_random_model(const std::string & path, const random_model_params & p) {
     const dims d{p.n_vocab, p.n_embd, p.n_ff, p.n_layer, p.n_head, p.n_head_kv, p.n_ctx};
     check_dims(d, p.type.type, 3 + int32_t(p.control_tokens.size()));
-    if (!(p.rope_freq_base > 0.0f)) fail_usage("RoPE frequency base must be > 0, got {}", p.rope_freq_base);
-    if (!(p.rope_scaling_factor > 0.0f)) fail_usage("RoPE scaling factor must be > 0, got {}", p.rope_scaling_factor);
+    // The loader's bounds (model_loader.cpp): a file this writes loads.
+    if (!(p.rope_freq_base > 0.0f) || !std::isfinite(p.rope_freq_base)) {
+        fail_usage("RoPE frequency base must be finite and > 0, got {}", p.rope_freq_base);
+    }
+    if (!(p.rope_scaling_factor > 0.0f) || !std::isfinite(p.rope_scaling_factor) ||
+        !std::isfinite(1.0f / p.rope_scaling_factor)) {
+        fail_usage("RoPE scaling factor must be finite and > 0, got {}", p.rope_scaling_factor);
+    }
     const std::vector<std::string> archs = {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"};
     if (std::find(archs.begin(), archs.end(), p.arch) == archs.end()) {
         fail_usage("architecture '{}' is not one make-model writes; supported: {}", p.arch, random_model_archs);
