@@ -259,8 +259,10 @@ TEST_F(serve_test, chat_uses_the_template_and_streams_the_same_text) {
         const json e = json::parse(ev[i]);
         EXPECT_EQ(e.at("object"), "chat.completion.chunk");
         EXPECT_EQ(e.at("id"), json::parse(ev[0]).at("id")) << "one id for the whole stream";
-        if (i == 0) {
-            EXPECT_EQ(e.at("choices")[0].at("delta").at("role"), "assistant");
+        if (i == 0) {  // as OpenAI's: the role alone first, with empty content
+            EXPECT_EQ(e.at("choices")[0].at("delta"), json({{"role", "assistant"}, {"content", ""}})) << ev[i];
+        } else {
+            EXPECT_FALSE(e.at("choices").empty() ? false : e.at("choices")[0].at("delta").contains("role")) << ev[i];
         }
         if (e.at("choices").empty()) {  // the usage chunk, last
             EXPECT_EQ(i + 2, ev.size());

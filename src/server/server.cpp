@@ -491,12 +491,13 @@ struct server::impl {
                 {"prompt_tokens_details", {{"cached_tokens", j.reused_tokens}}}};
     }
 
-    json chunk(const job & j, const std::string & delta, const json & finish, bool first) const {
+    // role: the chat stream's first chunk, which names the role (with empty content).
+    json chunk(const job & j, const std::string & delta, const json & finish, bool role) const {
         json choice = {{"index", 0}, {"finish_reason", finish}};
         if (j.api.kind == api_kind::chat) {
             json d = json::object();
-            if (first) d["role"] = "assistant";
-            if (!delta.empty() || first) d["content"] = delta;
+            if (role) d["role"] = "assistant";
+            if (!delta.empty() || role) d["content"] = delta;
             choice["delta"] = d;
         } else {
             choice["text"] = delta;
@@ -570,7 +571,11 @@ struct server::impl {
                 const std::string s = "data: " + dump(e) + "\n\n";
                 return sink.write(s.data(), s.size());
             };
-            bool first = true;
+            // A chat stream starts with the role alone (empty content), as OpenAI's does, before any text.
+            if (j->api.kind == api_kind::chat && !event(chunk(*j, "", nullptr, true))) {
+                cancel(j);
+                return false;
+            }
             for (;;) {
                 std::string delta;
                 bool done = false;
@@ -587,12 +592,11 @@ struct server::impl {
                     sink.done();
                     return true;
                 }
-                if (!delta.empty() || (first && j->api.kind == api_kind::chat)) {
-                    if (!event(chunk(*j, delta, nullptr, first))) {
+                if (!delta.empty()) {
+                    if (!event(chunk(*j, delta, nullptr, false))) {
                         cancel(j);
                         return false;
                     }
-                    first = false;
                 } else if (!done && !sink.is_writable()) {
                     cancel(j);
                     return false;
