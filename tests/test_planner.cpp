@@ -207,6 +207,11 @@ TEST(calibration, bad_files_are_errors_naming_the_file_and_the_value) {
         const std::string msg = test::error_of([&] { (void)load_calibration(p, "k"); });
         EXPECT_NE(msg.find(p), std::string::npos) << c.text << "\n" << msg;
         EXPECT_NE(msg.find(c.expect), std::string::npos) << c.text << "\n" << msg;
+        // What to do: a rerun replaces a bad entry, not a file calibrate refuses to overwrite.
+        EXPECT_NE(msg.find(c.whole ? "remove the file, or give `hillinfer calibrate --out` another path"
+                                   : "rerun `hillinfer calibrate`: it replaces the entry"),
+                  std::string::npos)
+            << msg;
         if (c.whole) {
             // Saving over a file that is not a calibration cache is refused too (it is not overwritten).
             (void)test::error_of([&] { save_calibration(p, "k", cal_2_1_10_2(), nlohmann::json::object()); });

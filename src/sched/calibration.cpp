@@ -18,20 +18,23 @@ namespace {
 constexpr const char * what = "the calibration cache";
 constexpr const char * rate_keys[] = {"f_c_gbps", "f_s_gbps", "b_c_gbps", "b_s_gbps"};
 
-// The whole cache, checked: version 1 and an "entries" object. nullopt: no file.
+// The whole cache, checked: version 1 and an "entries" object. nullopt: no file. A file that is not a
+// calibration cache is one calibrate refuses to overwrite, so its message says how to get past it.
 std::optional<json_file> load_cache(const std::string & path) {
     std::error_code ec;
     if (!std::filesystem::exists(path, ec)) return std::nullopt;
-    json_file doc = json_file::load(path, what);
-    const json_value root = doc.root();
-    root.require_object();
     try {
+        json_file doc = json_file::load(path, what);
+        const json_value root = doc.root();
+        root.require_object();
         (void)root.required_int("/version", 1, 1);
         root.at("/entries", "an object of calibration entries").require_object();
+        return doc;
     } catch (const error & e) {
-        fail_input("{} (rerun `hillinfer calibrate --out {}` or remove the file)", e.what(), path);
+        throw error(e.code(), fmt::format("{} (remove the file, or give `hillinfer calibrate --out` another path, "
+                                          "then rerun it)",
+                                          e.what()));
     }
-    return doc;
 }
 
 calibration parse_entry(const json_value & e, const std::string & path, const std::string & key) {
@@ -42,7 +45,7 @@ calibration parse_entry(const json_value & e, const std::string & path, const st
             try {
                 v.fail_expected("a finite rate in GB/s above 0");
             } catch (const error & x) {
-                fail_input("{} (rerun `hillinfer calibrate` or remove the file)", x.what());
+                fail_input("{} (rerun `hillinfer calibrate`: it replaces the entry)", x.what());
             }
         }
         r[i] = v.get<double>() * 1e9;

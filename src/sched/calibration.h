@@ -44,8 +44,9 @@ std::string calibration_key(const std::string & kv_dir, std::string_view storage
 // The entry `key` of the cache file at path; nullopt when the file does not exist or has no such
 // entry. Errors (hill::error, bad_input): a file that is not valid JSON, not a calibration cache
 // (version 1 with an "entries" object) or whose entry lacks a rate or has one that is not a finite
-// number > 0 — naming the file, the JSON Pointer and the value, and what to do (rerun `hillinfer
-// calibrate`, or remove the file).
+// number > 0 — naming the file, the JSON Pointer and the value, and what to do (a bad entry: rerun
+// `hillinfer calibrate`, which replaces it; a file that is no cache, which calibrate does not overwrite:
+// remove it or give `calibrate --out` another path).
 std::optional<calibration> load_calibration(const std::string & path, const std::string & key);
 
 // The cached calibration of a cold pool in kv_dir on storage under profile (the entry calibration_key
