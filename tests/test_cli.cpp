@@ -93,6 +93,10 @@ TEST_F(cli, generate_runs_and_reports) {
     EXPECT_NE(r.out.find("prefill"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("decode"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("peak RSS"), std::string::npos) << r.out;
+    const result one = run("generate -m " + model() + " -p hello -n 1 --seed 1");
+    EXPECT_EQ(one.code, 0) << one.out;
+    EXPECT_NE(one.out.find("tokens, prefill"), std::string::npos) << one.out;
+    EXPECT_NE(one.out.find(" | generated: 1 token ("), std::string::npos) << one.out;
 }
 
 TEST_F(cli, generate_json_has_ids_and_rates) {

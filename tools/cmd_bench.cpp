@@ -134,7 +134,8 @@ bench_cmd add_beta(CLI::App & bench) {
     auto o = std::make_shared<std::pair<experiment_opts, beta_params>>();
     beta_params & p = o->second;
     p.workload.n_head_kv = 32;  // LLaMA-2-7B's attention: 32 heads of 128, no GQA
-    CLI::App * sub = bench.add_subcommand("beta", "Decode-step time over a sweep of the hot/cold capacity ratio beta, the "
+    CLI::App * sub = bench.add_subcommand("beta",
+                                          "decode-step time over a sweep of the hot/cold capacity ratio beta, the "
                                           "planner's beta marked (hillinfer on the storage device emulator)");
     add_workload_options(*sub, p.workload);
     sub->add_option("--ctx", p.ctx, "context length in tokens")->capture_default_str();
@@ -167,7 +168,8 @@ bench_cmd add_ablation(CLI::App & bench) {
     auto o = std::make_shared<std::pair<experiment_opts, ablation_params>>();
     ablation_params & p = o->second;
     p.workload.n_head_kv = 32;
-    CLI::App * sub = bench.add_subcommand("ablation", "Decode-step time of the prefetch-based baseline, + HKM, and + HKM "
+    CLI::App * sub = bench.add_subcommand("ablation",
+                                          "decode-step time of the prefetch-based baseline, + HKM, and + HKM "
                                           "and APP (the paper's ablation)");
     add_workload_options(*sub, p.workload);
     add_list_option(*sub, "--ctx", p.ctxs, "context lengths in tokens (comma-separated)");
@@ -208,9 +210,10 @@ bench_cmd add_e2e(CLI::App & bench, const std::string & name) {
     std::string shapes;
     for (const model_shape & s : model_shapes()) shapes += (shapes.empty() ? "" : ", ") + std::string(s.name);
     CLI::App * sub = bench.add_subcommand(
-        name, batch ? "Latency and throughput of every policy over batch sizes at 1,920 prompt + 128 generated tokens"
-                    : "End-to-end latency (prefill + decode steps) and decode speedup of every policy against the context "
-                      "length, batch 8");
+        name,
+        batch ? "latency and throughput of every policy over batch sizes at 1,920 prompt + 128 generated tokens"
+              : "end-to-end latency (prefill + decode steps) and decode speedup of every policy against the context "
+                "length, batch 8");
     sub->add_option("--shape", p.shape, "the paper model whose shape the random model takes: " + shapes)->capture_default_str();
     sub->add_option("--layers", p.n_layer, "layers of the random model (the shape's count reduced to fit)")->capture_default_str();
     sub->add_option("--weights", p.weights, "weight type of the random model's matrices")->capture_default_str();
@@ -258,7 +261,8 @@ bench_cmd add_accuracy(CLI::App & bench) {
     auto o = std::make_shared<std::tuple<experiment_opts, accuracy_params, std::string>>();
     accuracy_params & p = std::get<1>(*o);
     std::get<2>(*o) = data_dir_default();
-    CLI::App * sub = bench.add_subcommand("accuracy", "Perplexity, passkey retrieval and RTE / PIQA accuracy of every "
+    CLI::App * sub = bench.add_subcommand("accuracy",
+                                          "perplexity, passkey retrieval and RTE / PIQA accuracy of every "
                                           "policy at each alpha against full");
     sub->add_option("--data", std::get<2>(*o),
                     "the shared data folder: models/, text/, eval/ (default: $HILLINFER_DATA, else ../shared/data)");
@@ -601,12 +605,14 @@ int run_step(step_opts & o) {
 }  // namespace
 
 command_fn add_bench(CLI::App & app) {
-    CLI::App * bench = app.add_subcommand("bench", "Benchmarks of the engine (bench step: the decode step over the KV tiers)");
+    CLI::App * bench =
+        app.add_subcommand("bench", "benchmarks of the engine (bench step: the decode step over the KV tiers)");
     bench->require_subcommand(1);
     auto o = std::make_shared<step_opts>();
     CLI::App * step = bench->add_subcommand(
-        "step", "Decode-step time per policy, context length, cold share and storage device, over a synthetic workload "
-                "calibrated to a trained model's attention statistics");
+        "step",
+        "decode-step time per policy, context length, cold share and storage device, over a synthetic workload "
+        "calibrated to a trained model's attention statistics");
     step_bench_params & p = o->p;
     workload_params & w = p.workload;
     add_list_option(*step, "--ctx", p.ctxs, "context lengths in tokens (comma-separated)");

@@ -113,7 +113,7 @@ command_fn add_calibrate(CLI::App & app) {
     auto o = std::make_shared<calibrate_opts>();
     CLI::App * cmd = app.add_subcommand(
         "calibrate",
-        "Measure this machine's scoring and transfer rates (f_c, f_s, B_c, B_s) for the planner and cache "
+        "measure this machine's scoring and transfer rates (f_c, f_s, B_c, B_s) for the planner and cache "
         "them as JSON");
     cmd->add_option("--kv-dir", o->kv_dir,
                     "cold pool directory, on the disk to measure (default: the cache "

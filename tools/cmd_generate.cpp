@@ -300,11 +300,12 @@ int run_generate(const generate_opts & o) {
         };
         fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     }
-    fmt::print(stderr, "{}prompt: {} tokens{}, {} | generated: {} tokens ({}), decode {} | "
+    fmt::print(stderr,
+               "{}prompt: {}{}, {} | generated: {} ({}), decode {} | "
                "peak RSS {} | threads {}, seed {}\n",
-               o.json ? "" : "\n", prompt_ids.size(),
+               o.json ? "" : "\n", format_count(int64_t(prompt_ids.size()), "token"),
                n_cached > 0 ? fmt::format(" ({} from the prompt cache)", n_cached) : std::string(), prefill_text,
-               out_ids.size(), stop,
+               format_count(int64_t(out_ids.size()), "token"), stop,
                n_decode > 0 ? fmt::format("{:.1f} tokens/s", decode_tps) : std::string("n/a (no decode step)"),
                format_bytes(rss), n_threads, sp.seed);
     fmt::print(stderr, "{}", run_summary(s.ctx()));

@@ -26,6 +26,7 @@ struct serve_opts {
     std::string body_limit = "1M";
     std::string cache_dir_limit = "0";
     std::string template_name;
+    bool no_prefix_reuse = false;
 };
 
 int run_serve(const serve_opts & o) {
@@ -41,6 +42,7 @@ int run_serve(const serve_opts & o) {
     if (!(o.srv.shutdown_wait_s >= 0))
         fail_usage("--shutdown-wait must be >= 0 seconds, got {}", o.srv.shutdown_wait_s);
     server::server_params sp = o.srv;
+    sp.prefix_reuse = !o.no_prefix_reuse;
     sp.body_limit_bytes = parse_bytes(o.body_limit, "--body-limit");
     sp.cache_dir_limit_bytes = o.cache_dir_limit == "0" ? 0 : parse_bytes(o.cache_dir_limit, "--cache-dir-limit");
     if (sp.cache_dir_limit_bytes > 0 && sp.cache_dir.empty()) fail_usage("--cache-dir-limit needs --cache-dir DIR");
@@ -99,7 +101,7 @@ command_fn add_serve(CLI::App & app) {
                     "prompt tokens prefilled per step between the running "
                     "streams' decode steps (0: whole prompts)")
         ->capture_default_str();
-    sub->add_flag("!--no-prefix-reuse", o->srv.prefix_reuse,
+    sub->add_flag("--no-prefix-reuse", o->no_prefix_reuse,
                   "free a finished request's KV at once instead of keeping it "
                   "for a prompt with the same prefix (a returning conversation)");
     sub->add_option("--cache-dir", o->srv.cache_dir,

@@ -1,9 +1,10 @@
 #include "engine/perplexity.h"
 
-#include "core/error.h"
-
 #include <algorithm>
 #include <cmath>
+
+#include "core/error.h"
+#include "core/sys_info.h"
 
 namespace hill {
 
@@ -21,8 +22,8 @@ perplexity_result evaluate_perplexity(session & s, std::span<const int32_t> ids,
     int64_t n_windows = int64_t(ids.size()) / per_window;
     if (max_windows > 0) n_windows = std::min(n_windows, max_windows);
     if (n_windows == 0) {
-        fail_usage("the text is {} tokens, fewer than one window of {} (the context of {} minus BOS)", ids.size(),
-                   per_window, s.n_ctx());
+        fail_usage("the text is {}, fewer than one window of {} (the context of {} minus BOS)",
+                   format_count(int64_t(ids.size()), "token"), per_window, s.n_ctx());
     }
     const int32_t n_vocab = s.model().hp().n_vocab;
     perplexity_result r;
