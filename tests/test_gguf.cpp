@@ -1,18 +1,19 @@
 // GGUF reader and writer: writer -> reader round trips, exact bytes against a hand-built file,
 // and one hand-made corrupt file per validation rule (src/format/gguf_file.h).
-#include "core/error.h"
-#include "format/gguf_file.h"
-#include "format/gguf_writer.h"
-#include "test_util.h"
-
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
 #include <limits>
+
+#include "core/error.h"
+#include "format/gguf_file.h"
+#include "format/gguf_writer.h"
+#include "test_util.h"
 
 namespace hill {
 namespace {
@@ -434,12 +435,14 @@ TEST(gguf_file, empty_header_only_file_is_valid) {
     EXPECT_NO_THROW(parse(f));
 }
 
-TEST(gguf_file, tensors_may_be_listed_out_of_offset_order_and_touch) {
-    bytes f;
-    f.header(2, 0).tensor("second", {8}, 0, 32).tensor("first", {8}, 0, 0).pad_to(32).zeros(64);
+TEST(gguf_file, tensors_follow_each_other_with_alignment_padding_only) {
+    bytes f;  // 16 bytes, padding to 32, 64 bytes touching, padding to 128 (the last tensor's is optional)
+    f.header(3, 0).tensor("a", {4}, 0, 0).tensor("b", {16}, 0, 32).tensor("c", {2}, 1, 96).pad_to(32).zeros(100);
     const auto g = parse(f);
-    EXPECT_EQ(g->tensors()[0].name, "second");
-    EXPECT_EQ(g->find_tensor("first")->offset, 0u);
+    EXPECT_EQ(g->find_tensor("b")->offset, 32u);
+    EXPECT_EQ(g->find_tensor("c")->offset, 96u);
+    f.zeros(28);
+    EXPECT_NO_THROW(parse(f));
 }
 
 TEST(gguf_file, missing_file_is_usage_error) {
@@ -668,10 +671,53 @@ TEST(gguf_corrupt, misaligned_tensor_offset) {
 TEST(gguf_corrupt, overlapping_tensors) {
     bytes f;
     f.header(2, 0).tensor("a", {16}, 0, 0).tensor("b", {16}, 0, 32).pad_to(32).zeros(96);
-    expect_bad(f, {"'a'", "'b'", "overlap", "[0, 64)", "[32, 96)"});
+    expect_bad(f, {"tensor 'b' (F32 [16], 64 bytes)", "offset 32, expected 64", "overlapping",
+                   "'a' (F32 [16], 64 bytes at offset 0)"});
     bytes g;  // same offset
     g.header(2, 0).tensor("a", {1}, 0, 0).tensor("b", {1}, 0, 0).pad_to(32).zeros(32);
-    expect_bad(g, {"overlap"});
+    expect_bad(g, {"tensor 'b'", "offset 0, expected 32", "overlapping"});
+}
+
+// The tensors' data follow each other in the order of the tensor infos, the first at 0, each at the
+// end of the one before rounded up to the alignment (llama.cpp's reader: "has offset X, expected Y").
+TEST(gguf_corrupt, tensor_data_not_at_the_running_offset) {
+    bytes f;  // listed out of offset order
+    f.header(2, 0).tensor("second", {8}, 0, 32).tensor("first", {8}, 0, 0).pad_to(32).zeros(64);
+    expect_bad(f, {"tensor 'second' (F32 [8], 32 bytes)", "offset 32, expected 0", "first tensor"});
+    bytes g;  // a gap beyond the alignment padding
+    g.header(2, 0).tensor("a", {4}, 0, 0).tensor("b", {4}, 0, 64).pad_to(32).zeros(96);
+    expect_bad(g, {"tensor 'b'", "offset 64, expected 32", "gap of 32 bytes", "'a' (F32 [4], 16 bytes at offset 0)",
+                   "alignment 32"});
+    bytes h;  // first tensor not at 0
+    h.header(1, 0).tensor("w", {4}, 0, 32).pad_to(32).zeros(64);
+    expect_bad(h, {"tensor 'w'", "offset 32, expected 0"});
+}
+
+// The bug: a tensor info's type changed to a smaller one (token_embd.weight F32 -> F16) was
+// accepted, every offset aligned and in bounds, and the model read half the embedding as F16.
+TEST(gguf_corrupt, tensor_type_changed_to_a_smaller_type) {
+    test::temp_dir dir;
+    gguf_writer w;
+    w.set_string("general.architecture", "llama");
+    const std::vector<float> x(32, 1.0f);
+    w.add_tensor("token_embd.weight", ggml_type::f32, {8, 4}, x.data());
+    w.add_tensor("output_norm.weight", ggml_type::f32, {8}, x.data());
+    w.write(dir.file("m.gguf"));
+    bytes f;
+    f.b = read_all(dir.file("m.gguf"));
+    ASSERT_NO_THROW(parse(f));
+    // The type follows the name, n_dims and the two dimensions.
+    const std::string name = "token_embd.weight";
+    const auto at = std::search(f.b.begin(), f.b.end(), name.begin(), name.end());
+    ASSERT_NE(at, f.b.end());
+    const size_t type_at = size_t(at - f.b.begin()) + name.size() + 4 + 2 * 8;
+    uint32_t type = 0;
+    std::memcpy(&type, f.b.data() + type_at, 4);
+    ASSERT_EQ(type, 0u);  // F32
+    type = 1;             // F16
+    std::memcpy(f.b.data() + type_at, &type, 4);
+    expect_bad(f, {"tensor 'output_norm.weight' (F32 [8], 32 bytes)", "offset 128, expected 64",
+                   "'token_embd.weight' (F16 [8, 4], 64 bytes at offset 0)"});
 }
 
 TEST(gguf_corrupt, truncated_tensor_info) {

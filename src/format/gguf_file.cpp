@@ -1,12 +1,11 @@
 #include "format/gguf_file.h"
 
-#include "core/error.h"
-
 #include <algorithm>
 #include <bit>
 #include <cstring>
 #include <limits>
-#include <numeric>
+
+#include "core/error.h"
 
 namespace hill {
 
@@ -357,6 +356,14 @@ void gguf_file::parse_all(const uint8_t * data, size_t size) {
     // A file without tensors (vocab-only GGUF) may end without that padding.
     const uint64_t header_end = c.pos();
     const uint64_t data_start = (header_end + alignment_ - 1) / alignment_ * alignment_;
+    // The tensors' data follow each other in the order of their infos, the first at offset 0, each
+    // at the end of the one before rounded up to the alignment: the only gaps are alignment padding.
+    // Every writer lays them out so (ggml's gguf_write, gguf-py's GGUFWriter, gguf_writer.h), and
+    // llama.cpp's reader refuses any other offset ("tensor '...' has offset X, expected Y"). The
+    // check is what ties each tensor's offset to the sizes of those before it: a type or shape
+    // changed in a tensor info (F32 read as F16) moves where the next tensor must start.
+    uint64_t expected = 0;
+    const gguf_tensor_info * prev = nullptr;
     for (gguf_tensor_info & t : tensors_) {
         if (t.offset % alignment_ != 0) {
             fail_input("{}: tensor '{}': misaligned data offset {}: expected a multiple of the alignment {}", file,
@@ -367,18 +374,27 @@ void gguf_file::parse_all(const uint8_t * data, size_t size) {
                 "{}: tensor '{}': data at file offset {} + {} with {} bytes runs past the end of the file (size {})",
                 file, t.name, data_start, t.offset, t.size_bytes, size);
         }
-        t.data = data + data_start + t.offset;
-    }
-    std::vector<size_t> order(tensors_.size());
-    std::iota(order.begin(), order.end(), size_t(0));
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return tensors_[a].offset < tensors_[b].offset; });
-    for (size_t k = 1; k < order.size(); ++k) {
-        const gguf_tensor_info & a = tensors_[order[k - 1]];
-        const gguf_tensor_info & b = tensors_[order[k]];
-        if (b.offset < a.offset + a.size_bytes) {
-            fail_input("{}: tensors '{}' (data [{}, {})) and '{}' (data [{}, {})) overlap", file, a.name, a.offset,
-                       a.offset + a.size_bytes, b.name, b.offset, b.offset + b.size_bytes);
+        if (t.offset != expected) {
+            const std::string what =
+                fmt::format("{} {}, {} bytes", ggml_type_name(t.type), shape_string(t), t.size_bytes);
+            if (prev == nullptr) {
+                fail_input(
+                    "{}: tensor '{}' ({}): data offset {}, expected 0: the first tensor's data starts the data section",
+                    file, t.name, what, t.offset);
+            }
+            fail_input(
+                "{}: tensor '{}' ({}): data offset {}, expected {}: {} the previous tensor '{}' ({} {}, {} bytes at "
+                "offset {}); each tensor's data must start where the previous tensor's ends, in the order of the "
+                "tensor infos, rounded up to the alignment {}",
+                file, t.name, what, t.offset, expected,
+                t.offset < expected ? "overlapping" : fmt::format("a gap of {} bytes after", t.offset - expected),
+                prev->name, ggml_type_name(prev->type), shape_string(*prev), prev->size_bytes, prev->offset,
+                alignment_);
         }
+        t.data = data + data_start + t.offset;
+        // No overflow: offset + size_bytes <= size - data_start (checked above), and size is a size_t.
+        expected = (t.offset + t.size_bytes + alignment_ - 1) / alignment_ * alignment_;
+        prev = &t;
     }
 }
 

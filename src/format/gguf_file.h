@@ -4,7 +4,9 @@
 // u64 n_tensors, u64 n_kv}, then n_kv metadata pairs {string key, u32 value type, value}, then
 // n_tensors tensor infos {string name, u32 n_dims, u64 ne[n_dims], u32 ggml_type, u64 offset},
 // then padding to `general.alignment` (default 32), then the tensor data; each tensor's offset is
-// relative to that data start and a multiple of the alignment. Strings are {u64 len, bytes}.
+// relative to that data start: the tensors' data follow each other in the order of their infos, the
+// first at 0, each at the end of the one before rounded up to the alignment (as every writer lays
+// them out and llama.cpp's reader requires). Strings are {u64 len, bytes}.
 //
 // Every length, count and offset is validated against the file size before it is used: a
 // corrupt file gives hill::error(exit_code::bad_input) with a specific message (which field,
@@ -20,7 +22,10 @@
 //     size overflows 64 bits, a row length ne[0] that is not a multiple of the type's block size;
 //   - a tensor type HillInfer does not support (the message gives its number and ggml name);
 //   - a tensor offset that is not a multiple of the alignment, tensor data past the end of the
-//     file, tensors whose data overlap.
+//     file, a tensor offset other than the running offset above (tensors out of order, overlapping,
+//     or with a gap beyond the alignment padding; so also a type or shape changed in a tensor info,
+//     which changes its size): the message names the tensor, its type, shape, size and offset, the
+//     expected offset and the tensor before it. Bytes after the last tensor are not checked.
 // A file with no tensors (a vocab-only GGUF) is valid and may end without the padding.
 #pragma once
 
