@@ -6,6 +6,18 @@
 //     linear / llama3 RoPE scaling, Mistral-like GQA with head_dim != hidden/heads, qwen2, qwen,
 //     opt pre- and post-norm with the word embedding projection), and on the same weights as GGUF
 //     where llama.cpp defines the architecture (llama with permuted Q/K rows, qwen2, qwen).
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
 #include "compute/kernel_mode.h"
 #include "core/error.h"
 #include "engine/run_report.h"
@@ -14,16 +26,6 @@
 #include "format/safetensors_file.h"
 #include "model/synthetic_model.h"
 #include "test_util.h"
-
-#include <fmt/format.h>
-#include <gtest/gtest.h>
-
-#include <cmath>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <functional>
-#include <sstream>
 
 namespace hill {
 namespace {
@@ -774,6 +776,49 @@ TEST(architectures, bad_or_missing_gguf_metadata_of_the_new_architectures_is_nam
                                         w.add_tensor("rope_factors_long.weight", ggml_type::f32, {7}, factors.data());
                                     }),
                     "expected [8]");
+}
+
+// Sets the u32 metadata value of `key` in the GGUF file at `path` (the type tag 4 and the value
+// follow the key's bytes).
+void set_gguf_u32(const std::string & path, const std::string & key, uint32_t v) {
+    std::vector<char> b;
+    {
+        std::ifstream in(path, std::ios::binary);
+        b.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    const auto at = std::search(b.begin(), b.end(), key.begin(), key.end());
+    ASSERT_NE(at, b.end()) << key;
+    const size_t type_at = size_t(at - b.begin()) + key.size();
+    uint32_t type = 0;
+    std::memcpy(&type, b.data() + type_at, 4);
+    ASSERT_EQ(type, 4u) << key << " is not a u32";
+    std::memcpy(b.data() + type_at + 4, &v, 4);
+    std::ofstream(path, std::ios::binary).write(b.data(), std::streamsize(b.size()));
+}
+
+// The bug: a GGUF whose block_count is smaller than the layers its tensors hold ran the shorter
+// model without a word (stories260K with llama.block_count 5 -> 1 printed "layers: 1").
+TEST(architectures, gguf_tensors_of_layers_past_block_count_are_refused) {
+    for (const std::string arch : {"llama", "qwen2"}) {
+        SCOPED_TRACE(arch);
+        test::temp_dir dir;
+        const std::string path = dir.file(arch + ".gguf");
+        write_random_model(path, random_model_params{.n_vocab = 300,
+                                                     .n_embd = 64,
+                                                     .n_ff = 96,
+                                                     .n_layer = 3,
+                                                     .n_head = 4,
+                                                     .n_head_kv = 2,
+                                                     .n_ctx = 64,
+                                                     .type = ggml_type::f32,
+                                                     .arch = arch});
+        ASSERT_NO_THROW(model::load(path));
+        set_gguf_u32(path, arch + ".block_count", 1);
+        const std::string msg = load_error(path);
+        EXPECT_MENTIONS(msg, path);
+        EXPECT_MENTIONS(msg, "layer 2 ('blk.2.");
+        EXPECT_MENTIONS(msg, "'" + arch + ".block_count' is 1");
+    }
 }
 
 TEST(architectures, bad_or_missing_config_values_of_the_new_architectures_are_named) {
