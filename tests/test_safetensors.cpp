@@ -362,6 +362,39 @@ TEST(hf_checkpoint, data_at_an_odd_offset_loads_with_the_same_weights) {
     }
 }
 
+// The bug: a folder whose config.json says "tie_word_embeddings": false but that has no
+// lm_head.weight loaded with the output tied to the embedding. transformers leaves such an lm_head
+// randomly initialized; HillInfer refuses it. Absent (PretrainedConfig's default: true) or true: tied.
+TEST(hf_checkpoint, untied_model_without_lm_head_is_refused) {
+    test::temp_dir dir;
+    test::write_tiny_llama_checkpoint(dir.path, 300);
+    const auto config = [&](const nlohmann::json & tie) {
+        nlohmann::json c = nlohmann::json::parse(std::ifstream(dir.file("config.json")));
+        if (tie.is_null()) {
+            c.erase("tie_word_embeddings");
+        } else {
+            c["tie_word_embeddings"] = tie;
+        }
+        write_text(dir.file("config.json"), c.dump());
+    };
+    for (const nlohmann::json & tie : {nlohmann::json(true), nlohmann::json()}) {
+        config(tie);
+        EXPECT_TRUE(model::load(dir.path.string())->output_tied()) << tie.dump();
+    }
+    config(false);
+    try {
+        model::load(dir.path.string());
+        ADD_FAILURE() << "loaded an untied checkpoint without lm_head.weight";
+    } catch (const error & e) {
+        EXPECT_EQ(e.code(), exit_code::bad_input) << e.what();
+        const std::string msg = e.what();
+        for (const std::string & p : {dir.path.string(), std::string("'lm_head.weight' (output.weight) is missing"),
+                                      std::string("tie_word_embeddings is false")}) {
+            EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Checkpoint folders
 

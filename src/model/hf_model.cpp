@@ -9,19 +9,23 @@
 // attention scores are the same; `hillinfer convert` permutes, since a GGUF `llama` file must hold
 // adjacent pairs.
 //
+// Output matrix: lm_head.weight, else the token embedding (tied), unless config.json says
+// "tie_word_embeddings": false, which makes a missing lm_head.weight an error.
+//
 // Tokenizer: tokenizer.json, else vocab.json + merges.txt (or encoder.json + vocab.bpe), with
 // tokenizer_config.json (tokenizer/tokenizer.h load_tokenizer_folder). A folder with none of them
 // (e.g. Qwen-1, whose tokenizer is a tiktoken file) loads without a tokenizer: it runs on token ids,
 // and model::tokenizer() says why text cannot be used.
-#include "core/error.h"
-#include "format/hf_checkpoint.h"
-#include "model/hf_names.h"
-#include "model/model_loader.h"
-
 #include <fmt/format.h>
 
 #include <filesystem>
 #include <map>
+#include <optional>
+
+#include "core/error.h"
+#include "format/hf_checkpoint.h"
+#include "model/hf_names.h"
+#include "model/model_loader.h"
 
 namespace hill {
 
@@ -93,6 +97,16 @@ std::unique_ptr<model> model_loader::load_hf(const std::string & dir, bool with_
     }
     const hf_source src(c, arch);
     a->weights(src, *m);
+    // transformers ties lm_head to the input embedding only when tie_word_embeddings is true
+    // (PretrainedConfig's default); with false and no lm_head.weight it leaves the output layer
+    // randomly initialized, so such a folder is incomplete rather than tied.
+    const std::optional<bool> tie = c.config().optional<bool>("/tie_word_embeddings");
+    if (m->output_tied_ && tie && !*tie) {
+        fail_input(
+            "'{}': tensor {} is missing, and {} says tie_word_embeddings is false (the output matrix is not "
+            "the token embedding)",
+            dir, src.describe("output.weight"), c.config_path());
+    }
     m->hf_ = std::move(ckpt);
     return m;
 }
