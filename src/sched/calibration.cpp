@@ -39,16 +39,16 @@ std::optional<json_file> load_cache(const std::string & path) {
 
 calibration parse_entry(const json_value & e, const std::string & path, const std::string & key) {
     double r[4];
-    for (int i = 0; i < 4; ++i) {
-        const json_value v = e.at(std::string("/") + rate_keys[i], "a rate in GB/s");
-        if (!v.json().is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0.0) {
-            try {
+    try {
+        for (int i = 0; i < 4; ++i) {
+            const json_value v = e.at(std::string("/") + rate_keys[i], "a rate in GB/s");
+            if (!v.json().is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0.0) {
                 v.fail_expected("a finite rate in GB/s above 0");
-            } catch (const error & x) {
-                fail_input("{} (rerun `hillinfer calibrate`: it replaces the entry)", x.what());
             }
+            r[i] = v.get<double>() * 1e9;
         }
-        r[i] = v.get<double>() * 1e9;
+    } catch (const error & x) {
+        fail_input("{} (rerun `hillinfer calibrate`: it replaces the entry)", x.what());
     }
     return calibration{r[0], r[1], r[2], r[3], fmt::format("{} [{}]", path, key)};
 }
