@@ -40,7 +40,10 @@ add_dependencies(test_serve hillinfer_cli)
 if(HILL_BUILD_FUZZ)
   hill_add_fuzzer(fuzz_api_request CORPUS api_request LIBS fmt::fmt nlohmann_json::nlohmann_json SOURCES
     fuzz/fuzz_api_request.cpp
-    ${PROJECT_SOURCE_DIR}/src/server/api_request.cpp)
+    ${PROJECT_SOURCE_DIR}/src/server/api_request.cpp
+    ${PROJECT_SOURCE_DIR}/src/format/json_file.cpp
+    ${PROJECT_SOURCE_DIR}/src/core/error.cpp
+    ${PROJECT_SOURCE_DIR}/src/core/mapped_file.cpp)
   # Raw HTTP requests into the real server: our server sources carry the sanitizers, the engine under them
   # (hill_engine, built plainly in the fuzz tree) and cpp-httplib (a shared library) do not.
   hill_add_fuzzer(fuzz_http CORPUS http LIBS hill_engine PkgConfig::HTTPLIB fmt::fmt nlohmann_json::nlohmann_json
