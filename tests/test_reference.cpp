@@ -821,6 +821,20 @@ TEST(architectures, gguf_tensors_of_layers_past_block_count_are_refused) {
     }
 }
 
+// The same for a checkpoint folder: tensors of model.layers.N past num_hidden_layers.
+TEST(architectures, hf_tensors_of_layers_past_num_hidden_layers_are_refused) {
+    tiny_folder f;
+    f.add("model.embed_tokens.weight", {8, 8});
+    f.add("model.layers.0.input_layernorm.weight", {8});
+    f.add("model.layers.3.input_layernorm.weight", {8});
+    f.add("model.layers.1.input_layernorm.weight", {8});
+    const std::string dir = f.write(std::string(k_llama_cfg) + "}");  // num_hidden_layers 1
+    const std::string msg = load_error(dir);
+    EXPECT_MENTIONS(msg, dir);
+    EXPECT_MENTIONS(msg, "layer 3 ('model.layers.3.input_layernorm.weight' (blk.3.attn_norm.weight))");
+    EXPECT_MENTIONS(msg, "num_hidden_layers in " + dir + "/config.json is 1");
+}
+
 TEST(architectures, bad_or_missing_config_values_of_the_new_architectures_are_named) {
     const std::string gemma = R"({"model_type": "gemma2", "vocab_size": 8, "hidden_size": 8, "intermediate_size": 8, )"
                               R"("num_hidden_layers": 2, "num_attention_heads": 2, "sliding_window": 4)";

@@ -6,13 +6,9 @@
 // tensor (Llama 3.1, f32 [head_dim/2]) divides each RoPE pair's frequency; `rope_factors_short.weight`
 // and `rope_factors_long.weight` (phi3's LongRoPE) do, one or the other by the context length.
 // Tensors of layers past `<arch>.block_count` (`blk.N.*`, N >= block_count) are refused naming the
-// layer and the key; other tensors the architecture does not read are ignored.
+// layer and the key (model_loader::check_layer_tensors); other tensors the architecture does not
+// read are ignored.
 #include <fmt/format.h>
-
-#include <charconv>
-#include <limits>
-#include <optional>
-#include <string_view>
 
 #include "core/error.h"
 #include "model/model_loader.h"
@@ -34,46 +30,16 @@ public:
     }
     std::string describe(const std::string & gguf_name) const override { return fmt::format("'{}'", gguf_name); }
     const std::string & name() const override { return f_.name(); }
+    std::vector<std::string> names() const override {
+        std::vector<std::string> out;
+        for (const gguf_tensor_info & t : f_.tensors()) out.push_back(t.name);
+        return out;
+    }
     bool is_gguf() const override { return true; }
 
 private:
     const gguf_file & f_;
 };
-
-// The layer index N of a tensor named "blk.N.<rest>" (llama.cpp's names, every architecture), or
-// nullopt for another name. An index too large for 64 bits counts as the largest.
-std::optional<uint64_t> layer_of(std::string_view name) {
-    constexpr std::string_view prefix = "blk.";
-    if (!name.starts_with(prefix)) return std::nullopt;
-    name.remove_prefix(prefix.size());
-    const char * end = name.data() + name.size();
-    uint64_t il = 0;
-    const auto [p, ec] = std::from_chars(name.data(), end, il);
-    if (p == name.data() || p == end || *p != '.') return std::nullopt;
-    return ec == std::errc::result_out_of_range ? std::numeric_limits<uint64_t>::max() : il;
-}
-
-// Refuses tensors of layers past `<arch>.block_count` (hp.n_layer): the file holds a deeper model
-// than its metadata says (a corrupt or edited block_count), which would run shorter without a word.
-// Other tensors the model does not read (rope_freqs.weight of an architecture that ignores it, ...)
-// stay accepted; llama.cpp refuses those too ("wrong number of tensors").
-void check_layer_tensors(const gguf_file & f, const std::string & arch, int32_t n_layer) {
-    const gguf_tensor_info * last = nullptr;
-    uint64_t il_last = 0;
-    for (const gguf_tensor_info & t : f.tensors()) {
-        const std::optional<uint64_t> il = layer_of(t.name);
-        if (il && *il >= uint64_t(n_layer) && (last == nullptr || *il > il_last)) {
-            last = &t;
-            il_last = *il;
-        }
-    }
-    if (last != nullptr) {
-        fail_input(
-            "'{}': the file has tensors of layer {} ('{}') but '{}.block_count' is {}: expected the tensors of "
-            "layers 0..{} only",
-            f.name(), il_last, last->name, arch, n_layer, n_layer - 1);
-    }
-}
 
 }  // namespace
 
@@ -127,7 +93,7 @@ std::unique_ptr<model> model_loader::load_gguf(const std::string & path) {
         }
     }
     check_hparams(hp, path);
-    check_layer_tensors(f, arch, hp.n_layer);
+    check_layer_tensors(src, hp, "'" + arch + ".block_count'");
     a->weights(src, *m);
     m->gguf_ = std::move(gguf);
     return m;

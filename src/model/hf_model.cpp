@@ -9,6 +9,9 @@
 // attention scores are the same; `hillinfer convert` permutes, since a GGUF `llama` file must hold
 // adjacent pairs.
 //
+// Tensors of layers past num_hidden_layers (model.layers.N.*, N >= num_hidden_layers) are refused
+// naming the layer (model_loader::check_layer_tensors), as a GGUF's past block_count.
+//
 // Output matrix: lm_head.weight, else the token embedding (tied), unless config.json says
 // "tie_word_embeddings": false, which makes a missing lm_head.weight an error.
 //
@@ -53,6 +56,11 @@ public:
         return fmt::format("'{}' ({})", it->second, gguf_name);
     }
     const std::string & name() const override { return c_.dir(); }
+    std::vector<std::string> names() const override {
+        std::vector<std::string> out;
+        for (const auto & [gguf, hf] : by_gguf_) out.push_back(gguf);
+        return out;
+    }
     bool is_gguf() const override { return false; }
 
 private:
@@ -96,6 +104,7 @@ std::unique_ptr<model> model_loader::load_hf(const std::string & dir, bool with_
         }
     }
     const hf_source src(c, arch);
+    check_layer_tensors(src, hp, "num_hidden_layers in " + c.config_path());
     a->weights(src, *m);
     // transformers ties lm_head to the input embedding only when tie_word_embeddings is true
     // (PretrainedConfig's default); with false and no lm_head.weight it leaves the output layer

@@ -1,13 +1,16 @@
 #include "model/model_loader.h"
 
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string_view>
+
 #include "core/error.h"
 #include "format/hf_checkpoint.h"
 #include "model/hf_names.h"
-
-#include <fmt/format.h>
-
-#include <cmath>
-#include <cstring>
 
 namespace hill {
 
@@ -101,6 +104,34 @@ std::vector<float> model_loader::vector_f32(const tensor_source & src, model & m
     std::vector<float> v = vector_opt(src, m, name, n);
     if (v.empty()) fail_input("'{}': tensor {} is missing", src.name(), src.describe(name));
     return v;
+}
+
+void model_loader::check_layer_tensors(const tensor_source & src, const hparams & hp, const std::string & count) {
+    // The layer index N of "blk.N.<rest>" (every architecture's GGUF names); an index too large for
+    // 64 bits counts as the largest.
+    const auto layer_of = [](std::string_view name) -> std::optional<uint64_t> {
+        constexpr std::string_view prefix = "blk.";
+        if (!name.starts_with(prefix)) return std::nullopt;
+        name.remove_prefix(prefix.size());
+        const char * end = name.data() + name.size();
+        uint64_t il = 0;
+        const auto [p, ec] = std::from_chars(name.data(), end, il);
+        if (p == name.data() || p == end || *p != '.') return std::nullopt;
+        return ec == std::errc::result_out_of_range ? std::numeric_limits<uint64_t>::max() : il;
+    };
+    std::optional<std::string> deepest;
+    uint64_t il_deepest = 0;
+    for (const std::string & t : src.names()) {
+        const std::optional<uint64_t> il = layer_of(t);
+        if (il && *il >= uint64_t(hp.n_layer) && (!deepest || *il > il_deepest)) {
+            deepest = t;
+            il_deepest = *il;
+        }
+    }
+    if (deepest) {
+        fail_input("'{}': it has tensors of layer {} ({}) but {} is {}: expected the tensors of layers 0..{} only",
+                   src.name(), il_deepest, src.describe(*deepest), count, hp.n_layer, hp.n_layer - 1);
+    }
 }
 
 void model_loader::check_hparams(hparams & hp, const std::string & where) {

@@ -37,6 +37,8 @@ public:
     virtual std::string describe(const std::string & gguf_name) const = 0;
     // The file or folder, for messages.
     virtual const std::string & name() const = 0;
+    // Every tensor of the container, by its GGUF name.
+    virtual std::vector<std::string> names() const = 0;
     // True for a GGUF file, false for a checkpoint folder (whose tensors may be stored as
     // transformers keeps them rather than as llama.cpp's converter writes them: Gemma's norms).
     virtual bool is_gguf() const = 0;
@@ -94,6 +96,11 @@ struct model_loader {
     // Checks that hold for every architecture (positive sizes, GQA divisibility, even head_dim for
     // RoPE, factors' length); `where` names the file. Sets n_embd_word to n_embd when 0.
     static void check_hparams(hparams & hp, const std::string & where);
+    // Refuses tensors of layers past the layer count (`blk.N.*` in GGUF terms, N >= hp.n_layer): the
+    // container holds a deeper model than its metadata says (a corrupt or edited count), which would
+    // run shorter without a word. `count` names the count in messages ("'llama.block_count'",
+    // "num_hidden_layers in config.json"). Other tensors no loader reads stay accepted.
+    static void check_layer_tensors(const tensor_source & src, const hparams & hp, const std::string & count);
 };
 
 // The per-architecture hyperparameter readers (arch_*.cpp) and weight loaders.
