@@ -720,6 +720,35 @@ TEST(gguf_corrupt, tensor_type_changed_to_a_smaller_type) {
                    "'token_embd.weight' (F16 [8, 4], 64 bytes at offset 0)"});
 }
 
+// The same change on the last tensor moves no offset: the data section then runs on past the last
+// tensor's end by more than the alignment padding.
+TEST(gguf_corrupt, last_tensor_type_changed_to_a_smaller_type) {
+    test::temp_dir dir;
+    gguf_writer w;
+    w.set_string("general.architecture", "llama");
+    const std::vector<float> x(32, 1.0f);
+    w.add_tensor("output_norm.weight", ggml_type::f32, {8}, x.data());
+    w.add_tensor("token_embd.weight", ggml_type::f32, {8, 4}, x.data());
+    w.write(dir.file("m.gguf"));
+    bytes f;
+    f.b = read_all(dir.file("m.gguf"));
+    ASSERT_NO_THROW(parse(f));
+    const std::string name = "token_embd.weight";
+    const auto at = std::search(f.b.begin(), f.b.end(), name.begin(), name.end());
+    ASSERT_NE(at, f.b.end());
+    const size_t type_at = size_t(at - f.b.begin()) + name.size() + 4 + 2 * 8;
+    const uint32_t f16 = 1;
+    std::memcpy(f.b.data() + type_at, &f16, 4);
+    expect_bad(
+        f, {"64 bytes after the last tensor 'token_embd.weight' (F16 [8, 4], 64 bytes at offset 32)", "alignment 32"});
+    // Padding short of the alignment after the last tensor stays valid (writers pad after every tensor).
+    bytes g;
+    g.header(1, 0).tensor("w", {4}, 0, 0).pad_to(32).zeros(16 + 31);
+    EXPECT_NO_THROW(parse(g));
+    g.zeros(1);
+    expect_bad(g, {"32 bytes after the last tensor 'w'"});
+}
+
 TEST(gguf_corrupt, truncated_tensor_info) {
     bytes f;
     f.header(1, 0).str("token_embd.weight").u32(2).u64(4);  // second ne, type and offset missing

@@ -396,6 +396,20 @@ void gguf_file::parse_all(const uint8_t * data, size_t size) {
         expected = (t.offset + t.size_bytes + alignment_ - 1) / alignment_ * alignment_;
         prev = &t;
     }
+    // The file ends with the last tensor's data and at most its alignment padding (both writers pad
+    // after every tensor). More is data no tensor info accounts for: the last tensor's type or shape
+    // changed to a smaller one, which the running offset above cannot see.
+    if (prev != nullptr) {
+        const uint64_t end = data_start + prev->offset + prev->size_bytes;
+        if (size - end >= alignment_) {
+            fail_input(
+                "{}: {} bytes after the last tensor '{}' ({} {}, {} bytes at offset {}): the data section must end "
+                "where the last tensor's data ends, padded to at most the alignment {}; the tensor infos do not "
+                "describe this file's data (a tensor's type or shape changed?)",
+                file, size - end, prev->name, ggml_type_name(prev->type), shape_string(*prev), prev->size_bytes,
+                prev->offset, alignment_);
+        }
+    }
 }
 
 const gguf_value * gguf_file::find(const std::string & key) const {
