@@ -25,7 +25,8 @@
 //     file, a tensor offset other than the running offset above (tensors out of order, overlapping,
 //     or with a gap beyond the alignment padding; so also a type or shape changed in a tensor info,
 //     which changes its size): the message names the tensor, its type, shape, size and offset, the
-//     expected offset and the tensor before it. Bytes after the last tensor are not checked.
+//     expected offset and the tensor before it; more bytes after the last tensor's data than its
+//     alignment padding (the last tensor's type or shape changed), naming that tensor.
 // A file with no tensors (a vocab-only GGUF) is valid and may end without the padding.
 #pragma once
 
