@@ -102,6 +102,42 @@ std::string refusal(const std::string & path, session & s, const std::vector<int
     return "no error";
 }
 
+// A model of the same shapes and file size whose weights differ only far from the file's start and
+// end (a fine-tune that leaves the embedding and output alone) is another model: the fingerprint
+// hashes every byte, not the first and last MiB it once did.
+TEST_F(prompt_cache_test, refuses_a_model_that_differs_only_in_the_middle) {
+    const random_model_params big{.n_vocab = 300,
+                                  .n_embd = 64,
+                                  .n_ff = 4096,
+                                  .n_layer = 3,
+                                  .n_head = 4,
+                                  .n_head_kv = 2,
+                                  .n_ctx = 256,
+                                  .type = ggml_type::f32,
+                                  .seed = 1};
+    write_random_model(dir.file("big.gguf"), big);
+    std::string bytes;
+    {
+        std::ifstream in(dir.file("big.gguf"), std::ios::binary);
+        bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    ASSERT_GT(bytes.size(), size_t(6) << 20);
+    bytes[bytes.size() / 2] ^= 0x40;  // one bit of one weight
+    std::ofstream(dir.file("tuned.gguf"), std::ios::binary) << bytes;
+    const std::string path = dir.file("p.cache");
+    const auto a = model::load(dir.file("big.gguf"));
+    {
+        session s(*a, params(), pool);
+        s.eval(prompt);
+        save_prompt_cache(path, s, prompt);
+    }
+    const auto tuned = model::load(dir.file("tuned.gguf"));
+    session s_tuned(*tuned, params(), pool);
+    EXPECT_NE(refusal(path, s_tuned, prompt).find("another model"), std::string::npos);
+    session s_same(*a, params(), pool);  // the model it was made with still loads it
+    EXPECT_EQ(load_prompt_cache(path, s_same, prompt), int64_t(prompt.size()) - 1);
+}
+
 TEST_F(prompt_cache_test, refuses_other_model_type_and_corrupt_files) {
     const std::string path = dir.file("p.cache");
     {

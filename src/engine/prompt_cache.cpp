@@ -32,45 +32,6 @@ struct header {
 };
 static_assert(sizeof(header) == 48);
 
-// Hashes a file's name, size and its first and last MiB; and whole: a JSON file, or a safetensors
-// file's header (u64 length + JSON naming every tensor's dtype, shape and offsets).
-void hash_file(XXH3_state_t * st, const std::string & name, const std::string & path) {
-    const mapped_file file(path);
-    XXH3_64bits_update(st, name.c_str(), name.size() + 1);  // with the NUL: names cannot run into each other
-    const uint64_t size = file.size();
-    XXH3_64bits_update(st, &size, sizeof(size));
-    if (size == 0) return;
-    size_t head = file.size();
-    if (name.ends_with(".safetensors") && file.size() >= 8) {
-        uint64_t n = 0;
-        std::memcpy(&n, file.data(), 8);
-        if (n <= file.size() - 8) head = size_t(8 + n);
-    }
-    XXH3_64bits_update(st, file.data(), head);
-    const size_t span = std::min<size_t>(file.size(), size_t(1) << 20);
-    XXH3_64bits_update(st, file.data(), span);
-    XXH3_64bits_update(st, file.data() + file.size() - span, span);
-}
-
-// A checkpoint folder: config.json, the shard index if any, and every *.safetensors file in name
-// order (their headers whole, sizes, first and last MiB). Links are followed (the Hugging Face
-// cache's snapshot folders link to blobs); names are the links' own.
-void hash_folder(XXH3_state_t * st, const std::string & dir) {
-    namespace fs = std::filesystem;
-    std::vector<std::string> names;
-    std::error_code ec;
-    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-        const std::string n = it->path().filename().string();
-        const bool wanted = n == "config.json" || n == "model.safetensors.index.json" || n.ends_with(".safetensors");
-        if (wanted && fs::is_regular_file(it->path(), ec)) names.push_back(n);
-    }
-    if (ec) fail_input("prompt cache: cannot list the checkpoint folder '{}': {}", dir, ec.message());
-    std::sort(names.begin(), names.end());
-    for (const std::string & n : names) {
-        hash_file(st, n, (fs::path(dir) / n).string());
-    }
-}
-
 uint64_t fingerprint(const model & m) {
     const hparams & hp = m.hp();
     XXH3_state_t * st = XXH3_createState();
@@ -80,18 +41,8 @@ uint64_t fingerprint(const model & m) {
     XXH3_64bits_update(st, dims, sizeof(dims));
     const float f[] = {hp.rms_eps, hp.rope_freq_base, hp.rope_freq_scale};
     XXH3_64bits_update(st, f, sizeof(f));
-    std::error_code ec;
-    if (std::filesystem::is_directory(m.path(), ec)) {
-        hash_folder(st, m.path());
-    } else {
-        // A single file (GGUF, llama2.c): its size and first and last MiB.
-        const mapped_file file(m.path());
-        const uint64_t size = file.size();
-        XXH3_64bits_update(st, &size, sizeof(size));
-        const size_t span = std::min<size_t>(file.size(), size_t(1) << 20);
-        XXH3_64bits_update(st, file.data(), span);
-        XXH3_64bits_update(st, file.data() + file.size() - span, span);
-    }
+    const uint64_t source = m.source_hash();
+    XXH3_64bits_update(st, &source, sizeof(source));
     const uint64_t h = XXH3_64bits_digest(st);
     XXH3_freeState(st);
     return h;

@@ -9,18 +9,11 @@
 //   layers  per layer il: K rows kv_type [n_tokens, n_embd_kv], V rows likewise, u64 XXH3-64 of K,
 //           u64 XXH3-64 of V
 // The file is written whole under a temporary name, fsync'ed and renamed (core/atomic_file.h).
-// The model fingerprint hashes the hyperparameters and what identifies the weights without reading
-// them all: a cache from another model (or another quantization of it) is refused.
-//   - a model file (GGUF, llama2.c): its size and its first and last MiB (the GGUF header, the
-//     metadata and the tensor table are at the start);
-//   - a Hugging Face checkpoint folder: config.json and model.safetensors.index.json whole, and every
-//     *.safetensors file of the folder in name order: its name, size, header whole (tensor names,
-//     dtypes, shapes, offsets) and first and last MiB. Links are followed (the Hugging Face cache
-//     links a snapshot's files to blobs). The folder's path is not hashed: a copied or moved
-//     checkpoint keeps its caches. A .safetensors file the model does not load (one beside the
-//     shards an index names) counts too: changing it refuses the cache, which is safe.
-// An edit inside a large tensor that leaves sizes and the first and last MiB alone goes unnoticed;
-// that is the price of not reading gigabytes for every run.
+// The model fingerprint hashes the hyperparameters and every byte the model was loaded from
+// (model::source_hash: the file, or a checkpoint folder's config.json, index and safetensors
+// files): a cache from another model — another quantization, or a fine-tune of the same shape that
+// differs in one tensor — is refused. A copied or moved model keeps its caches. The first save or
+// load of a process reads the model's files once for it (about 0.1 s per GB from the page cache).
 #pragma once
 
 #include "engine/session.h"

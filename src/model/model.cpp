@@ -1,14 +1,18 @@
 #include "model/model.h"
 
-#include "core/error.h"
-#include "format/hf_checkpoint.h"
-#include "model/model_loader.h"
+#include <fcntl.h>
+#include <unistd.h>
+#include <xxhash.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fcntl.h>
-#include <unistd.h>
+
+#include "core/error.h"
+#include "core/mapped_file.h"
+#include "format/hf_checkpoint.h"
+#include "model/model_loader.h"
 
 namespace hill {
 
@@ -102,6 +106,32 @@ void for_each_step_matrix(const std::vector<layer_weights> & layers, const weigh
     f(proj_in);
     f(proj_out);
 }
+
+// A file's name (with its NUL: names cannot run into each other), size and every byte.
+void hash_file(XXH3_state_t * st, const std::string & name, const std::string & path) {
+    const mapped_file file(path);
+    XXH3_64bits_update(st, name.c_str(), name.size() + 1);
+    const uint64_t size = file.size();
+    XXH3_64bits_update(st, &size, sizeof(size));
+    if (size != 0) XXH3_64bits_update(st, file.data(), file.size());
+}
+
+// A checkpoint folder: config.json, the shard index if any, and every *.safetensors file in name
+// order. Links are followed (the Hugging Face cache's snapshot folders link to blobs); names are
+// the links' own.
+void hash_folder(XXH3_state_t * st, const std::string & dir) {
+    namespace fs = std::filesystem;
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string n = it->path().filename().string();
+        const bool wanted = n == "config.json" || n == "model.safetensors.index.json" || n.ends_with(".safetensors");
+        if (wanted && fs::is_regular_file(it->path(), ec)) names.push_back(n);
+    }
+    if (ec) fail_input("cannot list the checkpoint folder '{}': {}", dir, ec.message());
+    std::sort(names.begin(), names.end());
+    for (const std::string & n : names) hash_file(st, n, (fs::path(dir) / n).string());
+}
 }  // namespace
 
 uint64_t model::n_params() const {
@@ -129,6 +159,28 @@ std::map<ggml_type, uint64_t> model::params_by_type() const {
     if (!output_tied_) add(output_);
     for_each_step_matrix(layers_, proj_in_, proj_out_, add);
     return m;
+}
+
+uint64_t model::source_hash() const {
+    std::call_once(source_hash_once_, [&] {
+        XXH3_state_t * st = XXH3_createState();
+        HILL_ASSERT(st != nullptr);
+        XXH3_64bits_reset(st);
+        try {
+            std::error_code ec;
+            if (std::filesystem::is_directory(path_, ec)) {
+                hash_folder(st, path_);
+            } else {
+                hash_file(st, "", path_);
+            }
+        } catch (...) {
+            XXH3_freeState(st);
+            throw;
+        }
+        source_hash_ = XXH3_64bits_digest(st);
+        XXH3_freeState(st);
+    });
+    return source_hash_;
 }
 
 }  // namespace hill

@@ -19,7 +19,7 @@ hill_add_library(hill_model
   model/weight_scheme.cpp
 )
 # The model owns its tokenizer; the synthetic models quantize with the compute kernels.
-target_link_libraries(hill_model PUBLIC hill_format hill_tokenizer hill_compute hill_core)
+target_link_libraries(hill_model PUBLIC hill_format hill_tokenizer hill_compute hill_core PRIVATE PkgConfig::XXHASH)
 
 # `hillinfer convert`: a Hugging Face folder written out as GGUF. It reads hyperparameters through
 # the HF loader's architecture code (model_loader.h), so it sits above hill_model.
