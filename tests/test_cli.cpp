@@ -1205,9 +1205,66 @@ TEST_F(cli, bench_step_refuses_an_unwritable_output_before_measuring) {
     for (const char * out : {"--json /proc/hillinfer-nope/r.json", "--plot /proc/hillinfer-nope/r.png"}) {
         const test::cli_result r =
             test::run_cli(std::string("bench step --layers 1 --ctx 4096 --cold 0 --policies full --steps 1 --kv-dir /tmp ") + out);
-        EXPECT_NE(r.code, 0) << out << "\n" << r.out;
-        EXPECT_NE(r.out.find("/proc/hillinfer-nope/r."), std::string::npos) << out << "\n" << r.out;
+        EXPECT_EQ(r.code, 2) << out << "\n" << r.out;  // a usage error, as --trace's and calibrate --out's
+        EXPECT_NE(r.out.find("'/proc/hillinfer-nope/r."), std::string::npos) << out << "\n" << r.out;
+        EXPECT_NE(r.out.find(std::string_view(out).substr(0, 6)), std::string::npos) << out << "\n" << r.out;
         EXPECT_EQ(r.out.find("workload:"), std::string::npos) << "measured first: " << out << "\n" << r.out;
+    }
+}
+
+// An output named on the command line that is one of the run's inputs was overwritten: make-model's
+// -o over its --text, --trace or --prompt-cache over the model. Refused before anything is written,
+// through a link and ../ too, and the input is left as it was.
+TEST_F(cli, an_output_that_is_an_input_is_refused) {
+    test::temp_dir d;
+    std::filesystem::copy_file(model(), d.file("m.gguf"));
+    std::filesystem::create_symlink(d.file("m.gguf"), d.file("link.gguf"));
+    std::filesystem::create_directory(d.file("sub"));
+    { std::ofstream(d.file("story.txt")) << "the cat sat on the mat . the dog sat on the log .\n"; }
+    const auto bytes_of = [](const std::string & p) {
+        std::ifstream in(p, std::ios::binary);
+        return std::string((std::istreambuf_iterator<char>(in)), {});
+    };
+    const std::string model_bytes = bytes_of(d.file("m.gguf"));
+    const std::string story_bytes = bytes_of(d.file("story.txt"));
+    const std::string m = d.file("m.gguf");
+    struct refusal {
+        std::string cmd, flag, input;
+    };
+    for (const refusal & c : std::vector<refusal>{
+             {"make-model bigram --text " + d.file("story.txt") + " -o " + d.file("story.txt"), "-o", "story.txt"},
+             {"make-model bigram --text " + d.file("story.txt") + " -o " + d.file("sub/../story.txt"), "-o",
+              "story.txt"},
+             {"generate -m " + m + " -p hi -n 2 --trace " + m, "--trace", "m.gguf"},
+             {"generate -m " + m + " -p hi -n 2 --trace " + d.file("link.gguf"), "--trace", "m.gguf"},
+             {"generate -m " + m + " -p hi -n 2 --prompt-cache " + m + " --prompt-cache-fallback", "--prompt-cache",
+              "m.gguf"},
+             {"generate -m " + m + " -f " + d.file("story.txt") + " -n 2 --prompt-cache " + d.file("story.txt"),
+              "--prompt-cache", "story.txt"},
+         }) {
+        const result r = run(c.cmd);
+        EXPECT_EQ(r.code, 2) << c.cmd << "\n" << r.out;
+        EXPECT_NE(r.out.find(c.flag + " '"), std::string::npos) << c.cmd << "\n" << r.out;
+        EXPECT_NE(r.out.find("is the input file '"), std::string::npos) << c.cmd << "\n" << r.out;
+        EXPECT_NE(r.out.find(c.input + "'"), std::string::npos) << c.cmd << "\n" << r.out;
+        EXPECT_EQ(bytes_of(d.file("m.gguf")), model_bytes) << c.cmd;
+        EXPECT_EQ(bytes_of(d.file("story.txt")), story_bytes) << c.cmd;
+    }
+    // Another name in the same folder is written as before.
+    EXPECT_EQ(run("make-model bigram --text " + d.file("story.txt") + " -o " + d.file("story.gguf")).code, 0);
+    EXPECT_EQ(run("generate -m " + m + " -p hi -n 2 --trace " + d.file("t.json")).code, 0);
+}
+
+// A read that fails is an I/O error naming the file, not an empty prompt (/proc/self/mem reads
+// fail with EIO at offset 0).
+TEST_F(cli, a_failed_read_of_a_prompt_file_is_an_error) {
+    for (const std::string & cmd :
+         {"generate -m " + model() + " -f /proc/self/mem -n 2", "tokenize -m " + model() + " -f /proc/self/mem"}) {
+        const result r = run(cmd);
+        EXPECT_EQ(r.code, 1) << cmd << "\n" << r.out;
+        EXPECT_NE(r.out.find("cannot read prompt file '/proc/self/mem': Input/output error"), std::string::npos)
+            << cmd << "\n"
+            << r.out;
     }
 }
 

@@ -157,6 +157,34 @@ TEST_F(cli_chat, long_message_refused_when_it_does_not_fit_and_the_chat_goes_on)
     EXPECT_GT(j2.at("turns")[0].at("prompt_tokens").get<int64_t>(), 1000);
 }
 
+// A line too long for any context is dropped as it is read, not kept: `chat < /dev/zero` grew
+// without bound. Its bytes are read to its end (the next line is the next message).
+TEST_F(cli_chat, a_line_longer_than_any_context_holds_is_dropped_unread) {
+    const std::string huge(20u << 20, 'a');  // 20 MiB without a newline
+    const auto [j, err] =
+        chat_json("-m " + model("chatml") + " --temp 0 -n 4 -c 512", "Hi\n" + huge + "\nStill there?\n");
+    const json & t = j.at("turns");
+    ASSERT_EQ(t.size(), 3u) << j.dump(1);
+    EXPECT_EQ(t[1].at("stop"), "refused");
+    EXPECT_MENTIONS(t[1].at("error").get<std::string>(), "the message is more than ");
+    EXPECT_MENTIONS(t[1].at("error").get<std::string>(), "bytes and the context holds 512 tokens");
+    EXPECT_NE(t[2].at("stop"), "refused");
+    EXPECT_EQ(t[2].at("reused_tokens"), t[0].at("n_past"));
+    // The same line last, without a newline: refused, and the chat ends.
+    const auto [j2, err2] = chat_json("-m " + model("chatml") + " --temp 0 -n 4 -c 512", "Hi\n" + huge);
+    ASSERT_EQ(j2.at("turns").size(), 2u);
+    EXPECT_EQ(j2.at("turns")[1].at("stop"), "refused");
+}
+
+// A standard input that cannot be read is an error, not the end of the chat.
+TEST_F(cli_chat, an_unreadable_standard_input_is_an_error) {
+    for (const std::string & redirect : {std::string(" <&-"), " <" + dir->path.string()}) {
+        const auto r = test::run_cli("chat -m " + model("chatml") + " -n 4" + redirect);
+        EXPECT_EQ(r.code, 1) << redirect << "\n" << r.out;
+        EXPECT_MENTIONS(r.out, "cannot read standard input: ");
+    }
+}
+
 // --ignore-eos: the reply runs to -n where it would end at EOS.
 TEST_F(cli_chat, ignore_eos_runs_the_reply_to_n) {
     const std::string args = "-m " + model("plain") + " --chat-template llama2 --temp 0 -c 4096 -n 400";

@@ -110,6 +110,18 @@ TEST(json_file, nesting_is_bounded) {
     EXPECT_HAS(error_of([&] { json_file::parse(objects, "h", "the header"); }), "nested deeper than 512 levels");
 }
 
+// nlohmann's lexer ends the input at a NUL byte: '{"a":1}\0garbage' parsed as '{"a":1}'.
+TEST(json_file, a_nul_byte_is_refused) {
+    using namespace std::string_literals;
+    for (const std::string & text : {"{\"a\":1}\0garbage"s, "{\"a\":1}\0"s, "{\"a\":\"x\0y\"}"s}) {
+        const std::string msg = error_of([&] { json_file::parse(text, "h", "the header"); });
+        EXPECT_HAS(msg, "h: the header is not valid JSON: a NUL byte at byte ");
+    }
+    EXPECT_HAS(error_of([&] { json_file::parse("{\"a\":1}\0garbage"s, "h", "x"); }), "at byte 8 ");
+    EXPECT_EQ(json_file::parse("{\"a\":\"x\\u0000y\"}", "h", "x").root().required<std::string>("/a"),
+              std::string("x\0y", 3));  // escaped, it is a string's character
+}
+
 TEST(json_file, typed_getters_at_nested_pointers) {
     const json_file f = config();
     const json_value c = f.root();

@@ -49,13 +49,12 @@ struct bench_cmd {
 };
 
 // Before minutes of measuring: gnuplot for --plot, and that the --json and --plot files can be written
-// (a writer opened and dropped: nothing is left behind, an existing file is kept). Errors: as atomic_file's
-// and require_gnuplot's.
+// (check_output_file: nothing is left behind, an existing file is kept). Errors: usage, as
+// check_output_file's and require_gnuplot's.
 void check_outputs(const std::string & json_path, const std::string & plot_path) {
     if (!plot_path.empty()) require_gnuplot();
-    for (const std::string & path : {json_path, plot_path}) {
-        if (!path.empty()) atomic_file{path};
-    }
+    if (!json_path.empty()) check_output_file("--json", json_path, {});
+    if (!plot_path.empty()) check_output_file("--plot", plot_path, {});
 }
 
 // The options every experiment takes.
@@ -498,7 +497,7 @@ int run_step(step_opts & o) {
             return calibration_for(cache, dir, csd::storage_kind::emulator, prof);
         };
     }
-    o.trace.start();
+    o.trace.start({});
     thread_pool pool(n_threads);
     const workload_params & wp = o.p.workload;
     fmt::print(stderr, "bench step: calibrating the synthetic workload ...\n");

@@ -36,11 +36,7 @@ void check_output(const std::string & path, const std::string & key) {
         std::filesystem::create_directories(dir, ec);
         if (ec) fail_usage("--out '{}': cannot create the directory '{}': {}", path, dir.string(), ec.message());
     }
-    try {
-        atomic_file probe(path);  // creates and removes its temporary file
-    } catch (const error & e) {
-        fail_usage("--out '{}': {}", path, e.what());
-    }
+    check_output_file("--out", path, {});
     (void)load_calibration(path, key);  // a corrupt cache: its error names the file
 }
 

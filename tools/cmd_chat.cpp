@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -47,11 +48,12 @@ struct chat_opts {
 // newline followed at once by more input (a paste, not a typed Enter) stays inside the message.
 class line_reader {
 public:
-    enum class status { line, eof, interrupted };
+    // too_long: a line of more than max_line bytes (not a terminal), read to its end and dropped.
+    enum class status { line, eof, interrupted, too_long };
 
     // tty: standard input is a terminal; the typed text is echoed to echo_fd (the terminal: stdout, or
-    // stderr when stdout is redirected).
-    line_reader(bool tty, int echo_fd) : tty_(tty), echo_fd_(echo_fd) {}
+    // stderr when stdout is redirected). max_line: the longest line kept in memory from a file or pipe.
+    line_reader(bool tty, int echo_fd, size_t max_line) : tty_(tty), echo_fd_(echo_fd), max_line_(max_line) {}
 
     status read(std::string & line) {
         line.clear();
@@ -83,25 +85,45 @@ private:
         }
     }
 
-    // Fills buf_ with what is available. false: end of input (or an error).
+    // Fills buf_ with what is available. false: end of input. Errors: hill::error(bad_input) when
+    // the read fails (standard input closed, a directory).
     bool fill() {
         char tmp[65536];
         const ssize_t n = ::read(0, tmp, sizeof tmp);
         if (n < 0 && errno == EINTR) return true;
-        if (n <= 0) return false;
+        if (n < 0) fail_input("cannot read standard input: {}", std::strerror(errno));
+        if (n == 0) return false;
         buf_.append(tmp, size_t(n));
         return true;
     }
 
     status read_plain(std::string & line) {
         for (;;) {
-            if (const size_t nl = buf_.find('\n'); nl != std::string::npos) {
+            // Only what arrived since the last look is searched: a long line is scanned once.
+            if (const size_t nl = buf_.find('\n', scanned_); nl != std::string::npos) {
+                scanned_ = 0;
+                if (dropping_) {
+                    dropping_ = false;
+                    buf_.erase(0, nl + 1);
+                    return status::too_long;
+                }
                 line = buf_.substr(0, nl);
                 buf_.erase(0, nl + 1);
                 if (!line.empty() && line.back() == '\r') line.pop_back();
                 return status::line;
             }
+            scanned_ = buf_.size();
+            if (buf_.size() > max_line_) {  // one line so far, too long to keep: dropped up to its end
+                dropping_ = true;
+                buf_.clear();
+                scanned_ = 0;
+            }
             if (eof_) {
+                if (dropping_) {
+                    dropping_ = false;
+                    buf_.clear();
+                    return status::too_long;
+                }
                 if (buf_.empty()) return status::eof;
                 line.swap(buf_);  // a last line without a newline
                 return status::line;
@@ -172,8 +194,11 @@ private:
 
     bool tty_;
     int echo_fd_;
+    size_t max_line_;
     bool eof_ = false;
-    std::string buf_;  // input read but not yet returned
+    bool dropping_ = false;  // reading past the end of a line too long to keep
+    size_t scanned_ = 0;     // bytes of buf_ already searched for a newline
+    std::string buf_;        // input read but not yet returned
 };
 
 // What the KV holds, as text: each prefilled piece of template text and each reply, with its token
@@ -236,7 +261,12 @@ int run_chat(const chat_opts & o) {
 
     const bool tty = ::isatty(0) == 1;
     FILE * term = ::isatty(1) == 1 ? stdout : stderr;  // where the prompt and the typed text go
-    line_reader in(tty, ::fileno(term));
+    // A message of more bytes than this cannot fit the context whatever it says: no token of the
+    // vocabulary stands for more bytes than its longest piece (+ 2 tokens for the template's cuts).
+    size_t max_piece = 1;
+    for (const std::string & piece : voc.pieces) max_piece = std::max(max_piece, piece.size());
+    const size_t max_line = (size_t(n_ctx) + 2) * max_piece;
+    line_reader in(tty, ::fileno(term), max_line);
     std::vector<chat_message> history;
     if (o.system_opt->count() > 0) history.push_back({"system", o.system});
     std::vector<kv_segment> segments;
@@ -255,6 +285,18 @@ int run_chat(const chat_opts & o) {
         }
         std::string line;
         const line_reader::status st = in.read(line);
+        if (st == line_reader::status::too_long) {
+            turn_record t;
+            t.stop = "refused";
+            t.error = fmt::format(
+                "the message is more than {} bytes and the context holds {} tokens, none of which stands "
+                "for more than {} bytes: not sent (a shorter message, or a new chat with a larger -c)",
+                max_line, n_ctx, max_piece);
+            fmt::print(stderr, "{}\n", t.error);
+            t.n_past = s.n_past();
+            turns.push_back(std::move(t));
+            continue;
+        }
         if (st != line_reader::status::line) {
             if (tty && st == line_reader::status::interrupted) fmt::print(term, "\n");
             break;
@@ -458,7 +500,7 @@ command_fn add_chat(CLI::App & app) {
                   "prefilled text and tokens, the reply and why it stopped) instead of streaming the replies");
     o->trace.add(*sub);
     return [o]() {
-        o->trace.start();
+        o->trace.start({o->model.path, o->model.tokenizer});
         const int rc = run_chat(*o);
         o->trace.finish("hillinfer chat");
         return rc;

@@ -168,11 +168,7 @@ int run_generate(const generate_opts & o) {
     if (o.prompt_cache_fallback && o.prompt_cache.empty()) fail_usage("--prompt-cache-fallback needs --prompt-cache FILE");
     if (!o.prompt_cache.empty()) {
         // Fail before the prefill, not after it, when the cache could not be written.
-        const std::filesystem::path parent = std::filesystem::absolute(o.prompt_cache).parent_path();
-        if (!std::filesystem::is_directory(parent) || ::access(parent.c_str(), W_OK) != 0) {
-            fail_usage("--prompt-cache '{}': directory '{}' does not exist or is not writable", o.prompt_cache,
-                       parent.string());
-        }
+        check_output_file("--prompt-cache", o.prompt_cache, {o.model.path, o.model.tokenizer, o.prompt.file});
     }
 
     auto m = o.model.load();
@@ -339,7 +335,7 @@ command_fn add_generate(CLI::App & app) {
                                       "prompts, up to 8)");
     o->trace.add(*sub);
     return [o]() {
-        o->trace.start();
+        o->trace.start({o->model.path, o->model.tokenizer, o->prompt.file, o->prompts_file});
         const int rc = run_generate(*o);
         o->trace.finish("hillinfer generate");
         return rc;

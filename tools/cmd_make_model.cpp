@@ -69,11 +69,7 @@ command_fn add_make_model(CLI::App & app) {
             }
         }
         if (o->out.empty()) fail_usage("-o needs a file name");
-        if (std::filesystem::is_directory(o->out)) fail_usage("-o '{}' is a directory, expected a file name", o->out);
-        const std::filesystem::path dir = std::filesystem::path(o->out).parent_path();
-        if (!dir.empty() && !std::filesystem::is_directory(dir)) {
-            fail_usage("cannot write '{}': directory '{}' does not exist", o->out, dir.string());
-        }
+        check_output_file("-o", o->out, {o->text_file});
         o->rp.seed = *parse_seed(o->seed, "--seed", false);
         const int64_t t0 = time_us();
         if (o->kind == "random") {

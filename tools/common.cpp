@@ -1,5 +1,20 @@
 #include "common.h"
 
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
 #include "compute/kernel_mode.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -7,17 +22,6 @@
 #include "core/sys_info.h"
 #include "core/trace.h"
 #include "score/quant_copy.h"
-
-#include <fmt/format.h>
-
-#include <cctype>
-#include <charconv>
-#include <csignal>
-#include <cstdlib>
-#include <fstream>
-#include <random>
-#include <unistd.h>
-#include <sstream>
 
 namespace hill::cli {
 
@@ -41,11 +45,49 @@ void prompt_opts::add(CLI::App & app) {
 
 std::string read_text_file(const std::string & path, const char * what) {
     require_regular_file(path, what);
-    std::ifstream in(path, std::ios::binary);
-    if (!in) fail_usage("cannot read {} '{}'", what, path);
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fail_usage("cannot read {} '{}': {}", what, path, std::strerror(errno));
+    std::string text;
+    char buf[1 << 16];
+    for (;;) {
+        const ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n == 0) break;
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            const int err = errno;
+            ::close(fd);
+            fail_input("cannot read {} '{}': {}", what, path, std::strerror(err));
+        }
+        text.append(buf, size_t(n));
+    }
+    ::close(fd);
+    return text;
+}
+
+void check_output_file(const char * flag, const std::string & path, const std::vector<std::string> & inputs) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    for (const std::string & in : inputs) {
+        if (in.empty()) continue;
+        std::vector<fs::path> files;
+        if (fs::is_directory(in, ec)) {
+            for (fs::directory_iterator it(in, ec), end; !ec && it != end; it.increment(ec))
+                files.push_back(it->path());
+        } else {
+            files.push_back(in);
+        }
+        for (const fs::path & f : files) {
+            if (fs::equivalent(f, path, ec)) {
+                fail_usage("{} '{}' is the input file '{}': writing it would destroy what is read; choose another file",
+                           flag, path, f.string());
+            }
+        }
+    }
+    try {
+        atomic_file probe(path);  // creates and removes its temporary file: the directory is writable
+    } catch (const error & e) {
+        fail_usage("{} '{}': {}", flag, path, e.what());
+    }
 }
 
 std::string prompt_opts::read() const {
@@ -306,14 +348,10 @@ void trace_opts::add(CLI::App & app) {
                          "every stage per layer and thread");
 }
 
-void trace_opts::start() const {
+void trace_opts::start(const std::vector<std::string> & inputs) const {
     if (opt->count() == 0) return;
     if (path.empty()) fail_usage("--trace needs a file name");
-    try {
-        atomic_file probe(path);  // creates and removes its temporary file: the directory is writable
-    } catch (const error & e) {
-        fail_usage("--trace '{}': {}", path, e.what());
-    }
+    check_output_file("--trace", path, inputs);
     trace_start();
     trace_set_thread_name("main (owner)");
 }

@@ -47,7 +47,17 @@ struct thread_opts {
     int resolve() const;
 };
 
+// A text file's bytes (`what` names it in errors: "prompt file"). Errors: hill::error(usage) for a
+// missing or unreadable path or one that is no regular file (a directory, a FIFO, /dev/zero);
+// hill::error(bad_input) when a read fails ("cannot read prompt file 'X': Input/output error").
 std::string read_text_file(const std::string & path, const char * what);
+
+// An output file named on the command line (`flag`: "--trace", "-o", ...), checked before any long
+// work: refused when it is one of `inputs` (the same file — device and inode, so links and ../ are
+// seen through; for an input that is a folder, any file directly in it) or cannot be written
+// (atomic_file's probe: a missing or unwritable directory, a directory as the file; an existing
+// file is kept). Errors: hill::error(usage) "FLAG 'PATH': ...".
+void check_output_file(const char * flag, const std::string & path, const std::vector<std::string> & inputs);
 
 // --cache-type f16|f32 --kv-host-budget BYTES [--kv-dir DIR]: the KV element type, the hot pool's
 // capacity and the cold pool's directory.
@@ -106,10 +116,10 @@ struct trace_opts {
     std::string path;
     CLI::Option * opt = nullptr;
     void add(CLI::App & app);
-    // With --trace: refuses a file that could not be written (a usage error naming it: a missing or
-    // unwritable directory, a path that is a directory), then starts recording and names this thread's
-    // track "main (owner)". Call before any long work. Without --trace: nothing.
-    void start() const;
+    // With --trace: refuses a file that could not be written or is one of `inputs`
+    // (check_output_file), then starts recording and names this thread's track "main (owner)". Call
+    // before any long work. Without --trace: nothing.
+    void start(const std::vector<std::string> & inputs) const;
     // With --trace: stops recording and writes the file (atomically), and says so on stderr with the
     // number of events and threads. Errors: the file cannot be written (bad_input, naming it).
     void finish(const std::string & process) const;

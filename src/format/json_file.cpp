@@ -257,6 +257,12 @@ std::string json_describe(const nlohmann::json & v) {
 
 nlohmann::json json_parse(std::string_view text) {
     using event = nlohmann::json::parse_event_t;
+    // nlohmann's lexer takes a NUL byte for the end of the input and ignores what follows it; JSON
+    // text has none (a string writes it \u0000).
+    if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+        throw nlohmann::json::other_error::create(
+            501, fmt::format("a NUL byte at byte {} (JSON writes it \\u0000 inside a string)", nul + 1), nullptr);
+    }
     // The callback sees a container's start with the number of containers around it (0 for the root).
     return nlohmann::json::parse(text.begin(), text.end(), [](int depth, event e, nlohmann::json &) {
         if ((e == event::object_start || e == event::array_start) && depth >= json_max_depth) {

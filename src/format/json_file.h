@@ -149,7 +149,8 @@ inline constexpr int json_max_depth = 512;
 
 // The one way HillInfer parses JSON text (json_file, request bodies, JSON lines): nlohmann::json::parse
 // with the nesting bounded by json_max_depth. Errors: nlohmann::json::parse_error for malformed text,
-// nlohmann::json::other_error "nested deeper than 512 levels (arrays and objects)" for a deeper one;
+// nlohmann::json::other_error "nested deeper than 512 levels (arrays and objects)" for a deeper one
+// and "a NUL byte at byte N" for text holding one (nlohmann alone stops at it and ignores the rest);
 // json_plain_message(e) is the message without nlohmann's "[json.exception.*] " prefix.
 nlohmann::json json_parse(std::string_view text);
 std::string_view json_plain_message(const std::exception & e);
