@@ -1255,6 +1255,33 @@ TEST_F(cli, an_output_that_is_an_input_is_refused) {
     EXPECT_EQ(run("generate -m " + m + " -p hi -n 2 --trace " + d.file("t.json")).code, 0);
 }
 
+// make-model bigram's vocabulary is every prefix of every word and its matrices grow with its
+// square: a text of 1 MB built for minutes and wrote gigabytes. Over bigram_max_vocab it is refused
+// at once with the numbers.
+TEST_F(cli, bigram_refuses_a_text_whose_vocabulary_is_too_large) {
+    test::temp_dir d;
+    std::string text;  // 4,000 words of 10 random letters: ~30,000 tokens
+    uint64_t x = 1;
+    for (int i = 0; i < 4000; ++i) {
+        for (int c = 0; c < 10; ++c) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            text += char('a' + (x >> 33) % 26);
+        }
+        text += ' ';
+    }
+    { std::ofstream(d.file("big.txt")) << text; }
+    const result r = run("make-model bigram --text " + d.file("big.txt") + " -o " + d.file("b.gguf"));
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("4000 distinct words"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("at most 16384 tokens"), std::string::npos) << r.out;
+    EXPECT_FALSE(std::filesystem::exists(d.file("b.gguf")));
+    // A text under the limit is built.
+    text.resize(11 * 1000);  // 1,000 words
+    { std::ofstream(d.file("small.txt")) << text; }
+    EXPECT_EQ(run("make-model bigram --text " + d.file("small.txt") + " -o " + d.file("b.gguf")).code, 0);
+    EXPECT_TRUE(std::filesystem::exists(d.file("b.gguf")));
+}
+
 // A read that fails is an I/O error naming the file, not an empty prompt (/proc/self/mem reads
 // fail with EIO at offset 0).
 TEST_F(cli, a_failed_read_of_a_prompt_file_is_an_error) {

@@ -273,6 +273,15 @@ void write_bigram_model(const std::string & path, std::string_view text, int32_t
     }
     const auto n_vocab = int32_t(vocab.tokens.size());
     const int32_t n_embd = (n_vocab + 63) / 64 * 64;
+    if (n_vocab > bigram_max_vocab) {
+        // The embedding and output are [n_vocab, n_embd] and n_embd ~ n_vocab: f32 while built, f16 written.
+        const double square = double(n_vocab) * double(n_embd);
+        fail_usage(
+            "the bigram model of this text would have {} tokens (its {} distinct words and their prefixes) "
+            "and two {} x {} matrices: about {:.1f} GB in memory and {:.1f} GB on disk; make-model bigram "
+            "takes texts of at most {} tokens: give a shorter text",
+            n_vocab, word_ids.size(), n_vocab, n_embd, 2 * square * 4 / 1e9, 2 * square * 2 / 1e9, bigram_max_vocab);
+    }
     const dims d{n_vocab, n_embd, 64, 2, 4, 2, n_ctx};
     check_dims(d, ggml_type::f16);
 
