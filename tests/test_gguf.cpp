@@ -693,54 +693,47 @@ TEST(gguf_corrupt, tensor_data_not_at_the_running_offset) {
     expect_bad(h, {"tensor 'w'", "offset 32, expected 0"});
 }
 
-// The bug: a tensor info's type changed to a smaller one (token_embd.weight F32 -> F16) was
-// accepted, every offset aligned and in bounds, and the model read half the embedding as F16.
-TEST(gguf_corrupt, tensor_type_changed_to_a_smaller_type) {
+// A file of token_embd.weight (F32 [8, 4]) and output_norm.weight (F32 [8]), in that order or the
+// other, whose tensor info then says token_embd.weight is F16: half the bytes of its data.
+bytes embedding_retyped_as_f16(bool embedding_last) {
     test::temp_dir dir;
     gguf_writer w;
     w.set_string("general.architecture", "llama");
     const std::vector<float> x(32, 1.0f);
-    w.add_tensor("token_embd.weight", ggml_type::f32, {8, 4}, x.data());
+    if (!embedding_last) w.add_tensor("token_embd.weight", ggml_type::f32, {8, 4}, x.data());
     w.add_tensor("output_norm.weight", ggml_type::f32, {8}, x.data());
+    if (embedding_last) w.add_tensor("token_embd.weight", ggml_type::f32, {8, 4}, x.data());
     w.write(dir.file("m.gguf"));
     bytes f;
     f.b = read_all(dir.file("m.gguf"));
-    ASSERT_NO_THROW(parse(f));
+    EXPECT_NO_THROW(parse(f));
     // The type follows the name, n_dims and the two dimensions.
     const std::string name = "token_embd.weight";
     const auto at = std::search(f.b.begin(), f.b.end(), name.begin(), name.end());
-    ASSERT_NE(at, f.b.end());
+    EXPECT_NE(at, f.b.end());
     const size_t type_at = size_t(at - f.b.begin()) + name.size() + 4 + 2 * 8;
     uint32_t type = 0;
     std::memcpy(&type, f.b.data() + type_at, 4);
-    ASSERT_EQ(type, 0u);  // F32
+    EXPECT_EQ(type, 0u);  // F32
     type = 1;             // F16
     std::memcpy(f.b.data() + type_at, &type, 4);
-    expect_bad(f, {"tensor 'output_norm.weight' (F32 [8], 32 bytes)", "offset 128, expected 64",
-                   "'token_embd.weight' (F16 [8, 4], 64 bytes at offset 0)"});
+    return f;
+}
+
+// The bug: a tensor info's type changed to a smaller one (token_embd.weight F32 -> F16) was
+// accepted, every offset aligned and in bounds, and the model read half the embedding as F16.
+TEST(gguf_corrupt, tensor_type_changed_to_a_smaller_type) {
+    expect_bad(embedding_retyped_as_f16(false),
+               {"tensor 'output_norm.weight' (F32 [8], 32 bytes)", "offset 128, expected 64",
+                "'token_embd.weight' (F16 [8, 4], 64 bytes at offset 0)"});
 }
 
 // The same change on the last tensor moves no offset: the data section then runs on past the last
 // tensor's end by more than the alignment padding.
 TEST(gguf_corrupt, last_tensor_type_changed_to_a_smaller_type) {
-    test::temp_dir dir;
-    gguf_writer w;
-    w.set_string("general.architecture", "llama");
-    const std::vector<float> x(32, 1.0f);
-    w.add_tensor("output_norm.weight", ggml_type::f32, {8}, x.data());
-    w.add_tensor("token_embd.weight", ggml_type::f32, {8, 4}, x.data());
-    w.write(dir.file("m.gguf"));
-    bytes f;
-    f.b = read_all(dir.file("m.gguf"));
-    ASSERT_NO_THROW(parse(f));
-    const std::string name = "token_embd.weight";
-    const auto at = std::search(f.b.begin(), f.b.end(), name.begin(), name.end());
-    ASSERT_NE(at, f.b.end());
-    const size_t type_at = size_t(at - f.b.begin()) + name.size() + 4 + 2 * 8;
-    const uint32_t f16 = 1;
-    std::memcpy(f.b.data() + type_at, &f16, 4);
     expect_bad(
-        f, {"64 bytes after the last tensor 'token_embd.weight' (F16 [8, 4], 64 bytes at offset 32)", "alignment 32"});
+        embedding_retyped_as_f16(true),
+        {"64 bytes after the last tensor 'token_embd.weight' (F16 [8, 4], 64 bytes at offset 32)", "alignment 32"});
     // Padding short of the alignment after the last tensor stays valid (writers pad after every tensor).
     bytes g;
     g.header(1, 0).tensor("w", {4}, 0, 0).pad_to(32).zeros(16 + 31);
