@@ -1221,6 +1221,7 @@ TEST_F(cli, an_output_that_is_an_input_is_refused) {
     std::filesystem::create_symlink(d.file("m.gguf"), d.file("link.gguf"));
     std::filesystem::create_directory(d.file("sub"));
     { std::ofstream(d.file("story.txt")) << "the cat sat on the mat . the dog sat on the log .\n"; }
+    { std::ofstream(d.file("prof.json")) << "{\"link_gbps\": 3.5}\n"; }
     const auto bytes_of = [](const std::string & p) {
         std::ifstream in(p, std::ios::binary);
         return std::string((std::istreambuf_iterator<char>(in)), {});
@@ -1241,6 +1242,16 @@ TEST_F(cli, an_output_that_is_an_input_is_refused) {
               "m.gguf"},
              {"generate -m " + m + " -f " + d.file("story.txt") + " -n 2 --prompt-cache " + d.file("story.txt"),
               "--prompt-cache", "story.txt"},
+             // A device profile is read too.
+             {"generate -m " + m + " -p hi -n 2 --storage emulator --csd-profile " + d.file("prof.json") + " --trace " +
+                  d.file("prof.json"),
+              "--trace", "prof.json"},
+             {"bench step --layers 1 --ctx 4096 --cold 0 --policies full --steps 1 --kv-dir " + d.file("kv") +
+                  " --storage emulator --profile " + d.file("prof.json") + " --json " + d.file("prof.json"),
+              "--json", "prof.json"},
+             {"calibrate --kv-dir " + d.file("kv") + " --profile " + d.file("prof.json") + " --out " +
+                  d.file("prof.json"),
+              "--out", "prof.json"},
          }) {
         const result r = run(c.cmd);
         EXPECT_EQ(r.code, 2) << c.cmd << "\n" << r.out;
@@ -1249,6 +1260,7 @@ TEST_F(cli, an_output_that_is_an_input_is_refused) {
         EXPECT_NE(r.out.find(c.input + "'"), std::string::npos) << c.cmd << "\n" << r.out;
         EXPECT_EQ(bytes_of(d.file("m.gguf")), model_bytes) << c.cmd;
         EXPECT_EQ(bytes_of(d.file("story.txt")), story_bytes) << c.cmd;
+        EXPECT_EQ(bytes_of(d.file("prof.json")), "{\"link_gbps\": 3.5}\n") << c.cmd;
     }
     // Another name in the same folder is written as before.
     EXPECT_EQ(run("make-model bigram --text " + d.file("story.txt") + " -o " + d.file("story.gguf")).code, 0);
@@ -1256,7 +1268,7 @@ TEST_F(cli, an_output_that_is_an_input_is_refused) {
 }
 
 // make-model bigram's vocabulary is every prefix of every word and its matrices grow with its
-// square: a text of 1 MB built for minutes and wrote gigabytes. Over bigram_max_vocab it is refused
+// square: a text of 800 KB built for minutes and wrote gigabytes. Over bigram_max_vocab it is refused
 // at once with the numbers.
 TEST_F(cli, bigram_refuses_a_text_whose_vocabulary_is_too_large) {
     test::temp_dir d;
@@ -1273,10 +1285,10 @@ TEST_F(cli, bigram_refuses_a_text_whose_vocabulary_is_too_large) {
     const result r = run("make-model bigram --text " + d.file("big.txt") + " -o " + d.file("b.gguf"));
     EXPECT_EQ(r.code, 2) << r.out;
     EXPECT_NE(r.out.find("4000 distinct words"), std::string::npos) << r.out;
-    EXPECT_NE(r.out.find("at most 16384 tokens"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("at most 8192 tokens"), std::string::npos) << r.out;
     EXPECT_FALSE(std::filesystem::exists(d.file("b.gguf")));
-    // A text under the limit is built.
-    text.resize(11 * 1000);  // 1,000 words
+    // A text under the limit is built (200 words: about 2,000 tokens).
+    text.resize(11 * 200);  // 200 words
     { std::ofstream(d.file("small.txt")) << text; }
     EXPECT_EQ(run("make-model bigram --text " + d.file("small.txt") + " -o " + d.file("b.gguf")).code, 0);
     EXPECT_TRUE(std::filesystem::exists(d.file("b.gguf")));

@@ -51,10 +51,11 @@ struct bench_cmd {
 // Before minutes of measuring: gnuplot for --plot, and that the --json and --plot files can be written
 // (check_output_file: nothing is left behind, an existing file is kept). Errors: usage, as
 // check_output_file's and require_gnuplot's.
-void check_outputs(const std::string & json_path, const std::string & plot_path) {
+void check_outputs(const std::string & json_path, const std::string & plot_path,
+                   const std::vector<std::string> & inputs) {
     if (!plot_path.empty()) require_gnuplot();
-    if (!json_path.empty()) check_output_file("--json", json_path, {});
-    if (!plot_path.empty()) check_output_file("--plot", plot_path, {});
+    if (!json_path.empty()) check_output_file("--json", json_path, inputs);
+    if (!plot_path.empty()) check_output_file("--plot", plot_path, inputs);
 }
 
 // The options every experiment takes.
@@ -70,9 +71,10 @@ struct experiment_opts {
         sub.add_option("--kv-dir", kv_dir, "cold pool and scratch directory (default: the cache directory's kv/)");
         threads.add(sub);
     }
-    // Checks what can be checked before measuring (check_outputs); resolves the kv-dir.
-    void prepare() {
-        check_outputs(json_path, plot_path);
+    // Checks what can be checked before measuring (check_outputs, against the files the experiment
+    // reads: `inputs`); resolves the kv-dir.
+    void prepare(const std::vector<std::string> & inputs) {
+        check_outputs(json_path, plot_path, inputs);
         if (kv_dir.empty()) kv_dir = cache_dir() + "/kv";
         (void)prepare_kv_dir(kv_dir);  // before any calibration or prefill
     }
@@ -147,7 +149,7 @@ bench_cmd add_beta(CLI::App & bench) {
     return {sub, [o]() -> int {
         experiment_opts & e = o->first;
         beta_params & q = o->second;
-        e.prepare();
+        e.prepare({q.profile});
         if (e.quick) {
             quick_workload(q.workload);
             q.ctx = 8192;
@@ -180,7 +182,7 @@ bench_cmd add_ablation(CLI::App & bench) {
     return {sub, [o]() -> int {
         experiment_opts & e = o->first;
         ablation_params & q = o->second;
-        e.prepare();
+        e.prepare({q.profile});
         if (e.quick) {
             quick_workload(q.workload);
             q.ctxs = {8192};
@@ -234,7 +236,7 @@ bench_cmd add_e2e(CLI::App & bench, const std::string & name) {
     return {sub, [o, name, batch]() -> int {
         experiment_opts & e = o->first;
         e2e_params & q = o->second;
-        e.prepare();
+        e.prepare({q.profile});
         if (e.quick) {
             q.shape = "tiny";
             q.n_layer = 1;
@@ -281,7 +283,7 @@ bench_cmd add_accuracy(CLI::App & bench) {
         experiment_opts & e = std::get<0>(*o);
         accuracy_params & q = std::get<1>(*o);
         const std::string & data = std::get<2>(*o);
-        e.prepare();
+        e.prepare({q.model_path, q.tokenizer_path, q.book_path});
         if (data.empty() && (q.model_path.empty() || q.book_path.empty())) {
             fail_usage("bench accuracy needs the shared data folder: --data DIR or HILLINFER_DATA (or -m, --book and --eval)");
         }
@@ -471,7 +473,7 @@ int run_step(step_opts & o) {
     const int n_threads = o.threads.resolve();
     if (o.p.kv_dir.empty()) o.p.kv_dir = cache_dir() + "/kv";
     (void)prepare_kv_dir(o.p.kv_dir);  // before the calibration
-    check_outputs(o.json_path, o.plot_path);
+    check_outputs(o.json_path, o.plot_path, o.p.profiles);
     check(o.p);
     if (o.placement_opt->count() > 0) (void)parse_placement(o.p.placement);  // "" too (check() reads "" as none)
     // The device cache's shares apply to the plain SSD's cold configurations: say so when the grid has none.
@@ -497,7 +499,7 @@ int run_step(step_opts & o) {
             return calibration_for(cache, dir, csd::storage_kind::emulator, prof);
         };
     }
-    o.trace.start({});
+    o.trace.start(o.p.profiles);
     thread_pool pool(n_threads);
     const workload_params & wp = o.p.workload;
     fmt::print(stderr, "bench step: calibrating the synthetic workload ...\n");

@@ -29,14 +29,14 @@ struct calibrate_opts {
 
 // Refuses, before seconds of measuring, an output that could not be written: a directory that cannot be
 // created or written, a path that is a directory, an existing file that is not a calibration cache.
-void check_output(const std::string & path, const std::string & key) {
+void check_output(const std::string & path, const std::string & key, const std::string & profile) {
     const std::filesystem::path dir = std::filesystem::path(path).parent_path();
     std::error_code ec;
     if (!dir.empty() && !std::filesystem::is_directory(dir, ec)) {
         std::filesystem::create_directories(dir, ec);
         if (ec) fail_usage("--out '{}': cannot create the directory '{}': {}", path, dir.string(), ec.message());
     }
-    check_output_file("--out", path, {});
+    check_output_file("--out", path, {profile});
     (void)load_calibration(path, key);  // a corrupt cache: its error names the file
 }
 
@@ -50,7 +50,7 @@ int run_calibrate(calibrate_opts & o) {
     const std::string out = o.out.empty() ? calibration_path() : o.out;
     check(p);
     const std::string key = calibration_key(p.kv_dir, name(p.storage), p.profile.name);
-    check_output(out, key);
+    check_output(out, key, o.profile);
     thread_pool pool(n_threads);
     if (!o.json) {
         fmt::print(

@@ -500,7 +500,7 @@ command_fn add_chat(CLI::App & app) {
                   "prefilled text and tokens, the reply and why it stopped) instead of streaming the replies");
     o->trace.add(*sub);
     return [o]() {
-        o->trace.start({o->model.path, o->model.tokenizer});
+        o->trace.start({o->model.path, o->model.tokenizer, o->kv.csd_profile});
         const int rc = run_chat(*o);
         o->trace.finish("hillinfer chat");
         return rc;

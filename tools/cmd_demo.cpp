@@ -303,7 +303,7 @@ command_fn add_demo(CLI::App & app) {
                   "the same tiers (and the 'decode step:' line comparing their step times)");
     o->trace.add(*sub);
     return [o]() {
-        o->trace.start({o->model, o->haystack_file});
+        o->trace.start({o->model, o->haystack_file, o->kv.csd_profile});
         const int rc = run_demo(*o);
         o->trace.finish("hillinfer demo");
         return rc;

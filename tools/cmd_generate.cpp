@@ -196,7 +196,10 @@ int run_generate(const generate_opts & o) {
             n_cached = load_prompt_cache(o.prompt_cache, s, prompt_ids);
         } catch (const error & e) {
             if (!o.prompt_cache_fallback) throw;
-            log_warn("{}; prefilling the whole prompt instead (--prompt-cache-fallback)", e.what());
+            log_warn(
+                "{}; prefilling the whole prompt instead (--prompt-cache-fallback), then rewriting the file "
+                "for this model",
+                e.what());
         }
     }
     if (!o.json) {
@@ -335,7 +338,7 @@ command_fn add_generate(CLI::App & app) {
                                       "prompts, up to 8)");
     o->trace.add(*sub);
     return [o]() {
-        o->trace.start({o->model.path, o->model.tokenizer, o->prompt.file, o->prompts_file});
+        o->trace.start({o->model.path, o->model.tokenizer, o->prompt.file, o->prompts_file, o->kv.csd_profile});
         const int rc = run_generate(*o);
         o->trace.finish("hillinfer generate");
         return rc;

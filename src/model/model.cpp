@@ -10,7 +10,6 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "core/mapped_file.h"
 #include "format/hf_checkpoint.h"
 #include "model/model_loader.h"
 
@@ -107,13 +106,29 @@ void for_each_step_matrix(const std::vector<layer_weights> & layers, const weigh
     f(proj_out);
 }
 
-// A file's name (with its NUL: names cannot run into each other), size and every byte.
+// A file's name (with its NUL: names cannot run into each other), then every byte and the size.
+// Read through a buffer, not mapped: a second mapping of the model would count its pages again in
+// the process's peak RSS.
 void hash_file(XXH3_state_t * st, const std::string & name, const std::string & path) {
-    const mapped_file file(path);
     XXH3_64bits_update(st, name.c_str(), name.size() + 1);
-    const uint64_t size = file.size();
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fail_input("cannot read '{}' to fingerprint the model: {}", path, std::strerror(errno));
+    std::vector<uint8_t> buf(size_t(1) << 20);
+    uint64_t size = 0;
+    for (;;) {
+        const ssize_t n = ::read(fd, buf.data(), buf.size());
+        if (n == 0) break;
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            const int err = errno;
+            ::close(fd);
+            fail_input("cannot read '{}' to fingerprint the model: {}", path, std::strerror(err));
+        }
+        XXH3_64bits_update(st, buf.data(), size_t(n));
+        size += uint64_t(n);
+    }
+    ::close(fd);
     XXH3_64bits_update(st, &size, sizeof(size));
-    if (size != 0) XXH3_64bits_update(st, file.data(), file.size());
 }
 
 // A checkpoint folder: config.json, the shard index if any, and every *.safetensors file in name

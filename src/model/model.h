@@ -185,7 +185,7 @@ public:
     // XXH3-64 of every byte the model was loaded from: the file (GGUF, llama2.c), or a checkpoint
     // folder's config.json, model.safetensors.index.json and every *.safetensors file, in name order
     // with their names (links followed; the folder's own path is not hashed, so a copy hashes the
-    // same). Computed on the first call — one pass over the files, about 0.1 s per GB from the page
+    // same). Computed on the first call — one read of the files, about 0.1 s per GB from the page
     // cache — and kept; thread-safe. Errors: hill::error(bad_input) naming a file or folder that can
     // no longer be read.
     uint64_t source_hash() const;

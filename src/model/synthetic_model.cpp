@@ -273,16 +273,20 @@ void write_bigram_model(const std::string & path, std::string_view text, int32_t
     }
     const auto n_vocab = int32_t(vocab.tokens.size());
     const int32_t n_embd = (n_vocab + 63) / 64 * 64;
-    if (n_vocab > bigram_max_vocab) {
-        // The embedding and output are [n_vocab, n_embd] and n_embd ~ n_vocab: f32 while built, f16 written.
-        const double square = double(n_vocab) * double(n_embd);
-        fail_usage(
-            "the bigram model of this text would have {} tokens (its {} distinct words and their prefixes) "
-            "and two {} x {} matrices: about {:.1f} GB in memory and {:.1f} GB on disk; make-model bigram "
-            "takes texts of at most {} tokens: give a shorter text",
-            n_vocab, word_ids.size(), n_vocab, n_embd, 2 * square * 4 / 1e9, 2 * square * 2 / 1e9, bigram_max_vocab);
-    }
     const dims d{n_vocab, n_embd, 64, 2, 4, 2, n_ctx};
+    if (n_vocab > bigram_max_vocab) {
+        // Embedding and output [n_vocab, n_embd], and per layer Q and O [n_embd, n_embd], K and V
+        // [n_embd * n_head_kv / n_head, n_embd] (n_embd ~ n_vocab): built in f32 and written in f16,
+        // about 6 bytes per element in memory (1,000 words, 8,760 tokens: 3.5 GB peak, 1.2 GiB file).
+        const double e = double(n_embd);
+        const double elements =
+            2.0 * double(n_vocab) * e + double(d.n_layer) * (2.0 * e * e + 2.0 * e * e * d.n_head_kv / d.n_head);
+        fail_usage(
+            "the bigram model of this text would have {} tokens (its {} distinct words and their prefixes), "
+            "its matrices {} x {}: about {:.1f} GB in memory and {:.1f} GB on disk; make-model bigram takes "
+            "texts of at most {} tokens: give a shorter text",
+            n_vocab, word_ids.size(), n_vocab, n_embd, elements * 6 / 1e9, elements * 2 / 1e9, bigram_max_vocab);
+    }
     check_dims(d, ggml_type::f16);
 
     // Bigram counts; the last word is followed by EOS.

@@ -82,11 +82,11 @@ constexpr float chat_end_scale = 4.0f;
 void write_random_model(const std::string & path, const random_model_params & p);
 
 // Writes the bigram model of `text` (words split on whitespace). Deterministic. Errors as above;
-// hill::error(usage) for fewer than 2 words, or a vocabulary over bigram_max_vocab (the embedding
-// and output matrices grow with its square: 16,384 tokens take about 2.1 GB in memory while built
-// and 1.1 GB on disk).
+// hill::error(usage) for fewer than 2 words, or a vocabulary over bigram_max_vocab (n_embd is the
+// vocabulary's size, so the matrices grow with its square: 8,192 tokens take about 3.2 GB in memory
+// while built and 1.1 GB on disk).
 void write_bigram_model(const std::string & path, std::string_view text, int32_t n_ctx = 2048);
-inline constexpr int32_t bigram_max_vocab = 16384;
+inline constexpr int32_t bigram_max_vocab = 8192;
 
 // Largest passkey context: the layer-0 positional margin is 25.9 there (23.5 at 4M, 19.8 at 12M)
 // and the layer-1 match dims turn < 0.18 rad (RoPE), which costs the needle's lead about 0.3 of its 20.
