@@ -1295,16 +1295,27 @@ TEST_F(cli, bigram_refuses_a_text_whose_vocabulary_is_too_large) {
 }
 
 // A read that fails is an I/O error naming the file, not an empty prompt (/proc/self/mem reads
-// fail with EIO at offset 0).
+// fail with EIO at offset 0); perplexity calls its input the text.
 TEST_F(cli, a_failed_read_of_a_prompt_file_is_an_error) {
-    for (const std::string & cmd :
-         {"generate -m " + model() + " -f /proc/self/mem -n 2", "tokenize -m " + model() + " -f /proc/self/mem"}) {
-        const result r = run(cmd);
-        EXPECT_EQ(r.code, 1) << cmd << "\n" << r.out;
-        EXPECT_NE(r.out.find("cannot read prompt file '/proc/self/mem': Input/output error"), std::string::npos)
-            << cmd << "\n"
-            << r.out;
+    const struct {
+        std::string cmd;
+        const char * want;
+    } cases[] = {
+        {"generate -m " + model() + " -f /proc/self/mem -n 2",
+         "cannot read prompt file '/proc/self/mem': Input/output error"},
+        {"tokenize -m " + model() + " -f /proc/self/mem",
+         "cannot read prompt file '/proc/self/mem': Input/output error"},
+        {"perplexity -m " + model() + " -f /proc/self/mem",
+         "cannot read text file '/proc/self/mem': Input/output error"},
+    };
+    for (const auto & c : cases) {
+        const result r = run(c.cmd);
+        EXPECT_EQ(r.code, 1) << c.cmd << "\n" << r.out;
+        EXPECT_NE(r.out.find(c.want), std::string::npos) << c.cmd << "\n" << r.out;
     }
+    const result r = run("perplexity -m " + model());
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("give the text with -p TEXT or -f FILE"), std::string::npos) << r.out;
 }
 
 // An unusable --kv-dir is refused before any calibration or prefill, naming the directory and the fault.

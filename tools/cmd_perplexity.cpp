@@ -92,6 +92,7 @@ command_fn add_perplexity(CLI::App & app) {
     auto o = std::make_shared<perplexity_opts>();
     auto * sub = app.add_subcommand("perplexity", "perplexity of a text under an attention policy");
     o->model.add(*sub);
+    o->text.what = "text";
     o->text.add(*sub);
     o->threads.add(*sub);
     o->kv.add(*sub);

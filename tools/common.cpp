@@ -38,8 +38,8 @@ std::unique_ptr<model> model_opts::load() const {
 }
 
 void prompt_opts::add(CLI::App & app) {
-    text_opt = app.add_option("-p,--prompt", text, "prompt text");
-    file_opt = app.add_option("-f,--file", file, "read the prompt from a file");
+    text_opt = app.add_option("-p,--prompt", text, fmt::format("the {}", what));
+    file_opt = app.add_option("-f,--file", file, fmt::format("read the {} from a file", what));
     text_opt->excludes(file_opt);
 }
 
@@ -91,8 +91,8 @@ void check_output_file(const char * flag, const std::string & path, const std::v
 }
 
 std::string prompt_opts::read() const {
-    if (text_opt->count() == 0 && file_opt->count() == 0) fail_usage("give the prompt with -p TEXT or -f FILE");
-    if (file_opt->count() != 0) return read_text_file(file, "prompt file");
+    if (text_opt->count() == 0 && file_opt->count() == 0) fail_usage("give the {} with -p TEXT or -f FILE", what);
+    if (file_opt->count() != 0) return read_text_file(file, fmt::format("{} file", what).c_str());
     return text;
 }
 

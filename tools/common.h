@@ -28,6 +28,7 @@ struct model_opts {
 
 // (-p TEXT | -f FILE)
 struct prompt_opts {
+    const char * what = "prompt";  // what the text is, in help and errors: "prompt", or "text" (perplexity)
     std::string text;
     std::string file;
     CLI::Option * text_opt = nullptr;
