@@ -813,6 +813,65 @@ TEST_F(cli, sigterm_stops_cleanly_and_removes_the_cold_pool) {
     EXPECT_TRUE(std::filesystem::is_empty(kv)) << "cold-pool files left in " << kv;
 }
 
+// The first SIGINT, SIGTERM or SIGHUP stops every long command cleanly — exit 130, the cold pool
+// removed, no output file half made —, not only those that run a model: bench, calibrate and make-model
+// used to run on to the end (exit 0), and a second signal killed them; SIGHUP killed generate (129).
+TEST_F(cli, every_long_command_stops_at_the_first_signal) {
+    const struct {
+        std::string args;
+        int sig;
+        const char * says;   // on stderr
+        std::string output;  // a file the command would write at its end ("": none)
+        std::string kv;      // its cold-pool directory ("": none)
+    } cases[] = {
+        {"bench step --ctx 32768 --layers 1 --cold 0.75 --policies full --storage plain --steps 400 --warmup 1 "
+         "--kv-dir " +
+             dir->file("kv-bench") + " --json " + dir->file("bench.json"),
+         SIGINT, "interrupted during ", dir->file("bench.json"),
+         dir->file("kv-bench")},  // a step, or its model's writing
+        {"calibrate --seconds 30 --kv-dir " + dir->file("kv-cal") + " --out " + dir->file("cal.json"), SIGTERM,
+         "interrupted during calibration", dir->file("cal.json"), dir->file("kv-cal")},
+        {"make-model random -o " + dir->file("big.gguf") +
+             " --n-embd 1024 --n-ff 4096 --n-layer 24 --n-head 16 --type f16",
+         SIGINT, "interrupted during the writing of a model", dir->file("big.gguf"), ""},
+        {"generate -m " + model() + " -p hi -n 1000000 -c 30000 --temp 0 --kv-host-budget 8K --kv-dir " +
+             dir->file("kv-hup"),
+         SIGHUP, "(interrupted)", "", dir->file("kv-hup")},
+    };
+    for (const auto & c : cases) {
+        const test::cli_signal_result r = test::run_cli_and_signal(c.args, "", 1.5, c.sig, 300);
+        ASSERT_TRUE(r.signalled) << c.args << "\n" << r.err;
+        EXPECT_EQ(r.code, 130) << c.args << "\n" << r.err;
+        EXPECT_NE(r.err.find(c.says), std::string::npos) << c.args << "\n" << r.err;
+        if (!c.output.empty()) {
+            EXPECT_FALSE(std::filesystem::exists(c.output)) << c.args;
+        }
+        if (!c.kv.empty()) {
+            EXPECT_TRUE(std::filesystem::is_empty(c.kv)) << c.args << ": cold-pool files left";
+        }
+        for (const auto & e : std::filesystem::directory_iterator(dir->path)) {  // no temporary file left
+            EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << c.args << ": " << e.path();
+        }
+    }
+}
+
+// A reader that goes away (`| head`) is a failed write (exit 1, saying so), as a full disk is: the process
+// used to die of SIGPIPE (exit 141) with no summary, its trace unwritten and its cold pool left behind.
+TEST_F(cli, a_closed_pipe_is_a_failed_write) {
+    const std::string kv = dir->file("kv-pipe"), err = dir->file("pipe.err"), trace = dir->file("pipe-trace.json");
+    const test::cli_result r =
+        test::run_shell("bash -c '" + std::string(HILL_CLI_PATH) + " generate -m " + model() +
+                        " -p hi -n 3000 -c 4096 --temp 0 "
+                        "--kv-host-budget 8K --kv-dir " +
+                        kv + " --trace " + trace + " 2>" + err + " | head -c 5 >/dev/null; exit ${PIPESTATUS[0]}'");
+    const std::string e = test::read_whole_file(err);
+    EXPECT_EQ(r.code, 1) << e;
+    EXPECT_NE(e.find("cannot write to standard output: Broken pipe"), std::string::npos) << e;
+    EXPECT_NE(e.find("tokens (output)"), std::string::npos) << e;  // the summary: generation stopped there
+    EXPECT_TRUE(std::filesystem::exists(trace)) << e;
+    EXPECT_TRUE(std::filesystem::is_empty(kv)) << "cold-pool files left";
+}
+
 TEST_F(cli, unknown_command_is_named) {
     const result r = run("frobnicate");
     EXPECT_NE(r.out.find("unknown command 'frobnicate'"), std::string::npos) << r.out;
@@ -931,6 +990,39 @@ TEST_F(cli, ctrl_c_during_prefill_prints_the_summary) {
     EXPECT_NE(r.err.find("prefill interrupted after"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("generated: 0 tokens (interrupted)"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("policy: full"), std::string::npos) << r.err;
+}
+
+// With --prompts, Ctrl-C stops a prompt's prefill within a layer: it used to prefill the whole prompt
+// first (minutes at long contexts) and sample two tokens.
+TEST_F(cli, ctrl_c_stops_a_batch_prompt_in_its_prefill) {
+    std::string text;
+    while (text.size() < 30000) text += "the quick brown fox jumps over the lazy dog and runs away ";
+    std::ofstream(dir->file("prompts-long.jsonl")) << json{{"prompt", text}, {"n_predict", 4}}.dump() << "\n";
+    const test::cli_signal_result r = test::run_cli_and_signal(
+        "generate -m " + model() + " --prompts " + dir->file("prompts-long.jsonl") + " -c 32768 --temp 0 -t 1 --json",
+        "", 1.5, SIGINT, 300);
+    ASSERT_TRUE(r.signalled) << r.err;
+    EXPECT_EQ(r.code, 130) << r.out << r.err;
+    const json j = json::parse(r.out.substr(0, r.out.find('\n')));
+    EXPECT_EQ(j.at("stop"), "interrupted") << r.out;
+    EXPECT_EQ(j.at("generated_tokens"), 0) << r.out;
+}
+
+// demo --json interrupted in its prefill still writes its object (it wrote nothing on stdout).
+TEST_F(cli, demo_json_ctrl_c_during_prefill_writes_the_object) {
+    const std::string pk = dir->file("passkey-json.gguf");
+    ASSERT_EQ(run("make-model passkey -o " + pk).code, 0);
+    const test::cli_signal_result r = test::run_cli_and_signal(
+        "demo -m " + pk + " --ctx 32768 -t 1 --seed 5 --json --kv-dir " + dir->file("kv-demo-json"), "prefill: ", 0.0,
+        SIGINT, 300);
+    ASSERT_TRUE(r.signalled) << r.err;
+    EXPECT_EQ(r.code, 130) << r.out << r.err;
+    const json j = json::parse(r.out);
+    EXPECT_TRUE(j.at("interrupted").get<bool>()) << r.out;
+    EXPECT_TRUE(j.at("answer").is_null()) << r.out;
+    EXPECT_TRUE(j.at("correct").is_null()) << r.out;
+    EXPECT_GT(j.at("passkey").get<std::string>().size(), 0u) << r.out;
+    EXPECT_TRUE(std::filesystem::is_empty(dir->file("kv-demo-json"))) << "cold-pool files left";
 }
 
 TEST_F(cli, ctrl_c_during_perplexity_with_a_cold_pool_prints_the_value_so_far) {

@@ -216,6 +216,12 @@ TEST(calibration, bad_files_are_errors_naming_the_file_and_the_value) {
             // Saving over a file that is not a calibration cache is refused too (it is not overwritten).
             (void)test::error_of([&] { save_calibration(p, "k", cal_2_1_10_2(), nlohmann::json::object()); });
             EXPECT_EQ(read_text(p), c.text);
+            // A run only warns: the planner takes the default rates and says why.
+            const csd::device_profile smartssd = csd::load_device_profile("smartssd");
+            const calibration fb = calibration_for(p, d.path.string(), csd::storage_kind::emulator, smartssd);
+            EXPECT_DOUBLE_EQ(fb.f_c_bps, 4e9) << c.text;
+            EXPECT_DOUBLE_EQ(fb.f_s_bps, 3.2e9) << c.text;
+            EXPECT_NE(fb.source.find("the calibration cache " + p + " is unusable"), std::string::npos) << fb.source;
         } else {
             // A bad entry is what a new calibration replaces.
             save_calibration(p, "k", cal_2_1_10_2(), nlohmann::json::object());

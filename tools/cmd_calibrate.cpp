@@ -73,9 +73,29 @@ int run_calibrate(calibrate_opts & o) {
         {"threads", n_threads},
         {"shape",
          {{"n_head", p.n_head}, {"n_head_kv", p.n_head_kv}, {"head_dim", p.head_dim}, {"tokens", p.n_tokens}}}};
-    save_calibration(out, key, c, extra);
     // Eq. 4 at this alpha: where the planner starts before the host budget (M0) and the measured skew.
     const double beta = balanced_beta(c, p.alpha, p.alpha, 2.0);
+    // The rates as text: on stdout, or on stderr when --json's object is not written (the cache failed).
+    const auto print_rates = [&](std::FILE * f) {
+        const auto line = [f](const char * what, const std::string & desc, const rate_measurement & m) {
+            fmt::print(f, "  {:4} {:55} {:8.3f} GB/s  ({} passes, {} in {:.2f} s)\n", what, desc, m.bps() / 1e9,
+                       m.passes, format_bytes(uint64_t(m.bytes)), m.seconds);
+        };
+        line("f_c", "host scoring, INT8 keys and query (key bytes)", r.f_c);
+        line("f_s", fmt::format("{} scoring, pages read (key bytes)", name(p.storage)), r.f_s);
+        line("B_c", "hot KV gather from DRAM (K and V bytes)", r.b_c);
+        line("B_s", fmt::format("{} KV reads of selected tokens (K and V bytes)", name(p.storage)), r.b_s);
+        fmt::print(f,
+                   "  Eq. 4 at alpha {}: beta = M_c/M_s = {:.3f} (before the host budget M0 and the measured skew)\n",
+                   p.alpha, beta);
+    };
+    if (!o.json) print_rates(stdout);  // before the save: a cache that cannot be written loses no measurement
+    try {
+        save_calibration(out, key, c, extra);
+    } catch (const error &) {
+        if (o.json) print_rates(stderr);
+        throw;
+    }
     if (o.json) {
         nlohmann::json j = extra;
         j["file"] = out;
@@ -89,16 +109,6 @@ int run_calibrate(calibrate_opts & o) {
         fmt::print("{}\n", j.dump());
         return 0;
     }
-    const auto line = [](const char * what, const char * desc, const rate_measurement & m) {
-        fmt::print("  {:4} {:55} {:8.3f} GB/s  ({} passes, {} in {:.2f} s)\n", what, desc, m.bps() / 1e9, m.passes,
-                   format_bytes(uint64_t(m.bytes)), m.seconds);
-    };
-    line("f_c", "host scoring, INT8 keys and query (key bytes)", r.f_c);
-    line("f_s", fmt::format("{} scoring, pages read (key bytes)", name(p.storage)).c_str(), r.f_s);
-    line("B_c", "hot KV gather from DRAM (K and V bytes)", r.b_c);
-    line("B_s", fmt::format("{} KV reads of selected tokens (K and V bytes)", name(p.storage)).c_str(), r.b_s);
-    fmt::print("  Eq. 4 at alpha {}: beta = M_c/M_s = {:.3f} (before the host budget M0 and the measured skew)\n",
-               p.alpha, beta);
     fmt::print("written to {} [{}]\n", out, key);
     return 0;
 }

@@ -203,7 +203,28 @@ int run_demo(const demo_opts & o) {
         s.eval(std::span<const int32_t>(ids).first(ids.size() - 1), false, std::ref(progress));
     } catch (const error & e) {
         if (e.code() != exit_code::interrupted) throw;
-        // Ctrl-C during prefill: the summary of what ran, as generate prints it.
+        // Ctrl-C during prefill: the summary of what ran, as generate prints it (and, with --json, its object
+        // without an answer).
+        if (o.json) {
+            const nlohmann::json j = {
+                {"passkey", prompt.passkey},
+                {"answer", nullptr},
+                {"correct", nullptr},
+                {"interrupted", true},
+                {"prompt_tokens", ids.size()},
+                {"depth", depth},
+                {"seed", seed},
+                {"n_ctx", o.n_ctx},
+                {"prefill_s", double(time_us() - t0) / 1e6},
+                {"prefill_tokens_per_s", nullptr},
+                {"peak_rss_bytes", peak_rss_bytes()},
+                {"kv", kv_json(s.ctx())},
+                {"storage", storage_json(s.ctx())},
+                {"policy", policy_json(s.ctx())},
+                {"planner", planner_json(s.ctx())},
+            };
+            fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+        }
         fmt::print(stderr, "prompt: {} tokens, prefill interrupted after {:.1f} s | no answer | peak RSS {} | threads "
                    "{}\n{}", ids.size(), double(time_us() - t0) / 1e6, format_bytes(peak_rss_bytes()), n_threads,
                    run_summary(s.ctx()));

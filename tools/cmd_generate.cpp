@@ -1,25 +1,26 @@
 // hillinfer generate: prefill a prompt, then sample tokens one by one, streaming the text; or, with
 // --prompts FILE, many prompts decoded --parallel at a time with continuous batching.
-#include "commands.h"
-#include "common.h"
-#include "core/error.h"
-#include "core/sys_info.h"
-#include "core/log.h"
-#include "engine/batch_generator.h"
-#include "format/json_file.h"
-#include "engine/prompt_cache.h"
-#include "engine/sampler.h"
-#include "engine/run_report.h"
-#include "engine/session.h"
-
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <new>
-#include <unistd.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "common.h"
+#include "core/error.h"
+#include "core/interrupt.h"
+#include "core/log.h"
+#include "core/sys_info.h"
+#include "engine/batch_generator.h"
+#include "engine/prompt_cache.h"
+#include "engine/run_report.h"
+#include "engine/sampler.h"
+#include "engine/session.h"
+#include "format/json_file.h"
 
 namespace hill::cli {
 
@@ -127,6 +128,8 @@ int run_generate_prompts(const generate_opts & o, const sampler_params & sp, int
         emit();
     };
     cb.stop_requested = interrupted;
+    // Ctrl-C stops a prompt's prefill within a layer (its request ends "interrupted"), not after it.
+    cb.on_prefill = [](int64_t, int64_t) { throw_if_stopped("prefill"); };
     const int64_t t0 = time_us();
     const std::vector<generation_result> results = gen.run(reqs, cb);
     for (size_t i = 0; i < results.size(); ++i) {
@@ -224,10 +227,13 @@ int run_generate(const generate_opts & o) {
         try {
             save_prompt_cache(o.prompt_cache, s, prompt_ids);
         } catch (const error & e) {
-            log_warn("prompt cache '{}' not saved: {}; generating without it", o.prompt_cache, e.what());
+            log_warn("prompt cache '{}' not saved: {}; the file is left as it was, and generation goes on",
+                     o.prompt_cache, e.what());
         } catch (const std::bad_alloc &) {
-            log_warn("prompt cache '{}' not saved: out of memory for one layer's KV; generating without it",
-                     o.prompt_cache);
+            log_warn(
+                "prompt cache '{}' not saved: out of memory for one layer's KV; the file is left as it was, and "
+                "generation goes on",
+                o.prompt_cache);
         }
     }
 
@@ -261,6 +267,10 @@ int run_generate(const generate_opts & o) {
         if (!o.json) {
             std::fwrite(piece.data(), 1, piece.size(), stdout);
             std::fflush(stdout);
+            if (std::ferror(stdout)) {  // a closed pipe, a full disk: the run ends, exit 1 names the fault
+                stop = "output";
+                break;
+            }
         }
         if (i + 1 == o.n_predict) break;
         if (s.n_past() >= n_ctx) {

@@ -1,7 +1,6 @@
 // hillinfer serve: the OpenAI HTTP API over the engine's batches (server/server.h, docs/serve.md).
 #include <fmt/format.h>
 
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 
@@ -65,7 +64,6 @@ int run_serve(const serve_opts & o) {
     context ctx(*m, cp, pool);
     server::server srv(*m, ctx, tmpl, sp);
     const int port = srv.bind();
-    std::signal(SIGPIPE, SIG_IGN);  // a client that went away is a failed write, not the end of the server
     fmt::print(stderr,
                "hillinfer serve: {} (context {} tokens, --parallel {}, chat template {}, policy {}) listening on "
                "http://{}:{}\n",

@@ -18,6 +18,7 @@
 #include "compute/kernel_mode.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "core/mapped_file.h"
 #include "core/sys_info.h"
 #include "core/trace.h"
@@ -97,28 +98,36 @@ std::string prompt_opts::read() const {
 }
 
 namespace {
-volatile std::sig_atomic_t g_interrupted = 0;
-
 extern "C" void on_interrupt(int sig) {
-    if (g_interrupted != 0) {
+    if (stop_requested()) {
         std::signal(sig, SIG_DFL);
         std::raise(sig);
         return;
     }
-    g_interrupted = sig;
+    record_stop_signal(sig);
 }
 }  // namespace
 
 void install_interrupt_handler() {
     std::signal(SIGINT, on_interrupt);
     std::signal(SIGTERM, on_interrupt);
+    std::signal(SIGHUP, on_interrupt);  // the terminal went away: stop as for SIGTERM
+    // A closed pipe (`| head`) is a failed write (EPIPE), reported and cleaned up as a full disk is,
+    // not a death by signal that leaves the trace unwritten and the cold-pool files behind.
+    std::signal(SIGPIPE, SIG_IGN);
 }
 
-bool interrupted() { return g_interrupted != 0; }
+bool interrupted() {
+    return stop_requested();
+}
 
-void clear_interrupt() { g_interrupted = 0; }
+void clear_interrupt() {
+    clear_stop();
+}
 
-bool terminate_requested() { return g_interrupted == SIGTERM; }
+bool terminate_requested() {
+    return stop_signal() == SIGTERM || stop_signal() == SIGHUP;
+}
 
 uint64_t parse_bytes(const std::string & text, const char * flag) {
     size_t used = 0;
@@ -233,7 +242,8 @@ uint64_t kv_opts::budget_bytes() const {
 }
 
 std::string cache_dir() {
-    if (const char * x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') return std::string(x) + "/hillinfer";
+    // The XDG base directory spec: a relative XDG_CACHE_HOME is invalid and ignored.
+    if (const char * x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x == '/') return std::string(x) + "/hillinfer";
     if (const char * h = std::getenv("HOME"); h != nullptr && *h != '\0') return std::string(h) + "/.cache/hillinfer";
     return "/var/tmp/hillinfer";
 }
@@ -253,7 +263,7 @@ std::string kv_opts::resolved_dir() const {
 prefill_progress::prefill_progress() : t0_us(time_us()) {}
 
 void prefill_progress::operator()(int64_t done, int64_t total) {
-    if (interrupted()) throw error(exit_code::interrupted, "interrupted during prefill");
+    throw_if_stopped("prefill");
     const int64_t now = time_us();
     if (now - t0_us < 2'000'000 || (now - last_us < 1'000'000 && done < total)) return;
     last_us = now;

@@ -135,20 +135,23 @@ struct prefill_progress {
     void operator()(int64_t done, int64_t total);
 };
 
-// The cache directory of HillInfer: $XDG_CACHE_HOME/hillinfer, ~/.cache/hillinfer, or
-// /var/tmp/hillinfer without a home.
+// The cache directory of HillInfer: $XDG_CACHE_HOME/hillinfer (an absolute path; a relative one is
+// ignored, as the XDG base directory spec says), ~/.cache/hillinfer, or /var/tmp/hillinfer without
+// either.
 std::string cache_dir();
 // The calibration cache (sched/calibration.h): cache_dir() + "/calibration.json".
 std::string calibration_path();
 
-// SIGINT / SIGTERM: the first one sets a flag that long work polls, so that it stops cleanly
-// (destructors remove the cold-pool files, the summary is printed); a second one kills the process.
+// SIGINT / SIGTERM / SIGHUP: the first one sets the stop flag (core/interrupt.h) that long work polls,
+// so that it stops cleanly (destructors remove the cold-pool files, the summary is printed); a second
+// one kills the process. SIGPIPE is ignored: a closed pipe is a failed write.
 void install_interrupt_handler();
 bool interrupted();
 // Forgets a Ctrl-C that has been handled (chat: a reply stopped, the conversation goes on), so the
 // next one again stops cleanly instead of killing the process.
 void clear_interrupt();
-// The pending stop came from SIGTERM (a service manager, kill): end the command, not just the reply.
+// The pending stop came from SIGTERM or SIGHUP (a service manager, kill, a closed terminal): end the
+// command, not just the reply.
 bool terminate_requested();
 
 // "512", "64K", "1.5G", ... in bytes (fractions rounded down); usage error naming `flag` otherwise, and

@@ -1,5 +1,7 @@
 // hillinfer: the command-line front end. See README.md for every subcommand.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <system_error>
@@ -59,8 +61,11 @@ int main(int argc, char ** argv) {
             if (!sub->parsed()) continue;
             const int rc = fn();
             // Output that could not be written (a full disk, a closed pipe) is a failure too.
+            errno = 0;
             if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
-                std::fprintf(stderr, "hillinfer: error: cannot write to standard output\n");
+                const int err = errno;  // set when the flush failed; a failed earlier write leaves only the flag
+                std::fprintf(stderr, "hillinfer: error: cannot write to standard output%s%s\n", err != 0 ? ": " : "",
+                             err != 0 ? std::strerror(err) : "");
                 return int(exit_code::bad_input);
             }
             return rc;

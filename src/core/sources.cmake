@@ -1,6 +1,7 @@
 hill_add_library(hill_core
   core/atomic_file.cpp
   core/error.cpp
+  core/interrupt.cpp
   core/ggml_type.cpp
   core/log.cpp
   core/mapped_file.cpp

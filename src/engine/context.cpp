@@ -771,7 +771,8 @@ void context::plan_observe(const plan_snapshot & before) {
     if (planner_ == nullptr || !policy_->uses_scores()) return;
     const plan_snapshot now = plan_snap();
     step_observation o;
-    o.n_hot = double(before.n_hot);
+    // The step attended its own new tokens too, hot from their append on: α_c's denominator counts them.
+    o.n_hot = double(before.n_hot + (now.n_tokens - before.n_tokens));
     o.n_cold = double(before.n_tokens - before.n_hot);
     o.attended_hot = double(now.attended_hot - before.attended_hot);
     o.attended_cold = double(now.attended_disk - before.attended_disk);

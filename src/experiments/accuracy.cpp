@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "engine/passkey.h"
 #include "engine/perplexity.h"
 #include "engine/session.h"
@@ -84,7 +85,7 @@ prefilled prefill_once(const model & m, std::span<const int32_t> ids, thread_poo
     context_params cp = in_ram(out.n, policy_params{});
     cp.keep_prefill_importance = true;
     session s(m, cp, pool);
-    s.eval(ids);
+    s.eval(ids, false, [](int64_t, int64_t) { throw_if_stopped("prefill"); });
     const size_t bytes = size_t(out.n) * size_t(m.hp().n_embd_kv()) * 2;  // f16
     out.k.resize(size_t(m.hp().n_layer));
     out.v.resize(size_t(m.hp().n_layer));
@@ -220,7 +221,10 @@ experiment_report run_accuracy(const accuracy_params & p, thread_pool & pool, co
         const std::vector<int32_t> ids = tok.encode(std::string_view(book).substr(book.size() / 10, chars), false);
         for (size_t c = 0; c < configs.size(); ++c) {
             session s(*m, in_ram(p.ppl_ctx, configs[c].params()), pool);
-            const perplexity_result r = evaluate_perplexity(s, ids, bos, p.ppl_windows);
+            const perplexity_result r = evaluate_perplexity(s, ids, bos, p.ppl_windows, [](const perplexity_result &) {
+                throw_if_stopped("bench accuracy");
+                return true;
+            });
             sc[c].ppl = r.perplexity;
             log(fmt::format("perplexity {:18} {:.4f} ({} tokens)", configs[c].label(), r.perplexity, r.n_tokens));
         }
@@ -246,6 +250,7 @@ experiment_report run_accuracy(const accuracy_params & p, thread_pool & pool, co
                 const prefilled kv = prefill_once(*pm, std::span<const int32_t>(ids.data(), ids.size() - 1), pool);
                 std::string line = fmt::format("passkey ctx {:>6} depth {:.2f}:", n, depth);
                 for (size_t c = 0; c < configs.size(); ++c) {
+                    throw_if_stopped("bench accuracy");
                     const auto s = session_from(*pm, kv, int64_t(ids.size()) + 16, configs[c].params(), pool);
                     s->eval(std::span<const int32_t>(&ids.back(), 1));
                     const passkey_answer a = answer_passkey(*s, pr.passkey);
@@ -274,6 +279,7 @@ experiment_report run_accuracy(const accuracy_params & p, thread_pool & pool, co
                 prefill_once(*m, std::span<const int32_t>(it.context.data(), it.context.size() - 1), pool);
             int full_choice = -1;
             for (size_t c = 0; c < configs.size(); ++c) {
+                throw_if_stopped("bench accuracy");
                 const auto s = session_from(*m, kv, n_mc, configs[c].params(), pool);
                 const int ch = choose(*s, it);
                 if (c == 0) full_choice = ch;

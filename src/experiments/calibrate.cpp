@@ -10,6 +10,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/fp16.h"
+#include "core/interrupt.h"
 #include "core/sys_info.h"
 #include "model/model.h"
 #include "model/synthetic_model.h"
@@ -59,6 +60,7 @@ rate_measurement timed(double seconds, F && pass) {
     rate_measurement r;
     const int64_t t0 = time_us();
     do {
+        throw_if_stopped("calibration");
         r.bytes += double(pass());
         ++r.passes;
         r.seconds = double(time_us() - t0) / 1e6;

@@ -10,6 +10,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "core/sys_info.h"
 #include "csd/device_profile.h"
 #include "engine/context.h"
@@ -164,7 +165,8 @@ experiment_report run_e2e(const std::string & name, const e2e_params & p, thread
             cp.policy.name = "full";
             context c(*m, cp, pool);
             const int64_t t0 = time_us();
-            c.prefill(0, std::span<const int32_t>(ids.data() + int64_t(i) * (n + 1), size_t(n)), false, nullptr);
+            c.prefill(0, std::span<const int32_t>(ids.data() + int64_t(i) * (n + 1), size_t(n)), false, nullptr,
+                      [](int64_t, int64_t) { throw_if_stopped("prefill"); });
             prefill_s[size_t(i)] = double(time_us() - t0) / 1e6;
             k[size_t(i)].resize(size_t(hp.n_layer));
             v[size_t(i)].resize(size_t(hp.n_layer));
@@ -196,6 +198,7 @@ experiment_report run_e2e(const std::string & name, const e2e_params & p, thread
                         cp.policy.name = pol;
                         cp.policy.alpha = p.alpha;
                         cp.policy.score.query = query_precision::int8;  // the device's integer kernel
+                        cp.storage.stop_requested = stop_requested;     // Ctrl-C abandons a device pass
                         if (cold > 0.0) {
                             cp.storage.kind = csd::parse_storage(storage);
                             if (storage == "emulator") {
@@ -227,6 +230,7 @@ experiment_report run_e2e(const std::string & name, const e2e_params & p, thread
                         logits.resize(size_t(batch) * size_t(hp.n_vocab));
                         const int64_t t0 = time_us();
                         for (int s = 0; s < p.n_gen; ++s) {
+                            throw_if_stopped("bench decode");
                             c.decode(seqs, toks, logits.data());
                             for (int i = 0; i < batch; ++i) {  // greedy
                                 const float * row = logits.data() + size_t(i) * size_t(hp.n_vocab);

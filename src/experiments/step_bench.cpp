@@ -1,8 +1,17 @@
 #include "experiments/step_bench.h"
 
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/fp16.h"
+#include "core/interrupt.h"
 #include "core/sys_info.h"
 #include "core/trace.h"
 #include "csd/device_profile.h"
@@ -11,14 +20,6 @@
 #include "model/synthetic_model.h"
 #include "policy/policy.h"
 #include "score/quant_copy.h"
-
-#include <algorithm>
-#include <cmath>
-#include <filesystem>
-#include <numeric>
-
-#include <fmt/format.h>
-#include <unistd.h>
 
 namespace hill {
 
@@ -340,7 +341,10 @@ step_result measure(context & ctx, const step_config & cfg, int n_warmup, int n_
     std::vector<float> logits(size_t(ctx.model().hp().n_vocab));
     const int seq = 0;
     const int32_t tok = 0;
-    const auto step = [&] { ctx.decode(std::span<const int>(&seq, 1), std::span<const int32_t>(&tok, 1), logits.data()); };
+    const auto step = [&] {
+        throw_if_stopped("bench step");
+        ctx.decode(std::span<const int>(&seq, 1), std::span<const int32_t>(&tok, 1), logits.data());
+    };
     for (int i = 0; i < n_warmup; ++i) step();
     const snapshot a = take(ctx);
     std::vector<double> ms;
@@ -535,6 +539,7 @@ std::vector<step_result> run_step_bench(const step_bench_params & p, const synth
                             cp.kv_dir = cold > 0.0 ? p.kv_dir : std::string();
                             cp.policy.name = pol;
                             cp.policy.alpha = wp.alpha;
+                            cp.storage.stop_requested = stop_requested;  // Ctrl-C abandons a device pass
                             if (!p.placement.empty()) cp.policy.placement = parse_placement(p.placement);
                             cp.policy.score.query = query_precision::int8;  // the device's integer kernel
                             if (cold > 0.0) {

@@ -1,5 +1,4 @@
 #include "model/synthetic_model.h"
-#include "model/weight_scheme.h"
 
 #include <fmt/format.h>
 
@@ -11,7 +10,9 @@
 
 #include "compute/matmul.h"
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "format/gguf_writer.h"
+#include "model/weight_scheme.h"
 
 namespace hill {
 
@@ -123,6 +124,7 @@ void write_header(gguf_writer & w, const dims & d, const std::string & name, flo
 // Adds an f32 matrix [rows, cols] stored as `scheme` says for it.
 void add_matrix(gguf_writer & w, const std::string & name, const weight_scheme & scheme, int32_t n_layer, bool tied,
                 int64_t rows, int64_t cols, const std::vector<float> & v) {
+    throw_if_stopped("the writing of a model");
     const ggml_type type = weight_scheme_type(scheme, name, cols, n_layer, !tied).type;
     const size_t rb = *ggml_row_bytes(type, cols);
     std::vector<uint8_t> data(rb * size_t(rows));
@@ -302,6 +304,7 @@ void write_bigram_model(const std::string & path, std::string_view text, int32_t
     const float inv = 1.0f / std::sqrt(float(n_embd));
     std::vector<float> out(size_t(n_vocab) * size_t(n_embd), 0.0f);  // [n_vocab (next), n_embd (current)]
     for (int32_t cur : word_ids) {
+        throw_if_stopped("the writing of a model");
         for (int32_t next = 0; next < n_vocab; ++next) {
             const bool target = next == 2 || word_ids.count(next) != 0;
             const auto it = count.find({cur, next});

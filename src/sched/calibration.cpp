@@ -9,6 +9,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "format/json_file.h"
 
 namespace hill {
@@ -87,9 +88,20 @@ std::optional<calibration> load_calibration(const std::string & path, const std:
 
 calibration calibration_for(const std::string & cache_path, const std::string & kv_dir, csd::storage_kind storage,
                             const csd::device_profile & profile) {
-    const std::optional<calibration> c =
-        load_calibration(cache_path, calibration_key(kv_dir, name(storage), profile.name));
-    return c ? *c : default_calibration(profile);
+    try {
+        const std::optional<calibration> c =
+            load_calibration(cache_path, calibration_key(kv_dir, name(storage), profile.name));
+        return c ? *c : default_calibration(profile);
+    } catch (const error & e) {
+        // The cache only tunes the planner: a bad one costs the measured rates, not the run.
+        log_warn("{}; the planner uses the default rates", e.what());
+        calibration d = default_calibration(profile);
+        d.source = fmt::format(
+            "default (the calibration cache {} is unusable; f_c 4 GB/s, B_c 10 GB/s assumed, f_s "
+            "and B_s from profile {})",
+            cache_path, profile.name);
+        return d;
+    }
 }
 
 void save_calibration(const std::string & path, const std::string & key, const calibration & c,

@@ -50,8 +50,9 @@ std::string calibration_key(const std::string & kv_dir, std::string_view storage
 std::optional<calibration> load_calibration(const std::string & path, const std::string & key);
 
 // The cached calibration of a cold pool in kv_dir on storage under profile (the entry calibration_key
-// names in the cache file at cache_path), or default_calibration(profile) when none is cached. Errors:
-// as load_calibration.
+// names in the cache file at cache_path), or default_calibration(profile) when none is cached or the
+// cache is unusable (load_calibration's error, then logged as a warning: the cache only tunes the
+// planner, so a corrupt one does not stop a run; `hillinfer calibrate` still refuses it).
 calibration calibration_for(const std::string & cache_path, const std::string & kv_dir, csd::storage_kind storage,
                             const csd::device_profile & profile);
 
