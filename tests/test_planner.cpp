@@ -248,7 +248,7 @@ struct planned_context {
     test::temp_dir dir;
     std::unique_ptr<model> m;
     thread_pool pool{1};
-    std::unique_ptr<context> make(csd::storage_kind storage, double beta) {
+    std::unique_ptr<context> make(csd::storage_kind storage, double beta, int64_t n_tokens = 1024) {
         if (m == nullptr) {
             write_random_model(dir.file("m.gguf"), random_model_params{.n_vocab = 300, .n_embd = 64, .n_ff = 96,
                                                                         .n_layer = 2, .n_head = 4, .n_head_kv = 2,
@@ -273,7 +273,7 @@ struct planned_context {
                 v[size_t(il)][i] = fp32_to_fp16(float((i * 5) % 11) / 11.0f - 0.5f);
             }
         }
-        ctx->import_kv(0, 1024, std::vector<const void *>{k[0].data(), k[1].data()},
+        ctx->import_kv(0, n_tokens, std::vector<const void *>{k[0].data(), k[1].data()},
                        std::vector<const void *>{v[0].data(), v[1].data()});
         return ctx;
     }
@@ -307,6 +307,22 @@ TEST(planner, context_applies_the_capacity_and_evicts_without_io) {
     auto plain = pc.make(csd::storage_kind::plain, 0.25);
     EXPECT_EQ(plain->planner(), nullptr);
     EXPECT_EQ(plain->cells().hot_capacity(), 512);
+}
+
+// The measured α_c is the share of the hot tokens a step selects, and the step's own new token is one
+// of them: over a context so short that every token is attended it is 1, not (n + 1) / n (the run
+// report said "116.7% of the hot tokens selected").
+TEST(planner, the_share_of_hot_tokens_selected_counts_the_new_token) {
+    planned_context pc;
+    auto ctx = pc.make(csd::storage_kind::emulator, 0.0, 6);
+    std::vector<float> logits(300);
+    for (int step = 0; step < 3; ++step) {
+        const int seq = 0;
+        const int32_t tok = 1;
+        ctx->decode(std::span<const int>(&seq, 1), std::span<const int32_t>(&tok, 1), logits.data());
+    }
+    ASSERT_EQ(ctx->planner()->n_observed(), 3);
+    EXPECT_DOUBLE_EQ(ctx->planner()->alpha_hot(), 1.0);
 }
 
 }  // namespace
