@@ -72,8 +72,10 @@ int main(int argc, char ** argv) {
         }
         return int(exit_code::usage);
     } catch (const hill::error & e) {
-        // A value out of range is a usage error too (exit 2): it gets the same pointer to --help.
-        std::fprintf(stderr, "hillinfer: error: %s\n%s", e.what(), e.code() == exit_code::usage ? usage_hint : "");
+        // A stop the user asked for is no error ("hillinfer: interrupted during ..."). A value out of range
+        // is a usage error too (exit 2): it gets the same pointer to --help.
+        std::fprintf(stderr, "hillinfer: %s%s\n%s", e.code() == exit_code::interrupted ? "" : "error: ", e.what(),
+                     e.code() == exit_code::usage ? usage_hint : "");
         return int(e.code());
     } catch (const std::bad_alloc &) {
         std::fprintf(stderr, "hillinfer: error: out of memory\n");
