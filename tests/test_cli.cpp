@@ -856,6 +856,18 @@ TEST_F(cli, every_long_command_stops_at_the_first_signal) {
     }
 }
 
+// A signal ignored when the process starts stays ignored (nohup's SIGHUP): the handler used to take it
+// over, and a hang-up stopped a run started under nohup.
+TEST_F(cli, a_signal_ignored_at_start_stays_ignored) {
+    const std::string cmd =
+        std::string(HILL_CLI_PATH) + " generate -m " + model() + " -p hi -n 1000000 -c 30000 --temp 0";
+    const test::cli_result r = test::run_shell("bash -c 'trap \"\" HUP; " + cmd +
+                                               " >/dev/null 2>&1 & p=$!; sleep 1; "
+                                               "kill -HUP $p; sleep 0.5; kill -0 $p && echo alive; kill -TERM $p; "
+                                               "wait $p; echo rc=$?'");
+    EXPECT_EQ(r.out, "alive\nrc=130\n");
+}
+
 // A reader that goes away (`| head`) is a failed write (exit 1, saying so), as a full disk is: the process
 // used to die of SIGPIPE (exit 141) with no summary, its trace unwritten and its cold pool left behind.
 TEST_F(cli, a_closed_pipe_is_a_failed_write) {

@@ -89,7 +89,10 @@ int run_calibrate(calibrate_opts & o) {
                    "  Eq. 4 at alpha {}: beta = M_c/M_s = {:.3f} (before the host budget M0 and the measured skew)\n",
                    p.alpha, beta);
     };
-    if (!o.json) print_rates(stdout);  // before the save: a cache that cannot be written loses no measurement
+    if (!o.json) {  // before the save: a cache that cannot be written loses no measurement
+        print_rates(stdout);
+        std::fflush(stdout);  // and before the save's error, in a log that takes both streams
+    }
     try {
         save_calibration(out, key, c, extra);
     } catch (const error &) {

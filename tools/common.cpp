@@ -109,9 +109,12 @@ extern "C" void on_interrupt(int sig) {
 }  // namespace
 
 void install_interrupt_handler() {
-    std::signal(SIGINT, on_interrupt);
-    std::signal(SIGTERM, on_interrupt);
-    std::signal(SIGHUP, on_interrupt);  // the terminal went away: stop as for SIGTERM
+    // A signal ignored at start stays ignored: SIGHUP under nohup, SIGINT in a shell's background job.
+    for (const int sig : {SIGINT, SIGTERM, SIGHUP}) {  // SIGHUP: the terminal went away, stop as for SIGTERM
+        struct sigaction old {};
+        if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+        std::signal(sig, on_interrupt);
+    }
     // A closed pipe (`| head`) is a failed write (EPIPE), reported and cleaned up as a full disk is,
     // not a death by signal that leaves the trace unwritten and the cold-pool files behind.
     std::signal(SIGPIPE, SIG_IGN);

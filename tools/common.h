@@ -144,7 +144,8 @@ std::string calibration_path();
 
 // SIGINT / SIGTERM / SIGHUP: the first one sets the stop flag (core/interrupt.h) that long work polls,
 // so that it stops cleanly (destructors remove the cold-pool files, the summary is printed); a second
-// one kills the process. SIGPIPE is ignored: a closed pipe is a failed write.
+// one kills the process. A signal ignored at start (nohup, a shell's background job) stays ignored.
+// SIGPIPE is ignored: a closed pipe is a failed write.
 void install_interrupt_handler();
 bool interrupted();
 // Forgets a Ctrl-C that has been handled (chat: a reply stopped, the conversation goes on), so the

@@ -14,6 +14,7 @@
 
 int main(int argc, char ** argv) {
     using namespace hill;
+    cli::install_interrupt_handler();  // first: --help into a closed pipe is a failed write too
     static constexpr const char * usage_hint = "Run 'hillinfer --help' (or 'hillinfer COMMAND --help') for usage.\n";
     CLI::App app{"HillInfer: long-context LLM inference with a KV cache in DRAM and on SSD", "hillinfer"};
     app.require_subcommand(1);
@@ -55,7 +56,6 @@ int main(int argc, char ** argv) {
         return int(exit_code::usage);
     }
     try {
-        cli::install_interrupt_handler();
         blas_init_single_threaded();
         for (auto & [sub, fn] : cmds) {
             if (!sub->parsed()) continue;
@@ -81,8 +81,9 @@ int main(int argc, char ** argv) {
         std::fprintf(stderr, "hillinfer: error: out of memory\n");
         return int(exit_code::bad_input);
     } catch (const std::system_error & e) {
-        // fmt::print reports a failed write (a full disk, a closed pipe) this way.
-        std::fprintf(stderr, "hillinfer: error: cannot write to standard output: %s\n", e.what());
+        // fmt::print reports a failed write (a full disk, a closed pipe) this way; its what() repeats "cannot
+        // write to file", the code says why.
+        std::fprintf(stderr, "hillinfer: error: cannot write to standard output: %s\n", e.code().message().c_str());
         return int(exit_code::bad_input);
     }
 }

@@ -452,6 +452,7 @@ void context::prefill_segment(int seq, const int32_t * tokens, int64_t n, bool l
                 }
             }
             qkv_span.close();
+            if (progress) progress(int64_t(il) * n);
             if (measure) std::copy(qa.end() - n_obs * n_q, qa.end(), q_obs.begin());
             // Every query of the segment attends to the sequence's tokens already in the tiers (one pass
             // over them), then causally to the segment's own KV.
@@ -486,6 +487,7 @@ void context::prefill_segment(int seq, const int32_t * tokens, int64_t n, bool l
             device_->attend(kv_view{layout_.type, layer_k.data(), layer_v.data(), n, n_kv}, nullptr, 0);
             device_->end(qa.data());
             attend_span.close();
+            if (progress) progress(int64_t(il) * n);  // a stop asked for ends the prefill here too
             if (measure) {
                 trace_scope s("prefill importance", "prefill", {{"layer", il}, {"queries", n_obs}});
                 std::fill(importance.begin(), importance.end(), 0.0f);
