@@ -718,6 +718,54 @@ TEST_F(serve_test, attended_share_is_the_requests_own) {
     EXPECT_TRUE(one.at("x_hillinfer").at("attended_share").is_null()) << "no decode step: " << one.dump();
 }
 
+// --- stopping at once, in-process ------------------------------------------------------------------
+
+// A stop requested before the listener thread has started (a SIGINT or SIGTERM during start-up) used to be
+// lost: cpp-httplib 0.11.4's Server::stop() does nothing until listen_after_bind() has set is_running(),
+// and run() then waited for the listener thread forever (/health kept answering 200). 50 servers in a row,
+// each told to stop before it starts: each run() returns.
+TEST(serve_stop, a_stop_requested_before_the_listener_starts_ends_run) {
+    std::signal(SIGPIPE, SIG_IGN);
+    test::temp_dir d;
+    write_random_model(d.file("m.gguf"), random_model_params{.n_vocab = 300,
+                                                             .n_embd = 32,
+                                                             .n_ff = 64,
+                                                             .n_layer = 1,
+                                                             .n_head = 2,
+                                                             .n_head_kv = 1,
+                                                             .n_ctx = 64,
+                                                             .seed = 5});
+    const auto m = model::load(d.file("m.gguf"));
+    thread_pool pool(2);
+    context ctx(*m, context_params{.n_ctx = 64, .n_seq = 1}, pool);
+    server::server_params sp;
+    sp.port = 0;
+    sp.parallel = 1;
+    sp.queue = 0;  // 5 handler threads per server, not 69
+    sp.model_id = "m";
+    for (int i = 0; i < 50; ++i) {
+        auto srv = std::make_unique<server::server>(*m, ctx, std::nullopt, sp);
+        ASSERT_GT(srv->bind(), 0);
+        auto done = std::make_shared<std::atomic<bool>>(false);
+        server::server * s = srv.get();
+        std::thread t([s, done] {
+            s->run([] { return true; });
+            *done = true;
+        });
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (!*done && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (!*done) {
+            // The hung thread keeps the server: leaked, so that the test can report instead of hanging too.
+            ADD_FAILURE() << "server " << i << ": run() did not return within 10 s of a stop requested at once";
+            t.detach();
+            (void)srv.release();
+            return;
+        }
+        t.join();
+    }
+}
+
 // --- a storage fault, in-process (the fault hook is context_params::io_faults, as in test_kv_faults) ---
 
 TEST(serve_faults, a_storage_fault_fails_the_request_it_touches_and_the_server_goes_on) {

@@ -128,6 +128,7 @@ struct server::impl {
     int64_t model_created = 0;  // /v1/models "created": the model file's modification time, Unix seconds
     httplib::Server http;
     std::thread listener;
+    std::atomic<bool> listener_returned{false};  // listen_after_bind() has returned
     std::unique_ptr<prompt_cache_dir> disk;  // --cache-dir; nullptr: none
     batch_generator gen;
     batch_progress cb;
@@ -398,6 +399,21 @@ struct server::impl {
             update_engine_metrics();
         }
         update_engine_metrics();
+    }
+
+    // Stops the listener thread and joins it (nothing when it was not started). cpp-httplib 0.11.4's
+    // Server::stop() closes the listening socket only once listen_after_bind() has set is_running(), its
+    // first step on the listener thread; before that it does nothing, and the listener then accepts
+    // connections forever (the join never returns). A stop requested during start-up comes that early (the
+    // engine loop returns at once), so wait, in 1 ms sleeps, until the listener runs or has returned (the
+    // time the thread takes to start), then stop it once. Once, not in a loop: a second stop() while the
+    // listener winds down (is_running() still true, the socket already closed) would fail the assertion in
+    // stop() of a cpp-httplib built with assertions on.
+    void stop_listener() {
+        if (!listener.joinable()) return;
+        while (!http.is_running() && !listener_returned) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        http.stop();  // when the listener has returned already: nothing (is_running() is false)
+        listener.join();
     }
 
     // --- handler threads -------------------------------------------------------------------------
@@ -710,10 +726,7 @@ server::server(const model & m, context & ctx, std::optional<chat_template> tmpl
     : impl_(std::make_unique<impl>(m, ctx, std::move(tmpl), p)) {}
 
 server::~server() {
-    if (impl_->listener.joinable()) {
-        impl_->http.stop();
-        impl_->listener.join();
-    }
+    impl_->stop_listener();
 }
 
 int server::bind() {
@@ -727,10 +740,12 @@ int server::bind() {
 
 void server::run(const std::function<bool()> & stop_requested) {
     impl & s = *impl_;
-    s.listener = std::thread([&s] { s.http.listen_after_bind(); });
+    s.listener = std::thread([&s] {
+        s.http.listen_after_bind();
+        s.listener_returned = true;
+    });
     s.engine_loop(stop_requested);
-    s.http.stop();
-    s.listener.join();
+    s.stop_listener();
 }
 
 }  // namespace hill::server
