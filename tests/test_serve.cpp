@@ -3,7 +3,8 @@
 // `generate`, chat through the template, streaming (server-sent events, [DONE]), stop strings, the
 // OpenAI-style errors of a fixed list of bad requests (the server keeps serving), the API key, the
 // queue bound (503), a client that goes away (its KV freed, seen in /metrics), and SIGTERM (the running
-// stream finishes, the cold-pool files are removed). In the sanitizer builds a report on a server's stderr
+// stream finishes, the cold-pool files are removed; /health answers 503 meanwhile), and a stop requested
+// before the listener runs (in-process). In the sanitizer builds a report on a server's stderr
 // fails the test that stopped it.
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -73,7 +74,13 @@ public:
     }
     // Sends sig and waits for the exit (SIGKILL after timeout_s); the exit status, or 128 + signal.
     int stop(int sig, double timeout_s) {
-        ::kill(pid_, sig);
+        signal(sig);
+        return wait(timeout_s);
+    }
+    // Sends sig (a second SIGTERM or SIGINT kills the server at once: wait() after the first).
+    void signal(int sig) const { ::kill(pid_, sig); }
+    // Waits for the exit (SIGKILL after timeout_s); the exit status, or 128 + signal.
+    int wait(double timeout_s) {
         int st = 0;
         const auto t0 = std::chrono::steady_clock::now();
         while (::waitpid(pid_, &st, WNOHANG) != pid_) {
@@ -509,6 +516,47 @@ TEST_F(serve_test, a_full_queue_answers_503_and_sigterm_finishes_the_running_str
     EXPECT_GE(usage.at("completion_tokens"), 1) << usage;
     EXPECT_FALSE(json::parse(ev[ev.size() - 3]).at("choices")[0].at("finish_reason").is_null());
     EXPECT_TRUE(std::filesystem::is_empty(kv)) << "the cold-pool files are removed";
+    EXPECT_NE(s.err().find("stopping; 1 request to finish"), std::string::npos) << s.err();
+}
+
+TEST_F(serve_test, health_answers_503_while_the_server_drains) {
+    // One sequence prefilling a ~770-token prompt one token per step: the request still runs for 0.2 to 1.5 s
+    // after SIGTERM (release build, idle or loaded 2-core machine), while the server drains.
+    serve_process s("-m " + model("chatml") + " -c 4096 --parallel 1 --prefill-chunk 1", dir->file("drain.err"));
+    ASSERT_GT(s.port(), 0) << s.err();
+    auto c = s.client();
+    const auto up = c.Get("/health");
+    ASSERT_TRUE(up);
+    EXPECT_EQ(up->status, 200);
+    EXPECT_EQ(up->body, R"({"status":"ok"})");
+    std::string prompt;
+    for (int i = 0; i < 40; ++i) prompt += "line " + std::to_string(i) + " of a long letter. ";
+    int running_status = 0;
+    std::thread running([&] {
+        const auto r =
+            s.client().Post("/v1/completions", json{{"prompt", prompt}, {"max_tokens", 2}, {"temperature", 0}}.dump(),
+                            "application/json");
+        if (r) running_status = r->status;
+    });
+    for (int i = 0; i < 1000 && metric(c.Get("/metrics")->body, "hillinfer_requests_running") != 1; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    s.signal(SIGTERM);
+    auto h = c.Get("/health");
+    for (int i = 0; i < 2000 && h && h->status == 200; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        h = c.Get("/health");
+    }
+    ASSERT_TRUE(h) << "the server answers /health while it drains: " << s.err();
+    EXPECT_EQ(h->status, 503) << h->body;
+    EXPECT_EQ(h->body, R"({"status":"shutting_down"})");
+    EXPECT_EQ(h->get_header_value("Content-Type"), "application/json");
+    const auto refused = c.Post("/v1/completions", R"({"prompt": "a", "max_tokens": 2})", "application/json");
+    ASSERT_TRUE(refused);
+    EXPECT_EQ(refused->status, 503) << refused->body;
+    EXPECT_NE(refused->body.find("\"code\":\"shutting_down\""), std::string::npos) << refused->body;
+    running.join();
+    EXPECT_EQ(running_status, 200) << "the running request finishes";
+    EXPECT_EQ(s.wait(60.0), 0) << s.err();
     EXPECT_NE(s.err().find("stopping; 1 request to finish"), std::string::npos) << s.err();
 }
 

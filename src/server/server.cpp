@@ -676,8 +676,17 @@ struct server::impl {
             std::lock_guard lk(metrics_mu);
             ++responses[res.status];
         });
-        http.Get("/health", [](const httplib::Request &, httplib::Response & res) {
-            res.set_content(R"({"status":"ok"})", "application/json");
+        // 503 while the server drains after SIGINT/SIGTERM (as the completions then answer): a load balancer
+        // or an orchestrator's readiness probe takes it out of rotation instead of sending it requests that
+        // would be refused.
+        http.Get("/health", [this](const httplib::Request &, httplib::Response & res) {
+            bool up = false;
+            {
+                std::lock_guard lk(mu);
+                up = accepting;
+            }
+            if (!up) res.status = 503;
+            res.set_content(up ? R"({"status":"ok"})" : R"({"status":"shutting_down"})", "application/json");
         });
         http.Get("/v1/models", [this](const httplib::Request &, httplib::Response & res) {
             const json j = {
