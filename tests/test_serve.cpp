@@ -389,6 +389,65 @@ TEST_F(serve_test, bad_requests_get_4xx_json_and_the_server_goes_on) {
     EXPECT_EQ(ok.at("usage").at("completion_tokens"), 3);
 }
 
+TEST_F(serve_test, a_body_is_read_whatever_its_content_type_up_to_the_body_limit) {
+    // A JSON body of `size` bytes (its prompt short, the rest an ignored field).
+    const auto body_of = [](size_t size) {
+        json j = {{"prompt", "Hello"}, {"max_tokens", 2}, {"temperature", 0}, {"user", ""}};
+        j["user"] = std::string(size - j.dump().size(), 'u');
+        return j.dump();
+    };
+    auto c = srv->client();
+    c.set_keep_alive(true);  // a refused body must leave the connection in step for the next request
+    // curl -d sends application/x-www-form-urlencoded, which cpp-httplib caps at 8192 bytes of its own
+    // (it used to answer 413 naming --body-limit).
+    for (const size_t size : {size_t(8000), size_t(8331), size_t(100000)}) {
+        SCOPED_TRACE(size);
+        const auto r = c.Post("/v1/completions", body_of(size), "application/x-www-form-urlencoded");
+        ASSERT_TRUE(r) << httplib::to_string(r.error());
+        EXPECT_EQ(r->status, 200) << r->body;
+    }
+    // Over --body-limit (1M here), whatever the Content-Type and the transfer encoding.
+    const std::string big = body_of(size_t(2) << 20);
+    const auto expect_413 = [](const httplib::Result & r) {
+        ASSERT_TRUE(r) << httplib::to_string(r.error());
+        EXPECT_EQ(r->status, 413) << r->body;
+        EXPECT_EQ(json::parse(r->body).at("error").at("code"), "body_too_large") << r->body;
+        EXPECT_NE(r->body.find("limit of 1048576 bytes (--body-limit)"), std::string::npos) << r->body;
+    };
+    expect_413(c.Post("/v1/completions", big, "application/x-www-form-urlencoded"));
+    // Chunked (no Content-Length, which is all cpp-httplib checks: such a body used to be read whole).
+    const auto chunked = [&](const std::string & body) {
+        return c.Post(
+            "/v1/completions",
+            [&body](size_t offset, httplib::DataSink & sink) {
+                const size_t n = std::min<size_t>(64 << 10, body.size() - offset);
+                if (n > 0) return sink.write(body.data() + offset, n);
+                sink.done();
+                return true;
+            },
+            "application/json");
+    };
+    expect_413(chunked(big));
+    const auto small = chunked(body_of(20000));
+    ASSERT_TRUE(small);
+    EXPECT_EQ(small->status, 200) << small->body;
+    // Multipart: not JSON.
+    const auto mp = c.Post("/v1/completions", httplib::MultipartFormDataItems{{"prompt", "Hello", "", ""}});
+    ASSERT_TRUE(mp);
+    EXPECT_EQ(mp->status, 415) << mp->body;
+    EXPECT_NE(mp->body.find("Content-Type: application/json"), std::string::npos) << mp->body;
+    // A path that reads no body of its own: cpp-httplib's cap is named as such.
+    const auto other = c.Post("/v1/embeddings", body_of(9000), "application/x-www-form-urlencoded");
+    ASSERT_TRUE(other);
+    EXPECT_EQ(other->status, 413) << other->body;
+    EXPECT_NE(other->body.find("application/x-www-form-urlencoded is limited to 8192 bytes"), std::string::npos)
+        << other->body;
+    EXPECT_EQ(other->body.find("--body-limit"), std::string::npos) << other->body;
+    const auto ok = c.Post("/v1/completions", body_of(500), "application/json");
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->status, 200) << ok->body;
+}
+
 TEST_F(serve_test, a_client_that_goes_away_frees_its_kv) {
     auto c = srv->client();
     const json body = {

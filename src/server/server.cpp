@@ -428,9 +428,49 @@ struct server::impl {
         return p.api_key.empty() || req.get_header_value("Authorization") == "Bearer " + p.api_key;
     }
 
-    // The job of a valid request, or the error to answer.
-    std::variant<std::shared_ptr<job>, api_error> make_job(const httplib::Request & req, api_kind kind) {
-        auto parsed = parse_api_request(req.body, kind);
+    api_error body_too_large() const {
+        return {413,
+                fmt::format("the request body is larger than the limit of {} bytes (--body-limit)", p.body_limit_bytes),
+                "invalid_request_error", "", "body_too_large"};
+    }
+
+    // Reads the body of a completion request into `body`, whatever its Content-Type: the completions read
+    // their bodies through a content reader because cpp-httplib 0.11.4 reads every other body itself and
+    // answers 413 to one sent as application/x-www-form-urlencoded (curl -d's default) of more than
+    // 8192 bytes (CPPHTTPLIB_FORM_URL_ENCODED_PAYLOAD_MAX_LENGTH, compiled into Debian's libcpp-httplib:
+    // defining it here would change nothing). The limit is p.body_limit_bytes, with or without a
+    // Content-Length (cpp-httplib checks only that header; a chunked body it reads whole) and after
+    // Content-Encoding's decompression; beyond it the rest is read and dropped, as cpp-httplib does with a
+    // Content-Length over the limit, so that the connection stays in step. The error to answer, if any.
+    std::optional<api_error> read_body(const httplib::Request & req, const httplib::Response & res,
+                                       const httplib::ContentReader & read, std::string & body) const {
+        if (req.is_multipart_form_data()) {
+            read([](const httplib::MultipartFormData &) { return true; }, [](const char *, size_t) { return true; });
+            if (res.status == 413) return body_too_large();
+            return api_error{415,
+                             "the request body is multipart/form-data; send the request as JSON (Content-Type: "
+                             "application/json)",
+                             "invalid_request_error", "", "unsupported_media_type"};
+        }
+        bool over = false;
+        const bool ok = read([&](const char * data, size_t n) {
+            over = over || n > p.body_limit_bytes - body.size();
+            if (!over) body.append(data, n);
+            return true;
+        });
+        if (over || res.status == 413) return body_too_large();  // 413: a Content-Length over the limit
+        if (!ok) {
+            return api_error{400,
+                             "the request body could not be read (a malformed chunked encoding or compressed body, "
+                             "or the connection closed before its end)",
+                             "invalid_request_error", "", "invalid_body"};
+        }
+        return std::nullopt;
+    }
+
+    // The job of a valid request (its body), or the error to answer.
+    std::variant<std::shared_ptr<job>, api_error> make_job(const std::string & body, api_kind kind) {
+        auto parsed = parse_api_request(body, kind);
         if (auto * e = std::get_if<api_error>(&parsed)) return *e;
         auto j = std::make_shared<job>();
         j->api = std::move(std::get<api_request>(parsed));
@@ -526,8 +566,11 @@ struct server::impl {
                 {"choices", json::array({choice})}};
     }
 
-    void handle(const httplib::Request & req, httplib::Response & res, api_kind kind) {
-        auto made = make_job(req, kind);
+    void handle(const httplib::Request & req, httplib::Response & res, const httplib::ContentReader & read,
+                api_kind kind) {
+        std::string body;
+        if (auto e = read_body(req, res, read, body)) return send_error(res, *e);
+        auto made = make_job(body, kind);
         if (auto * e = std::get_if<api_error>(&made)) return send_error(res, *e);
         std::shared_ptr<job> j = std::get<std::shared_ptr<job>>(made);
         {
@@ -660,11 +703,16 @@ struct server::impl {
         });
         http.set_error_handler([this](const httplib::Request & req, httplib::Response & res) {
             if (!res.body.empty()) return;
-            if (res.status == 413) {
+            if (res.status == 413 && !req.body.empty() &&
+                req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0) {
+                // A path without a content reader (not a completion), whose body cpp-httplib read whole and
+                // then refused: a form-urlencoded one over its own 8192-byte cap (read_body()).
                 send_error(res, {413,
-                                 fmt::format("the request body is larger than the limit of {} bytes (--body-limit)",
-                                             p.body_limit_bytes),
+                                 "a request body sent as application/x-www-form-urlencoded is limited to 8192 bytes "
+                                 "by the HTTP layer; send it with Content-Type: application/json",
                                  "invalid_request_error", "", "body_too_large"});
+            } else if (res.status == 413) {
+                send_error(res, body_too_large());
             } else if (res.status == 404) {
                 send_error(res, {404, fmt::format("no endpoint {} {}", req.method, req.path), "invalid_request_error",
                                  "", "not_found"});
@@ -723,11 +771,14 @@ struct server::impl {
             out += engine_metrics;
             res.set_content(out, "text/plain; version=0.0.4");
         });
-        http.Post("/v1/completions", [this](const httplib::Request & req, httplib::Response & res) {
-            handle(req, res, api_kind::completion);
-        });
+        http.Post("/v1/completions",
+                  [this](const httplib::Request & req, httplib::Response & res, const httplib::ContentReader & read) {
+                      handle(req, res, read, api_kind::completion);
+                  });
         http.Post("/v1/chat/completions",
-                  [this](const httplib::Request & req, httplib::Response & res) { handle(req, res, api_kind::chat); });
+                  [this](const httplib::Request & req, httplib::Response & res, const httplib::ContentReader & read) {
+                      handle(req, res, read, api_kind::chat);
+                  });
     }
 };
 

@@ -16,10 +16,11 @@
 // sequences are saved too.
 //
 // Endpoints: POST /v1/completions, POST /v1/chat/completions (stream: server-sent events ending with
-// "data: [DONE]"), GET /v1/models, GET /health (503 once stopping), GET /metrics (Prometheus text). Errors are
-// OpenAI-style JSON (server/api_request.h): 400 bad request (naming the field), 401 missing or wrong API key, 404
-// unknown model or path, 413 body over the limit, 503 queue full or shutting down (Retry-After), 500
-// a failure of that request's generation (a storage fault; the others go on).
+// "data: [DONE]"), GET /v1/models, GET /health (503 once stopping), GET /metrics (Prometheus text).
+// Errors are OpenAI-style JSON (server/api_request.h): 400 bad request (naming the field), 401 missing or
+// wrong API key, 404 unknown model or path, 413 body over the limit (any Content-Type, chunked too), 415 a
+// multipart body, 503 queue full or shutting down (Retry-After), 500 a failure of that request's
+// generation (a storage fault; the others go on).
 #pragma once
 
 #include <cstdint>
