@@ -578,6 +578,15 @@ TEST_F(serve_test, a_full_queue_answers_503_and_sigterm_finishes_the_running_str
     EXPECT_NE(s.err().find("stopping; 1 request to finish"), std::string::npos) << s.err();
 }
 
+TEST_F(serve_test, sigint_stops_the_server_with_exit_code_0) {
+    // SIGINT or SIGTERM is how a server is stopped: exit 0 after the drain (the other commands exit 130).
+    serve_process s("-m " + model("plain") + " -c 256", dir->file("sigint.err"));
+    ASSERT_GT(s.port(), 0) << s.err();
+    EXPECT_EQ(s.client().Get("/health")->status, 200);
+    EXPECT_EQ(s.stop(SIGINT, 30.0), 0) << s.err();
+    EXPECT_NE(s.err().find("hillinfer serve: stopped"), std::string::npos) << s.err();
+}
+
 TEST_F(serve_test, health_answers_503_while_the_server_drains) {
     // One sequence prefilling a ~770-token prompt one token per step: the request still runs for 0.2 to 1.5 s
     // after SIGTERM (release build, idle or loaded 2-core machine), while the server drains.

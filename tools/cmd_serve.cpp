@@ -71,7 +71,9 @@ int run_serve(const serve_opts & o) {
     std::fflush(stderr);
     srv.run(interrupted);
     fmt::print(stderr, "hillinfer serve: stopped\n{}", run_summary(ctx));
-    return 0;
+    // ok, not exit_code::interrupted (130): SIGTERM or SIGINT is how a server is stopped, and a service
+    // manager takes a non-zero exit for a failure (docs/serve.md, Shutdown).
+    return int(exit_code::ok);
 }
 
 }  // namespace
