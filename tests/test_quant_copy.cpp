@@ -829,7 +829,15 @@ std::pair<double, double> rope_late_score_error(int bits, std::mt19937 & rng) {
 TEST_P(score_copy_w, scores_track_exact_on_rope_keys_late_in_a_long_context) {
     const int bits = GetParam();
     HILL_FRESH_RNG(rng);
-    const auto [told, untold] = rope_late_score_error(bits, rng);
+    // INT2's error is mostly its own rounding, with or without the rotation: one draw in about 50 gave
+    // 0.513 without set_rope against 0.519 with it, so INT2 compares the mean of four draws.
+    const int draws = bits == 2 ? 4 : 1;
+    double told = 0.0, untold = 0.0;
+    for (int i = 0; i < draws; ++i) {
+        const auto [a, b] = rope_late_score_error(bits, rng);
+        told += a / draws;
+        untold += b / draws;
+    }
     RecordProperty("relative_error", fmt::format("{:.4f}", told));
     RecordProperty("relative_error_without_set_rope", fmt::format("{:.4f}", untold));
     EXPECT_LT(told, bits == 2 ? 0.7 : bits == 3 ? 0.45 : 0.3);
