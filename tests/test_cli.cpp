@@ -1019,6 +1019,7 @@ TEST_F(cli, ctrl_c_stops_a_batch_prompt_in_its_prefill) {
     const json j = json::parse(r.out.substr(0, r.out.find('\n')));
     EXPECT_EQ(j.at("stop"), "interrupted") << r.out;
     EXPECT_EQ(j.at("generated_tokens"), 0) << r.out;
+    EXPECT_NE(r.err.find("prompts: 1 (0 prompt tokens prefilled)"), std::string::npos) << r.err;
 }
 
 // demo --json interrupted in its prefill still writes its object (it wrote nothing on stdout).
@@ -1035,6 +1036,9 @@ TEST_F(cli, demo_json_ctrl_c_during_prefill_writes_the_object) {
     EXPECT_TRUE(j.at("answer").is_null()) << r.out;
     EXPECT_TRUE(j.at("correct").is_null()) << r.out;
     EXPECT_GT(j.at("passkey").get<std::string>().size(), 0u) << r.out;
+    // The report of an emptied context: no "0 of 0 tokens per layer hot, beta inf".
+    EXPECT_NE(r.err.find("no tokens in the context"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("beta inf"), std::string::npos) << r.err;
     EXPECT_TRUE(std::filesystem::is_empty(dir->file("kv-demo-json"))) << "cold-pool files left";
 }
 

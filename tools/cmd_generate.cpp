@@ -146,12 +146,14 @@ int run_generate_prompts(const generate_opts & o, const sampler_params & sp, int
         n_error += r.stop == "error" ? 1 : 0;
         n_interrupted += r.stop == "interrupted" ? 1 : 0;
     }
-    fmt::print(stderr, "prompts: {} ({} prompt tokens), parallel {}; prefill {:.1f} tokens/s; decode: {} tokens in {} steps "
-               "(largest batch {}), {:.1f} tokens/s aggregate; wall {:.1f} s | peak RSS {} | threads {}, seed {}{}\n",
-               results.size(), t.prompt_tokens, parallel, t.prefill_s > 0 ? double(t.prompt_tokens) / t.prefill_s : 0.0,
-               t.tokens, t.steps, t.max_batch, t.decode_s > 0 ? double(t.tokens) / t.decode_s : 0.0, wall,
-               format_bytes(peak_rss_bytes()), n_threads, sp.seed,
-               n_error > 0 ? fmt::format(" | {} failed", n_error) : std::string());
+    fmt::print(
+        stderr,
+        "prompts: {} ({} prompt tokens prefilled), parallel {}; prefill {:.1f} tokens/s; decode: {} tokens in {} steps "
+        "(largest batch {}), {:.1f} tokens/s aggregate; wall {:.1f} s | peak RSS {} | threads {}, seed {}{}\n",
+        results.size(), t.prompt_tokens, parallel, t.prefill_s > 0 ? double(t.prompt_tokens) / t.prefill_s : 0.0,
+        t.tokens, t.steps, t.max_batch, t.decode_s > 0 ? double(t.tokens) / t.decode_s : 0.0, wall,
+        format_bytes(peak_rss_bytes()), n_threads, sp.seed,
+        n_error > 0 ? fmt::format(" | {} failed", n_error) : std::string());
     fmt::print(stderr, "{}", run_summary(ctx));
     if (n_interrupted > 0) return int(exit_code::interrupted);
     return n_error > 0 ? int(exit_code::bad_input) : 0;

@@ -324,9 +324,13 @@ std::string planner_summary(const context & ctx) {
                            "layer)\n", ctx.policy().name(), hot_max);
     }
     if (pl == nullptr) {
-        return fmt::format("planner: {} storage: the host scores every token, so the hot pool is a cache of the whole "
-                           "host budget and beta is M0-bound: {} of {} tokens per layer hot, beta {:.3f}\n",
-                           name(ctx.storage().kind()), std::min(hot_max, n), n, beta_of(std::min(hot_max, n), n));
+        const std::string now = n == 0 ? std::string("no tokens in the context (a prefill stopped, or none yet)")
+                                       : fmt::format("{} of {} tokens per layer hot, beta {:.3f}", std::min(hot_max, n),
+                                                     n, beta_of(std::min(hot_max, n), n));
+        return fmt::format(
+            "planner: {} storage: the host scores every token, so the hot pool is a cache of the whole "
+            "host budget and beta is M0-bound: {}\n",
+            name(ctx.storage().kind()), now);
     }
     const path_times pr = pl->predicted(), me = pl->measured();
     const int64_t cap = ctx.cells().hot_capacity();
