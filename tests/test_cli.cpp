@@ -1321,6 +1321,30 @@ TEST_F(cli, bench_step_refuses_an_unwritable_output_before_measuring) {
     }
 }
 
+// An output that fails at the end of a run (gnuplot failing here, a full disk likewise) does not cost the
+// others: bench step still writes its JSON and its trace, then exits 1 naming the one that failed.
+TEST_F(cli, bench_step_writes_every_output_when_one_fails) {
+    test::temp_dir d;
+    std::filesystem::create_directory(d.file("bin"));
+    std::ofstream(d.file("bin/gnuplot")) << "#!/bin/sh\necho 'gnuplot: no fonts here' >&2\nexit 1\n";
+    std::filesystem::permissions(d.file("bin/gnuplot"), std::filesystem::perms::owner_all);
+    const test::cli_result r = test::run_shell(
+        "PATH=" + d.file("bin") + ":\"$PATH\" " + HILL_CLI_PATH +
+        " bench step --ctx 1024 --layers 1 --heads 4 --kv-heads 2 --head-dim 64 --cold 0 --policies full,hillinfer "
+        "--steps 1 --warmup 1 --kv-dir " +
+        d.file("kv") + " --json " + d.file("b.json") + " --plot " + d.file("b.png") + " --trace " + d.file("t.json") +
+        " 2>&1");
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find("hillinfer: error: gnuplot could not draw the plot '" + d.file("b.png") + "'"),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("gnuplot: no fonts here"), std::string::npos) << r.out;
+    const nlohmann::json j = nlohmann::json::parse(test::read_whole_file(d.file("b.json")));
+    EXPECT_EQ(j["results"].size(), 2u);
+    EXPECT_NE(r.out.find("written to " + d.file("t.json")), std::string::npos) << r.out;
+    EXPECT_TRUE(nlohmann::json::parse(test::read_whole_file(d.file("t.json"))).contains("traceEvents"));
+}
+
 // An output named on the command line that is one of the run's inputs was overwritten: make-model's
 // -o over its --text, --trace or --prompt-cache over the model. Refused before anything is written,
 // through a link and ../ too, and the input is left as it was.

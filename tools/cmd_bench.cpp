@@ -1,17 +1,5 @@
 // hillinfer bench: experiments that measure the engine (src/experiments). `bench step` is the
 // decode-step benchmark of experiments/step_bench.h.
-#include "commands.h"
-#include "common.h"
-#include "core/atomic_file.h"
-#include "core/error.h"
-#include "core/log.h"
-#include "core/sys_info.h"
-#include "kv/cold_pool.h"
-#include "experiments/experiments.h"
-#include "experiments/plot.h"
-#include "experiments/step_bench.h"
-#include "format/json_file.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -19,8 +7,22 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <optional>
 #include <thread>
+
+#include "commands.h"
+#include "common.h"
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/sys_info.h"
+#include "experiments/experiments.h"
+#include "experiments/plot.h"
+#include "experiments/step_bench.h"
+#include "format/json_file.h"
+#include "kv/cold_pool.h"
 
 namespace hill::cli {
 
@@ -58,6 +60,25 @@ void check_outputs(const std::string & json_path, const std::string & plot_path,
     if (!plot_path.empty()) check_output_file("--plot", plot_path, inputs);
 }
 
+// Runs each writer of a command's outputs in turn, even when one fails (a full disk), so that one
+// failure does not cost the outputs that would still have been written: the first failure is thrown
+// after the last writer; a later one is printed as it happens.
+void write_outputs(std::initializer_list<std::function<void()>> writers) {
+    std::optional<error> failed;
+    for (const std::function<void()> & write : writers) {
+        try {
+            write();
+        } catch (const error & e) {
+            if (failed) {
+                fmt::print(stderr, "hillinfer: error: {}\n", e.what());
+            } else {
+                failed = e;
+            }
+        }
+    }
+    if (failed) throw *failed;
+}
+
 // The options every experiment takes.
 struct experiment_opts {
     std::string json_path, plot_path, kv_dir;
@@ -88,17 +109,20 @@ struct experiment_opts {
     int finish(experiment_report & rep) const {
         rep.json["machine"] = {{"cpu", cpu_model()}, {"logical_cpus", std::thread::hardware_concurrency()},
                                {"threads", threads.resolve()}, {"quick", quick}};
-        if (!json_path.empty()) {
+        const auto write_json = [&] {
+            if (json_path.empty()) return;
             const std::string text = rep.json.dump(2) + "\n";
             atomic_file f(json_path);
             f.write(text.data(), text.size());
             f.commit();
             fmt::print("wrote {}\n", json_path);
-        }
-        if (!plot_path.empty()) {
+        };
+        const auto write_png = [&] {
+            if (plot_path.empty()) return;
             write_plot(rep.plot, plot_stem(json_path, plot_path), plot_path);
             fmt::print("wrote {}\n", plot_path);
-        }
+        };
+        write_outputs({write_json, write_png});
         return 0;
     }
 };
@@ -582,7 +606,8 @@ int run_step(step_opts & o) {
     if (missing_ram)
         fmt::print("(-: `full` with everything in RAM was not run: add 0 to --cold and full to --policies)\n");
     const nlohmann::json sweeps = beta_sweeps(rs);
-    if (!o.json_path.empty()) {
+    const auto write_json = [&] {
+        if (o.json_path.empty()) return;
         nlohmann::json out = {{"layers", wp.n_layer}, {"n_head", wp.n_head}, {"n_head_kv", wp.n_head_kv},
                               {"head_dim", wp.head_dim}, {"alpha", wp.alpha}, {"steps", o.p.n_steps},
                               {"warmup", o.p.n_warmup}, {"threads", n_threads},
@@ -597,9 +622,12 @@ int run_step(step_opts & o) {
         atomic_file f(o.json_path);
         f.write(text.data(), text.size());
         f.commit();
-    }
-    if (!o.plot_path.empty()) write_step_plot(o.plot_path, rs);
-    o.trace.finish("hillinfer bench step");
+    };
+    write_outputs({write_json,
+                   [&] {
+                       if (!o.plot_path.empty()) write_step_plot(o.plot_path, rs);
+                   },
+                   [&] { o.trace.finish("hillinfer bench step"); }});
     return 0;
 }
 
