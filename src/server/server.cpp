@@ -428,6 +428,10 @@ struct server::impl {
         return p.api_key.empty() || req.get_header_value("Authorization") == "Bearer " + p.api_key;
     }
 
+    // What read_body() drops of a body over the limit before it stops reading: the limit, and at least
+    // 16 MiB (a few milliseconds of reading).
+    size_t drain_bytes() const { return std::max(p.body_limit_bytes, size_t(16) << 20); }
+
     api_error body_too_large() const {
         return {413,
                 fmt::format("the request body is larger than the limit of {} bytes (--body-limit)", p.body_limit_bytes),
@@ -441,8 +445,10 @@ struct server::impl {
     // defining it here would change nothing). The limit is p.body_limit_bytes, with or without a
     // Content-Length (cpp-httplib checks only that header; a chunked body it reads whole) and after
     // Content-Encoding's decompression; beyond it the rest is read and dropped, as cpp-httplib does with a
-    // Content-Length over the limit, so that the connection stays in step. The error to answer, if any.
-    std::optional<api_error> read_body(const httplib::Request & req, const httplib::Response & res,
+    // Content-Length over the limit, so that the connection stays in step — up to drain_bytes() more:
+    // then reading stops and the connection is closed after the answer, so that a body that never ends
+    // does not hold the handler thread. The error to answer, if any.
+    std::optional<api_error> read_body(const httplib::Request & req, httplib::Response & res,
                                        const httplib::ContentReader & read, std::string & body) const {
         if (req.is_multipart_form_data()) {
             read([](const httplib::MultipartFormData &) { return true; }, [](const char *, size_t) { return true; });
@@ -453,11 +459,17 @@ struct server::impl {
                              "invalid_request_error", "", "unsupported_media_type"};
         }
         bool over = false;
+        size_t dropped = 0;
         const bool ok = read([&](const char * data, size_t n) {
             over = over || n > p.body_limit_bytes - body.size();
-            if (!over) body.append(data, n);
-            return true;
+            if (!over) {
+                body.append(data, n);
+                return true;
+            }
+            dropped += n;
+            return dropped <= drain_bytes();
         });
+        if (over && !ok) res.set_header("Connection", "close");
         if (over || res.status == 413) return body_too_large();  // 413: a Content-Length over the limit
         if (!ok) {
             return api_error{400,
