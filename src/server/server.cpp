@@ -447,7 +447,8 @@ struct server::impl {
     // Content-Encoding's decompression; beyond it the rest is read and dropped, as cpp-httplib does with a
     // Content-Length over the limit, so that the connection stays in step — up to drain_bytes() more:
     // then reading stops and the connection is closed after the answer, so that a body that never ends
-    // does not hold the handler thread. The error to answer, if any.
+    // does not hold the handler thread (a Content-Length beyond that is refused unread: routes()). The
+    // error to answer, if any.
     std::optional<api_error> read_body(const httplib::Request & req, httplib::Response & res,
                                        const httplib::ContentReader & read, std::string & body) const {
         if (req.is_multipart_form_data()) {
@@ -709,6 +710,17 @@ struct server::impl {
             if (req.path.rfind("/v1/", 0) == 0 && !authorized(req)) {
                 send_error(res, {401, "missing or wrong API key: send the header 'Authorization: Bearer KEY'",
                                  "invalid_request_error", "", "invalid_api_key"});
+                return httplib::Server::HandlerResponse::Handled;
+            }
+            // A declared body larger than the limit and what read_body() drains past it: refused before any
+            // of it is read, and the connection closed (cpp-httplib would read and drop all of it first).
+            const std::string length = req.get_header_value("Content-Length");
+            uint64_t n = 0;
+            const auto [end, ec] = std::from_chars(length.data(), length.data() + length.size(), n);
+            if (!length.empty() && ec == std::errc() && end == length.data() + length.size() &&
+                n > uint64_t(p.body_limit_bytes) + uint64_t(drain_bytes())) {
+                send_error(res, body_too_large());
+                res.set_header("Connection", "close");
                 return httplib::Server::HandlerResponse::Handled;
             }
             return httplib::Server::HandlerResponse::Unhandled;
