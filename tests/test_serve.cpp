@@ -6,9 +6,13 @@
 // stream finishes, the cold-pool files are removed; /health answers 503 meanwhile), and a stop requested
 // before the listener runs (in-process). In the sanitizer builds a report on a server's stderr
 // fails the test that stopped it.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -491,6 +495,72 @@ TEST_F(serve_test, a_body_too_large_to_drain_is_cut_off) {
     std::signal(SIGPIPE, old_pipe);
     ASSERT_TRUE(ok) << httplib::to_string(ok.error());
     EXPECT_EQ(ok->status, 200) << ok->body;
+}
+
+// One raw HTTP exchange with the server on 127.0.0.1:port (for requests cpp-httplib's client will not
+// send): writes `request`, reads one response (its headers and Content-Length bytes of body; or until the
+// server closes, or 5 s pass). Returns what was read, and sets `seconds` to how long the answer took.
+std::string raw_exchange(int port, const std::string & request, double & seconds) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return "";
+    timeval tv{5, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(uint16_t(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    std::string out;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (::connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a)) == 0 &&
+        ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == ssize_t(request.size())) {
+        char buf[4096];
+        for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;) {
+            out.append(buf, size_t(n));
+            const size_t head = out.find("\r\n\r\n"), cl = out.find("Content-Length: ");
+            if (head != std::string::npos && cl != std::string::npos && cl < head &&
+                out.size() >= head + 4 + std::stoul(out.substr(cl + 16))) {
+                break;
+            }
+        }
+    }
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ::close(fd);
+    return out;
+}
+
+// A body's framing is checked before any of it is read (RFC 9112 §6): a Content-Length that is not one
+// decimal number ("-5" and an overflowing one used to be read by cpp-httplib as a huge length, its bytes
+// dropped for as long as they came), differing ones, one beside Transfer-Encoding, and a POST with
+// neither (cpp-httplib used to wait for the connection to close) are answered 400 at once, naming what
+// is wrong, and the connection is closed.
+TEST_F(serve_test, a_malformed_body_length_is_refused_before_the_body_is_read) {
+    const std::string body = R"({"prompt": "Hello", "max_tokens": 2, "temperature": 0})";
+    const auto post = [&](const std::string & headers) {
+        return "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n" + headers +
+               "\r\n" + body;
+    };
+    const std::string n = std::to_string(body.size());
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {"Content-Length: -5\r\n", "the Content-Length header '-5' is not a number of bytes"},
+        {"Content-Length: 99999999999999999999999\r\n", "'99999999999999999999999' is not a number of bytes"},
+        {"Content-Length: 12abc\r\n", "'12abc' is not a number of bytes"},
+        {"Content-Length: " + n + "\r\nContent-Length: 5\r\n", "Content-Length headers that differ"},
+        {"Content-Length: " + n + "\r\nTransfer-Encoding: chunked\r\n", "both Content-Length and Transfer-Encoding"},
+        {"", "neither Content-Length nor Transfer-Encoding"},
+    };
+    for (const auto & [headers, want] : cases) {
+        SCOPED_TRACE(headers);
+        double seconds = 0;
+        const std::string r = raw_exchange(srv->port(), post(headers), seconds);
+        EXPECT_EQ(r.rfind("HTTP/1.1 400", 0), 0u) << r;
+        EXPECT_NE(r.find(want), std::string::npos) << r;
+        EXPECT_NE(r.find("Connection: close"), std::string::npos) << r;
+        EXPECT_LT(seconds, 2.0) << "answered only when the read timed out";
+    }
+    double seconds = 0;
+    const std::string ok =
+        raw_exchange(srv->port(), post("Content-Length: " + n + "\r\nConnection: close\r\n"), seconds);
+    EXPECT_EQ(ok.rfind("HTTP/1.1 200", 0), 0u) << ok;
 }
 
 TEST_F(serve_test, a_client_that_goes_away_frees_its_kv) {

@@ -95,7 +95,8 @@ command_fn add_serve(CLI::App & app) {
     sub->add_option("--queue", o->srv.queue, "requests waiting for a sequence at most; more get 503")
         ->capture_default_str();
     sub->add_option("--api-key", o->srv.api_key, "require 'Authorization: Bearer KEY' on /v1/*");
-    sub->add_option("--body-limit", o->body_limit, "largest request body, bytes with K/M/G suffix (larger: 413)")
+    sub->add_option("--body-limit", o->body_limit,
+                    "largest request body, bytes with a K, M, G or T suffix (larger: 413)")
         ->capture_default_str();
     sub->add_option("--prefill-chunk", o->srv.prefill_chunk,
                     "prompt tokens prefilled per step between the running "
@@ -107,8 +108,9 @@ command_fn add_serve(CLI::App & app) {
     sub->add_option("--cache-dir", o->srv.cache_dir,
                     "on-disk prompt cache: the KV of finished conversations, content-addressed by their tokens, "
                     "reused by a prompt with the same prefix (created if missing)");
-    sub->add_option("--cache-dir-limit", o->cache_dir_limit,
-                    "size limit of --cache-dir, bytes with K/M/G suffix, least recently used evicted (0: none)")
+    sub->add_option(
+           "--cache-dir-limit", o->cache_dir_limit,
+           "size limit of --cache-dir, bytes with a K, M, G or T suffix, least recently used evicted (0: none)")
         ->capture_default_str();
     sub->add_option("-n,--n-predict", o->srv.default_max_tokens,
                     "completions: tokens generated when a request gives "

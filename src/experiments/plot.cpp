@@ -1,6 +1,7 @@
 #include "experiments/plot.h"
 
 #include <fmt/format.h>
+#include <sys/wait.h>
 
 #include <cmath>
 #include <cstdio>
@@ -101,7 +102,8 @@ void write_plot(const plot_spec & spec, const std::string & stem, const std::str
     const int rc = pclose(p);
     std::error_code ec;
     if (rc != 0 || !std::filesystem::exists(png_path, ec) || std::filesystem::file_size(png_path, ec) == 0) {
-        fail_input("gnuplot could not draw the plot '{}' from '{}' (exit status {}): {}", png_path, gp, rc, out);
+        fail_input("gnuplot could not draw the plot '{}' from '{}' (exit status {}): {}", png_path, gp,
+                   WIFEXITED(rc) ? WEXITSTATUS(rc) : rc, out);
     }
 }
 

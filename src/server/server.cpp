@@ -712,16 +712,40 @@ struct server::impl {
                                  "invalid_request_error", "", "invalid_api_key"});
                 return httplib::Server::HandlerResponse::Handled;
             }
-            // A declared body larger than the limit and what read_body() drains past it: refused before any
-            // of it is read, and the connection closed (cpp-httplib would read and drop all of it first).
-            const std::string length = req.get_header_value("Content-Length");
-            uint64_t n = 0;
-            const auto [end, ec] = std::from_chars(length.data(), length.data() + length.size(), n);
-            if (!length.empty() && ec == std::errc() && end == length.data() + length.size() &&
-                n > uint64_t(p.body_limit_bytes) + uint64_t(drain_bytes())) {
-                send_error(res, body_too_large());
+            // The body's framing, checked before any of it is read (RFC 9112 §6): a Content-Length that is
+            // not one decimal number (cpp-httplib would read "-5" or "99…9" as a huge length and drop that
+            // many bytes), conflicting ones, or one beside Transfer-Encoding is a 400; a declared body larger
+            // than the limit and what read_body() drains past it, a 413. Either way the connection is closed
+            // after the answer (its bytes are not a next request). A POST with neither header has no body
+            // (cpp-httplib would wait for the connection to close): the empty body's 400, at once.
+            const auto refuse = [&res](const api_error & e) {
+                send_error(res, e);
                 res.set_header("Connection", "close");
                 return httplib::Server::HandlerResponse::Handled;
+            };
+            const std::string length = req.get_header_value("Content-Length");
+            const size_t n_lengths = req.get_header_value_count("Content-Length");
+            if (n_lengths > 0) {
+                uint64_t n = 0;
+                const auto [end, ec] = std::from_chars(length.data(), length.data() + length.size(), n);
+                bool same = true;
+                for (size_t i = 1; i < n_lengths; ++i)
+                    same = same && req.get_header_value("Content-Length", i) == length;
+                if (length.empty() || ec != std::errc() || end != length.data() + length.size() || !same ||
+                    req.has_header("Transfer-Encoding")) {
+                    return refuse({400,
+                                   !same ? "the request has Content-Length headers that differ"
+                                   : req.has_header("Transfer-Encoding")
+                                       ? "the request has both Content-Length and Transfer-Encoding: send one of them"
+                                       : fmt::format("the Content-Length header '{}' is not a number of bytes", length),
+                                   "invalid_request_error", "", "invalid_body"});
+                }
+                if (n > uint64_t(p.body_limit_bytes) + uint64_t(drain_bytes())) return refuse(body_too_large());
+            } else if (req.method == "POST" && !req.has_header("Transfer-Encoding")) {
+                return refuse(
+                    {400,
+                     "the request has no body (neither Content-Length nor Transfer-Encoding); expected a JSON object",
+                     "invalid_request_error", "", "invalid_body"});
             }
             return httplib::Server::HandlerResponse::Unhandled;
         });
