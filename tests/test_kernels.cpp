@@ -1345,6 +1345,53 @@ TEST(attention, prefill_equals_decode_per_token) {
     }
 }
 
+// A prompt's own keys passed in parts split at multiples of attention_key_split (as a prefill segment's
+// are, so that a stop lands between parts) give the result of one call bit for bit: with and without a
+// sliding window whose rows start inside a part, the fused and the scalar kernels, f32 and f16.
+TEST(attention, prefill_keys_split_at_the_key_split_equal_one_call) {
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    mode_guard g;
+    thread_pool pool(2);
+    const int64_t n_tok = 2 * attention_key_split + 77, split = attention_key_split;
+    for (const int64_t window : {int64_t(0), int64_t(300)}) {
+        attention_shape s{8, 2, 16, 0.25f};
+        s.window = window;
+        const int64_t qs = int64_t(s.n_head) * s.head_dim;
+        for (kernel_mode m : test::kernel_modes_tested()) {
+            kernel_mode_set(m);
+            for (ggml_type t : {ggml_type::f32, ggml_type::f16}) {
+                const std::string what = std::string(ggml_type_name(t)) +
+                                         (m == kernel_mode::avx2 ? " avx2" : " scalar") + " window " +
+                                         std::to_string(window);
+                const kv_data kv = make_kv(t, n_tok, s.n_head_kv, s.head_dim, 0, rng);
+                const std::vector<float> q = random_floats(rng, sz(n_tok * qs), -3.0f, 3.0f);
+                const auto run = [&](int64_t part) {
+                    std::vector<float> acc(q.size(), 0.0f);
+                    std::vector<softmax_state> st(sz(n_tok * s.n_head));
+                    const size_t eb = t == ggml_type::f16 ? 2 : 4;
+                    for (int64_t j0 = 0; j0 < n_tok; j0 += part) {
+                        kv_view v = kv.view(std::min(part, n_tok - j0));
+                        v.k = static_cast<const uint8_t *>(v.k) + sz(j0 * kv.row_stride) * eb;
+                        v.v = static_cast<const uint8_t *>(v.v) + sz(j0 * kv.row_stride) * eb;
+                        attention_prefill_accumulate(s, q.data(), n_tok, v, nullptr, -j0, acc.data(), st.data(), pool);
+                    }
+                    for (int64_t i = 0; i < n_tok * s.n_head; ++i) {
+                        attention_head_finish(acc.data() + i * s.head_dim, st[sz(i)], s.head_dim,
+                                              acc.data() + i * s.head_dim);
+                    }
+                    return acc;
+                };
+                const std::vector<float> whole = run(n_tok);
+                for (int i = 0; i < 4; ++i) ASSERT_TRUE(std::isfinite(whole[sz(i)])) << what;
+                expect_bitwise_equal(run(split), whole, what + " in parts of " + std::to_string(split));
+                expect_bitwise_equal(run(2 * split), whole, what + " in parts of " + std::to_string(2 * split));
+            }
+        }
+    }
+}
+
 // The GQA decode path (each KV head's K and V read once, block by block, for all its query heads —
 // with the AVX2 group kernel where head_dim % 8 == 0 —, in slices when there are fewer KV heads than
 // threads) equals the per-head path bit for bit: MHA, GQA (groups of 4 and 8) and MQA, head dims of

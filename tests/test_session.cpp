@@ -4,6 +4,9 @@
 // under another policy too (set_policy); and the scoring copy's width where the heads do not pack it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <tuple>
+
 #include "core/error.h"
 #include "engine/context.h"
 #include "engine/session.h"
@@ -146,6 +149,51 @@ TEST_F(session_test, truncate_to_the_prompt_repeats_decode_bit_for_bit) {
         for (size_t i = 0; i < first.size(); ++i) ASSERT_EQ(first[i], hill[i]) << "hillinfer, logit " << i;
         EXPECT_EQ(s.ctx().decode_stats().n_steps, 8u);
         EXPECT_EQ(s.policy().name(), "hillinfer");
+    }
+}
+
+// A prompt's attention runs in parts of keys with progress() between them, so a stop (progress throwing,
+// as on Ctrl-C) lands inside a layer's attention: in one segment, between parts of its own keys (1024,
+// 1024, 552); in a second segment, between parts of the earlier tokens' window (2048 keys) too. The
+// prefill ends there, the session is as before, and the same prompt then gives the logits of a prefill
+// never stopped.
+TEST_F(session_test, a_stop_inside_a_layers_attention_ends_the_prefill) {
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 2600; ++i) prompt.push_back((i * 37 + 5) % 300);
+    thread_pool pool(2);
+    // n_segment; the token-layers done when segment 1 (or 2) starts layer 0, and the calls with that value
+    // before (segment 1's last).
+    for (const auto & [n_segment, at, before] :
+         {std::tuple{8192, int64_t(0), 0}, std::tuple{2048, int64_t(2 * 2048), 1}}) {
+        SCOPED_TRACE("segments of " + std::to_string(n_segment));
+        const context_params p{4096, ggml_type::f16, 256, n_segment};
+        session whole(*m, p, pool);
+        std::vector<int64_t> done;
+        whole.eval(prompt, false, [&](int64_t d, int64_t total) {
+            EXPECT_EQ(total, 2 * 2600);
+            if (!done.empty()) {
+                EXPECT_GE(d, done.back());
+            }
+            done.push_back(d);
+        });
+        // Layer 0 of the segment: after its QKV, twice within its attention, after the attention (without
+        // the parts: twice).
+        EXPECT_EQ(std::count(done.begin(), done.end(), at), before + 4);
+        const std::vector<float> want(whole.logits(), whole.logits() + 300);
+
+        struct stop {};
+        session s(*m, p, pool);
+        int n_at = 0;
+        EXPECT_THROW(s.eval(prompt, false,
+                            [&](int64_t d, int64_t) {
+                                if (d == at && ++n_at == before + 2)
+                                    throw stop{};  // after a part of layer 0's attention
+                            }),
+                     stop);
+        EXPECT_EQ(n_at, before + 2);
+        EXPECT_EQ(s.n_past(), 0);
+        s.eval(prompt);
+        for (int i = 0; i < 300; ++i) ASSERT_EQ(s.logits()[i], want[size_t(i)]) << i;
     }
 }
 

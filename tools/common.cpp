@@ -270,10 +270,12 @@ void prefill_progress::operator()(int64_t done, int64_t total) {
     const int64_t now = time_us();
     if (now - t0_us < 2'000'000 || (now - last_us < 1'000'000 && done < total)) return;
     last_us = now;
-    const double rate = double(done) / (double(now - t0_us) / 1e6);
-    // Layer-major prefill: done/total count (token, layer) pairs.
-    fmt::print(stderr, "prefill: {:.0f}% ({} of {} token-layers), {:.0f} s left\n", 100.0 * double(done) / double(total),
-               done, total, double(total - done) / rate);
+    // Layer-major prefill: done/total count (token, layer) pairs; the time left once some are done.
+    const std::string left =
+        done > 0 ? fmt::format(", {:.0f} s left", double(total - done) * double(now - t0_us) / (double(done) * 1e6))
+                 : std::string();
+    fmt::print(stderr, "prefill: {:.0f}% ({} of {} token-layers){}\n", 100.0 * double(done) / double(total), done,
+               total, left);
 }
 
 void policy_opts::add(CLI::App & app) {

@@ -90,6 +90,7 @@ constexpr int64_t key_block = 512;
 // f16, 64 tokens after 8,192, one thread): prefill 14-23 ns per (token, key, head) against 26-27
 // with blocks of 512 (44-46 before the group kernel).
 constexpr int64_t fused_block = avx2::attn_chunk;
+static_assert(attention_key_split % key_block == 0 && attention_key_split % fused_block == 0);
 
 // Query head h of token row q_tok [n_head, head_dim] against KV tokens [0, n).
 void attend_one(const attention_shape & s, const float * q_tok, const kv_view & kv, int64_t n, int h, float * out_tok) {

@@ -102,6 +102,10 @@ inline constexpr int64_t no_causal_mask = INT64_MAX / 4;
 void attention_prefill_accumulate(const attention_shape & s, const float * q, int64_t n_tok, const kv_view & kv,
                                   const int32_t * rows, int64_t causal_p0, float * acc, softmax_state * st,
                                   thread_pool & pool);
+// A prompt's own keys split at multiples of this ([j0, j1) passed with causal_p0 - j0) give, calls
+// together, the result of one attention_prefill_accumulate over all of them bit for bit: it is a
+// multiple of both of its key blocks.
+inline constexpr int64_t attention_key_split = 512;
 
 // The attention logits of a decode query q f32 [n_head, head_dim] over n = keys.n_kv keys (keys.v is
 // not read): out[h · ld + j] = scale · q_h·k_j (soft-capped when s.softcap > 0), key j row rows[j]

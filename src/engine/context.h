@@ -146,8 +146,9 @@ public:
 
     // Runs `tokens` of sequence seq at positions [n_past(seq), n_past(seq) + n), layer-major. logits:
     // f32 [n, n_vocab] when logits_all, else [n_vocab] for the last token (nullptr: none computed).
-    // progress(done, total) after each layer's QKV and attention and after each chunk of its output
-    // (token-layers done, non-decreasing), so that a progress that throws stops within a stage. Errors: n_past + n >
+    // progress(done, total) after each layer's QKV, between parts of its attention (windows of the earlier
+    // tokens, parts of 1024 keys), after it and after each chunk of its output (token-layers done,
+    // non-decreasing), so that a progress that throws stops within a stage. Errors: n_past + n >
     // n_ctx (usage, naming both), a token id out of range (bad_input), I/O errors; see the file comment.
     void prefill(int seq, std::span<const int32_t> tokens, bool logits_all, float * logits,
                  const std::function<void(int64_t, int64_t)> & progress = {});

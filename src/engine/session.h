@@ -20,7 +20,7 @@ public:
 
     // Runs `tokens` at positions [n_past(), n_past() + n): a prefill when n > 1, a decode step when
     // n == 1. When logits_all, logits() holds f32 [n, n_vocab] (one row per token); otherwise f32
-    // [n_vocab] for the last token. progress(done, total) after each chunk of each layer of a prompt
+    // [n_vocab] for the last token. progress(done, total): as context::prefill calls it
     // (token-layers). Errors: as context::prefill and context::decode (the session stays at its old
     // n_past).
     void eval(std::span<const int32_t> tokens, bool logits_all = false,
