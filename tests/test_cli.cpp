@@ -1346,8 +1346,9 @@ TEST_F(cli, bench_step_writes_every_output_when_one_fails) {
 }
 
 // An output named on the command line that is one of the run's inputs was overwritten: make-model's
-// -o over its --text, --trace or --prompt-cache over the model. Refused before anything is written,
-// through a link and ../ too, and the input is left as it was.
+// -o over its --text, --trace or --prompt-cache over the model, --trace over the prompt cache or over
+// bench's --json. Refused before anything is written, through a link and ../ too, and the input is left
+// as it was.
 TEST_F(cli, an_output_that_is_an_input_is_refused) {
     test::temp_dir d;
     std::filesystem::copy_file(model(), d.file("m.gguf"));
@@ -1385,6 +1386,13 @@ TEST_F(cli, an_output_that_is_an_input_is_refused) {
              {"calibrate --kv-dir " + d.file("kv") + " --profile " + d.file("prof.json") + " --out " +
                   d.file("prof.json"),
               "--out", "prof.json"},
+             // A file not made yet, by its path: the prompt cache (read, then written) and another output.
+             {"generate -m " + m + " -p hi -n 2 --prompt-cache " + d.file("new.cache") + " --trace " +
+                  d.file("new.cache"),
+              "--trace", "new.cache"},
+             {"bench step --layers 1 --ctx 4096 --cold 0 --policies full --steps 1 --kv-dir " + d.file("kv") +
+                  " --json " + d.file("out.json") + " --trace " + d.file("sub/../out.json"),
+              "--trace", "out.json"},
          }) {
         const result r = run(c.cmd);
         EXPECT_EQ(r.code, 2) << c.cmd << "\n" << r.out;
@@ -1394,6 +1402,8 @@ TEST_F(cli, an_output_that_is_an_input_is_refused) {
         EXPECT_EQ(bytes_of(d.file("m.gguf")), model_bytes) << c.cmd;
         EXPECT_EQ(bytes_of(d.file("story.txt")), story_bytes) << c.cmd;
         EXPECT_EQ(bytes_of(d.file("prof.json")), "{\"link_gbps\": 3.5}\n") << c.cmd;
+        EXPECT_FALSE(std::filesystem::exists(d.file("new.cache"))) << c.cmd;
+        EXPECT_FALSE(std::filesystem::exists(d.file("out.json"))) << c.cmd;
     }
     // Another name in the same folder is written as before.
     EXPECT_EQ(run("make-model bigram --text " + d.file("story.txt") + " -o " + d.file("story.gguf")).code, 0);

@@ -589,7 +589,10 @@ TEST(convert, refuses_broken_checkpoints_and_its_own_files_as_output) {
     }
     EXPECT_FALSE(std::filesystem::exists(dir.file("x.gguf")));
     write_llama_checkpoint(dir, "llama");
-    for (const char * own : {"config.json", "model.safetensors"}) {
+    // The files of the other tokenizer formats too (a GPT-2 folder's encoder.json + vocab.bpe were written over).
+    for (const char * f : {"vocab.json", "merges.txt", "encoder.json", "vocab.bpe"}) write_text(dir.file(f), f);
+    for (const char * own :
+         {"config.json", "model.safetensors", "vocab.json", "merges.txt", "encoder.json", "vocab.bpe"}) {
         try {
             convert_hf_to_gguf(dir.path.string(), dir.file(own), {});
             ADD_FAILURE() << own;
@@ -597,6 +600,11 @@ TEST(convert, refuses_broken_checkpoints_and_its_own_files_as_output) {
             EXPECT_EQ(e.code(), exit_code::usage) << e.what();
             EXPECT_NE(std::string(e.what()).find("own file"), std::string::npos) << e.what();
         }
+    }
+    for (const char * f : {"vocab.json", "merges.txt", "encoder.json", "vocab.bpe"}) {
+        std::ifstream in(dir.file(f));
+        EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), f) << "written over";
+        std::filesystem::remove(dir.file(f));
     }
     EXPECT_NO_THROW(model::load(dir.path.string()));  // untouched
 }

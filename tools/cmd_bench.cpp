@@ -57,7 +57,9 @@ void check_outputs(const std::string & json_path, const std::string & plot_path,
                    const std::vector<std::string> & inputs) {
     if (!plot_path.empty()) require_gnuplot();
     if (!json_path.empty()) check_output_file("--json", json_path, inputs);
-    if (!plot_path.empty()) check_output_file("--plot", plot_path, inputs);
+    std::vector<std::string> before = inputs;  // two outputs may not be one file either
+    before.push_back(json_path);
+    if (!plot_path.empty()) check_output_file("--plot", plot_path, before);
 }
 
 // Runs each writer of a command's outputs in turn, even when one fails (a full disk), so that one
@@ -523,7 +525,10 @@ int run_step(step_opts & o) {
             return calibration_for(cache, dir, csd::storage_kind::emulator, prof);
         };
     }
-    o.trace.start(o.p.profiles);
+    std::vector<std::string> trace_inputs = o.p.profiles;
+    trace_inputs.push_back(o.json_path);
+    trace_inputs.push_back(o.plot_path);
+    o.trace.start(trace_inputs);
     thread_pool pool(n_threads);
     const workload_params & wp = o.p.workload;
     fmt::print(stderr, "bench step: calibrating the synthetic workload ...\n");

@@ -173,7 +173,8 @@ int run_generate(const generate_opts & o) {
     if (o.prompt_cache_fallback && o.prompt_cache.empty()) fail_usage("--prompt-cache-fallback needs --prompt-cache FILE");
     if (!o.prompt_cache.empty()) {
         // Fail before the prefill, not after it, when the cache could not be written.
-        check_output_file("--prompt-cache", o.prompt_cache, {o.model.path, o.model.tokenizer, o.prompt.file});
+        check_output_file("--prompt-cache", o.prompt_cache,
+                          {o.model.path, o.model.tokenizer, o.prompt.file, o.kv.csd_profile});
     }
 
     auto m = o.model.load();
@@ -350,7 +351,8 @@ command_fn add_generate(CLI::App & app) {
                                       "prompts, up to 8)");
     o->trace.add(*sub);
     return [o]() {
-        o->trace.start({o->model.path, o->model.tokenizer, o->prompt.file, o->prompts_file, o->kv.csd_profile});
+        o->trace.start(
+            {o->model.path, o->model.tokenizer, o->prompt.file, o->prompts_file, o->kv.csd_profile, o->prompt_cache});
         const int rc = run_generate(*o);
         o->trace.finish("hillinfer generate");
         return rc;

@@ -55,7 +55,8 @@ std::string read_text_file(const std::string & path, const char * what);
 
 // An output file named on the command line (`flag`: "--trace", "-o", ...), checked before any long
 // work: refused when it is one of `inputs` (the same file — device and inode, so links and ../ are
-// seen through; for an input that is a folder, any file directly in it) or cannot be written
+// seen through; for an input that is a folder, any file directly in it; for one not made yet, such as
+// a prompt cache or another output, the same path) or cannot be written
 // (atomic_file's probe: a missing or unwritable directory, a directory as the file; an existing
 // file is kept). Errors: hill::error(usage) "FLAG 'PATH': ...".
 void check_output_file(const char * flag, const std::string & path, const std::vector<std::string> & inputs);

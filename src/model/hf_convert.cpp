@@ -336,8 +336,12 @@ convert_result convert_hf_to_gguf(const std::string & dir, const std::string & o
         namespace fs = std::filesystem;
         std::error_code ec;
         const fs::path target = fs::weakly_canonical(out, ec);
-        std::vector<std::string> inputs = {c.config_path(), c.tokenizer_json_path(), c.tokenizer_config_path(),
-                                           (fs::path(c.dir()) / "model.safetensors.index.json").string()};
+        std::vector<std::string> inputs = {c.config_path(), c.tokenizer_json_path(), c.tokenizer_config_path()};
+        // The index and the files of the tokenizers other than tokenizer.json (write_tokenizer).
+        for (const char * f :
+             {"model.safetensors.index.json", "vocab.json", "merges.txt", "encoder.json", "vocab.bpe"}) {
+            inputs.push_back((fs::path(c.dir()) / f).string());
+        }
         for (const auto & shard : c.shards()) inputs.push_back(shard->path());
         for (const std::string & in : inputs) {
             if (!in.empty() && fs::exists(in, ec) && fs::equivalent(in, target, ec)) {
