@@ -225,6 +225,22 @@ TEST_F(cli, policy_summary_and_diag) {
     for (const char * key : {"attended_cold_share", "attended_open_share", "attended_disk_share", "disk_reread_share"}) {
         EXPECT_EQ(p.at(key), 0.0) << key;
     }
+    // What hillinfer scores: the scoring copy, where the precision flags do not apply (they said fp32 / fp16
+    // while the copy scored), or the stored keys at those precisions.
+    const std::string h =
+        "generate -m " + model() + " -p hi -n 4 --temp 0 --policy hillinfer --query-precision int8 --json";
+    const result c = run(h, " 2>/dev/null");
+    EXPECT_EQ(c.code, 0) << c.out;
+    const json cp = json::parse(c.out).at("policy");
+    EXPECT_EQ(cp.at("scores"), "the INT3 scoring copy / int8 query") << c.out;
+    EXPECT_TRUE(cp.at("score_precision").is_null()) << c.out;
+    EXPECT_TRUE(cp.at("query_precision").is_null()) << c.out;
+    const result o = run(h + " --score-copy off --score-precision int8", " 2>/dev/null");
+    EXPECT_EQ(o.code, 0) << o.out;
+    const json op = json::parse(o.out).at("policy");
+    EXPECT_EQ(op.at("scores"), "int8 keys / int8 query") << o.out;
+    EXPECT_EQ(op.at("score_precision"), "int8") << o.out;
+    EXPECT_EQ(op.at("query_precision"), "int8") << o.out;
 }
 
 TEST_F(cli, perplexity_prints_the_value_and_token_count) {

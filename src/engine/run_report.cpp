@@ -14,18 +14,22 @@ namespace {
 
 double ratio(double a, double b) { return b > 0.0 ? a / b : 0.0; }
 
-// The policy and what it scores: the stored keys at --score-precision / --query-precision, or the
-// scoring copy (always against an INT8 query).
+// What a scoring policy scores: the stored keys at --score-precision / --query-precision, or the
+// scoring copy (always against an INT8 query; the precision flags do not apply).
+std::string scored_keys(const context & ctx) {
+    const score_params & sp = ctx.policy().params().score;
+    const scoring_copy * copy = ctx.scoring_copy();
+    return copy != nullptr ? copy->describe() : fmt::format("{} keys / {} query", name(sp.key), name(sp.query));
+}
+
+// The policy and what it scores.
 std::string describe(const context & ctx) {
     const policy & pol = ctx.policy();
     const policy_params & p = pol.params();
     std::string s = fmt::format("{} (", pol.name());
     if (pol.uses_scores()) {
-        const scoring_copy * copy = ctx.scoring_copy();
-        const std::string keys = copy != nullptr ? copy->describe()
-                                                 : fmt::format("{} keys / {} query", name(p.score.key), name(p.score.query));
-        s += fmt::format("alpha {}, sinks {}, window {}, scores {}, {} of heads, per {}, ", p.alpha, p.n_sinks, p.n_window,
-                         keys, name(p.score.aggregate), name(p.score.granularity));
+        s += fmt::format("alpha {}, sinks {}, window {}, scores {}, {} of heads, per {}, ", p.alpha, p.n_sinks,
+                         p.n_window, scored_keys(ctx), name(p.score.aggregate), name(p.score.granularity));
     } else if (pol.name() != "full") {
         s += fmt::format("sinks {}, window {}, ", p.n_sinks, p.n_window);
     }
@@ -126,8 +130,11 @@ nlohmann::json policy_json(const context & ctx) {
     }
     if (pol.uses_scores()) {
         j["alpha"] = p.alpha;
-        j["score_precision"] = name(p.score.key);
-        j["query_precision"] = name(p.score.query);
+        j["scores"] = scored_keys(ctx);
+        // The precision flags' values where they apply (the stored keys are scored), else null.
+        const bool stored = ctx.scoring_copy() == nullptr;
+        j["score_precision"] = stored ? nlohmann::json(name(p.score.key)) : nlohmann::json();
+        j["query_precision"] = stored ? nlohmann::json(name(p.score.query)) : nlohmann::json();
         j["aggregate"] = name(p.score.aggregate);
         j["select"] = name(p.score.granularity);
         j["score_s"] = double(st.t_score_host_us) / 1e6;
