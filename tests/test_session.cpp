@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "core/sys_info.h"
 #include "engine/context.h"
 #include "engine/session.h"
 #include "model/synthetic_model.h"
@@ -194,6 +195,28 @@ TEST_F(session_test, a_stop_inside_a_layers_attention_ends_the_prefill) {
         EXPECT_EQ(s.n_past(), 0);
         s.eval(prompt);
         for (int i = 0; i < 300; ++i) ASSERT_EQ(s.logits()[i], want[size_t(i)]) << i;
+    }
+}
+
+// The KV cells and the scoring copy are made for the whole capacity at once: a capacity whose metadata
+// exceeds the memory available (64 sequences of 2^31 - 1 tokens: 2.7 TB of cells) is a usage error naming
+// the bytes, not an out-of-memory failure or the OOM killer part way.
+TEST_F(session_test, a_capacity_whose_metadata_exceeds_the_memory_available_is_refused) {
+    ASSERT_GT(available_memory_bytes(), 0u) << "/proc/meminfo has no MemAvailable";
+    thread_pool pool(1);
+    context_params p{INT32_MAX, ggml_type::f16};
+    p.n_seq = 64;
+    try {
+        context ctx(*m, p, pool);
+        FAIL() << "made";
+    } catch (const error & e) {
+        EXPECT_EQ(e.code(), exit_code::usage) << e.what();
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("a context of 2147483647 tokens for each of 64 sequences needs "), std::string::npos) << msg;
+        EXPECT_NE(msg.find(" of memory for its KV metadata (10 bytes per token and layer for the KV cells"),
+                  std::string::npos)
+            << msg;
+        EXPECT_NE(msg.find(" is available: lower the context size"), std::string::npos) << msg;
     }
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 
 namespace hill {
@@ -12,6 +13,15 @@ uint64_t peak_rss_bytes() {
     std::string line;
     while (std::getline(in, line)) {
         if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+    }
+    return 0;
+}
+
+uint64_t available_memory_bytes() {
+    std::ifstream in("/proc/meminfo");
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.rfind("MemAvailable:", 0) == 0) return std::strtoull(line.c_str() + 13, nullptr, 10) * 1024;
     }
     return 0;
 }

@@ -9,6 +9,10 @@ namespace hill {
 // Peak resident set size of this process so far (VmHWM), in bytes; 0 if unknown.
 uint64_t peak_rss_bytes();
 
+// Memory the kernel could give this process without swapping (MemAvailable of /proc/meminfo), in
+// bytes; 0 if unknown.
+uint64_t available_memory_bytes();
+
 // "3.2 GiB"-style rendering of a byte count (binary units).
 std::string format_bytes(uint64_t n);
 

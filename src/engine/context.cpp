@@ -45,6 +45,19 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
     policy_ = make_policy(p.policy, hp.n_head_kv);
     const uint64_t copy_bytes = scoring_copy_bytes(m, p);
     const bool with_copy = copy_bytes > 0;
+    // The cells and the scoring copy are made for the whole capacity at once: a capacity whose metadata
+    // does not fit in the memory available is refused here, not left to the OOM killer part way.
+    const uint64_t meta_bytes =
+        uint64_t(p.n_seq) * uint64_t(hp.n_layer) * uint64_t(p.n_ctx) * kv_cells::cell_bytes + copy_bytes;
+    if (const uint64_t avail = available_memory_bytes(); avail > 0 && meta_bytes > avail) {
+        fail_usage(
+            "a context of {} tokens{} needs {} of memory for its KV metadata ({} bytes per token and layer for the "
+            "KV cells{}) but {} is available: lower the context size",
+            p.n_ctx, p.n_seq > 1 ? fmt::format(" for each of {} sequences", p.n_seq) : std::string(),
+            format_bytes(meta_bytes), kv_cells::cell_bytes,
+            with_copy ? fmt::format(", {} for the scoring copy of the keys", format_bytes(copy_bytes)) : "",
+            format_bytes(avail));
+    }
     // With a scoring copy over a plain SSD nothing scans the cold keys: a gathered token is one read of
     // its K and V together (token records, kv/kv_layout.h); otherwise the keys are scanned apart from the
     // values (the emulator scores them where they live).

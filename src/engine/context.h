@@ -114,7 +114,9 @@ struct kv_io_stats {
 
 class context {
 public:
-    // Errors: n_ctx <= 0, n_seq < 1, kv_type not f16/f32 (exit_code::usage); a budget that cannot hold
+    // Errors: n_ctx <= 0, n_seq < 1, kv_type not f16/f32 (exit_code::usage); KV metadata for the capacity
+    // (the cells, kv_cells::cell_bytes per token and layer, and the scoring copy) beyond the memory
+    // available (usage, with the bytes); a budget that cannot hold
     // the sinks, the window and one token per sequence and layer, or that needs a cold pool and no
     // kv_dir (usage, with the bytes); cold pool errors (kv_dir, free space); storage device and policy
     // errors (csd::make_device, csd::check_scoring, make_policy).

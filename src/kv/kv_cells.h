@@ -49,6 +49,8 @@ class kv_cells {
 public:
     static constexpr uint32_t no_slot = UINT32_MAX;
     static constexpr uint32_t never_moved = UINT32_MAX;
+    // Bytes of a cell (sequence, layer, token): its hot slot, hit count and last move.
+    static constexpr uint64_t cell_bytes = sizeof(uint32_t) + sizeof(uint16_t) + sizeof(uint32_t);
     static constexpr uint16_t hit_increment = 8191;
 
     explicit kv_cells(const kv_cells_params & p);
