@@ -166,6 +166,8 @@ TEST_F(cli, usage_errors_name_the_flag_and_the_value) {
              // A size below one byte used to become 0.
              {g + "--kv-host-budget 0.5", {"--kv-host-budget", "at least 1 byte", "'0.5'"}},
              {g + "--kv-host-budget 0.0001K", {"--kv-host-budget", "at least 1 byte", "'0.0001K'"}},
+             // Too large is not "not positive".
+             {g + "--kv-host-budget 99999999T", {"--kv-host-budget", "at most 1e18 bytes", "'99999999T'"}},
              // Seeds: 64-bit, refused beyond, never clamped (99...9 became 2^63 - 1) or wrapped (-1 became 2^64 - 1).
              {g + "--seed 18446744073709551616", {"--seed", range, "'18446744073709551616'", "out of range"}},
              {g + "--seed 99999999999999999999", {"--seed", range, "'99999999999999999999'"}},
@@ -258,6 +260,7 @@ TEST_F(cli, perplexity_prints_the_value_and_token_count) {
     const result c1 = run("perplexity -m " + model() + " -f " + dir->file("text.txt") + " -c 1");
     EXPECT_EQ(c1.code, 2) << c1.out;
     EXPECT_NE(c1.out.find("at least 2 tokens"), std::string::npos) << c1.out;
+    EXPECT_EQ(c1.out.find("windows of"), std::string::npos) << "no windows announced first\n" << c1.out;
     // A window longer than the text is a usage error.
     const result w = run("perplexity -m " + model() + " -p 'too short' -c 64");
     EXPECT_EQ(w.code, 2) << w.out;

@@ -172,6 +172,21 @@ TEST(llama2c, header_with_bad_fields_is_refused) {
     }
     std::ofstream(dir.file("short.bin"), std::ios::binary) << "abc";
     EXPECT_THROW(model::load(dir.file("short.bin"), dir.file("tok.bin")), error);
+    // A vocab_size too large (or too negative) says what is expected: not "a nonzero value".
+    for (const int32_t vocab : {INT32_MAX, -INT32_MAX, 0}) {
+        const std::array<int32_t, 7> h{48, 72, 2, 6, 2, vocab, 32};
+        std::ofstream(dir.file("v.bin"), std::ios::binary).write(reinterpret_cast<const char *>(h.data()), 28);
+        try {
+            model::load(dir.file("v.bin"), dir.file("tok.bin"));
+            ADD_FAILURE() << vocab;
+        } catch (const error & e) {
+            EXPECT_NE(
+                std::string(e.what()).find("vocab_size is " + std::to_string(vocab) +
+                                           ", expected 1..16777216 in magnitude (negative: a separate classifier)"),
+                std::string::npos)
+                << e.what();
+        }
+    }
 }
 
 }  // namespace

@@ -43,8 +43,10 @@ int run_perplexity(const perplexity_opts & o) {
     const std::vector<int32_t> ids = tok.encode(text, false);
     thread_pool pool(n_threads);
     session s(*m, o.kv.context(n_ctx, pol), pool);
-    const int64_t per_window = std::max<int64_t>(n_ctx - 1, 1);
-    const int64_t n_windows = std::min<int64_t>(int64_t(ids.size()) / per_window, o.n_chunks > 0 ? o.n_chunks : INT64_MAX);
+    const int64_t per_window = n_ctx - 1;  // below 1: evaluate_perplexity refuses the context
+    const int64_t n_windows =
+        per_window < 1 ? 0
+                       : std::min<int64_t>(int64_t(ids.size()) / per_window, o.n_chunks > 0 ? o.n_chunks : INT64_MAX);
     if (!o.json && n_windows > 0) {
         fmt::print(stderr, "perplexity: {} tokens of text, {} windows of {} tokens (-c {} with BOS)\n", ids.size(),
                    n_windows, per_window, n_ctx);

@@ -29,7 +29,9 @@ std::unique_ptr<model> load_llama2c(const std::string & path, const std::string 
     }
     const bool shared_cls = h[5] > 0;
     const int64_t vocab = h[5] > 0 ? int64_t(h[5]) : -int64_t(h[5]);
-    if (vocab <= 0 || vocab > (1 << 24)) fail_input("'{}': llama2.c vocab_size is {}, expected a nonzero value", path, h[5]);
+    if (vocab <= 0 || vocab > (1 << 24))
+        fail_input("'{}': llama2.c vocab_size is {}, expected 1..{} in magnitude (negative: a separate classifier)",
+                   path, h[5], 1 << 24);
     const int64_t dim = h[0], hidden = h[1], L = h[2], nh = h[3], nkv = h[4], seq = h[6];
     if (dim % nh != 0 || (dim / nh) % 2 != 0) {
         fail_input("'{}': dim {} must be a multiple of n_heads {} with an even head size", path, dim, nh);
