@@ -388,6 +388,12 @@ TEST_F(cli, demo_retrieves_the_passkey_and_says_when_not) {
         const result r = run(a);
         EXPECT_EQ(r.code, 2) << a << "\n" << r.out;
     }
+    // Beyond the built-in passkey model's context: refused before it is made.
+    const result big = run("demo --ctx 2000000 --kv-dir " + dir->file("kv-big"));
+    EXPECT_EQ(big.code, 2) << big.out;
+    EXPECT_NE(big.out.find("--ctx must be at most 1048576 tokens with the built-in passkey model"), std::string::npos)
+        << big.out;
+    EXPECT_EQ(big.out.find("making the passkey model"), std::string::npos) << big.out;
 }
 
 TEST_F(cli, demo_full_reads_more_and_is_slower_over_a_plain_ssd) {

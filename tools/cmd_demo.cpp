@@ -168,6 +168,12 @@ std::string passkey_model_path(int32_t n_ctx) {
 
 int run_demo(const demo_opts & o) {
     if (o.n_ctx < 256) fail_usage("--ctx must be at least 256 tokens, got {}", o.n_ctx);
+    if (o.model.empty() && o.n_ctx > passkey_n_ctx_max) {
+        fail_usage(
+            "--ctx must be at most {} tokens with the built-in passkey model (where its margins hold; "
+            "docs/passkey.md), got {}",
+            passkey_n_ctx_max, o.n_ctx);
+    }
     if (o.depth != -1.0 && !(o.depth >= 0.0 && o.depth <= 1.0)) fail_usage("--depth must be in [0, 1], got {}", o.depth);
     const uint64_t seed = parse_seed(o.seed, "--seed", true).value_or(std::random_device{}());
     const int n_threads = o.threads.resolve();
