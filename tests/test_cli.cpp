@@ -245,6 +245,31 @@ TEST_F(cli, policy_summary_and_diag) {
     EXPECT_EQ(op.at("query_precision"), "int8") << o.out;
 }
 
+// A flag that the run does not use says so (it was ignored silently): scoring flags under a policy that
+// scores nothing, --score-copy with the emulator; where they apply, no warning.
+TEST_F(cli, flags_that_do_not_apply_are_named) {
+    const std::string g = "generate -m " + model() + " -p hi -n 2 --temp 0 ";
+    const result full = run(g + "--policy streaming --alpha 0.3 --aggregate max");
+    EXPECT_EQ(full.code, 0) << full.out;
+    for (const char * flag : {"--alpha", "--aggregate"}) {
+        EXPECT_NE(full.out.find(std::string("warning: ") + flag +
+                                " applies to the policies that score tokens; --policy streaming scores none, so it is "
+                                "not used"),
+                  std::string::npos)
+            << full.out;
+    }
+    const result emu =
+        run(g + "--policy hillinfer --storage emulator --score-copy int2 --kv-dir " + dir->file("kv-emu"));
+    EXPECT_EQ(emu.code, 0) << emu.out;
+    EXPECT_NE(emu.out.find("warning: --score-copy applies to --storage plain; the emulator scores the cold keys where "
+                           "they live, so it is not used"),
+              std::string::npos)
+        << emu.out;
+    const result used = run(g + "--policy hillinfer --alpha 0.3 --aggregate max --score-copy int2");
+    EXPECT_EQ(used.code, 0) << used.out;
+    EXPECT_EQ(used.out.find("warning"), std::string::npos) << used.out;
+}
+
 TEST_F(cli, perplexity_prints_the_value_and_token_count) {
     std::ofstream(dir->file("text.txt")) << "the quick brown fox jumps over the lazy dog. " << std::string(600, 'a');
     const std::string base = "perplexity -m " + model() + " -f " + dir->file("text.txt") + " -c 32 --chunks 3";

@@ -196,12 +196,13 @@ void kv_opts::add(CLI::App & app) {
                    "JSON file")->capture_default_str();
     app.add_option("--score-block", score_block, "tokens per score block the storage device streams back")
         ->capture_default_str();
-    app.add_option("--score-copy", score_copy,
-                   "plain storage: score from an INT4, INT3 or INT2 copy of the keys in DRAM "
-                   "(int4, int3, int2; counted in --kv-host-budget) or from the stored keys, reading the cold ones "
-                   "every step (off)")
-        ->check(CLI::IsMember({"int4", "int3", "int2", "off"}))
-        ->capture_default_str();
+    score_copy_opt =
+        app.add_option("--score-copy", score_copy,
+                       "plain storage: score from an INT4, INT3 or INT2 copy of the keys in DRAM "
+                       "(int4, int3, int2; counted in --kv-host-budget) or from the stored keys, reading the cold ones "
+                       "every step (off)")
+            ->check(CLI::IsMember({"int4", "int3", "int2", "off"}))
+            ->capture_default_str();
     app.add_flag("--no-prefetch", no_prefetch, "plain storage: do not read the previous step's selection ahead while the "
                  "host computes (the pipeline; for comparisons)");
     app.add_option("--device-cache", device_cache, "plain storage: share of the hot slots (in [0, 1)) given to a cache of "
@@ -235,6 +236,11 @@ context_params kv_opts::context(int32_t n_ctx, const policy_params & p, int32_t 
     sp.storage.block_tokens = score_block;
     sp.storage.prefetch = !no_prefetch;
     sp.score_copy_bits = parse_score_copy(score_copy);
+    if (score_copy_opt->count() > 0 && sp.storage.kind == csd::storage_kind::emulator) {
+        log_warn(
+            "--score-copy applies to --storage plain; the emulator scores the cold keys where they live, so it is "
+            "not used");
+    }
     sp.device_cache_share = device_cache;
     sp.storage.stop_requested = interrupted;  // Ctrl-C abandons a device pass in progress
     if (sp.storage.kind == csd::storage_kind::emulator) {  // the planner balances host and device scoring
@@ -294,21 +300,30 @@ void policy_opts::add(CLI::App & app) {
                    "the same through adaptive chunks; h2o: those and the heavy hitters by accumulated attention; infinigen: those and "
                    "the top alpha by a key sketch, speculated one layer ahead and prefetched)")
         ->capture_default_str();
-    app.add_option("--alpha", p.alpha, "scoring policies: share of the cached tokens attended besides sinks and window, "
-                   "in (0, 1]")->capture_default_str();
+    scoring_opts.push_back(app.add_option("--alpha", p.alpha,
+                                          "scoring policies: share of the cached tokens attended "
+                                          "besides sinks and window, in (0, 1]")
+                               ->capture_default_str());
     app.add_option("--page-size", p.page_size, "quest, leoam: tokens per page of key bounds")->capture_default_str();
     app.add_option("--sinks", p.n_sinks, "first tokens always attended and kept in the hot pool")->capture_default_str();
     app.add_option("--window", p.n_window, "last tokens always attended and kept in the hot pool")->capture_default_str();
-    app.add_option("--score-precision", key_precision, "hillinfer: keys cast to fp16, int8 or int4 for scoring")
-        ->capture_default_str();
+    scoring_opts.push_back(
+        app.add_option("--score-precision", key_precision, "hillinfer: keys cast to fp16, int8 or int4 for scoring")
+            ->capture_default_str());
     query_opt = app.add_option("--query-precision", query_precision, "hillinfer: query in fp32 or int8 for scoring "
                                "(default with --storage emulator: int8, for the policies the device scores for)")
                     ->capture_default_str();
-    app.add_option("--select", select, "hillinfer, quest, leoam, infinigen: one token set per layer, or per kv_head")->capture_default_str();
-    app.add_option("--aggregate", aggregate,
-                   "hillinfer, quest, leoam, infinigen: how the query heads' scores make a token's: sum or max of "
-                   "the raw q.k, or softmax (each head's attention weight, normalized per head, summed)")
-        ->capture_default_str();
+    scoring_opts.push_back(query_opt);
+    scoring_opts.push_back(app.add_option("--select", select,
+                                          "hillinfer, quest, leoam, infinigen: one token set per "
+                                          "layer, or per kv_head")
+                               ->capture_default_str());
+    scoring_opts.push_back(
+        app.add_option("--aggregate", aggregate,
+                       "hillinfer, quest, leoam, infinigen: how the query heads' scores make a token's: "
+                       "sum or max of the raw q.k, or softmax (each head's attention weight, normalized "
+                       "per head, summed)")
+            ->capture_default_str());
     placement_opt = app.add_option("--placement", placement, "hot pool placement: fifo (recent tokens stay hot) or hkm (hit rates "
                    "drive promotions and demotions; prefill importance places the prompt); default: hkm for hillinfer, "
                    "h2o, leoam and infinigen, fifo for the others");
@@ -331,6 +346,13 @@ policy_params policy_opts::resolve(csd::storage_kind storage) const {
     if (placement_opt->count() > 0) r.placement = parse_placement(placement);  // "" too: given, it must name one
     if (migrate_opt->count() > 0) r.migrate_bytes = parse_bytes(migrate_budget, "--migrate-budget");  // "" too
     validate(r, 1);  // the flags alone, before a model is loaded (the KV head count is checked with the model)
+    if (!make_policy(r, 1)->uses_scores()) {
+        for (const CLI::Option * o : scoring_opts) {
+            if (o->count() > 0)
+                log_warn("{} applies to the policies that score tokens; --policy {} scores none, so it is not used",
+                         o->get_name(), r.name);
+        }
+    }
     return r;
 }
 

@@ -75,6 +75,7 @@ struct kv_opts {
     double device_cache = context_params{}.device_cache_share;  // --device-cache: share of the hot slots
     CLI::Option * budget_opt = nullptr;
     CLI::Option * dir_opt = nullptr;
+    CLI::Option * score_copy_opt = nullptr;
     void add(CLI::App & app);
     ggml_type type() const;             // f16 or f32; anything else is a usage error
     uint64_t budget_bytes() const;      // default: a quarter of physical memory
@@ -95,9 +96,11 @@ struct policy_opts {
     CLI::Option * migrate_opt = nullptr;
     CLI::Option * query_opt = nullptr;
     CLI::Option * placement_opt = nullptr;
+    std::vector<CLI::Option *> scoring_opts;  // --alpha, --score-precision, --query-precision, --select, --aggregate
     void add(CLI::App & app);
     // Parses and validates (exit_code::usage on bad values). With the emulator as storage, the query
-    // precision defaults to int8 for a policy the device scores for (its integer kernel needs it).
+    // precision defaults to int8 for a policy the device scores for (its integer kernel needs it). A
+    // scoring flag given to a policy that scores nothing is a warning (it is not used).
     policy_params resolve(csd::storage_kind storage) const;
 };
 
