@@ -168,6 +168,14 @@ TEST_F(cli, usage_errors_name_the_flag_and_the_value) {
              {g + "--kv-host-budget 0.0001K", {"--kv-host-budget", "at least 1 byte", "'0.0001K'"}},
              // Too large is not "not positive".
              {g + "--kv-host-budget 99999999T", {"--kv-host-budget", "at most 1e18 bytes", "'99999999T'"}},
+             // A number flag takes a decimal number and says what it expected (CLI11 said "Could not convert",
+             // read 0x10 as 16 and ' 5' as 5); one that does not fit says so.
+             {"generate -m " + model() + " -p hi -n 12x", {"--n-predict: expected a whole number, got '12x'"}},
+             {"generate -m " + model() + " -p hi -n 0x10", {"--n-predict: expected a whole number, got '0x10'"}},
+             {"generate -m " + model() + " -p hi -n ' 5'", {"--n-predict: expected a whole number, got ' 5'"}},
+             {"generate -m " + model() + " -p hi -n 99999999999", {"--n-predict: '99999999999' is out of range"}},
+             {g + "--temp 0.5x", {"--temp: expected a number, got '0.5x'"}},
+             {g + "--sinks -2x", {"--sinks: expected a whole number, got '-2x'"}},
              // Seeds: 64-bit, refused beyond, never clamped (99...9 became 2^63 - 1) or wrapped (-1 became 2^64 - 1).
              {g + "--seed 18446744073709551616", {"--seed", range, "'18446744073709551616'", "out of range"}},
              {g + "--seed 99999999999999999999", {"--seed", range, "'99999999999999999999'"}},

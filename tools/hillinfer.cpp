@@ -1,6 +1,8 @@
 // hillinfer: the command-line front end. See README.md for every subcommand.
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -25,17 +27,37 @@ int main(int argc, char ** argv) {
         cli::command_fn fn = add(app);
         cmds.emplace_back(app.get_subcommands({})[before], std::move(fn));
     }
-    // CLI11 takes an empty value ('') as 0 for a number: refuse it, as any other value that is not a number.
-    const CLI::Validator not_empty(
-        [](std::string & v) { return v.empty() ? std::string("empty, expected a number") : std::string(); }, "");
-    const std::function<void(CLI::App *)> refuse_empty_numbers = [&](CLI::App * a) {
-        for (CLI::Option * o : a->get_options()) {
-            const std::string t = o->get_type_name();
-            if (t.starts_with("INT") || t.starts_with("UINT") || t.starts_with("FLOAT")) o->check(not_empty);
-        }
-        for (CLI::App * s : a->get_subcommands({})) refuse_empty_numbers(s);
+    // A number flag takes a decimal number, and says so: CLI11 took an empty value ('') as 0, 0x10 as 16 and
+    // ' 5' as 5, and said only "Could not convert" for 12x.
+    const auto number = [](bool whole, bool sign) {
+        return CLI::Validator(
+            [whole, sign](std::string & v) -> std::string {
+                const std::string expected = whole ? (sign ? "a whole number" : "a whole number >= 0") : "a number";
+                if (v.empty()) return "empty, expected " + expected;
+                bool ok = !std::isspace(static_cast<unsigned char>(v[0]));
+                if (whole) {
+                    const size_t d = (v[0] == '+' || (sign && v[0] == '-')) ? 1 : 0;
+                    ok = ok && d < v.size() && v.find_first_not_of("0123456789", d) == std::string::npos;
+                } else {
+                    char * end = nullptr;
+                    (void)std::strtod(v.c_str(), &end);
+                    ok = ok && end == v.c_str() + v.size();
+                }
+                return ok ? std::string() : "expected " + expected + ", got '" + v + "'";
+            },
+            "");
     };
-    refuse_empty_numbers(&app);
+    const std::function<void(CLI::App *)> check_numbers = [&](CLI::App * a) {
+        for (CLI::Option * o : a->get_options()) {
+            if (o->get_items_expected_max() > 1) continue;  // lists (add_list_option) check their items themselves
+            const std::string t = o->get_type_name();
+            if (t.starts_with("INT")) o->check(number(true, true));
+            if (t.starts_with("UINT")) o->check(number(true, false));
+            if (t.starts_with("FLOAT")) o->check(number(false, true));
+        }
+        for (CLI::App * s : a->get_subcommands({})) check_numbers(s);
+    };
+    check_numbers(&app);
     std::string names;
     for (const auto & [sub, fn] : cmds) names += (names.empty() ? "" : ", ") + sub->get_name();
     if (argc > 1 && argv[1][0] != '-' && (", " + names + ", ").find(", " + std::string(argv[1]) + ", ") == std::string::npos) {
@@ -51,6 +73,17 @@ int main(int argc, char ** argv) {
         return app.exit(e);
     } catch (const CLI::CallForVersion & e) {
         return app.exit(e);
+    } catch (const CLI::ConversionError & e) {
+        // A well-formed number (checked above) that does not fit the flag's type: "Could not convert: --n = 9...9".
+        const std::string what = e.what(), head = "Could not convert: ";
+        const size_t eq = what.find(" = ");
+        if (what.starts_with(head) && eq != std::string::npos) {
+            std::fprintf(stderr, "hillinfer: error: %s: '%s' is out of range for this flag\n%s",
+                         what.substr(head.size(), eq - head.size()).c_str(), what.substr(eq + 3).c_str(), usage_hint);
+        } else {
+            std::fprintf(stderr, "hillinfer: error: %s\n%s", e.what(), usage_hint);
+        }
+        return int(exit_code::usage);
     } catch (const CLI::ParseError & e) {
         std::fprintf(stderr, "hillinfer: error: %s\n%s", e.what(), usage_hint);
         return int(exit_code::usage);
