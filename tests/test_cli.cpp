@@ -1463,6 +1463,13 @@ TEST_F(cli, an_output_that_is_an_input_is_refused) {
         EXPECT_FALSE(std::filesystem::exists(d.file("new.cache"))) << c.cmd;
         EXPECT_FALSE(std::filesystem::exists(d.file("out.json"))) << c.cmd;
     }
+    // A file not made yet named relative to the working directory on one side and absolute on the other.
+    const result rel = test::run_shell("cd " + d.path.string() + " && " + HILL_CLI_PATH + " generate -m " + m +
+                                       " -p hi -n 2 --prompt-cache rel.cache --trace " + d.file("rel.cache") + " 2>&1");
+    EXPECT_EQ(rel.code, 2) << rel.out;
+    EXPECT_NE(rel.out.find("--trace '" + d.file("rel.cache") + "' is the input file 'rel.cache'"), std::string::npos)
+        << rel.out;
+    EXPECT_FALSE(std::filesystem::exists(d.file("rel.cache")));
     // Another name in the same folder is written as before.
     EXPECT_EQ(run("make-model bigram --text " + d.file("story.txt") + " -o " + d.file("story.gguf")).code, 0);
     EXPECT_EQ(run("generate -m " + m + " -p hi -n 2 --trace " + d.file("t.json")).code, 0);

@@ -185,10 +185,12 @@ int run_demo(const demo_opts & o) {
     if (!o.haystack_file.empty() && haystack.empty()) fail_usage("the haystack file '{}' is empty", o.haystack_file);
 
     auto m = model::load(o.model.empty() ? passkey_model_path(o.n_ctx) : o.model);
+    context_params sp = o.kv.context(o.n_ctx, pol);
+    context::check_metadata_memory(*m, sp);  // a context too large is refused before its prompt is built
     // The prompt leaves room for the answer: 5 digits and a few tokens around them.
     const passkey_prompt prompt = make_passkey_prompt(
-        m->tokenizer(), passkey_prompt_params{.n_tokens = o.n_ctx - 8, .depth = depth, .seed = seed, .haystack = haystack});
-    context_params sp = o.kv.context(o.n_ctx, pol);
+        m->tokenizer(),
+        passkey_prompt_params{.n_tokens = o.n_ctx - 8, .depth = depth, .seed = seed, .haystack = haystack});
     if (!o.kv.budget_given()) {
         // A quarter of the prompt's KV: at least 75% of it goes to the cold pool.
         sp.kv_host_budget = m->hp().kv_bytes_per_token(sp.kv_type) * uint64_t(prompt.n_tokens) / 4;

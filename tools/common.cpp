@@ -80,7 +80,8 @@ void check_output_file(const char * flag, const std::string & path, const std::v
         for (const fs::path & f : files) {
             // An input that does not exist yet (a prompt cache to be made) is the same file by its path.
             if (fs::exists(f, ec) ? fs::equivalent(f, path, ec)
-                                  : fs::weakly_canonical(f, ec) == fs::weakly_canonical(path, ec)) {
+                                  : fs::weakly_canonical(fs::absolute(f, ec), ec) ==
+                                        fs::weakly_canonical(fs::absolute(path, ec), ec)) {
                 fail_usage("{} '{}' is the input file '{}': writing it would destroy what is read; choose another file",
                            flag, path, f.string());
             }

@@ -45,19 +45,7 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
     policy_ = make_policy(p.policy, hp.n_head_kv);
     const uint64_t copy_bytes = scoring_copy_bytes(m, p);
     const bool with_copy = copy_bytes > 0;
-    // The cells and the scoring copy are made for the whole capacity at once: a capacity whose metadata
-    // does not fit in the memory available is refused here, not left to the OOM killer part way.
-    const uint64_t meta_bytes =
-        uint64_t(p.n_seq) * uint64_t(hp.n_layer) * uint64_t(p.n_ctx) * kv_cells::cell_bytes + copy_bytes;
-    if (const uint64_t avail = available_memory_bytes(); avail > 0 && meta_bytes > avail) {
-        fail_usage(
-            "a context of {} tokens{} needs {} of memory for its KV metadata ({} bytes per token and layer for the "
-            "KV cells{}) but {} is available: lower the context size",
-            p.n_ctx, p.n_seq > 1 ? fmt::format(" for each of {} sequences", p.n_seq) : std::string(),
-            format_bytes(meta_bytes), kv_cells::cell_bytes,
-            with_copy ? fmt::format(", {} for the scoring copy of the keys", format_bytes(copy_bytes)) : "",
-            format_bytes(avail));
-    }
+    check_metadata_memory(m, p);
     // With a scoring copy over a plain SSD nothing scans the cold keys: a gathered token is one read of
     // its K and V together (token records, kv/kv_layout.h); otherwise the keys are scanned apart from the
     // values (the emulator scores them where they live).
@@ -149,6 +137,28 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
             pool_slots[il] = layer_slots[il] - cache_rows[il];
         }
     }
+    std::vector<int32_t> window(size_t(hp.n_layer));  // sliding layers keep only their window (kv/kv_cells.h)
+    for (int il = 0; il < hp.n_layer; ++il) window[size_t(il)] = std::min(hp.window(il), p.n_ctx);
+    io_queue_params io;
+    io.fault_hook = p.io_faults;
+    if (cold) {
+        // Every token of every sequence has its cold copy (a sliding layer: of its window): whole groups of
+        // page_tokens rows.
+        uint64_t groups = 0;
+        for (const int32_t w : window) groups += uint64_t(cold_logs::groups_held(layout_, p.n_ctx, w));
+        const uint64_t n_pages = uint64_t(p.n_seq) * uint64_t(layout_.pages_per_group()) * groups;
+        if (n_pages >= cold_pool::no_page) fail_usage("a cold pool of {} pages is too large", n_pages);
+        cold_pool_params cp;
+        cp.kv_dir = p.kv_dir;
+        cp.page_bytes = layout_.page_bytes();
+        cp.n_pages = uint32_t(n_pages);
+        cold_ = std::make_unique<cold_pool>(cp);  // checks the free space before anything large is allocated
+        writer_ = std::make_unique<cold_writer>(*cold_, io);
+        logs_ = std::make_unique<cold_logs>(*writer_, layout_, p.n_seq, p.n_ctx, cold_logs::open_groups_for(layout_),
+                                            window);
+        reader_ = std::make_unique<cold_reader>(*cold_, io);
+        gather_ = std::make_unique<cold_gather>(*reader_, layout_);
+    }
     if (policy_->scores_from() == copy_kind::attention) {
         copy_ = std::make_unique<attention_totals>(p.n_seq, hp.n_layer, p.n_ctx);
     } else if (policy_->scores_from() == copy_kind::page_bounds || policy_->scores_from() == copy_kind::chunk_bounds) {
@@ -174,8 +184,6 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
                 n_kept * sizeof(float), p.n_seq, hp.n_layer, p.n_ctx);
         }
     }
-    std::vector<int32_t> window(size_t(hp.n_layer));  // sliding layers keep only their window (kv/kv_cells.h)
-    for (int il = 0; il < hp.n_layer; ++il) window[size_t(il)] = std::min(hp.window(il), p.n_ctx);
     const int64_t pool_max = *std::max_element(pool_slots.begin(), pool_slots.end());
     cells_ = std::make_unique<kv_cells>(kv_cells_params{hp.n_layer, p.n_seq, p.n_ctx, pool_max, window, pool_slots});
     hot_min_ = std::min<int64_t>(pool_max, int64_t(p.n_seq) * per_seq_min);
@@ -188,26 +196,6 @@ context::context(const hill::model & m, const context_params & p, thread_pool & 
     }
     hot_ = std::make_unique<hot_arena>(layout_, layer_slots, ordered_gather::window_tokens);
     ordered_ = std::make_unique<ordered_gather>(*hot_);
-    io_queue_params io;
-    io.fault_hook = p.io_faults;
-    if (cold) {
-        // Every token of every sequence has its cold copy (a sliding layer: of its window): whole groups of
-        // page_tokens rows.
-        uint64_t groups = 0;
-        for (const int32_t w : window) groups += uint64_t(cold_logs::groups_held(layout_, p.n_ctx, w));
-        const uint64_t n_pages = uint64_t(p.n_seq) * uint64_t(layout_.pages_per_group()) * groups;
-        if (n_pages >= cold_pool::no_page) fail_usage("a cold pool of {} pages is too large", n_pages);
-        cold_pool_params cp;
-        cp.kv_dir = p.kv_dir;
-        cp.page_bytes = layout_.page_bytes();
-        cp.n_pages = uint32_t(n_pages);
-        cold_ = std::make_unique<cold_pool>(cp);  // checks the free space before anything large is allocated
-        writer_ = std::make_unique<cold_writer>(*cold_, io);
-        logs_ = std::make_unique<cold_logs>(*writer_, layout_, p.n_seq, p.n_ctx, cold_logs::open_groups_for(layout_),
-                                            window);
-        reader_ = std::make_unique<cold_reader>(*cold_, io);
-        gather_ = std::make_unique<cold_gather>(*reader_, layout_);
-    }
     const int64_t n_rows_max = std::max<int64_t>(p.n_batch, p.n_seq);
     forward_ = p.forward ? p.forward(m, pool, n_rows_max) : make_forward(m, pool, n_rows_max, p.n_ctx);
     if (auto * q = dynamic_cast<quant_copy *>(copy_.get()); q != nullptr && hp.position == position_kind::rope &&
@@ -376,6 +364,22 @@ void context::for_each_stored(int seq, int il, bool with_v, F && fn) {
         gather_->begin(log.groups, t.disk_pos, with_v);
         kv_batch b;
         while (gather_->next(b)) fn(b.view, b.rows, b.positions);
+    }
+}
+
+void context::check_metadata_memory(const hill::model & m, const context_params & p) {
+    const uint64_t copy_bytes = scoring_copy_bytes(m, p);
+    const bool with_copy = copy_bytes > 0;
+    const uint64_t meta_bytes =
+        uint64_t(p.n_seq) * uint64_t(m.hp().n_layer) * uint64_t(p.n_ctx) * kv_cells::cell_bytes + copy_bytes;
+    if (const uint64_t avail = available_memory_bytes(); avail > 0 && meta_bytes > avail) {
+        fail_usage(
+            "a context of {} tokens{} needs {} of memory for its KV metadata ({} bytes per token and layer for the "
+            "KV cells{}) but {} is available: lower the context size",
+            p.n_ctx, p.n_seq > 1 ? fmt::format(" for each of {} sequences", p.n_seq) : std::string(),
+            format_bytes(meta_bytes), kv_cells::cell_bytes,
+            with_copy ? fmt::format(", {} for the scoring copy of the keys", format_bytes(copy_bytes)) : "",
+            format_bytes(avail));
     }
 }
 

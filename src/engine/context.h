@@ -114,9 +114,8 @@ struct kv_io_stats {
 
 class context {
 public:
-    // Errors: n_ctx <= 0, n_seq < 1, kv_type not f16/f32 (exit_code::usage); KV metadata for the capacity
-    // (the cells, kv_cells::cell_bytes per token and layer, and the scoring copy) beyond the memory
-    // available (usage, with the bytes); a budget that cannot hold
+    // Errors: n_ctx <= 0, n_seq < 1, kv_type not f16/f32 (exit_code::usage); KV metadata beyond the memory
+    // available (check_metadata_memory); a budget that cannot hold
     // the sinks, the window and one token per sequence and layer, or that needs a cold pool and no
     // kv_dir (usage, with the bytes); cold pool errors (kv_dir, free space); storage device and policy
     // errors (csd::make_device, csd::check_scoring, make_policy).
@@ -128,6 +127,11 @@ public:
     // the bytes of its scoring copy, whichever (quantized keys or page bounds); part of kv_host_budget.
     static int scoring_copy_bits(const hill::model & m, const context_params & p);
     static uint64_t scoring_copy_bytes(const hill::model & m, const context_params & p);
+    // The check the constructor makes first, for a caller with long work before it (demo builds its
+    // prompt): the KV metadata of p's capacity — the cells, kv_cells::cell_bytes per token and layer, and
+    // the scoring copy, made for the whole capacity at once — must fit in the memory available
+    // (available_memory_bytes). Errors: usage, naming the context size and the bytes.
+    static void check_metadata_memory(const hill::model & m, const context_params & p);
     // The kv_host_budget under which p (its budget ignored) gets hot_tokens hot slots per layer (a
     // sliding-window layer: at most layer_slot_caps).
     static uint64_t host_budget_for(const hill::model & m, const context_params & p, int64_t hot_tokens);
