@@ -159,7 +159,7 @@ uint64_t parse_bytes(const std::string & text, const char * flag) {
         mult = 0.0;
     }
     if (used != 0 && mult != 0.0 && v * mult > 1e18) {
-        fail_usage("{} expects a size of at most 1e18 bytes (about 888P), got '{}'", flag, text);
+        fail_usage("{} expects a size of at most 1e18 bytes (about 888 PiB), got '{}'", flag, text);
     }
     if (used == 0 || mult == 0.0 || !(v > 0.0)) {
         fail_usage("{} expects a positive size in bytes with an optional K, M, G or T suffix (e.g. 512M), got '{}'",
