@@ -254,7 +254,8 @@ TEST_F(cli, policy_summary_and_diag) {
 }
 
 // A flag that the run does not use says so (it was ignored silently): scoring flags under a policy that
-// scores nothing, --score-copy with the emulator; where they apply, no warning.
+// scores nothing, --score-copy with the emulator, the precision flags where the scoring copy scores;
+// where they apply, no warning.
 TEST_F(cli, flags_that_do_not_apply_are_named) {
     const std::string g = "generate -m " + model() + " -p hi -n 2 --temp 0 ";
     const result full = run(g + "--policy streaming --alpha 0.3 --aggregate max");
@@ -273,9 +274,24 @@ TEST_F(cli, flags_that_do_not_apply_are_named) {
                            "they live, so it is not used"),
               std::string::npos)
         << emu.out;
-    const result used = run(g + "--policy hillinfer --alpha 0.3 --aggregate max --score-copy int2");
-    EXPECT_EQ(used.code, 0) << used.out;
-    EXPECT_EQ(used.out.find("warning"), std::string::npos) << used.out;
+    // The precision flags where the scoring copy scores (plain storage, --score-copy not off).
+    const result copy = run(g + "--policy hillinfer --score-precision fp16 --query-precision fp32");
+    EXPECT_EQ(copy.code, 0) << copy.out;
+    for (const char * flag : {"--score-precision", "--query-precision"}) {
+        EXPECT_NE(copy.out.find(std::string("warning: ") + flag +
+                                " applies to --score-copy off and to the emulator; here the int3 scoring copy scores, "
+                                "against an int8 query, so it is not used"),
+                  std::string::npos)
+            << copy.out;
+    }
+    for (const std::string & a :
+         {g + "--policy hillinfer --alpha 0.3 --aggregate max --score-copy int2",
+          g + "--policy hillinfer --score-copy off --score-precision fp16 --query-precision fp32",
+          g + "--policy hillinfer --storage emulator --score-precision int4 --kv-dir " + dir->file("kv-emu2")}) {
+        const result used = run(a);
+        EXPECT_EQ(used.code, 0) << a << "\n" << used.out;
+        EXPECT_EQ(used.out.find("warning"), std::string::npos) << a << "\n" << used.out;
+    }
 }
 
 TEST_F(cli, perplexity_prints_the_value_and_token_count) {

@@ -230,7 +230,7 @@ int run_chat(const chat_opts & o) {
     o.kv.type();  // a bad --cache-type fails before the model is loaded
     const sampler_params sp = o.sampling.resolve();
     const int n_threads = o.threads.resolve();
-    const policy_params pol = o.policy.resolve(o.kv.storage_kind());
+    const policy_params pol = o.policy.resolve(o.kv);
     std::optional<chat_template> named;
     if (!o.template_name.empty()) named = chat_template::named(o.template_name);
 

@@ -177,7 +177,7 @@ int run_demo(const demo_opts & o) {
     if (o.depth != -1.0 && !(o.depth >= 0.0 && o.depth <= 1.0)) fail_usage("--depth must be in [0, 1], got {}", o.depth);
     const uint64_t seed = parse_seed(o.seed, "--seed", true).value_or(std::random_device{}());
     const int n_threads = o.threads.resolve();
-    const policy_params pol = o.policy.resolve(o.kv.storage_kind());
+    const policy_params pol = o.policy.resolve(o.kv);
     o.kv.type();
     std::mt19937_64 rng(seed);
     const double depth = o.depth >= 0.0 ? o.depth : double(rng() % 101) / 100.0;

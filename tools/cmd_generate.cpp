@@ -165,7 +165,7 @@ int run_generate(const generate_opts & o) {
     o.kv.type();  // a bad --cache-type fails before the model is loaded
     const sampler_params sp = o.sampling.resolve();
     const int n_threads = o.threads.resolve();
-    const policy_params pol = o.policy.resolve(o.kv.storage_kind());
+    const policy_params pol = o.policy.resolve(o.kv);
     if (!o.prompts_file.empty()) return run_generate_prompts(o, sp, n_threads, pol);
     if (o.parallel_opt->count() > 0) fail_usage("--parallel goes with --prompts (sequences decoded together)");
     const std::string prompt = o.prompt.read();

@@ -32,7 +32,7 @@ int run_perplexity(const perplexity_opts & o) {
     if (o.n_chunks < 0) fail_usage("--chunks must be >= 0 (0: all), got {}", o.n_chunks);
     o.kv.type();  // a bad --cache-type fails before the model is loaded
     const int n_threads = o.threads.resolve();
-    const policy_params pol = o.policy.resolve(o.kv.storage_kind());
+    const policy_params pol = o.policy.resolve(o.kv);
     const std::string text = o.text.read();
     auto m = o.model.load();
     const hparams & hp = m->hp();

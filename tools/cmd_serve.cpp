@@ -47,7 +47,7 @@ int run_serve(const serve_opts & o) {
     if (sp.cache_dir_limit_bytes > 0 && sp.cache_dir.empty()) fail_usage("--cache-dir-limit needs --cache-dir DIR");
     o.kv.type();  // a bad --cache-type fails before the model is loaded
     const int n_threads = o.threads.resolve();
-    const policy_params pol = o.policy.resolve(o.kv.storage_kind());
+    const policy_params pol = o.policy.resolve(o.kv);
     std::optional<chat_template> tmpl;
     if (!o.template_name.empty()) tmpl = chat_template::named(o.template_name);
 

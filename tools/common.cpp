@@ -308,9 +308,10 @@ void policy_opts::add(CLI::App & app) {
     app.add_option("--page-size", p.page_size, "quest, leoam: tokens per page of key bounds")->capture_default_str();
     app.add_option("--sinks", p.n_sinks, "first tokens always attended and kept in the hot pool")->capture_default_str();
     app.add_option("--window", p.n_window, "last tokens always attended and kept in the hot pool")->capture_default_str();
-    scoring_opts.push_back(
+    key_opt =
         app.add_option("--score-precision", key_precision, "hillinfer: keys cast to fp16, int8 or int4 for scoring")
-            ->capture_default_str());
+            ->capture_default_str();
+    scoring_opts.push_back(key_opt);
     query_opt = app.add_option("--query-precision", query_precision, "hillinfer: query in fp32 or int8 for scoring "
                                "(default with --storage emulator: int8, for the policies the device scores for)")
                     ->capture_default_str();
@@ -334,7 +335,8 @@ void policy_opts::add(CLI::App & app) {
     app.add_flag("--diag", p.diag, "measure attention recall and selection overlap per layer (slower)");
 }
 
-policy_params policy_opts::resolve(csd::storage_kind storage) const {
+policy_params policy_opts::resolve(const kv_opts & kv) const {
+    const csd::storage_kind storage = kv.storage_kind();
     policy_params r = p;
     r.score.key = parse_score_precision(key_precision);
     r.score.query = parse_query_precision(query_precision);
@@ -347,11 +349,23 @@ policy_params policy_opts::resolve(csd::storage_kind storage) const {
     if (placement_opt->count() > 0) r.placement = parse_placement(placement);  // "" too: given, it must name one
     if (migrate_opt->count() > 0) r.migrate_bytes = parse_bytes(migrate_budget, "--migrate-budget");  // "" too
     validate(r, 1);  // the flags alone, before a model is loaded (the KV head count is checked with the model)
-    if (!make_policy(r, 1)->uses_scores()) {
+    const std::unique_ptr<policy> pol = make_policy(r, 1);
+    if (!pol->uses_scores()) {
         for (const CLI::Option * o : scoring_opts) {
-            if (o->count() > 0)
+            if (o->count() > 0) {
                 log_warn("{} applies to the policies that score tokens; --policy {} scores none, so it is not used",
                          o->get_name(), r.name);
+            }
+        }
+    } else if (storage == csd::storage_kind::plain && parse_score_copy(kv.score_copy) > 0 &&
+               pol->scores_from() == copy_kind::tier) {
+        for (const CLI::Option * o : {key_opt, query_opt}) {
+            if (o->count() > 0) {
+                log_warn(
+                    "{} applies to --score-copy off and to the emulator; here the {} scoring copy scores, against an "
+                    "int8 query, so it is not used",
+                    o->get_name(), kv.score_copy);
+            }
         }
     }
     return r;

@@ -94,14 +94,16 @@ struct policy_opts {
     std::string placement;                                          // "": the policy's own
     std::string migrate_budget;                                     // not given: a sixteenth of the hot pool
     CLI::Option * migrate_opt = nullptr;
+    CLI::Option * key_opt = nullptr;
     CLI::Option * query_opt = nullptr;
     CLI::Option * placement_opt = nullptr;
     std::vector<CLI::Option *> scoring_opts;  // --alpha, --score-precision, --query-precision, --select, --aggregate
     void add(CLI::App & app);
     // Parses and validates (exit_code::usage on bad values). With the emulator as storage, the query
     // precision defaults to int8 for a policy the device scores for (its integer kernel needs it). A
-    // scoring flag given to a policy that scores nothing is a warning (it is not used).
-    policy_params resolve(csd::storage_kind storage) const;
+    // scoring flag given to a policy that scores nothing is a warning (it is not used), and so are the
+    // precision flags where the scoring copy scores (plain storage, --score-copy not off).
+    policy_params resolve(const kv_opts & kv) const;
 };
 
 // --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --seed: how tokens are sampled.
