@@ -1,13 +1,8 @@
-#include "core/atomic_file.h"
-#include "core/error.h"
-#include "core/fp16.h"
-#include "core/ggml_type.h"
-#include "core/mapped_file.h"
-#include "core/thread_pool.h"
-#include "test_util.h"
-
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -15,11 +10,20 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sys/stat.h>
+#include <limits>
+#include <mutex>
 #include <system_error>
 #include <thread>
-#include <unistd.h>
+#include <utility>
 #include <vector>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/fp16.h"
+#include "core/ggml_type.h"
+#include "core/mapped_file.h"
+#include "core/thread_pool.h"
+#include "test_util.h"
 
 namespace hill {
 namespace {
@@ -92,6 +96,57 @@ TEST(thread_pool, run_many_times) {
     std::atomic<int64_t> sum{0};
     for (int k = 0; k < 2000; ++k) pool.run([&](int ith, int nth) { sum += ith + nth; });
     EXPECT_EQ(sum.load(), 2000 * (0 + 1 + 2 + 3 * 3));
+}
+
+// A job below min_parallel_work runs on the calling thread alone, as one call over everything; from
+// min_parallel_work on it is split over the pool as before.
+TEST(thread_pool, small_jobs_run_on_the_calling_thread) {
+    thread_pool pool(3);
+    const auto caller = std::this_thread::get_id();
+    const int64_t m = thread_pool::min_parallel_work;
+    std::mutex mu;
+    std::vector<std::pair<int, int>> runs;            // (ith, nth) of each call
+    std::vector<std::pair<int64_t, int64_t>> ranges;  // [i0, i1) of each call
+    bool off_caller = false;
+    const auto record_run = [&](int ith, int nth) {
+        const std::lock_guard<std::mutex> lock(mu);
+        runs.emplace_back(ith, nth);
+        off_caller = off_caller || std::this_thread::get_id() != caller;
+    };
+    const auto record_range = [&](int64_t i0, int64_t i1) {
+        const std::lock_guard<std::mutex> lock(mu);
+        ranges.emplace_back(i0, i1);
+        off_caller = off_caller || std::this_thread::get_id() != caller;
+    };
+
+    pool.run(record_run, m - 1);
+    EXPECT_EQ(runs, (std::vector<std::pair<int, int>>{{0, 1}}));
+    EXPECT_FALSE(off_caller);
+    runs.clear();
+    pool.run(record_run, m);
+    std::sort(runs.begin(), runs.end());
+    EXPECT_EQ(runs, (std::vector<std::pair<int, int>>{{0, 3}, {1, 3}, {2, 3}}));
+
+    // parallel_for: n · work_per_item against m, exactly at the edge (m = 2^k: items of 8 units).
+    off_caller = false;
+    pool.parallel_for(m / 8 - 1, record_range, 1, 8);
+    EXPECT_EQ(ranges, (std::vector<std::pair<int64_t, int64_t>>{{0, m / 8 - 1}}));
+    EXPECT_FALSE(off_caller);
+    ranges.clear();
+    pool.parallel_for(m / 8, record_range, 1, 8);
+    std::sort(ranges.begin(), ranges.end());
+    EXPECT_EQ(ranges, (std::vector<std::pair<int64_t, int64_t>>{{0, m / 24}, {m / 24, m / 12}, {m / 12, m / 8}}));
+    ranges.clear();
+    // One grain cannot be split: it runs on the caller whatever its work.
+    off_caller = false;
+    pool.parallel_for(16, record_range, 16, m);
+    EXPECT_EQ(ranges, (std::vector<std::pair<int64_t, int64_t>>{{0, 16}}));
+    EXPECT_FALSE(off_caller);
+    ranges.clear();
+    // Items too large to multiply (no overflow) and the default (every job large) are split.
+    pool.parallel_for(3, record_range, 1, std::numeric_limits<int64_t>::max() / 2);
+    pool.parallel_for(3, record_range);
+    EXPECT_EQ(ranges.size(), 6u);
 }
 
 // Idle gaps longer than the spin put the workers to sleep on the condition variable, and a slow

@@ -231,7 +231,7 @@ void attention_decode_accumulate(const attention_shape & s, const float * q, con
     const int slices = std::min(group, (pool.n_threads() + s.n_head_kv - 1) / s.n_head_kv);
     const int64_t block = fused_kernel(s.head_dim) ? fused_block : key_block;
     const size_t row_bytes = size_t(kv.row_stride) * eb;
-    pool.parallel_for(int64_t(s.n_head_kv) * slices, [&](int64_t i0, int64_t i1) {
+    const auto items = [&](int64_t i0, int64_t i1) {
         for (int64_t j0 = 0; j0 < kv.n_kv; j0 += block) {
             const int64_t n = std::min(block, kv.n_kv - j0), n_ahead = std::min(block, kv.n_kv - j0 - n);
             const size_t off = rows != nullptr ? 0 : size_t(j0) * row_bytes;
@@ -246,16 +246,20 @@ void attention_decode_accumulate(const attention_shape & s, const float * q, con
                                  s.softcap, acc + int64_t(h0) * s.head_dim, st + h0);
             }
         }
-    });
+    };
+    // An item's work: q·k and p·v of its query heads over every key.
+    pool.parallel_for(int64_t(s.n_head_kv) * slices, items, 1,
+                      2 * kv.n_kv * s.head_dim * ((group + slices - 1) / slices));
 }
 
 void attention_decode(const attention_shape & s, const float * q, const kv_view & kv, float * out, thread_pool & pool) {
     check_shape(s, kv);
     HILL_ASSERT(s.softcap == 0.0f);
     // Contiguous head ranges per thread keep the query heads of one KV head together.
-    pool.parallel_for(s.n_head, [&](int64_t h0, int64_t h1) {
+    const auto heads = [&](int64_t h0, int64_t h1) {
         for (int64_t h = h0; h < h1; ++h) attend_one(s, q, kv, kv.n_kv, int(h), out);
-    });
+    };
+    pool.parallel_for(s.n_head, heads, 1, 2 * kv.n_kv * s.head_dim);
 }
 
 void attention_prefill_accumulate(const attention_shape & s, const float * q, int64_t n_tok, const kv_view & kv,
@@ -332,7 +336,7 @@ void attention_logits(const attention_shape & s, const float * q, const kv_view 
     HILL_ASSERT(keys.n_kv >= 0 && ld >= keys.n_kv && (keys.n_kv == 0 || keys.k != nullptr));
     const head_kernels kern = select_kernels(keys.type);
     const int group = s.n_head / s.n_head_kv;
-    pool.parallel_for(s.n_head, [&](int64_t h0, int64_t h1) {
+    const auto heads = [&](int64_t h0, int64_t h1) {
         for (int64_t h = h0; h < h1; ++h) {
             const float * qh = q + h * s.head_dim;
             const auto * k = static_cast<const uint8_t *>(keys.k) + size_t(h / group) * size_t(s.head_dim) * kern.elem_bytes;
@@ -343,7 +347,8 @@ void attention_logits(const attention_shape & s, const float * q, const kv_view 
                 if (s.softcap > 0.0f) o[j] = s.softcap * std::tanh(o[j] / s.softcap);
             }
         }
-    });
+    };
+    pool.parallel_for(s.n_head, heads, 1, keys.n_kv * s.head_dim);
 }
 
 }  // namespace hill

@@ -432,10 +432,11 @@ void int8_gemm(const weight_view & w, const float * x, int64_t n_tok, float * y,
     }
     const auto gemm_rows =
         int8_isa_get() == int8_isa::avx512_vnni ? avx512_vnni::int8_gemm_rows : avx_vnni::int8_gemm_rows;
-    pool.parallel_for((w.n_rows + 7) / 8, [&](int64_t g0, int64_t g1) {
+    const auto groups = [&](int64_t g0, int64_t g1) {
         const int64_t r0 = 8 * g0, r1 = std::min(8 * g1, w.n_rows);
         gemm_rows(w.type, w.row(r0), rb, w.n_cols, xu, ldq, n_tok, y + r0, w.n_rows, r1 - r0);
-    });
+    };
+    pool.parallel_for((w.n_rows + 7) / 8, groups, 1, 8 * w.n_cols * n_tok);
 }
 
 }  // namespace
@@ -460,7 +461,7 @@ void gemv_batch(const weight_view & w, const float * x, int64_t n_tok, float * y
         // Each activation row quantized once, on this thread; the weight rows split as below.
         const uint8_t * xq = quantize_activations(w, x, n_tok);
         pool.parallel_for(
-            w.n_rows, [&](int64_t r0, int64_t r1) { int8_rows(w, xq, n_tok, y, r0, r1); }, 16);
+            w.n_rows, [&](int64_t r0, int64_t r1) { int8_rows(w, xq, n_tok, y, r0, r1); }, 16, w.n_cols * n_tok);
         return;
     }
     // The AVX2 tiles read every x vector once per weight row and tile (as a memory operand of an
@@ -484,7 +485,7 @@ void gemv_batch(const weight_view & w, const float * x, int64_t n_tok, float * y
     // thread count), and small enough that the last thread's share is not much larger than the
     // others'.
     pool.parallel_for(
-        w.n_rows, [&](int64_t r0, int64_t r1) { batch_rows(w, x, ldx, n_tok, y, r0, r1); }, 16);
+        w.n_rows, [&](int64_t r0, int64_t r1) { batch_rows(w, x, ldx, n_tok, y, r0, r1); }, 16, w.n_cols * n_tok);
 }
 
 void gemv(const weight_view & w, const float * x, float * y, thread_pool & pool) {

@@ -7,6 +7,7 @@
 #include <immintrin.h>
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <set>
@@ -130,9 +131,24 @@ void thread_pool::run(const std::function<void(int, int)> & fn) {
     job_.store(nullptr, std::memory_order_relaxed);
 }
 
-void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)> & fn, int64_t grain) {
+void thread_pool::run(const std::function<void(int, int)> & fn, int64_t work) {
+    if (work < min_parallel_work) {
+        fn(0, 1);
+        return;
+    }
+    run(fn);
+}
+
+void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)> & fn, int64_t grain,
+                               int64_t work_per_item) {
     if (n <= 0) return;
-    HILL_ASSERT(grain >= 1);
+    HILL_ASSERT(grain >= 1 && work_per_item >= 0);
+    // n · work_per_item < min_parallel_work, without overflow.
+    const bool small = n <= (min_parallel_work - 1) / std::max<int64_t>(work_per_item, 1);
+    if (n <= grain || small) {
+        fn(0, n);
+        return;
+    }
     const int64_t n_grains = (n + grain - 1) / grain;
     run([&](int ith, int nth) {
         const int64_t g0 = n_grains * ith / nth;

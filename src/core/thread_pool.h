@@ -43,9 +43,25 @@ public:
 
     void run(const std::function<void(int ith, int nth)> & fn);
 
+    // Work, in multiply-adds (or bytes moved, for a copy), below which a job runs on the calling
+    // thread alone. Handing a job to the pool costs the caller ~1 µs while the workers spin and
+    // ~15 µs once they sleep (the 2-vCPU test VM: a futex wake-up and the wait for it), and a job
+    // this small takes one thread some 20 µs at most, so a second thread saves less than the
+    // hand-off risks. A tiny model's decode is all such jobs: with every job sent to the pool,
+    // stories260K (dim 64) decoded 2–5× slower with -t 2 than with -t 1. Measured over model
+    // widths: docs/benchmarks.md, "Small jobs and the thread pool".
+    static constexpr int64_t min_parallel_work = int64_t(1) << 18;
+
+    // run(fn), or fn(0, 1) on the calling thread when `work` (the whole job's) is below
+    // min_parallel_work. For jobs whose result does not depend on the thread count.
+    void run(const std::function<void(int ith, int nth)> & fn, int64_t work);
+
     // Splits [0, n) into n_threads contiguous ranges of whole `grain`s and calls fn(i0, i1) for
-    // each non-empty one.
-    void parallel_for(int64_t n, const std::function<void(int64_t i0, int64_t i1)> & fn, int64_t grain = 1);
+    // each non-empty one — or fn(0, n) on the calling thread where that is one grain, or where
+    // n · work_per_item (the work of one item, as in min_parallel_work) is below min_parallel_work.
+    // The default work_per_item counts every job as large.
+    void parallel_for(int64_t n, const std::function<void(int64_t i0, int64_t i1)> & fn, int64_t grain = 1,
+                      int64_t work_per_item = min_parallel_work);
 
 private:
     void worker(int ith);

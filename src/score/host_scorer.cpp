@@ -188,7 +188,7 @@ void host_scorer::score(const kv_view & keys, const int32_t * rows, float * scor
     const float c = log2_scale_;
     const float * b = head_mass_.empty() ? nullptr : head_mass_.data();  // softmax: b_h
 
-    pool.run([&](int ith, int nth) {
+    const auto job = [&](int ith, int nth) {
         int8_t * key_i8 = key_int ? key_i8_.data() + size_t(ith) * score_block * size_t(key_stride_) : nullptr;
         float * dots = dots_f32_.data() + size_t(ith) * size_t(dots_stride_);  // f32 [score_block, group]
         int32_t * dots_i = query_int ? dots_i32_.data() + size_t(ith) * size_t(dots_stride_) : nullptr;
@@ -259,7 +259,8 @@ void host_scorer::score(const kv_view & keys, const int32_t * rows, float * scor
                 for (int t = 0; t < nb; ++t) scores[j0 + t] = group_score(agg, token_score[t]);
             }
         }
-    });
+    };
+    pool.run(job, n * int64_t(shape_.n_head) * hd);
 }
 
 void head_log2_mass(const attention_shape & s, const float * q, const kv_view & keys, const int32_t * rows,

@@ -192,7 +192,7 @@ void key_sketch::score(int64_t n, float * scores, int64_t stride, thread_pool & 
     const int n_g = n_group(), group = shape_.n_head / shape_.n_head_kv;
     HILL_ASSERT(scratch_.size() >= size_t(pool.n_threads()) * row_);
     const int heads_per_score = params_.granularity == select_granularity::kv_head ? group : shape_.n_head;
-    pool.run([&](int ith, int nth) {
+    const auto job = [&](int ith, int nth) {
         float * key = scratch_.data() + size_t(ith) * row_;
         for (int64_t t = n * ith / nth; t < n * (ith + 1) / nth; ++t) {
             fp16_to_fp32_row(base + size_t(t) * row_, key, int64_t(row_));  // once per token, not per head
@@ -206,7 +206,8 @@ void key_sketch::score(int64_t n, float * scores, int64_t stride, thread_pool & 
                 scores[size_t(g) * size_t(stride) + size_t(t)] = group_score(agg, combined);
             }
         }
-    });
+    };
+    pool.run(job, n * int64_t(shape_.n_head) * int64_t(row_ / size_t(shape_.n_head_kv)));
 }
 
 }  // namespace hill

@@ -190,7 +190,7 @@ void page_bounds::score(int64_t n, float * scores, int64_t stride, thread_pool &
     const int n_g = n_group();
     // Scores of pages [j0, j1) of tokens [0, n): each page's own bounds.
     const auto score_pages = [&](const std::vector<int64_t> * pages, int64_t m) {
-        pool.run([&](int ith, int nth) {
+        const auto job = [&](int ith, int nth) {
             float * mn = scratch_.data() + size_t(ith) * 4 * row_;
             for (int64_t i = m * ith / nth; i < m * (ith + 1) / nth; ++i) {
                 const int64_t j = pages != nullptr ? (*pages)[size_t(i)] : i;
@@ -201,7 +201,8 @@ void page_bounds::score(int64_t n, float * scores, int64_t stride, thread_pool &
                               bound_score(mn, mn + row_, g));
                 }
             }
-        });
+        };
+        pool.run(job, m * int64_t(page_size_ + 4 * row_));
     };
     if (chunking_.max_pages <= 1 || n_pages <= 1) {
         score_pages(nullptr, n_pages);
@@ -211,7 +212,7 @@ void page_bounds::score(int64_t n, float * scores, int64_t stride, thread_pool &
     // candidates_per_selected · ⌈α·n⌉ tokens refined page by page, the others out of the running.
     int & c = chunk_pages_[query_pair_];
     const int64_t n_chunks = (n_pages + c - 1) / c;
-    pool.run([&](int ith, int nth) {
+    const auto rank_chunks = [&](int ith, int nth) {
         float * mn = scratch_.data() + size_t(ith) * 4 * row_;
         for (int64_t k = n_chunks * ith / nth; k < n_chunks * (ith + 1) / nth; ++k) {
             float best = -INFINITY;  // the chunk's rank: its best group's score (NaN last)
@@ -222,7 +223,8 @@ void page_bounds::score(int64_t n, float * scores, int64_t stride, thread_pool &
             }
             rank_[size_t(k)] = {select_rank_key(best, k), k};
         }
-    });
+    };
+    pool.run(rank_chunks, n_chunks * int64_t(c) * int64_t(4 * row_));
     std::sort(rank_.begin(), rank_.begin() + ptrdiff_t(n_chunks), [](const auto & a, const auto & b) { return a.first > b.first; });
     const int64_t n_top = int64_t(std::ceil(chunking_.alpha * double(n)));
     const int64_t want = std::min<int64_t>(n, chunking_.candidates_per_selected * n_top);

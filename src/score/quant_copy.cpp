@@ -536,7 +536,7 @@ void quant_copy::score(int64_t n, float * scores, int64_t stride, thread_pool & 
     const int64_t per_claim =
         std::max<int64_t>(score_block, n / (int64_t(pool.n_threads()) * 16) / score_block * score_block);
     std::atomic<int64_t> next_claim{0};
-    pool.run([&](int ith, int) {
+    const auto job = [&](int ith, int) {
         int32_t * dots = dots_.data() + size_t(ith) * size_t(dots_stride_);
         for (int64_t j_begin; (j_begin = next_claim.fetch_add(per_claim, std::memory_order_relaxed)) < n;) {
             const int64_t j_end = std::min(n, j_begin + per_claim);
@@ -549,7 +549,8 @@ void quant_copy::score(int64_t n, float * scores, int64_t stride, thread_pool & 
                              scores + j0, stride);
             }
         }
-    });
+    };
+    pool.run(job, n * int64_t(shape_.n_head) * shape_.head_dim);
 }
 
 void quant_copy::score_row(ggml_type type, const void * k, float * scores, int64_t stride) {
