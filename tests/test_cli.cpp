@@ -284,10 +284,37 @@ TEST_F(cli, flags_that_do_not_apply_are_named) {
                   std::string::npos)
             << copy.out;
     }
+    // Flags of one kind of scoring under a policy that scores another way, or has no pages.
+    const struct {
+        std::string args, warning;
+    } other[] = {
+        {"--policy quest --score-precision int4",
+         "--score-precision applies to hillinfer, which scores the keys themselves; --policy quest scores pages by "
+         "their key bounds, so it is not used"},
+        {"--policy infinigen --query-precision int8",
+         "--query-precision applies to hillinfer, which scores the keys themselves; --policy infinigen scores tokens "
+         "by a key sketch, so it is not used"},
+        {"--policy h2o --aggregate max",
+         "--aggregate applies to the policies that score the keys (hillinfer, quest, leoam, infinigen); --policy h2o "
+         "scores tokens by the attention they received, so it is not used"},
+        {"--policy full --score-copy int2",
+         "--score-copy applies to hillinfer, which scores the keys themselves; --policy full does not, so it is not "
+         "used"},
+        {"--policy hillinfer --page-size 32",
+         "--page-size applies to quest and leoam; --policy hillinfer has no pages, so it is not used"},
+    };
+    for (const auto & o : other) {
+        const result r = run(g + o.args);
+        EXPECT_EQ(r.code, 0) << o.args << "\n" << r.out;
+        EXPECT_NE(r.out.find("warning: " + o.warning), std::string::npos) << o.args << "\n" << r.out;
+    }
     for (const std::string & a :
          {g + "--policy hillinfer --alpha 0.3 --aggregate max --score-copy int2",
           g + "--policy hillinfer --score-copy off --score-precision fp16 --query-precision fp32",
-          g + "--policy hillinfer --storage emulator --score-precision int4 --kv-dir " + dir->file("kv-emu2")}) {
+          g + "--policy hillinfer --storage emulator --score-precision int4 --kv-dir " + dir->file("kv-emu2"),
+          g + "--policy quest --page-size 32 --aggregate max --alpha 0.3",
+          g + "--policy leoam --page-size 8 --select kv_head", g + "--policy h2o --alpha 0.3",
+          g + "--policy infinigen --aggregate sum"}) {
         const result used = run(a);
         EXPECT_EQ(used.code, 0) << a << "\n" << used.out;
         EXPECT_EQ(used.out.find("warning"), std::string::npos) << a << "\n" << used.out;

@@ -305,7 +305,8 @@ void policy_opts::add(CLI::App & app) {
                                           "scoring policies: share of the cached tokens attended "
                                           "besides sinks and window, in (0, 1]")
                                ->capture_default_str());
-    app.add_option("--page-size", p.page_size, "quest, leoam: tokens per page of key bounds")->capture_default_str();
+    page_size_opt = app.add_option("--page-size", p.page_size, "quest, leoam: tokens per page of key bounds")
+                        ->capture_default_str();
     app.add_option("--sinks", p.n_sinks, "first tokens always attended and kept in the hot pool")->capture_default_str();
     app.add_option("--window", p.n_window, "last tokens always attended and kept in the hot pool")->capture_default_str();
     key_opt =
@@ -320,12 +321,12 @@ void policy_opts::add(CLI::App & app) {
                                           "hillinfer, quest, leoam, infinigen: one token set per "
                                           "layer, or per kv_head")
                                ->capture_default_str());
-    scoring_opts.push_back(
-        app.add_option("--aggregate", aggregate,
-                       "hillinfer, quest, leoam, infinigen: how the query heads' scores make a token's: "
-                       "sum or max of the raw q.k, or softmax (each head's attention weight, normalized "
-                       "per head, summed)")
-            ->capture_default_str());
+    aggregate_opt = app.add_option("--aggregate", aggregate,
+                                   "hillinfer, quest, leoam, infinigen: how the query heads' scores make a token's: "
+                                   "sum or max of the raw q.k, or softmax (each head's attention weight, normalized "
+                                   "per head, summed)")
+                        ->capture_default_str();
+    scoring_opts.push_back(aggregate_opt);
     placement_opt = app.add_option("--placement", placement, "hot pool placement: fifo (recent tokens stay hot) or hkm (hit rates "
                    "drive promotions and demotions; prefill importance places the prompt); default: hkm for hillinfer, "
                    "h2o, leoam and infinigen, fifo for the others");
@@ -350,23 +351,39 @@ policy_params policy_opts::resolve(const kv_opts & kv) const {
     if (migrate_opt->count() > 0) r.migrate_bytes = parse_bytes(migrate_budget, "--migrate-budget");  // "" too
     validate(r, 1);  // the flags alone, before a model is loaded (the KV head count is checked with the model)
     const std::unique_ptr<policy> pol = make_policy(r, 1);
+    const auto not_used = [&](const CLI::Option * o, std::string_view applies_to, std::string_view here) {
+        if (o->count() > 0) log_warn("{} applies to {}; {}, so it is not used", o->get_name(), applies_to, here);
+    };
+    const std::string pol_name = "--policy " + r.name;
+    const copy_kind from = pol->scores_from();
+    const bool plain = storage == csd::storage_kind::plain;
     if (!pol->uses_scores()) {
-        for (const CLI::Option * o : scoring_opts) {
-            if (o->count() > 0) {
-                log_warn("{} applies to the policies that score tokens; --policy {} scores none, so it is not used",
-                         o->get_name(), r.name);
-            }
-        }
-    } else if (storage == csd::storage_kind::plain && parse_score_copy(kv.score_copy) > 0 &&
-               pol->scores_from() == copy_kind::tier) {
+        for (const CLI::Option * o : scoring_opts)
+            not_used(o, "the policies that score tokens", pol_name + " scores none");
+    } else if (from != copy_kind::tier) {
+        // The precision flags set how keys are scored (the host scorer, the device's kernel): hillinfer's.
+        const std::string by = from == copy_kind::page_bounds    ? "scores pages by their key bounds"
+                               : from == copy_kind::chunk_bounds ? "scores chunks and pages by their key bounds"
+                               : from == copy_kind::sketch       ? "scores tokens by a key sketch"
+                                                                 : "scores tokens by the attention they received";
         for (const CLI::Option * o : {key_opt, query_opt}) {
-            if (o->count() > 0) {
-                log_warn(
-                    "{} applies to --score-copy off and to the emulator; here the {} scoring copy scores, against an "
-                    "int8 query, so it is not used",
-                    o->get_name(), kv.score_copy);
-            }
+            not_used(o, "hillinfer, which scores the keys themselves", pol_name + " " + by);
         }
+        if (from == copy_kind::attention) {
+            not_used(aggregate_opt, "the policies that score the keys (hillinfer, quest, leoam, infinigen)",
+                     pol_name + " " + by);
+        }
+    } else if (plain && parse_score_copy(kv.score_copy) > 0) {
+        for (const CLI::Option * o : {key_opt, query_opt}) {
+            not_used(o, "--score-copy off and to the emulator",
+                     fmt::format("here the {} scoring copy scores, against an int8 query", kv.score_copy));
+        }
+    }
+    if (from != copy_kind::page_bounds && from != copy_kind::chunk_bounds) {
+        not_used(page_size_opt, "quest and leoam", pol_name + " has no pages");
+    }
+    if (plain && !(pol->uses_scores() && from == copy_kind::tier)) {
+        not_used(kv.score_copy_opt, "hillinfer, which scores the keys themselves", pol_name + " does not");
     }
     return r;
 }

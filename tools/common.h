@@ -97,12 +97,16 @@ struct policy_opts {
     CLI::Option * key_opt = nullptr;
     CLI::Option * query_opt = nullptr;
     CLI::Option * placement_opt = nullptr;
+    CLI::Option * aggregate_opt = nullptr;
+    CLI::Option * page_size_opt = nullptr;
     std::vector<CLI::Option *> scoring_opts;  // --alpha, --score-precision, --query-precision, --select, --aggregate
     void add(CLI::App & app);
     // Parses and validates (exit_code::usage on bad values). With the emulator as storage, the query
     // precision defaults to int8 for a policy the device scores for (its integer kernel needs it). A
     // scoring flag given to a policy that scores nothing is a warning (it is not used), and so are the
-    // precision flags where the scoring copy scores (plain storage, --score-copy not off).
+    // precision flags where the scoring copy scores (plain storage, --score-copy not off) or where the
+    // policy scores no keys (quest, leoam, infinigen, h2o), --aggregate under h2o, --page-size outside
+    // quest and leoam, and --score-copy for a policy that does not score the keys.
     policy_params resolve(const kv_opts & kv) const;
 };
 
