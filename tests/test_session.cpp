@@ -5,7 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <tuple>
+#include <array>
+#include <cmath>
 
 #include "core/error.h"
 #include "core/sys_info.h"
@@ -155,43 +156,69 @@ TEST_F(session_test, truncate_to_the_prompt_repeats_decode_bit_for_bit) {
 
 // A prompt's attention runs in parts of keys with progress() between them, so a stop (progress throwing,
 // as on Ctrl-C) lands inside a layer's attention: in one segment, between parts of its own keys (1024,
-// 1024, 552); in a second segment, between parts of the earlier tokens' window (2048 keys) too. The
-// prefill ends there, the session is as before, and the same prompt then gives the logits of a prefill
-// never stopped.
+// 1024, 552); in a second segment, within and after the earlier tokens' window (2048 keys). The prefill
+// ends there, the session is as before, and the same prompt then gives the logits of a prefill never
+// stopped. progress counts work (context::prefill_work): per token the projections, per (query, key)
+// pair 2 · n_embd_q, so its values inside the attention are the pairs attended so far.
 TEST_F(session_test, a_stop_inside_a_layers_attention_ends_the_prefill) {
     std::vector<int32_t> prompt;
     for (int i = 0; i < 2600; ++i) prompt.push_back((i * 37 + 5) % 300);
     thread_pool pool(2);
-    // n_segment; the token-layers done when segment 1 (or 2) starts layer 0, and the calls with that value
-    // before (segment 1's last).
-    for (const auto & [n_segment, at, before] :
-         {std::tuple{8192, int64_t(0), 0}, std::tuple{2048, int64_t(2 * 2048), 1}}) {
-        SCOPED_TRACE("segments of " + std::to_string(n_segment));
-        const context_params p{4096, ggml_type::f16, 256, n_segment};
+    const hparams & hp = m->hp();
+    const double e = hp.n_embd, q = double(hp.n_embd_q()), kv = double(hp.n_embd_kv()), ff = hp.n_ff;
+    // A segment of n tokens after p0, per layer: (qkv, attend, rest).
+    const auto work = [&](double p0, double n) {
+        return std::array<double, 3>{n * e * (q + 2 * kv), 2 * q * (n * p0 + n * (n + 1) / 2),
+                                     n * (q * e + 3 * e * ff)};
+    };
+    const auto sum = [&](const std::array<double, 3> & w) { return w[0] + w[1] + w[2]; };
+    // n_segment; where the segment stopped in starts (the work before it), its size and earlier tokens, and the
+    // pairs attended at the two calls inside its layer 0's attention.
+    struct stop_case {
+        int n_segment;
+        double before, p0, n, pairs1, pairs2;
+    };
+    const auto w1 = work(0, 2048);
+    for (const stop_case & c :
+         {stop_case{8192, 0, 0, 2600, 1024.0 * 1025 / 2 + 1576.0 * 1024, 2048.0 * 2049 / 2 + 552.0 * 2048},
+          stop_case{2048, 2 * sum(w1), 2048, 552, 552.0 * 1024, 552.0 * 2048}}) {
+        SCOPED_TRACE("segments of " + std::to_string(c.n_segment));
+        const context_params p{4096, ggml_type::f16, 256, c.n_segment};
+        const auto w = work(c.p0, c.n);
+        const double total = c.n_segment == 8192 ? 2 * sum(w) : 2 * sum(w1) + 2 * sum(w);
+        // Layer 0 of the segment: after its QKV, twice within its attention, after the attention.
+        const std::vector<double> want_calls = {c.before + w[0], c.before + w[0] + 2 * q * c.pairs1,
+                                                c.before + w[0] + 2 * q * c.pairs2, c.before + w[0] + w[1]};
         session whole(*m, p, pool);
-        std::vector<int64_t> done;
-        whole.eval(prompt, false, [&](int64_t d, int64_t total) {
-            EXPECT_EQ(total, 2 * 2600);
+        std::vector<double> done;
+        whole.eval(prompt, false, [&](double d, double t) {
+            EXPECT_NEAR(t, total, total * 1e-12);
             if (!done.empty()) {
                 EXPECT_GE(d, done.back());
             }
             done.push_back(d);
         });
-        // Layer 0 of the segment: after its QKV, twice within its attention, after the attention (without
-        // the parts: twice).
-        EXPECT_EQ(std::count(done.begin(), done.end(), at), before + 4);
+        ASSERT_FALSE(done.empty());
+        EXPECT_EQ(done.back(), total) << "the last call reaches the total";
+        const auto first = std::find_if(done.begin(), done.end(),
+                                        [&](double d) { return std::abs(d - want_calls[0]) <= total * 1e-12; });
+        ASSERT_NE(first, done.end()) << "no call after layer 0's QKV";
+        const auto at = size_t(first - done.begin());
+        ASSERT_GE(done.size(), at + want_calls.size());
+        for (size_t k = 0; k < want_calls.size(); ++k) {
+            EXPECT_NEAR(done[at + k], want_calls[k], total * 1e-12) << "call " << k << " of the segment's layer 0";
+        }
         const std::vector<float> want(whole.logits(), whole.logits() + 300);
 
         struct stop {};
         session s(*m, p, pool);
-        int n_at = 0;
+        size_t n_calls = 0;
         EXPECT_THROW(s.eval(prompt, false,
-                            [&](int64_t d, int64_t) {
-                                if (d == at && ++n_at == before + 2)
-                                    throw stop{};  // after a part of layer 0's attention
+                            [&](double, double) {
+                                if (n_calls++ == at + 1) throw stop{};  // after a part of layer 0's attention
                             }),
                      stop);
-        EXPECT_EQ(n_at, before + 2);
+        EXPECT_EQ(n_calls, at + 2);
         EXPECT_EQ(s.n_past(), 0);
         s.eval(prompt);
         for (int i = 0; i < 300; ++i) ASSERT_EQ(s.logits()[i], want[size_t(i)]) << i;

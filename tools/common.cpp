@@ -277,17 +277,16 @@ std::string kv_opts::resolved_dir() const {
 
 prefill_progress::prefill_progress() : t0_us(time_us()) {}
 
-void prefill_progress::operator()(int64_t done, int64_t total) {
+void prefill_progress::operator()(double done, double total) {
     throw_if_stopped("prefill");
     const int64_t now = time_us();
     if (now - t0_us < 2'000'000 || (now - last_us < 1'000'000 && done < total)) return;
     last_us = now;
-    // Layer-major prefill: done/total count (token, layer) pairs; the time left once some are done.
+    // done/total count work (context::prefill_work: attention grows with the context), so the time left
+    // is the rate so far over what is left.
     const std::string left =
-        done > 0 ? fmt::format(", {:.0f} s left", double(total - done) * double(now - t0_us) / (double(done) * 1e6))
-                 : std::string();
-    fmt::print(stderr, "prefill: {:.0f}% ({} of {} token-layers){}\n", 100.0 * double(done) / double(total), done,
-               total, left);
+        done > 0 ? fmt::format(", {:.0f} s left", (total - done) * double(now - t0_us) / (done * 1e6)) : std::string();
+    fmt::print(stderr, "prefill: {:.0f}%{}\n", 100.0 * done / total, left);
 }
 
 void policy_opts::add(CLI::App & app) {

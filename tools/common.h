@@ -142,7 +142,7 @@ struct prefill_progress {
     int64_t t0_us;
     int64_t last_us = 0;
     prefill_progress();
-    void operator()(int64_t done, int64_t total);
+    void operator()(double done, double total);
 };
 
 // The cache directory of HillInfer: $XDG_CACHE_HOME/hillinfer (an absolute path; a relative one is

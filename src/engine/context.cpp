@@ -383,8 +383,20 @@ void context::check_metadata_memory(const hill::model & m, const context_params 
     }
 }
 
+context::layer_work context::prefill_work(int il, int64_t p0, int64_t n) const {
+    const hparams & hp = model_.hp();
+    const double e = double(hp.n_embd), q = double(hp.n_embd_q()), kv = double(hp.n_embd_kv());
+    // (query, key) pairs: query t (position p0 + t) sees p0 + t + 1 keys, at most w of a sliding window.
+    const int64_t w = hp.window(il);
+    const int64_t a = p0 + 1, k = w == 0 ? n : std::clamp<int64_t>(w - a, 0, n);  // the first k see all
+    const double pairs = double(k) * double(a) + double(k) * double(k - 1) / 2 + double(n - k) * double(w);
+    return {.qkv = double(n) * e * (q + 2 * kv),
+            .attend = 2 * q * pairs,
+            .rest = double(n) * (q * e + 3 * e * double(hp.n_ff))};
+}
+
 void context::prefill(int seq, std::span<const int32_t> tokens, bool logits_all, float * logits,
-                      const std::function<void(int64_t, int64_t)> & progress) {
+                      const std::function<void(double, double)> & progress) {
     const int64_t n = int64_t(tokens.size());
     if (n == 0) return;
     HILL_ASSERT(seq >= 0 && seq < params_.n_seq);
@@ -399,14 +411,24 @@ void context::prefill(int seq, std::span<const int32_t> tokens, bool logits_all,
     }
     cold_logs::snapshot snap;
     if (logs_ != nullptr) logs_->take_snapshot(seq, snap);
-    const int64_t n_layer = model_.hp().n_layer;
+    const int n_layer = model_.hp().n_layer;
+    const auto segment_work = [&](int64_t s0) {
+        double w = 0;
+        for (int il = 0; il < n_layer; ++il)
+            w += prefill_work(il, n_past0 + s0, std::min<int64_t>(params_.n_segment, n - s0)).total();
+        return w;
+    };
+    double total = 0;
+    for (int64_t s0 = 0; s0 < n; s0 += params_.n_segment) total += segment_work(s0);
     try {
+        double before = 0;  // the work of the segments done
         for (int64_t s0 = 0; s0 < n; s0 += params_.n_segment) {
             const int64_t ns = std::min<int64_t>(params_.n_segment, n - s0);
             float * out = logits == nullptr ? nullptr : logits + (logits_all ? s0 * n_vocab : 0);
-            prefill_segment(seq, tokens.data() + s0, ns, logits_all, out, [&](int64_t done) {
-                if (progress) progress(s0 * n_layer + done, n * n_layer);
+            prefill_segment(seq, tokens.data() + s0, ns, logits_all, out, [&](double done) {
+                if (progress) progress(std::min(before + done, total), total);
             });
+            before += segment_work(s0);
         }
     } catch (...) {
         // Back to the sequence as it was: its later tokens forgotten, its cold log restored (no I/O) — or,
@@ -423,7 +445,7 @@ void context::prefill(int seq, std::span<const int32_t> tokens, bool logits_all,
 }
 
 void context::prefill_segment(int seq, const int32_t * tokens, int64_t n, bool logits_all, float * logits,
-                              const std::function<void(int64_t)> & progress) {
+                              const std::function<void(double)> & progress) {
     const hparams & hp = model_.hp();
     const int64_t n_embd = hp.n_embd, n_kv = hp.n_embd_kv(), n_q = hp.n_embd_q();
     const size_t rb = layout_.row_bytes();
@@ -455,8 +477,10 @@ void context::prefill_segment(int seq, const int32_t * tokens, int64_t n, bool l
     make_room(room_for(seq, p0, p0 + n));
 
     std::vector<layer_append> appends(size_t(hp.n_layer));
+    double base = 0;  // the work of the layers done (prefill_work)
     try {
         for (int il = 0; il < hp.n_layer; ++il) {
+            const layer_work work = prefill_work(il, p0, n);
             trace_scope layer_span("layer", "prefill", {{"layer", il}});
             trace_scope qkv_span("qkv", "forward", {{"layer", il}, {"tokens", n}});
             for (int64_t c0 = 0; c0 < n; c0 += nb) {
@@ -469,7 +493,7 @@ void context::prefill_segment(int seq, const int32_t * tokens, int64_t n, bool l
                 }
             }
             qkv_span.close();
-            if (progress) progress(int64_t(il) * n);
+            if (progress) progress(base + work.qkv);
             if (measure) std::copy(qa.end() - n_obs * n_q, qa.end(), q_obs.begin());
             // Every query of the segment attends to the sequence's tokens already in the tiers (one pass
             // over them), then causally to the segment's own KV.
@@ -478,8 +502,18 @@ void context::prefill_segment(int seq, const int32_t * tokens, int64_t n, bool l
             // lands within it rather than after it (an 8K-token segment's takes seconds at a 7B shape):
             // windows of the earlier tokens, parts of them and of the segment's own keys.
             constexpr int64_t attend_part = 2 * attention_key_split;
-            const std::function<void()> stop_check = [&] {
-                if (progress) progress(int64_t(il) * n);
+            // The attention's progress: (query, key) pairs attended (at most the layer's: a sliding window's
+            // queries see fewer keys than counted here). Keys of the earlier tokens are seen by all n queries;
+            // the first j of the segment's own keys by j(j + 1)/2 + (n - j)·j pairs.
+            double earlier_pairs = 0;
+            const auto attended = [&](double pairs) {
+                if (progress) progress(base + work.qkv + std::min(work.attend, 2 * double(n_q) * pairs));
+            };
+            const std::function<void(int64_t)> earlier_part = [&](int64_t j) {
+                attended(earlier_pairs + double(n) * double(j));
+            };
+            const std::function<void(int64_t)> own_part = [&](int64_t j) {
+                attended(earlier_pairs + double(j) * double(j + 1) / 2 + double(n - j) * double(j));
             };
             attention_shape shape = attn_shape();
             shape.window = hp.window(int(il));
@@ -500,20 +534,21 @@ void context::prefill_segment(int seq, const int32_t * tokens, int64_t n, bool l
                 kv_batch w;
                 while (ordered_->next(w)) {
                     if (shape.window == 0) {
-                        device_->attend_in_parts(w.view, w.rows, no_causal_mask, attend_part, stop_check);
+                        device_->attend_in_parts(w.view, w.rows, no_causal_mask, attend_part, earlier_part);
                     } else {
                         // Windowed: each run of consecutive positions [P, P + m) as keys j = position - P,
                         // which query t (position p0 + t) sees when j > (p0 - P) + t - window.
                         attend_position_runs(w, p0);
                     }
-                    stop_check();
+                    earlier_pairs += double(n) * double(w.view.n_kv);
+                    attended(earlier_pairs);
                 }
             }
             device_->attend_in_parts(kv_view{layout_.type, layer_k.data(), layer_v.data(), n, n_kv}, nullptr, 0,
-                                     attend_part, stop_check);
+                                     attend_part, own_part);
             device_->end(qa.data());
             attend_span.close();
-            if (progress) progress(int64_t(il) * n);  // a stop asked for ends the prefill here too
+            if (progress) progress(base + work.qkv + work.attend);  // a stop asked for ends the prefill here too
             if (measure) {
                 trace_scope s("prefill importance", "prefill", {{"layer", il}, {"queries", n_obs}});
                 std::fill(importance.begin(), importance.end(), 0.0f);
@@ -559,11 +594,12 @@ void context::prefill_segment(int seq, const int32_t * tokens, int64_t n, bool l
                 for (int64_t c0 = 0; c0 < n; c0 += nb) {
                     const int64_t nc = std::min<int64_t>(nb, n - c0);
                     forward_->attention_output(il, x.data() + c0 * n_embd, qa.data() + c0 * n_q, nc);
-                    if (progress) progress(int64_t(il) * n + c0 + nc);
+                    if (progress) progress(base + work.qkv + work.attend + work.rest * double(c0 + nc) / double(n));
                 }
             }
             append_layer(seq, il, p0, n, layer_k.data(), layer_v.data(), measure ? importance.data() : nullptr,
                          appends[size_t(il)]);
+            base += work.total();
         }
         if (logits != nullptr) {
             trace_scope s("logits", "forward");

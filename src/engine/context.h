@@ -153,11 +153,13 @@ public:
     // Runs `tokens` of sequence seq at positions [n_past(seq), n_past(seq) + n), layer-major. logits:
     // f32 [n, n_vocab] when logits_all, else [n_vocab] for the last token (nullptr: none computed).
     // progress(done, total) after each layer's QKV, between parts of its attention (windows of the earlier
-    // tokens, parts of 1024 keys), after it and after each chunk of its output (token-layers done,
-    // non-decreasing), so that a progress that throws stops within a stage. Errors: n_past + n >
-    // n_ctx (usage, naming both), a token id out of range (bad_input), I/O errors; see the file comment.
+    // tokens, parts of 1024 keys), after it and after each chunk of its output, so that a progress that
+    // throws stops within a stage. done and total count work, not tokens (prefill_work: attention grows
+    // with the context, so a long prompt's later tokens cost more); done is non-decreasing and reaches
+    // total. Errors: n_past + n > n_ctx (usage, naming both), a token id out of range (bad_input), I/O
+    // errors; see the file comment.
     void prefill(int seq, std::span<const int32_t> tokens, bool logits_all, float * logits,
-                 const std::function<void(int64_t, int64_t)> & progress = {});
+                 const std::function<void(double, double)> & progress = {});
     // One decode step: tokens[b] appended to sequence seqs[b] (distinct, each with room); logits f32
     // [B, n_vocab]. Errors: a token id out of range (bad_input), a full sequence (usage); I/O,
     // device and interrupt errors (nothing changed).
@@ -232,8 +234,18 @@ public:
 
 private:
     struct layer_append;  // one layer's prepared KV append to a sequence (prefill and import)
+    // A prefill's work in layer il for n tokens at positions [p0, p0 + n), as its progress counts it —
+    // estimated multiply-adds, not a timing: per token the projections before attention (qkv) and after
+    // it with the FFN (rest), and 2 · n_embd_q per (query, key) pair of the attention (attend; a
+    // sliding-window layer's query sees at most its window).
+    struct layer_work {
+        double qkv = 0, attend = 0, rest = 0;
+        double total() const { return qkv + attend + rest; }
+    };
+    layer_work prefill_work(int il, int64_t p0, int64_t n) const;
+    // progress(done): the work done of this segment's (prefill_work summed over its layers).
     void prefill_segment(int seq, const int32_t * tokens, int64_t n, bool logits_all, float * logits,
-                         const std::function<void(int64_t)> & progress);
+                         const std::function<void(double)> & progress);
     // Writes layer il's rows k, v (kv type [n, n_embd_kv], positions [p0, p0 + n)) to seq's cold log
     // and places the layer's hot set by the policy; prepared, to apply with commit().
     void append_layer(int seq, int il, int64_t p0, int64_t n, const uint8_t * k, const uint8_t * v,

@@ -10,7 +10,7 @@ session::session(const hill::model & m, const context_params & p, thread_pool & 
 }
 
 void session::eval(std::span<const int32_t> tokens, bool logits_all,
-                   const std::function<void(int64_t, int64_t)> & progress) {
+                   const std::function<void(double, double)> & progress) {
     const int64_t n = int64_t(tokens.size());
     if (n == 0) return;
     const size_t n_vocab = size_t(ctx_.model().hp().n_vocab);

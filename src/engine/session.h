@@ -21,10 +21,10 @@ public:
     // Runs `tokens` at positions [n_past(), n_past() + n): a prefill when n > 1, a decode step when
     // n == 1. When logits_all, logits() holds f32 [n, n_vocab] (one row per token); otherwise f32
     // [n_vocab] for the last token. progress(done, total): as context::prefill calls it
-    // (token-layers). Errors: as context::prefill and context::decode (the session stays at its old
+    // (work, not tokens). Errors: as context::prefill and context::decode (the session stays at its old
     // n_past).
     void eval(std::span<const int32_t> tokens, bool logits_all = false,
-              const std::function<void(int64_t, int64_t)> & progress = {});
+              const std::function<void(double, double)> & progress = {});
 
     const float * logits() const { return logits_.data(); }
     int64_t n_past() const { return ctx_.n_past(0); }

@@ -12,18 +12,18 @@ void device_tier::attend(const kv_view & kv, const int32_t * rows, int64_t causa
 }
 
 void device_tier::attend_in_parts(const kv_view & kv, const int32_t * rows, int64_t causal_p0, int64_t part,
-                                  const std::function<void()> & between) {
+                                  const std::function<void(int64_t)> & between) {
     HILL_ASSERT(part > 0 && part % attention_key_split == 0);
     attend_split(kv, rows, causal_p0, -1, part, &between);
 }
 
 void device_tier::attend_split(const kv_view & kv, const int32_t * rows, int64_t causal_p0, int kv_head, int64_t part,
-                               const std::function<void()> * between) {
+                               const std::function<void(int64_t)> * between) {
     const int64_t cap = std::min(part, capacity_tokens());
     HILL_ASSERT(cap > 0);
     const size_t eb = kv.type == ggml_type::f16 ? 2 : 4;
     for (int64_t j0 = 0; j0 < kv.n_kv; j0 += cap) {
-        if (j0 > 0 && between != nullptr && *between) (*between)();
+        if (j0 > 0 && between != nullptr && *between) (*between)(j0);
         const int64_t nj = std::min(cap, kv.n_kv - j0);
         kv_view part = kv;
         part.n_kv = nj;

@@ -48,10 +48,11 @@ public:
     // order).
     void attend(const kv_view & kv, const int32_t * rows, int64_t causal_p0 = no_causal_mask, int kv_head = -1);
     // attend(kv, rows, causal_p0) in parts of `part` keys (a multiple of attention_key_split, so that the
-    // result is that of one call), between() after each part but the last: a prefill's stop check, which
-    // may throw (the attention is then abandoned; the next begin() starts afresh).
+    // result is that of one call), between(keys attended so far) after each part but the last: a
+    // prefill's progress and stop check, which may throw (the attention is then abandoned; the next
+    // begin() starts afresh).
     void attend_in_parts(const kv_view & kv, const int32_t * rows, int64_t causal_p0, int64_t part,
-                         const std::function<void()> & between);
+                         const std::function<void(int64_t)> & between);
 
     // Ends the attention: out f32 [n_tok, n_head, head_dim] (host memory) = softmax-weighted V of
     // every key attended since begin(); zeros for a query that saw no key. out may be the q given
@@ -68,7 +69,7 @@ protected:
 private:
     // attend() in parts of at most `part` keys (and of capacity_tokens()), between after each but the last.
     void attend_split(const kv_view & kv, const int32_t * rows, int64_t causal_p0, int kv_head, int64_t part,
-                      const std::function<void()> * between);
+                      const std::function<void(int64_t)> * between);
 };
 
 // The CPU build's device tier: attention on the thread pool, in place over host memory.
