@@ -175,6 +175,14 @@ TEST_F(cli, usage_errors_name_the_flag_and_the_value) {
              {"generate -m " + model() + " -p hi -n ' 5'", {"--n-predict: expected a whole number, got ' 5'"}},
              {"generate -m " + model() + " -p hi -n 99999999999", {"--n-predict: '99999999999' is out of range"}},
              {g + "--temp 0.5x", {"--temp: expected a number, got '0.5x'"}},
+             // strtod's forms too: a hex float, inf, nan (--temp inf said "must be >= 0, got inf").
+             {g + "--temp inf", {"--temp: expected a number, got 'inf'"}},
+             {g + "--top-p 0x1p-3", {"--top-p: expected a number, got '0x1p-3'"}},
+             {g + "--min-p nan", {"--min-p: expected a number, got 'nan'"}},
+             // A list's items likewise (CLI11 read 0x10 as 16).
+             {"bench step --ctx 4096,0x10", {"--ctx: expected a whole number", "got '0x10'"}},
+             {"bench step --cold 0,inf", {"--cold: expected a number, got 'inf'"}},
+             {"bench step --ctx ' 4096'", {"--ctx: expected a whole number", "got ' 4096'"}},
              {g + "--sinks -2x", {"--sinks: expected a whole number, got '-2x'"}},
              // Seeds: 64-bit, refused beyond, never clamped (99...9 became 2^63 - 1) or wrapped (-1 became 2^64 - 1).
              {g + "--seed 18446744073709551616", {"--seed", range, "'18446744073709551616'", "out of range"}},
@@ -198,6 +206,8 @@ TEST_F(cli, usage_errors_name_the_flag_and_the_value) {
     EXPECT_NE(top.out.find("\"seed\":18446744073709551615"), std::string::npos) << top.out;
     EXPECT_EQ(run(mm + "--seed 18446744073709551615").code, 0);
     EXPECT_EQ(run(g + "--seed 0").code, 0);
+    // Decimal forms of a number: a leading point, a trailing point, an exponent, a sign.
+    EXPECT_EQ(run(g + "--temp .5 --top-p 1. --min-p 5e-2 --repeat-penalty +1.1").code, 0);
     // --help states the range of every --seed.
     for (const std::string & cmd : {std::string("generate"), std::string("demo"), std::string("make-model")}) {
         const result help = run(cmd + " --help");
@@ -1394,10 +1404,13 @@ TEST_F(cli, bench_step_refuses_bad_grids_before_measuring) {
         EXPECT_NE(r.out.find("error"), std::string::npos) << bad << "\n" << r.out;
     }
     // An empty item, which CLI11's delimiter alone would drop, and an item of the wrong type name the flag.
-    for (const auto & [bad, want] : {std::pair{"--ctx 32768,,131072", "--ctx: an empty item in '32768,,131072'"},
-                                     std::pair{"--cold 0,", "--cold: an empty item in '0,'"},
-                                     std::pair{"--policies ,full", "--policies: an empty item in ',full'"},
-                                     std::pair{"--ctx 4096,8k", "--ctx: cannot read '8k' as INT"}}) {
+    for (const auto & [bad, want] :
+         {std::pair{"--ctx 32768,,131072", "--ctx: an empty item in '32768,,131072'"},
+          std::pair{"--cold 0,", "--cold: an empty item in '0,'"},
+          std::pair{"--policies ,full", "--policies: an empty item in ',full'"},
+          std::pair{"--ctx 4096,8k", "--ctx: expected a whole number, got '8k'"},
+          std::pair{"--ctx 4096,99999999999999999999", "--ctx: '99999999999999999999' is out of range for this flag"},
+          std::pair{"--cold 0,1e999", "--cold: '1e999' is out of range for this flag"}}) {
         const test::cli_result r = test::run_cli(std::string("bench step --layers 1 --kv-dir /tmp ") + bad);
         EXPECT_EQ(r.code, 2) << bad << "\n" << r.out;
         EXPECT_NE(r.out.find(want), std::string::npos) << bad << "\n" << r.out;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -298,7 +299,8 @@ TEST(matmul, gemv_same_result_for_1_2_3_threads) {
 }
 
 // The OpenBLAS path (gemm above gemm_batch_max_tok, and gemm_blas at any n_tok) against gemv per
-// token, within f32 rounding: it sums in another order.
+// token, within f32 rounding: it sums in another order; and bit for bit the same with 1, 2 or 3
+// threads (F32 weights went to sgemm in one call per thread's rows, whose sums depend on the call).
 TEST(matmul, gemm_blas_matches_gemv_per_token) {
     const uint32_t seed = fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
@@ -342,11 +344,17 @@ TEST(matmul, gemm_blas_matches_gemv_per_token) {
                         const std::vector<double> tt = rel_tol(mag, 1e-5);
                         tol.insert(tol.end(), tt.begin(), tt.end());
                     }
+                    std::vector<float> one_thread;
                     for (thread_pool * p : {&p1, &p2, &p3}) {
                         const std::string wt = what + " threads " + std::to_string(p->n_threads());
                         std::vector<float> y(sz(n_tok * sh.n_rows), std::nanf(""));
                         gemm_blas(w.view(), x.data(), n_tok, y.data(), *p);
                         expect_close(y, want, tol, wt + " gemm_blas");
+                        if (p == &p1) one_thread = y;
+                        for (size_t i = 0; i < y.size(); ++i) {
+                            ASSERT_EQ(std::bit_cast<uint32_t>(y[i]), std::bit_cast<uint32_t>(one_thread[i]))
+                                << wt << " gemm_blas: element " << i << " differs from one thread's";
+                        }
                         if (n_tok > gemm_batch_max_tok) {
                             std::fill(y.begin(), y.end(), std::nanf(""));
                             gemm(w.view(), x.data(), n_tok, y.data(), *p);

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <sstream>
 
 #include "compute/kernel_mode.h"
@@ -133,6 +134,14 @@ void clear_interrupt() {
 
 bool terminate_requested() {
     return stop_signal() == SIGTERM || stop_signal() == SIGHUP;
+}
+
+std::string decimal_number_error(const std::string & v, bool whole, bool sign) {
+    const std::string expected = whole ? (sign ? "a whole number" : "a whole number >= 0") : "a number";
+    if (v.empty()) return "empty, expected " + expected;
+    static const std::regex whole_re("[+-]?[0-9]+"), real_re("[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?");
+    const bool ok = std::regex_match(v, whole ? whole_re : real_re) && (sign || v[0] != '-');
+    return ok ? std::string() : "expected " + expected + ", got '" + v + "'";
 }
 
 uint64_t parse_bytes(const std::string & text, const char * flag) {

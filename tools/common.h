@@ -1,20 +1,21 @@
 // Pieces shared by the CLI subcommands: option groups and their validation.
 #pragma once
 
+#include <CLI/CLI.hpp>
+#include <charconv>
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
 #include "core/thread_pool.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "model/model.h"
 #include "policy/policy.h"
-
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
-#include <cstdint>
-#include <memory>
-#include <optional>
-#include <string>
-#include <vector>
 
 namespace hill::cli {
 
@@ -169,10 +170,16 @@ bool terminate_requested();
 // for a size below 1 byte ("0.5").
 uint64_t parse_bytes(const std::string & text, const char * flag);
 
+// Why `v` is not a decimal number of the kind a number flag takes — whole: digits with an optional
+// sign ('-' only where `sign`); else also a point and an exponent ("1.5", "2e-3") — as "expected ...,
+// got 'v'"; "" when it is one. CLI11's and strtod's conversions take more (an empty value as 0, 0x10,
+// ' 5', 0x1p-3, inf, nan), which no flag means.
+std::string decimal_number_error(const std::string & v, bool whole, bool sign);
+
 // A comma-separated list option (--ctx 32768,131072; repeating the flag adds items). Every item must
-// convert to T and none may be empty: CLI11's own delimiter drops the empty items of "32768,,131072"
-// silently, this one refuses them (a usage error naming the flag). The help shows out's values, when
-// there are any, as the default.
+// be a decimal number (decimal_number_error) where T is a number, convert to T, and none may be empty: CLI11's own
+// delimiter drops the empty items of "32768,,131072" silently, this one refuses them (a usage error naming the flag).
+// The help shows out's values, when there are any, as the default.
 template <class T>
 CLI::Option * add_list_option(CLI::App & app, const std::string & names, std::vector<T> & out, const std::string & desc) {
     std::string shown;
@@ -190,7 +197,16 @@ CLI::Option * add_list_option(CLI::App & app, const std::string & names, std::ve
                         throw CLI::ValidationError(flag, "an empty item in '" + arg + "' (comma-separated values, none empty)");
                     }
                     T v{};
-                    if (!CLI::detail::lexical_cast(item, v)) {
+                    if constexpr (std::is_arithmetic_v<T>) {
+                        const std::string why = decimal_number_error(item, std::is_integral_v<T>, std::is_signed_v<T>);
+                        if (!why.empty()) throw CLI::ValidationError(flag, why);
+                        // from_chars refuses what does not fit T (CLI11's conversion saturated it).
+                        const char * end = item.data() + item.size();
+                        const auto [p, ec] = std::from_chars(item.data() + (item[0] == '+' ? 1 : 0), end, v);
+                        if (ec != std::errc() || p != end) {
+                            throw CLI::ValidationError(flag, "'" + item + "' is out of range for this flag");
+                        }
+                    } else if (!CLI::detail::lexical_cast(item, v)) {
                         throw CLI::ValidationError(flag, "cannot read '" + item + "' as " + CLI::detail::type_name<T>());
                     }
                     out.push_back(v);

@@ -1,8 +1,6 @@
 // hillinfer: the command-line front end. See README.md for every subcommand.
-#include <cctype>
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -27,25 +25,10 @@ int main(int argc, char ** argv) {
         cli::command_fn fn = add(app);
         cmds.emplace_back(app.get_subcommands({})[before], std::move(fn));
     }
-    // A number flag takes a decimal number, and says so: CLI11 took an empty value ('') as 0, 0x10 as 16 and
-    // ' 5' as 5, and said only "Could not convert" for 12x.
+    // A number flag takes a decimal number, and says so: CLI11 took an empty value ('') as 0, 0x10 as 16,
+    // ' 5' as 5 and inf as a temperature, and said only "Could not convert" for 12x.
     const auto number = [](bool whole, bool sign) {
-        return CLI::Validator(
-            [whole, sign](std::string & v) -> std::string {
-                const std::string expected = whole ? (sign ? "a whole number" : "a whole number >= 0") : "a number";
-                if (v.empty()) return "empty, expected " + expected;
-                bool ok = !std::isspace(static_cast<unsigned char>(v[0]));
-                if (whole) {
-                    const size_t d = (v[0] == '+' || (sign && v[0] == '-')) ? 1 : 0;
-                    ok = ok && d < v.size() && v.find_first_not_of("0123456789", d) == std::string::npos;
-                } else {
-                    char * end = nullptr;
-                    (void)std::strtod(v.c_str(), &end);
-                    ok = ok && end == v.c_str() + v.size();
-                }
-                return ok ? std::string() : "expected " + expected + ", got '" + v + "'";
-            },
-            "");
+        return CLI::Validator([whole, sign](std::string & v) { return cli::decimal_number_error(v, whole, sign); }, "");
     };
     const std::function<void(CLI::App *)> check_numbers = [&](CLI::App * a) {
         for (CLI::Option * o : a->get_options()) {

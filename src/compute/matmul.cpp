@@ -525,15 +525,22 @@ void gemm_blas(const weight_view & w, const float * x, int64_t n_tok, float * y,
                     n_cols_i, 0.0f, y + r0, n_rows_i);
     };
 
+    // One sgemm per tile of rows, each tile where a one-thread call puts it (grains of whole tiles): OpenBLAS's
+    // sums for a row depend on the rows of its call (its edge kernels), so one call per thread's range made
+    // y depend on the thread count (a prompt's KV differed between -t 1 and -t 2).
+    const int64_t tile = gemm_tile_rows(w.n_cols);
     if (w.type == ggml_type::f32) {
         pool.parallel_for(
             w.n_rows,
-            [&](int64_t r0, int64_t r1) { sgemm_rows(static_cast<const float *>(w.data) + r0 * w.n_cols, r0, r1); },
-            16);
+            [&](int64_t r0, int64_t r1) {
+                for (int64_t a = r0; a < r1; a += tile) {
+                    sgemm_rows(static_cast<const float *>(w.data) + a * w.n_cols, a, std::min(a + tile, r1));
+                }
+            },
+            tile);
         return;
     }
 
-    const int64_t tile = gemm_tile_rows(w.n_cols);
     pool.parallel_for(
         w.n_rows,
         [&](int64_t r0, int64_t r1) {

@@ -83,7 +83,9 @@ constexpr int64_t gemm_batch_max_tok = 64;
 
 // y f32 [n_tok, n_rows] = x f32 [n_tok, n_cols] · Wᵀ through OpenBLAS sgemm on row tiles of W that
 // each thread dequantizes into its own buffer (never the whole matrix); OpenBLAS itself runs
-// single-threaded. Tiles: 64..256 rows, about 4 MiB of f32; F32 weights go to sgemm without a copy.
+// single-threaded. Tiles: 64..256 rows, about 4 MiB of f32, one sgemm each; F32 weights go to sgemm
+// without a copy. The tiles fall where they would with one thread, so the result does not depend on
+// the thread count (OpenBLAS's sums for a row depend on the rows of its call).
 // Each pool thread keeps its f32 [tile, n_cols] staging buffer between calls (thread_local), so that
 // prefill does not allocate per layer. Any n_tok; gemm's path above gemm_batch_max_tok, public for
 // the benchmark that compares both paths.

@@ -202,7 +202,8 @@ void page_bounds::score(int64_t n, float * scores, int64_t stride, thread_pool &
                 }
             }
         };
-        pool.run(job, m * int64_t(page_size_ + 4 * row_));
+        // A page's work: its bounds widened (2 · row_) and scored by every query head, its scores stored.
+        pool.run(job, m * (int64_t(page_size_) + 2 * int64_t(row_) + int64_t(shape_.n_head) * shape_.head_dim));
     };
     if (chunking_.max_pages <= 1 || n_pages <= 1) {
         score_pages(nullptr, n_pages);
@@ -224,7 +225,7 @@ void page_bounds::score(int64_t n, float * scores, int64_t stride, thread_pool &
             rank_[size_t(k)] = {select_rank_key(best, k), k};
         }
     };
-    pool.run(rank_chunks, n_chunks * int64_t(c) * int64_t(4 * row_));
+    pool.run(rank_chunks, n_chunks * (int64_t(c) * 2 * int64_t(row_) + int64_t(shape_.n_head) * shape_.head_dim));
     std::sort(rank_.begin(), rank_.begin() + ptrdiff_t(n_chunks), [](const auto & a, const auto & b) { return a.first > b.first; });
     const int64_t n_top = int64_t(std::ceil(chunking_.alpha * double(n)));
     const int64_t want = std::min<int64_t>(n, chunking_.candidates_per_selected * n_top);
