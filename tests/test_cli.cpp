@@ -179,6 +179,16 @@ TEST_F(cli, usage_errors_name_the_flag_and_the_value) {
              {g + "--temp inf", {"--temp: expected a number, got 'inf'"}},
              {g + "--top-p 0x1p-3", {"--top-p: expected a number, got '0x1p-3'"}},
              {g + "--min-p nan", {"--min-p: expected a number, got 'nan'"}},
+             // Past a float's range (--temp 1e999 became inf, "must be >= 0, got inf") or below a double's.
+             {g + "--temp 1e999", {"--temp: '1e999' is out of range for this flag"}},
+             {g + "--top-p 1e39", {"--top-p: '1e39' is out of range for this flag"}},
+             {g + "--temp 1e-400", {"--temp: '1e-400' is out of range for this flag"}},
+             {"serve -m " + model() + " --port 0 --shutdown-wait 1e999", {"--shutdown-wait: '1e999' is out of range"}},
+             {"bench step --beta 0x10", {"--beta: expected a number, got '0x10'"}},
+             {"bench step --beta 0.5,+x", {"--beta: expected a number, got '+x'"}},
+             {g + "--kv-host-budget 0x10M", {"--kv-host-budget expects a positive size", "'0x10M'"}},
+             {g + "--kv-host-budget ' 1M'", {"--kv-host-budget expects a positive size", "' 1M'"}},
+             {g + "--kv-host-budget 1e999K", {"--kv-host-budget expects a size of at most 1e18 bytes"}},
              // A list's items likewise (CLI11 read 0x10 as 16).
              {"bench step --ctx 4096,0x10", {"--ctx: expected a whole number", "got '0x10'"}},
              {"bench step --cold 0,inf", {"--cold: expected a number, got 'inf'"}},
@@ -284,13 +294,15 @@ TEST_F(cli, flags_that_do_not_apply_are_named) {
                            "they live, so it is not used"),
               std::string::npos)
         << emu.out;
-    // The precision flags where the scoring copy scores (plain storage, --score-copy not off).
-    const result copy = run(g + "--policy hillinfer --score-precision fp16 --query-precision fp32");
+    // The precision flags where the scoring copy scores (plain storage, --score-copy not off) and placement
+    // is fifo (hkm's prefill importance scores with them).
+    const result copy = run(g + "--policy hillinfer --placement fifo --score-precision fp16 --query-precision fp32");
     EXPECT_EQ(copy.code, 0) << copy.out;
     for (const char * flag : {"--score-precision", "--query-precision"}) {
         EXPECT_NE(copy.out.find(std::string("warning: ") + flag +
-                                " applies to --score-copy off and to the emulator; here the int3 scoring copy scores, "
-                                "against an int8 query, so it is not used"),
+                                " applies to --score-copy off, to the emulator and to hkm placement's prefill "
+                                "importance; here the int3 scoring copy scores, against an int8 query, and placement "
+                                "is fifo, so it is not used"),
                   std::string::npos)
             << copy.out;
     }
@@ -299,14 +311,11 @@ TEST_F(cli, flags_that_do_not_apply_are_named) {
         std::string args, warning;
     } other[] = {
         {"--policy quest --score-precision int4",
-         "--score-precision applies to hillinfer, which scores the keys themselves; --policy quest scores pages by "
-         "their key bounds, so it is not used"},
-        {"--policy infinigen --query-precision int8",
-         "--query-precision applies to hillinfer, which scores the keys themselves; --policy infinigen scores tokens "
-         "by a key sketch, so it is not used"},
-        {"--policy h2o --aggregate max",
-         "--aggregate applies to the policies that score the keys (hillinfer, quest, leoam, infinigen); --policy h2o "
-         "scores tokens by the attention they received, so it is not used"},
+         "--score-precision applies to hillinfer's scoring of the keys and to hkm placement's prefill importance; "
+         "--policy quest scores pages by their key bounds and places fifo, so it is not used"},
+        {"--policy infinigen --placement fifo --query-precision int8",
+         "--query-precision applies to hillinfer's scoring of the keys and to hkm placement's prefill importance; "
+         "--policy infinigen scores tokens by a key sketch and places fifo, so it is not used"},
         {"--policy full --score-copy int2",
          "--score-copy applies to hillinfer, which scores the keys themselves; --policy full does not, so it is not "
          "used"},
@@ -324,7 +333,12 @@ TEST_F(cli, flags_that_do_not_apply_are_named) {
           g + "--policy hillinfer --storage emulator --score-precision int4 --kv-dir " + dir->file("kv-emu2"),
           g + "--policy quest --page-size 32 --aggregate max --alpha 0.3",
           g + "--policy leoam --page-size 8 --select kv_head", g + "--policy h2o --alpha 0.3",
-          g + "--policy infinigen --aggregate sum"}) {
+          g + "--policy infinigen --aggregate sum",
+          // The prefill's importance scores use them: hkm placement, and h2o's accumulated attention.
+          g + "--policy hillinfer --score-precision fp16 --query-precision fp32",
+          g + "--policy quest --placement hkm --score-precision int4",
+          g + "--policy h2o --aggregate max --score-precision fp16 --query-precision int8",
+          g + "--policy full --placement hkm --aggregate sum"}) {
         const result used = run(a);
         EXPECT_EQ(used.code, 0) << a << "\n" << used.out;
         EXPECT_EQ(used.out.find("warning"), std::string::npos) << a << "\n" << used.out;

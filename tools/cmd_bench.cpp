@@ -500,6 +500,10 @@ int run_step(step_opts & o) {
     if (o.p.kv_dir.empty()) o.p.kv_dir = cache_dir() + "/kv";
     (void)prepare_kv_dir(o.p.kv_dir);  // before the calibration
     check_outputs(o.json_path, o.plot_path, o.p.profiles);
+    for (const std::string & b : o.p.betas) {  // 'planner' or a decimal number (no 0x10, ' 2')
+        const std::string why = b == "planner" ? std::string() : decimal_number_error(b, false, true);
+        if (!why.empty()) fail_usage("--beta: {}", why);
+    }
     check(o.p);
     if (o.placement_opt->count() > 0) (void)parse_placement(o.p.placement);  // "" too (check() reads "" as none)
     // The device cache's shares apply to the plain SSD's cold configurations: say so when the grid has none.

@@ -7,11 +7,13 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <regex>
 #include <sstream>
@@ -136,20 +138,40 @@ bool terminate_requested() {
     return stop_signal() == SIGTERM || stop_signal() == SIGHUP;
 }
 
+namespace {
+
+// Digits with an optional sign ('-' only where `sign`), and where not `whole` a point and an exponent.
+bool is_decimal(const std::string & v, bool whole, bool sign) {
+    static const std::regex whole_re("[+-]?[0-9]+"), real_re("[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?");
+    return std::regex_match(v, whole ? whole_re : real_re) && (sign || v.empty() || v[0] != '-');
+}
+
+}  // namespace
+
 std::string decimal_number_error(const std::string & v, bool whole, bool sign) {
     const std::string expected = whole ? (sign ? "a whole number" : "a whole number >= 0") : "a number";
     if (v.empty()) return "empty, expected " + expected;
-    static const std::regex whole_re("[+-]?[0-9]+"), real_re("[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?");
-    const bool ok = std::regex_match(v, whole ? whole_re : real_re) && (sign || v[0] != '-');
-    return ok ? std::string() : "expected " + expected + ", got '" + v + "'";
+    if (!is_decimal(v, whole, sign)) return "expected " + expected + ", got '" + v + "'";
+    if (!whole) {
+        // Past a double's range, either way (strtod: ERANGE), or past a float's: the conversion would give
+        // inf or 0 (--temp 1e999 became inf).
+        errno = 0;
+        const double d = std::strtod(v.c_str(), nullptr);
+        if (errno == ERANGE || std::fabs(d) > double(std::numeric_limits<float>::max())) {
+            return "'" + v + "' is out of range for this flag";
+        }
+    }
+    return std::string();
 }
 
 uint64_t parse_bytes(const std::string & text, const char * flag) {
-    size_t used = 0;
+    // The number, then the letters of a suffix; the number decimal (decimal_number_error: no 0x10M, ' 1M').
+    size_t used = text.size();
+    while (used > 0 && std::isalpha(static_cast<unsigned char>(text[used - 1]))) --used;
     double v = -1.0;
-    try {
-        v = std::stod(text, &used);
-    } catch (const std::exception &) {
+    if (is_decimal(text.substr(0, used), false, true)) {
+        v = std::strtod(text.substr(0, used).c_str(), nullptr);  // inf past a double: "at most 1e18" below
+    } else {
         used = 0;
     }
     std::string suffix = text.substr(used);
@@ -289,13 +311,17 @@ prefill_progress::prefill_progress() : t0_us(time_us()) {}
 void prefill_progress::operator()(double done, double total) {
     throw_if_stopped("prefill");
     const int64_t now = time_us();
-    if (now - t0_us < 2'000'000 || (now - last_us < 1'000'000 && done < total)) return;
+    // A line at most once a second; at the end (whose calls all report the total) one more, unless the
+    // last line already read 100%.
+    const int percent = int(std::lround(100.0 * done / total));
+    if (now - t0_us < 2'000'000 || (done < total ? now - last_us < 1'000'000 : last_percent == 100)) return;
     last_us = now;
+    last_percent = percent;
     // done/total count work (context::prefill_work: attention grows with the context), so the time left
     // is the rate so far over what is left.
     const std::string left =
         done > 0 ? fmt::format(", {:.0f} s left", (total - done) * double(now - t0_us) / (done * 1e6)) : std::string();
-    fmt::print(stderr, "prefill: {:.0f}%{}\n", 100.0 * done / total, left);
+    fmt::print(stderr, "prefill: {}%{}\n", percent, left);
 }
 
 void policy_opts::add(CLI::App & app) {
@@ -365,26 +391,30 @@ policy_params policy_opts::resolve(const kv_opts & kv) const {
     const std::string pol_name = "--policy " + r.name;
     const copy_kind from = pol->scores_from();
     const bool plain = storage == csd::storage_kind::plain;
+    // The prefill's importance scores (hkm placement; h2o's accumulated attention starts from them) use the
+    // precision and aggregate flags whatever scores the decode steps.
+    const bool importance = pol->wants_prefill_importance();
+    const auto for_importance = [&](const CLI::Option * o) {
+        return importance && (o == key_opt || o == query_opt || o == aggregate_opt);
+    };
     if (!pol->uses_scores()) {
-        for (const CLI::Option * o : scoring_opts)
-            not_used(o, "the policies that score tokens", pol_name + " scores none");
-    } else if (from != copy_kind::tier) {
+        for (const CLI::Option * o : scoring_opts) {
+            if (!for_importance(o)) not_used(o, "the policies that score tokens", pol_name + " scores none");
+        }
+    } else if (!importance && from != copy_kind::tier) {
         // The precision flags set how keys are scored (the host scorer, the device's kernel): hillinfer's.
         const std::string by = from == copy_kind::page_bounds    ? "scores pages by their key bounds"
                                : from == copy_kind::chunk_bounds ? "scores chunks and pages by their key bounds"
-                               : from == copy_kind::sketch       ? "scores tokens by a key sketch"
-                                                                 : "scores tokens by the attention they received";
+                                                                 : "scores tokens by a key sketch";
         for (const CLI::Option * o : {key_opt, query_opt}) {
-            not_used(o, "hillinfer, which scores the keys themselves", pol_name + " " + by);
+            not_used(o, "hillinfer's scoring of the keys and to hkm placement's prefill importance",
+                     pol_name + " " + by + " and places fifo");
         }
-        if (from == copy_kind::attention) {
-            not_used(aggregate_opt, "the policies that score the keys (hillinfer, quest, leoam, infinigen)",
-                     pol_name + " " + by);
-        }
-    } else if (plain && parse_score_copy(kv.score_copy) > 0) {
+    } else if (!importance && plain && parse_score_copy(kv.score_copy) > 0) {
         for (const CLI::Option * o : {key_opt, query_opt}) {
-            not_used(o, "--score-copy off and to the emulator",
-                     fmt::format("here the {} scoring copy scores, against an int8 query", kv.score_copy));
+            not_used(o, "--score-copy off, to the emulator and to hkm placement's prefill importance",
+                     fmt::format("here the {} scoring copy scores, against an int8 query, and placement is fifo",
+                                 kv.score_copy));
         }
     }
     if (from != copy_kind::page_bounds && from != copy_kind::chunk_bounds) {

@@ -105,9 +105,9 @@ struct policy_opts {
     // Parses and validates (exit_code::usage on bad values). With the emulator as storage, the query
     // precision defaults to int8 for a policy the device scores for (its integer kernel needs it). A
     // scoring flag given to a policy that scores nothing is a warning (it is not used), and so are the
-    // precision flags where the scoring copy scores (plain storage, --score-copy not off) or where the
-    // policy scores no keys (quest, leoam, infinigen, h2o), --aggregate under h2o, --page-size outside
-    // quest and leoam, and --score-copy for a policy that does not score the keys.
+    // precision flags where neither the decode steps nor the prefill's importance scores use them (the
+    // scoring copy scores, or the policy scores no keys — quest, leoam, infinigen — and placement is
+    // fifo), --page-size outside quest and leoam, and --score-copy for a policy that does not score the keys.
     policy_params resolve(const kv_opts & kv) const;
 };
 
@@ -142,6 +142,7 @@ struct trace_opts {
 struct prefill_progress {
     int64_t t0_us;
     int64_t last_us = 0;
+    int last_percent = -1;  // of the last line printed
     prefill_progress();
     void operator()(double done, double total);
 };
