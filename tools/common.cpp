@@ -15,7 +15,6 @@
 #include <fstream>
 #include <limits>
 #include <random>
-#include <regex>
 #include <sstream>
 
 #include "compute/kernel_mode.h"
@@ -140,10 +139,29 @@ bool terminate_requested() {
 
 namespace {
 
-// Digits with an optional sign ('-' only where `sign`), and where not `whole` a point and an exponent.
+// Digits with an optional sign ('-' only where `sign`), and where not `whole` a point and an exponent:
+// [+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?
 bool is_decimal(const std::string & v, bool whole, bool sign) {
-    static const std::regex whole_re("[+-]?[0-9]+"), real_re("[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?");
-    return std::regex_match(v, whole ? whole_re : real_re) && (sign || v.empty() || v[0] != '-');
+    size_t i = 0;
+    if (i < v.size() && (v[i] == '+' || (sign && v[i] == '-'))) ++i;
+    const auto digits = [&] {
+        const size_t from = i;
+        while (i < v.size() && v[i] >= '0' && v[i] <= '9') ++i;
+        return i - from;
+    };
+    size_t n = digits();
+    if (!whole) {
+        if (i < v.size() && v[i] == '.') {
+            ++i;
+            n += digits();
+        }
+        if (n > 0 && i < v.size() && (v[i] == 'e' || v[i] == 'E')) {
+            ++i;
+            if (i < v.size() && (v[i] == '+' || v[i] == '-')) ++i;
+            if (digits() == 0) return false;
+        }
+    }
+    return n > 0 && i == v.size();
 }
 
 }  // namespace
